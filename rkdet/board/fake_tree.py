@@ -1,0 +1,142 @@
+"""Materialize a SoC profile as a plain-file sysfs/procfs tree under a root directory.
+
+The plain tree is the emulated board's fallback filesystem (the FUSE one adds kernel semantics).
+Board scripts run against it with ``RKDET_ROOT=<root>``, so this machine's real /sys and /proc are
+never written. `tree_digest` lets tests prove a pin/restore cycle left the tree byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from rkdet.board.socs import SocProfile
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = text if isinstance(text, bytes) else text.encode()
+    path.write_bytes(data)
+
+
+def _symlink(link: Path, target: str) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(target, link)
+
+
+def _ranges(cpus: tuple[int, ...]) -> str:
+    return f"{cpus[0]}-{cpus[-1]}" if len(cpus) > 1 else str(cpus[0])
+
+
+def devfreq_initial_freq(freqs: tuple[int, ...], governor: str) -> int:
+    """The frequency a devfreq node shows at boot under its default governor."""
+    if governor == "performance":
+        return max(freqs)
+    if governor == "powersave":
+        return min(freqs)
+    return freqs[len(freqs) // 2]
+
+
+def build_fake_tree(profile: SocProfile, root: Path) -> Path:
+    """Write the profile's sysfs/procfs files under `root` and return `root`."""
+    root = Path(root)
+    compat = b"".join(c.encode() + b"\0" for c in profile.compatible)
+    _write(root / "proc/device-tree/compatible", compat)
+    _write(root / "proc/device-tree/model", profile.model.encode() + b"\0")
+    _write(root / "sys/firmware/devicetree/base/compatible", compat)
+    _write(root / "proc/sys/kernel/osrelease", profile.kernel + "\n")
+    _write(root / "proc/version", f"Linux version {profile.kernel} (rkdet-emulator) #1 SMP PREEMPT\n")
+    if profile.has_compaction_proactiveness:
+        _write(root / "proc/sys/vm/compaction_proactiveness", f"{profile.compaction_proactiveness}\n")
+    _write(root / "sys/kernel/mm/transparent_hugepage/enabled", profile.thp_enabled + "\n")
+
+    cpu_root = root / "sys/devices/system/cpu"
+    _write(cpu_root / "online", f"0-{profile.cpu_count - 1}\n")
+    _write(cpu_root / "possible", f"0-{profile.cpu_count - 1}\n")
+    for policy in profile.cpu_policies:
+        pdir = cpu_root / "cpufreq" / policy.name
+        freqs = policy.frequencies_khz
+        cur = max(freqs) if policy.governor == "performance" else freqs[len(freqs) // 2]
+        files = {
+            "affected_cpus": " ".join(map(str, policy.cpus)),
+            "related_cpus": " ".join(map(str, policy.cpus)),
+            "cpuinfo_min_freq": str(min(freqs)),
+            "cpuinfo_max_freq": str(max(freqs)),
+            "cpuinfo_cur_freq": str(cur),
+            "scaling_available_frequencies": " ".join(map(str, freqs)) + " ",
+            "scaling_available_governors": " ".join(policy.governors) + " ",
+            "scaling_governor": policy.governor,
+            "scaling_cur_freq": str(cur),
+            "scaling_min_freq": str(min(freqs)),
+            "scaling_max_freq": str(max(freqs)),
+            "scaling_setspeed": "<unsupported>",
+            "scaling_driver": "cpufreq-dt",
+        }
+        for name, value in files.items():
+            _write(pdir / name, value + "\n")
+        for cpu in policy.cpus:
+            _symlink(cpu_root / f"cpu{cpu}" / "cpufreq", f"../cpufreq/{policy.name}")
+            for index, state in enumerate(profile.cpuidle_states):
+                sdir = cpu_root / f"cpu{cpu}" / "cpuidle" / f"state{index}"
+                _write(sdir / "name", state + "\n")
+                _write(sdir / "disable", "0\n")
+
+    for node in profile.devfreq:
+        ddir = root / "sys/devices/platform" / node.name / "devfreq" / node.name
+        freqs = node.frequencies_hz
+        cur = devfreq_initial_freq(freqs, node.governor)
+        files = {
+            "available_frequencies": " ".join(map(str, freqs)),
+            "available_governors": " ".join(node.governors),
+            "governor": node.governor,
+            "cur_freq": str(cur),
+            "target_freq": str(cur),
+            "min_freq": str(min(freqs)),
+            "max_freq": str(max(freqs)),
+            "polling_interval": "50",
+        }
+        for name, value in files.items():
+            _write(ddir / name, value + "\n")
+        if node.governor == "userspace":
+            _write(ddir / "userspace" / "set_freq", f"{cur}\n")
+        _symlink(root / "sys/class/devfreq" / node.name, f"../../devices/platform/{node.name}/devfreq/{node.name}")
+
+    for index, zone in enumerate(profile.thermal_zones):
+        zdir = root / "sys/class/thermal" / f"thermal_zone{index}"
+        _write(zdir / "type", zone.type + "\n")
+        _write(zdir / "temp", f"{zone.millicelsius}\n")
+        _write(zdir / "mode", "enabled\n")
+
+    if profile.rknpu_driver:
+        load = ", ".join(f"Core{i}:  0%" for i in range(profile.npu_cores))
+        _write(root / "sys/kernel/debug/rknpu/version", profile.rknpu_driver + "\n")
+        _write(root / "sys/kernel/debug/rknpu/load", f"NPU load:  {load},\n")
+    _write(root / profile.runtime_library, b"\x7fELF\x02\x01\x01\0" + profile.runtime_version.encode() + b"\0")
+    return root
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Map every file and symlink under `root` (relative path) to a digest of its content or target.
+
+    Two digests are equal iff the trees are byte-identical (content, names, symlink targets).
+    """
+    root = Path(root)
+    digest: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames) + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                digest[rel] = "link:" + os.readlink(path)
+            else:
+                digest[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        for d in list(dirnames):
+            if (Path(dirpath) / d).is_symlink():
+                dirnames.remove(d)
+        if not filenames and not dirnames:
+            digest[str(Path(dirpath).relative_to(root)) + "/"] = "dir"
+    return digest
