@@ -37,6 +37,9 @@ def main() -> None:
 def _register() -> None:
     """Attach the command groups; imports are inside so `rkdet --help` stays fast."""
     # One line per command group, each owned by its area (convert, board, diff, emulator).
+    from rkdet.config_command import config_group
+
+    main.add_command(config_group)
 
 
 _register()

@@ -1,0 +1,300 @@
+"""The rkdet YAML config: schema, loading, validation and resolved defaults.
+
+Why a strict schema: a determinism claim is only as good as the record of what was asked for. So every
+key is known (unknown keys are rejected with a "did you mean" hint), every rknn-toolkit2 option that can
+change the result has an explicit rkdet default (never the toolkit's), paths are resolved relative to the
+config file, and `resolved_dict()` is the canonical form that the manifest hashes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rkdet.errors import ConfigError
+
+# Platforms rknn-toolkit2 2.5.0 accepts, and the one it rejects (legacy RKNN-Toolkit 1.x only).
+TOOLKIT2_PLATFORMS = ("rk3562", "rk3566", "rk3568", "rk3576", "rk3588", "rv1126b")
+TOOLKIT1_PLATFORMS = ("rv1126", "rv1109")
+PLATFORMS = TOOLKIT2_PLATFORMS + TOOLKIT1_PLATFORMS
+CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Strict):
+    """Where the ONNX is and how rkdet prepares its graph before the toolkit sees it."""
+
+    onnx: Path
+    prepare: Literal["none", "yolov8-split-head"] = "none"
+    input_size: Optional[tuple[int, int]] = None  # (H, W) to re-shape a fully convolutional graph to
+    inputs: Optional[dict[str, list[int]]] = None  # static NCHW shapes for ONNX with dynamic dims
+
+    @field_validator("input_size")
+    @classmethod
+    def _positive_multiple_of_32(cls, v: Optional[tuple[int, int]]) -> Optional[tuple[int, int]]:
+        if v is not None and any(d <= 0 or d % 32 for d in v):
+            raise ValueError("each dimension must be a positive multiple of 32")
+        return v
+
+
+class TargetSection(_Strict):
+    """Target platforms; each gets its own build folder."""
+
+    platforms: list[str] = Field(default_factory=lambda: ["rk3588"], min_length=1)
+    toolkit1_python: Optional[Path] = None  # a Python with RKNN-Toolkit 1.7.x, for rv1126/rv1109
+
+    @field_validator("platforms")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        out = []
+        for p in v:
+            p = p.lower()
+            if p not in PLATFORMS:
+                raise ValueError(f"unknown platform {p!r}; allowed: {', '.join(PLATFORMS)}")
+            out.append(p)
+        if len(set(out)) != len(out):
+            raise ValueError("platforms must not repeat")
+        return out
+
+
+class PreprocessSection(_Strict):
+    """How an image becomes the uint8 NHWC tensor the board is fed (mean/std run on the NPU)."""
+
+    channel_order: Literal["rgb", "bgr"] = "rgb"
+    resize: Literal["letterbox", "stretch"] = "letterbox"
+    pad_value: int = Field(114, ge=0, le=255)
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (255.0, 255.0, 255.0)
+    interpolation: Literal["linear", "nearest", "area"] = "linear"
+
+    @field_validator("std")
+    @classmethod
+    def _nonzero(cls, v: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(s == 0 for s in v):
+            raise ValueError("std values must be non-zero")
+        return v
+
+
+class QuantizeSection(_Strict):
+    """Static quantization from a fixed, ordered, hashed calibration set."""
+
+    enabled: bool = True
+    dtype: Literal["w8a8", "w8a16", "w16a16i", "w16a16i_dfp", "w4a16"] = "w8a8"
+    algorithm: Literal["normal", "mmse", "kl_divergence"] = "normal"
+    method: Literal["layer", "channel"] = "channel"
+    dataset: Path
+    max_images: Optional[int] = Field(None, ge=1)
+    force_fp16: bool = False
+
+
+class ToolkitSection(_Strict):
+    """Every rknn-toolkit2 `config()`/`build()` option that can change the result, pinned by rkdet.
+
+    Defaults are rkdet's (e.g. optimization_level 0, not the toolkit's 3); none is left to the toolkit.
+    """
+
+    optimization_level: int = Field(0, ge=0, le=3)
+    quantized_hybrid_level: int = Field(0, ge=0)
+    quant_img_RGB2BGR: bool = False
+    float_dtype: Literal["float16"] = "float16"
+    custom_string: Optional[str] = None
+    remove_weight: bool = False
+    compress_weight: bool = False
+    single_core_mode: bool = False
+    model_pruning: bool = False
+    quantize_weight: bool = False
+    remove_reshape: bool = False
+    sparse_infer: bool = False
+    mini_rknn: bool = False
+    enable_flash_attention: bool = False
+    auto_hybrid: bool = False
+    auto_hybrid_cos_thresh: float = 0.98
+    memory_plan_strategy: Literal["BestFit"] = "BestFit"
+    compute_order: Literal["WidthFirst", "DepthFirst"] = "WidthFirst"
+    rknn_batch_size: Optional[int] = None
+
+    @model_validator(mode="after")
+    def _no_hybrid(self) -> "ToolkitSection":
+        if self.auto_hybrid or self.quantized_hybrid_level:
+            raise ValueError("hybrid quantization is a silent float fallback; rkdet builds are fully INT8 "
+                             "or explicitly FP16 (quantize.force_fp16)")
+        return self
+
+
+class GoldenSection(_Strict):
+    """Held-out inputs whose exact fed tensors and reference outputs ship with the build."""
+
+    inputs: Path
+    max_images: Optional[int] = Field(None, ge=1)
+
+
+class RunSection(_Strict):
+    """How the board runs the model: repeats, warmup, cores."""
+
+    repeats: int = Field(10, ge=1)
+    warmup: int = Field(2, ge=0)
+    core_mask: str = "auto"
+    backend: Literal["rknnlite", "onnxruntime"] = "rknnlite"
+    snapshot_every: int = Field(5, ge=1)
+    cpu_affinity: Optional[list[int]] = None
+
+    @field_validator("core_mask")
+    @classmethod
+    def _mask(cls, v: str) -> str:
+        v = str(v)
+        if v not in CORE_MASKS:
+            raise ValueError(f"allowed: {', '.join(CORE_MASKS)}")
+        return v
+
+
+class BoardSection(_Strict):
+    """The board profile pin.sh applies (and restore.sh undoes)."""
+
+    pin: bool = True
+    cpu_governor: Literal["performance", "userspace"] = "performance"
+    cpu_freq_khz: Optional[int] = None  # with userspace
+    npu_freq_hz: Optional[int] = None  # None: the highest available OPP
+    gpu_freq_hz: Optional[int] = None
+    ddr_freq_hz: Optional[int] = None
+    compaction_off: bool = True
+    thp_never: bool = False
+    cpuidle_deep_off: bool = False
+    workdir: Optional[str] = None
+    sudo: bool = False
+
+
+class TolerancesSection(_Strict):
+    """What counts as "the same" when diffing; the default is bitwise identity."""
+
+    max_abs: float = Field(0.0, ge=0)
+    max_ulp: int = Field(0, ge=0)
+    min_cosine: Optional[float] = Field(None, ge=-1, le=1)
+    max_rel_l2: Optional[float] = Field(None, ge=0)
+
+
+class FidelitySection(_Strict):
+    """Gates a build must pass: simulator (INT8) vs ONNX FP32, per output and per slice."""
+
+    min_cosine: float = Field(0.98, ge=-1, le=1)
+    min_slice_cosine: float = Field(0.95, ge=-1, le=1)
+    min_score_recall: float = Field(0.5, ge=0, le=1)  # of FP32 scores > 0.5, share the build keeps > 0.25
+
+
+class RkdetConfig(_Strict):
+    """The whole config file."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    model: ModelSection
+    target: TargetSection = TargetSection()
+    preprocess: PreprocessSection = PreprocessSection()
+    quantize: QuantizeSection
+    toolkit: ToolkitSection = ToolkitSection()
+    golden: GoldenSection
+    run: RunSection = RunSection()
+    board: BoardSection = BoardSection()
+    tolerances: TolerancesSection = TolerancesSection()
+    fidelity: FidelitySection = FidelitySection()
+
+    def resolved_dict(self) -> dict[str, Any]:
+        """Canonical JSON-able form with every default filled in (what the manifest hashes)."""
+        return json.loads(self.model_dump_json())
+
+    def sha256(self) -> str:
+        """Hash of the canonical resolved config, paths as given relative to nothing (absolute)."""
+        blob = json.dumps(self.resolved_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_PATH_KEYS = (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs"), ("target", "toolkit1_python"))
+
+
+def _known_keys(model: type[BaseModel]) -> list[str]:
+    return list(model.model_fields)
+
+
+def _section_model(loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The pydantic model that owns the mapping at `loc` (for "did you mean" hints)."""
+    model: type[BaseModel] = RkdetConfig
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None) if field else None
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            break
+    return model
+
+
+def _format_error(path: Path, err: dict[str, Any]) -> str:
+    loc = tuple(err.get("loc", ()))
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    if err.get("type") == "extra_forbidden":
+        owner = _section_model(loc[:-1])
+        allowed = _known_keys(owner)
+        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        did_you_mean = f"; did you mean {'.'.join([*map(str, loc[:-1]), hint[0]])!r}?" if hint else ""
+        return f"{path}: unknown key {key!r}{did_you_mean} (allowed here: {', '.join(allowed)})"
+    if err.get("type") == "missing":
+        return f"{path}: missing required key {key!r}"
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    value = err.get("input")
+    shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
+    return f"{path}: key {key!r}: {msg}{shown}"
+
+
+def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
+    for section, key in _PATH_KEYS:
+        sect = raw.get(section)
+        if isinstance(sect, dict) and isinstance(sect.get(key), str):
+            p = Path(sect[key]).expanduser()
+            sect[key] = str(p if p.is_absolute() else (base / p).resolve())
+
+
+def load_config(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> RkdetConfig:
+    """Load, resolve paths relative to the file, and validate; errors name file, key and allowed values."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found; pass --config with an existing YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.__class__.__name__}: {exc})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the config must be a YAML mapping of sections (name, model, quantize, ...)")
+    for dotted, value in (overrides or {}).items():
+        section, key = dotted.split(".", 1)
+        raw.setdefault(section, {})[key] = value
+    _resolve_paths(raw, path.resolve().parent)
+    try:
+        return RkdetConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = len(exc.errors()) - 1
+        suffix = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""
+        raise ConfigError(_format_error(path, first) + suffix) from None
+
+
+def explicit_keys(path: str | Path) -> set[str]:
+    """Dotted keys the user wrote in the file (to mark the rest as defaults in `config show`)."""
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    keys: set[str] = set()
+    for section, value in raw.items():
+        keys.add(str(section))
+        if isinstance(value, dict):
+            keys.update(f"{section}.{k}" for k in value)
+    return keys
