@@ -1,0 +1,1 @@
+"""The emulated board: kernel-like sysfs/procfs (FUSE or plain tree), sshd, runtime double."""
