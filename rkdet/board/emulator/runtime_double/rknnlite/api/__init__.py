@@ -1,0 +1,238 @@
+"""rkdet's TEST DOUBLE of `rknnlite.api.RKNNLite` (rknn-toolkit-lite2): onnxruntime on CPU, not an NPU.
+
+It lets the runner, the deploy and the emulated board be exercised end to end on an x86_64 host,
+with the same calling convention as the real RKNNLite 2.x: methods return 0 / non-zero or None
+instead of raising, and output buffers are reused by the next call (copy what you keep). Every
+result it produces is emulated: the module declares `RKDET_EMULATED`, which rkdet-run records as
+`"emulated": true` in run.json.
+
+What the deploy puts beside `<stem>.rknn` for it:
+  * `<stem>.onnx`: the model it really computes (else the path in env `RKDET_EMU_ONNX`);
+  * `<stem>.emu.json` (optional): `{"mean": [..], "std": [..], "input_layout": "nchw"}`, the
+    normalisation the real .rknn has baked in. Inputs arrive as the board gets them (uint8 NHWC)
+    and become the ONNX's float input as `(x - mean) / std` per channel, transposed to NCHW when
+    the ONNX is NCHW. Defaults: mean 0, std 255, input_layout nchw.
+
+Latency follows the emulated NPU clock: after computing, it sleeps so that the call takes
+`compute_time * max_freq / cur_freq`, reading `$RKDET_ROOT/sys/class/devfreq/*.npu/cur_freq` and
+`available_frequencies` (no slow-down when they are not readable).
+
+TEST CONTROL, fault injection (never present on a real board): env `RKDET_EMU_FAULT`, or the file
+`$RKDET_EMU_CONTROL_DIR/fault.json` (re-read at every call, so a test can arm it mid-run), holds
+`{"occurrence": R, "input_sha256": H or null, "output": K, "index": I, "bit": B}`: on the R-th
+(0-based) inference call whose input hashes to H, bit B of flat element I of output K (position,
+or output name) is flipped. H is the sha256 of the raw bytes of the input arrays as passed
+(concatenated in input order); null matches every call. rkdet-run first makes `warmup` unrecorded
+passes over the inputs, so to hit measured run r of one input use `occurrence = warmup + r`.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+RKDET_EMULATED = "rkdet emulated RKNNLite: onnxruntime on CPU, not an NPU"
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
+              "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(int32)": np.int32,
+              "tensor(int64)": np.int64}
+
+
+def _log(message):
+    # The real runtime prints its errors and returns a code; the double does the same.
+    sys.stderr.write("E RKNNLite(emulated): %s\n" % message)
+
+
+def _npu_clock_ratio():
+    """max_freq / cur_freq of the first `*.npu` devfreq node under $RKDET_ROOT, or 1.0."""
+    root = os.environ.get("RKDET_ROOT", "") or "/"
+    for node in sorted(glob.glob(os.path.join(root, "sys/class/devfreq/*.npu"))):
+        try:
+            with open(os.path.join(node, "cur_freq")) as handle:
+                cur = int(handle.read().split()[0])
+            with open(os.path.join(node, "available_frequencies")) as handle:
+                top = max(int(f) for f in handle.read().split())
+        except (OSError, IOError, ValueError, IndexError):
+            return 1.0
+        return float(top) / cur if cur > 0 else 1.0
+    return 1.0
+
+
+def _read_fault():
+    """The armed fault (dict) or None; a malformed control is an error, never silently ignored."""
+    text = os.environ.get("RKDET_EMU_FAULT")
+    control = os.environ.get("RKDET_EMU_CONTROL_DIR")
+    if not text and control:
+        try:
+            with open(os.path.join(control, "fault.json")) as handle:
+                text = handle.read()
+        except (OSError, IOError):
+            return None
+    if not text:
+        return None
+    fault = json.loads(text)
+    for key in ("occurrence", "output", "index", "bit"):
+        if key not in fault:
+            raise ValueError("fault control lacks %r" % key)
+    return fault
+
+
+class RKNNLite(object):
+    """Emulated RKNNLite: same methods and return conventions, computed by onnxruntime on CPU."""
+
+    NPU_CORE_AUTO = 0
+    NPU_CORE_0 = 1
+    NPU_CORE_1 = 2
+    NPU_CORE_2 = 4
+    NPU_CORE_0_1 = 3
+    NPU_CORE_0_1_2 = 7
+    NPU_CORE_ALL = 0xFFFF
+
+    def __init__(self, verbose=False, verbose_file=None):
+        self.verbose = verbose
+        self._onnx = None
+        self._prep = None
+        self._session = None
+        self._inputs = []
+        self._buffers = []
+        self._fault_counts = {}
+
+    def load_rknn(self, path):
+        """Find the ONNX that stands in for `path`; returns 0, or -1 when either is missing."""
+        if not os.path.isfile(path):
+            _log("load_rknn: %s not found" % path)
+            return -1
+        stem = os.path.splitext(path)[0]
+        onnx_path = stem + ".onnx" if os.path.isfile(stem + ".onnx") else os.environ.get("RKDET_EMU_ONNX")
+        if not onnx_path or not os.path.isfile(onnx_path):
+            _log("load_rknn: no %s.onnx beside the model and no RKDET_EMU_ONNX file" % stem)
+            return -1
+        prep = {"mean": [0.0], "std": [255.0], "input_layout": "nchw"}
+        if os.path.isfile(stem + ".emu.json"):
+            try:
+                with open(stem + ".emu.json") as handle:
+                    prep.update(json.load(handle))
+            except (OSError, IOError, ValueError) as err:
+                _log("load_rknn: %s.emu.json unreadable (%s)" % (stem, err))
+                return -1
+        self._onnx = onnx_path
+        self._prep = prep
+        return 0
+
+    def init_runtime(self, core_mask=NPU_CORE_AUTO, target=None, device_id=None, async_mode=False):
+        """Open the onnxruntime session (1 thread, sequential); -1 on a bad core mask or no model."""
+        if self._onnx is None:
+            _log("init_runtime: load_rknn first")
+            return -1
+        if core_mask not in (0, 1, 2, 4, 3, 7, 0xFFFF):
+            _log("init_runtime: invalid core_mask %r" % (core_mask,))
+            return -1
+        try:
+            import onnxruntime as ort
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            options.inter_op_num_threads = 1
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            self._session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # the real runtime returns a code, so does the double
+            _log("init_runtime: %s" % err)
+            return -1
+        self._inputs = self._session.get_inputs()
+        self.core_mask = core_mask
+        return 0
+
+    def _to_model_input(self, array, spec, fmt):
+        x = np.asarray(array)
+        layout = self._prep.get("input_layout", "nchw")
+        if x.ndim == 4 and fmt == "nhwc" and layout == "nchw":
+            x = x.transpose(0, 3, 1, 2)
+        want = [d if isinstance(d, int) else -1 for d in spec.shape]
+        if len(want) != x.ndim or any(w > 0 and w != s for w, s in zip(want, x.shape)):
+            _log("inference: input %s has shape %s (as %s), model wants %s" % (spec.name, list(np.shape(array)), fmt, want))
+            return None
+        dtype = _ORT_TYPES.get(spec.type, np.float32)
+        if np.issubdtype(dtype, np.floating):
+            channel_axis = 1 if layout == "nchw" else x.ndim - 1
+            shape = [1] * x.ndim
+            shape[channel_axis] = -1
+            mean = np.asarray(self._prep.get("mean", [0.0]), dtype=np.float32)
+            std = np.asarray(self._prep.get("std", [255.0]), dtype=np.float32)
+            x = (x.astype(np.float32) - mean.reshape(shape if mean.size > 1 else [1])) / std.reshape(shape if std.size > 1 else [1])
+        return np.ascontiguousarray(x.astype(dtype))
+
+    def inference(self, inputs, data_format=None, inputs_pass_through=None, get_frame_id=False):
+        """Outputs as a list of arrays (buffers reused by the next call), or None on error."""
+        if self._session is None:
+            _log("inference: init_runtime first")
+            return None
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self._inputs):
+            _log("inference: expected a list of %d inputs" % len(self._inputs))
+            return None
+        formats = data_format if isinstance(data_format, (list, tuple)) else [data_format] * len(inputs)
+        start = time.perf_counter()
+        feed = {}
+        for array, spec, fmt in zip(inputs, self._inputs, formats):
+            converted = self._to_model_input(array, spec, fmt or "nhwc")
+            if converted is None:
+                return None
+            feed[spec.name] = converted
+        outputs = self._session.run(None, feed)
+        try:
+            self._maybe_inject_fault(inputs, outputs)
+        except (ValueError, IndexError, KeyError, TypeError) as err:
+            _log("inference: bad fault control (%s)" % err)
+            return None
+        elapsed = time.perf_counter() - start
+        ratio = _npu_clock_ratio()
+        if ratio > 1.0:
+            time.sleep(elapsed * (ratio - 1.0))
+        return self._reuse_buffers(outputs)
+
+    def _maybe_inject_fault(self, inputs, outputs):
+        fault = _read_fault()
+        if fault is None:
+            return
+        wanted = fault.get("input_sha256")
+        if wanted is not None:
+            digest = hashlib.sha256()
+            for array in inputs:
+                digest.update(np.ascontiguousarray(array).tobytes())
+            if digest.hexdigest() != wanted:
+                return
+        key = wanted or "*"
+        seen = self._fault_counts.get(key, 0)
+        self._fault_counts[key] = seen + 1
+        if seen != int(fault["occurrence"]):
+            return
+        which = fault["output"]
+        if not isinstance(which, int):
+            which = [o.name for o in self._session.get_outputs()].index(which)
+        flat = outputs[which].reshape(-1)
+        bits = flat.view("u%d" % flat.dtype.itemsize)
+        bit = int(fault["bit"])
+        if not 0 <= bit < 8 * flat.dtype.itemsize:
+            raise ValueError("bit %d outside a %d-byte element" % (bit, flat.dtype.itemsize))
+        bits[int(fault["index"])] ^= bits.dtype.type(1 << bit)
+
+    def _reuse_buffers(self, outputs):
+        same = len(self._buffers) == len(outputs) and all(
+            b.shape == o.shape and b.dtype == o.dtype for b, o in zip(self._buffers, outputs))
+        if not same:
+            self._buffers = [np.empty_like(o) for o in outputs]
+        for buffer, output in zip(self._buffers, outputs):
+            np.copyto(buffer, output)
+        return list(self._buffers)
+
+    def get_sdk_version(self):
+        return "rknn-toolkit-lite2 version: 2.3.2 (EMULATED: %s)" % RKDET_EMULATED
+
+    def list_support_target_platform(self, rknn_model=None):
+        return {"emulated": ["rk3588", "rk3568", "rk3566", "rk3562", "rk3576"]}
+
+    def release(self):
+        self._session = None
+        self._buffers = []

@@ -1,0 +1,858 @@
+"""rkdet-run: run one model N times over a set of inputs and record every output, provably.
+
+This file is deployed ALONE to the board, so it imports only the standard library, numpy and the
+runtime of the chosen backend (rknnlite or onnxruntime, imported lazily), never anything from
+rkdet, and it runs on Python 3.6+ (RV1126 boards ship the legacy armhf RKNN Toolkit Lite v1 on
+Python 3.6/3.7): no dataclasses, no postponed annotations, no walrus.
+
+The result folder follows docs/FORMATS.md ("Result set"): run.json, index.jsonl (source of
+truth, one fsync'd line per inference), snapshots.jsonl, outputs/<hash>.npy (each distinct output
+once) and summary.json. Every file is written to a temporary name and renamed, every JSON Lines
+record is one write of a whole line, so a run killed with SIGKILL leaves every completed inference
+readable (`read_index` ignores a torn last line).
+
+Exit codes (same meaning as the rkdet CLI):
+    0    complete, every input gave one distinct output set over all runs
+    1    complete, some input gave more than one distinct output set (see summary.json)
+    2    bad input: missing/unreadable model or inputs, shape/dtype mismatch, bad flag, out dir
+         not writable or not empty
+    3    board/runtime trouble: runtime not installed, load/init/inference failed, disk full
+  130    interrupted (SIGINT/SIGTERM); completed runs stay readable, run.json says "failed"
+"""
+
+import argparse
+import errno
+import glob
+import hashlib
+import json
+import os
+import platform
+import signal
+import sys
+import time
+
+try:
+    from typing import Any, Dict, List, Optional, Sequence, Tuple
+except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
+    pass
+
+try:
+    import numpy as np
+except ImportError:  # reported as a one-line error by main()
+    np = None  # type: ignore
+
+EXIT_OK = 0
+EXIT_DIFFERENT = 1
+EXIT_BAD_INPUT = 2
+EXIT_BOARD = 3
+EXIT_INTERRUPTED = 130
+
+RUN_SCHEMA = "rkdet.run/1"
+SUMMARY_SCHEMA = "rkdet.summary/1"
+CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")
+GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+EPILOG = """exit codes:
+  0    complete; every input gave one distinct output set over all runs
+  1    complete; some input gave more than one distinct output set (see summary.json)
+  2    bad input (model/inputs missing or unreadable, shape/dtype mismatch, bad flag,
+       out dir not writable or not empty)
+  3    board/runtime trouble (runtime not installed, load/init/inference failed, disk full)
+  130  interrupted (SIGINT/SIGTERM); completed runs stay readable
+
+environment: RKDET_ROOT prefixes every sysfs/procfs path read for snapshots (empty on boards)."""
+
+
+class RunnerError(Exception):
+    """A failure with a one-line message and the exit code it maps to (no traceback shown)."""
+
+    def __init__(self, message, exit_code=EXIT_BAD_INPUT):
+        # type: (str, int) -> None
+        Exception.__init__(self, " ".join(str(message).split()))
+        self.exit_code = exit_code
+
+
+class Interrupted(Exception):
+    """Raised from the SIGTERM handler so the run is closed like a Ctrl-C."""
+
+
+# --------------------------------------------------------------------------------------------
+# The output hash: the ONE definition (docs/FORMATS.md); the host imports it from here.
+
+
+def output_hash(array):
+    # type: (Any) -> str
+    """sha256(dtype.str | shape | C-contiguous bytes), lowercase hex.
+
+    dtype and shape are part of the hash so equal bytes in another layout never compare equal.
+    """
+    arr = np.ascontiguousarray(array)
+    digest = hashlib.sha256()
+    header = arr.dtype.str + "|" + ",".join(str(int(d)) for d in arr.shape) + "|"
+    digest.update(header.encode("ascii"))
+    if arr.size:
+        digest.update(arr.reshape(-1).view(np.uint8))
+    return digest.hexdigest()
+
+
+def file_sha256(path):
+    # type: (str) -> str
+    """sha256 of a file's bytes, read in chunks so large models do not sit in memory twice."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Atomic files and append-only JSON Lines.
+
+
+def _remove_quietly(path):
+    # type: (str) -> None
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_json_atomic(path, obj):
+    # type: (str, Any) -> None
+    """Write JSON (sorted keys, indent 2) to a temp name in the same folder, fsync, rename."""
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(json.dumps(obj, sort_keys=True, indent=2) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def save_array_atomic(path, array):
+    # type: (str, Any) -> None
+    """np.save to a temp name, fsync, rename: a reader never sees a half-written .npy."""
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        with open(tmp, "wb") as handle:
+            np.save(handle, array, allow_pickle=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+class JsonlAppender(object):
+    """Append-only JSON Lines: one write() of one whole line, then fsync.
+
+    If a write fails (ENOSPC), the file is cut back to its last complete line, so the index
+    never holds a half record that a later append would glue onto.
+    """
+
+    def __init__(self, path):
+        # type: (str) -> None
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def append(self, record):
+        # type: (Dict[str, Any]) -> None
+        data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        size = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, "short write", self.path)
+            os.fsync(self._fd)
+        except BaseException:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError:
+                pass
+            raise
+
+    def close(self):
+        # type: () -> None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def read_jsonl(path):
+    # type: (str) -> List[Dict[str, Any]]
+    """Records of a JSON Lines file; a final line without its newline (torn write) is ignored."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    records = []
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines[:-1], 1):  # the last piece has no newline: torn or empty
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line.decode("utf-8")))
+        except ValueError:
+            raise ValueError("%s:%d: not a JSON record; the file is corrupt" % (path, number))
+    return records
+
+
+def read_index(result_dir):
+    # type: (str) -> List[Dict[str, Any]]
+    """Every completed inference of a result set, in execution order (tolerates a torn last line)."""
+    return read_jsonl(os.path.join(result_dir, "index.jsonl"))
+
+
+def summarize(records, backend=None):
+    # type: (Sequence[Dict[str, Any]], Optional[str]) -> Dict[str, Any]
+    """summary.json from index records: distinct output sets per input and the first divergence.
+
+    A run "diverges" when its output hashes differ from that input's run 0; the output named is
+    the first (in model order) whose hash differs.
+    """
+    inputs = {}  # type: Dict[str, Dict[str, Any]]
+    reference = {}  # type: Dict[str, List[Tuple[str, str]]]
+    distinct = {}  # type: Dict[str, set]
+    for record in records:
+        name = record["input"]
+        outs = [(o["name"], o["hash"]) for o in record["outputs"]]
+        entry = inputs.setdefault(name, {"distinct": 0, "runs": 0, "first_divergence": None})
+        entry["runs"] += 1
+        distinct.setdefault(name, set()).add(tuple(outs))
+        entry["distinct"] = len(distinct[name])
+        if name not in reference:
+            reference[name] = outs
+        elif entry["first_divergence"] is None and outs != reference[name]:
+            first = [n for (n, h), (rn, rh) in zip(outs, reference[name]) if h != rh or n != rn]
+            entry["first_divergence"] = {"run": record["run"], "output": first[0] if first else None}
+    runs = max([e["runs"] for e in inputs.values()] or [0])
+    summary = {
+        "schema": SUMMARY_SCHEMA,
+        "runs": runs,
+        "inputs": inputs,
+        "deterministic": all(e["distinct"] == 1 for e in inputs.values()),
+    }
+    if backend is not None:
+        summary["backend"] = backend
+    return summary
+
+
+# --------------------------------------------------------------------------------------------
+# Board snapshots: sysfs under $RKDET_ROOT, nodes found by existence and name, never by index.
+
+
+def _sys_path(root, rel):
+    # type: (str, str) -> str
+    return os.path.join(root or "/", rel)
+
+
+def _read_text(path):
+    # type: (str) -> Optional[str]
+    try:
+        with open(path, "r") as handle:
+            return handle.read().strip()
+    except (OSError, IOError, UnicodeDecodeError):
+        return None
+
+
+def _read_int(path):
+    # type: (str) -> Optional[int]
+    text = _read_text(path)
+    try:
+        return int(text.split()[0]) if text else None
+    except ValueError:
+        return None
+
+
+def _natural_key(path):
+    # type: (str) -> Tuple[str, int]
+    base = os.path.basename(path)
+    stem = base.rstrip("0123456789")
+    digits = base[len(stem):]
+    return (stem, int(digits) if digits else -1)
+
+
+def _cpu_policies(root):
+    # type: (str) -> Dict[str, Dict[str, Any]]
+    cpu_dir = _sys_path(root, "sys/devices/system/cpu")
+    dirs = sorted(glob.glob(os.path.join(cpu_dir, "cpufreq", "policy*")), key=_natural_key)
+    named = [(os.path.basename(d), d) for d in dirs]
+    if not named:  # old kernels: only cpuN/cpufreq, shared policies appear once per real dir
+        seen = set()
+        for d in sorted(glob.glob(os.path.join(cpu_dir, "cpu[0-9]*", "cpufreq")), key=lambda p: _natural_key(os.path.dirname(p))):
+            real = os.path.realpath(d)
+            if real not in seen:
+                seen.add(real)
+                named.append((os.path.basename(os.path.dirname(d)), d))
+    policies = {}
+    for name, d in named:
+        cur = _read_int(os.path.join(d, "scaling_cur_freq"))
+        if cur is None:
+            cur = _read_int(os.path.join(d, "cpuinfo_cur_freq"))
+        policies[name] = {"governor": _read_text(os.path.join(d, "scaling_governor")), "cur_khz": cur}
+    return policies
+
+
+def _devfreq(root):
+    # type: (str) -> Dict[str, Dict[str, Any]]
+    nodes = {}
+    for d in sorted(glob.glob(os.path.join(_sys_path(root, "sys/class/devfreq"), "*"))):
+        nodes[os.path.basename(d)] = {"governor": _read_text(os.path.join(d, "governor")),
+                                      "cur_hz": _read_int(os.path.join(d, "cur_freq"))}
+    return nodes
+
+
+def _thermal(root):
+    # type: (str) -> Dict[str, Optional[int]]
+    zones = {}  # type: Dict[str, Optional[int]]
+    for d in sorted(glob.glob(os.path.join(_sys_path(root, "sys/class/thermal"), "thermal_zone*")), key=_natural_key):
+        kind = _read_text(os.path.join(d, "type")) or os.path.basename(d)
+        key = kind if kind not in zones else "%s/%s" % (kind, os.path.basename(d))
+        zones[key] = _read_int(os.path.join(d, "temp"))
+    return zones
+
+
+def _npu_load(root):
+    # type: (str) -> Optional[str]
+    for rel in ("sys/kernel/debug/rknpu/load", "proc/debug/rknpu/load"):
+        text = _read_text(_sys_path(root, rel))
+        if text is not None:
+            return text
+    return None
+
+
+def board_snapshot(at, run=None, root=None):
+    # type: (str, Optional[int], Optional[str]) -> Dict[str, Any]
+    """Governors, current frequencies, temperatures by zone type and NPU load, right now.
+
+    Unreadable values are null: a snapshot must never stop a run.
+    """
+    if root is None:
+        root = os.environ.get("RKDET_ROOT", "")
+    return {"at": at, "run": run, "t_unix": time.time(), "cpu": _cpu_policies(root),
+            "devfreq": _devfreq(root), "thermal": _thermal(root), "npu_load": _npu_load(root)}
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs: DIR/*.npy (one tensor each) or DIR/*.npz (one sample of several named tensors).
+
+
+class Sample(object):
+    """One input sample: its name (file stem), file, file hash and tensors by input name."""
+
+    def __init__(self, name, path, tensors, keyed):
+        # type: (str, str, List[Tuple[str, Any]], bool) -> None
+        self.name = name
+        self.path = path
+        self.tensors = tensors  # [(key, array)]; key is the npz key, or "" for a bare .npy
+        self.keyed = keyed
+        self.sha256 = file_sha256(path)
+        self.feed = [a for _, a in tensors]  # reordered to the model's input order by validate
+
+    def describe(self):
+        # type: () -> Dict[str, Any]
+        first = self.tensors[0][1]
+        info = {"name": self.name, "file": os.path.basename(self.path), "sha256": self.sha256,
+                "shape": [int(d) for d in first.shape], "dtype": first.dtype.name}
+        if self.keyed:
+            info["tensors"] = [{"name": k, "shape": [int(d) for d in a.shape], "dtype": a.dtype.name}
+                               for k, a in self.tensors]
+        return info
+
+
+def load_inputs(input_dir):
+    # type: (str) -> List[Sample]
+    """The samples of an input folder, sorted by file name; one-line errors name the file."""
+    if not os.path.isdir(input_dir):
+        raise RunnerError("%s: inputs folder not found; pass --inputs DIR holding *.npy or *.npz" % input_dir)
+    npy = sorted(glob.glob(os.path.join(input_dir, "*.npy")))
+    npz = sorted(glob.glob(os.path.join(input_dir, "*.npz")))
+    if npy and npz:
+        raise RunnerError("%s: mixes .npy and .npz inputs; use *.npy for single-input models or *.npz for multi-input" % input_dir)
+    if not npy and not npz:
+        raise RunnerError("%s: no *.npy or *.npz inputs found" % input_dir)
+    samples = []
+    for path in npy or npz:
+        name = os.path.splitext(os.path.basename(path))[0]
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            if npz:
+                with loaded:
+                    tensors = [(k, np.ascontiguousarray(loaded[k])) for k in loaded.files]
+                if not tensors:
+                    raise ValueError("holds no arrays")
+            else:
+                tensors = [("", np.ascontiguousarray(loaded))]
+        except (OSError, IOError, ValueError) as err:
+            raise RunnerError("%s: not a readable numpy %s file (%s)" % (path, "npz" if npz else "npy", err))
+        samples.append(Sample(name, path, tensors, keyed=bool(npz)))
+    return samples
+
+
+def _shape_matches(shape, expected):
+    # type: (Sequence[int], Sequence[Any]) -> bool
+    if len(shape) != len(expected):
+        return False
+    return all(not isinstance(e, int) or e <= 0 or e == s for s, e in zip(shape, expected))
+
+
+def _fmt_shape(shape):
+    # type: (Sequence[Any]) -> str
+    return "(" + ",".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in shape) + ")"
+
+
+def validate_inputs(samples, specs):
+    # type: (List[Sample], Optional[List[Dict[str, Any]]]) -> None
+    """Check every sample against the model's inputs and order its tensors as the model wants.
+
+    specs: [{"name", "shape" (ints; <=0 or non-int = any), "dtype"}] or None when the runtime
+    cannot tell (rknnlite without an io.json): then only consistency across samples is checked.
+    """
+    for sample in samples:
+        if specs is None:
+            continue
+        if not sample.keyed:
+            if len(specs) != 1:
+                raise RunnerError("%s: the model has %d inputs (%s); give each sample as a .npz keyed by input name"
+                                  % (sample.path, len(specs), ", ".join(s["name"] for s in specs)))
+            by_name = {specs[0]["name"]: sample.tensors[0][1]}
+        else:
+            by_name = dict(sample.tensors)
+            missing = [s["name"] for s in specs if s["name"] not in by_name]
+            extra = [k for k in by_name if k not in set(s["name"] for s in specs)]
+            if missing or extra:
+                raise RunnerError("%s: keys %s do not match the model inputs %s"
+                                  % (sample.path, sorted(by_name), [s["name"] for s in specs]))
+        for spec in specs:
+            arr = by_name[spec["name"]]
+            if not _shape_matches(arr.shape, spec["shape"]) or (spec.get("dtype") and arr.dtype.name != spec["dtype"]):
+                raise RunnerError("%s: input '%s' is %s %s but the model wants %s %s"
+                                  % (sample.path, spec["name"], arr.dtype.name, _fmt_shape(arr.shape),
+                                     spec.get("dtype") or "any", _fmt_shape(spec["shape"])))
+        sample.feed = [by_name[s["name"]] for s in specs]
+    first = samples[0]
+    for sample in samples[1:]:
+        a = [(k, x.shape, x.dtype) for k, x in first.tensors]
+        b = [(k, x.shape, x.dtype) for k, x in sample.tensors]
+        if a != b:
+            raise RunnerError("%s: tensors %s differ from %s's %s; every sample must match the model"
+                              % (sample.path, [(k, _fmt_shape(s), d.name) for k, s, d in b],
+                                 first.name, [(k, _fmt_shape(s), d.name) for k, s, d in a]))
+
+
+# --------------------------------------------------------------------------------------------
+# Backends: load once, infer() is the timed call, own() makes outputs safe to keep.
+
+
+class OnnxRuntimeBackend(object):
+    """onnxruntime on CPU with a deterministic session (fixed threads, sequential execution)."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model, threads=1, graph_opt="all"):
+        # type: (str, int, str) -> None
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise RunnerError("onnxruntime is not installed for %s; install it or use --backend rknnlite"
+                              % sys.executable, EXIT_BOARD)
+        levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                  "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = levels[graph_opt]
+        try:
+            self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime raises its own exception types for bad models
+            raise RunnerError("%s: onnxruntime cannot load the model (%s)" % (model, str(err).splitlines()[0] if str(err) else type(err).__name__))
+        self.options = {"intra_op_num_threads": threads, "inter_op_num_threads": 1,
+                        "execution_mode": "ORT_SEQUENTIAL", "graph_optimization_level": graph_opt,
+                        "providers": self._session.get_providers()}
+        self.detail = "onnxruntime %s on %s (CPUExecutionProvider, intra_op=%d, inter_op=1, ORT_SEQUENTIAL, graph_optimization=%s)" % (
+            ort.__version__, platform.machine(), threads, graph_opt)
+        self.emulated = False
+        self._input_names = [i.name for i in self._session.get_inputs()]
+        self.output_names = [o.name for o in self._session.get_outputs()]
+        types = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+                 "tensor(uint8)": "uint8", "tensor(int8)": "int8", "tensor(int16)": "int16",
+                 "tensor(int32)": "int32", "tensor(int64)": "int64", "tensor(bool)": "bool"}
+        self.input_specs = [{"name": i.name, "shape": [d if isinstance(d, int) else -1 for d in i.shape],
+                             "dtype": types.get(i.type)} for i in self._session.get_inputs()]
+
+    def infer(self, feed):
+        # type: (List[Any]) -> List[Any]
+        return self._session.run(None, dict(zip(self._input_names, feed)))
+
+    @staticmethod
+    def own(outputs):
+        # type: (List[Any]) -> List[Any]
+        return outputs  # onnxruntime returns fresh arrays on every call
+
+    def close(self):
+        # type: () -> None
+        self._session = None
+
+
+def _package_version(module, dists):
+    # type: (Any, Sequence[str]) -> str
+    version = getattr(module, "__version__", None)
+    if version:
+        return str(version)
+    for dist in dists:
+        try:
+            from importlib.metadata import version as dist_version  # novm (Python 3.8+, guarded)
+            return dist_version(dist)
+        except Exception:
+            pass
+        try:
+            import pkg_resources  # older boards (Python 3.6/3.7)
+            return pkg_resources.get_distribution(dist).version
+        except Exception:
+            pass
+    return "unknown"
+
+
+def _accepts_core_mask(init_runtime):
+    # type: (Any) -> Optional[bool]
+    """Whether init_runtime takes core_mask (RKNNLite 2.x) or not (legacy v1); None if unknown."""
+    try:
+        import inspect
+        return "core_mask" in inspect.signature(init_runtime).parameters
+    except (TypeError, ValueError):
+        return None
+
+
+class RknnLiteBackend(object):
+    """RKNNLite (rknn-toolkit-lite2, or the legacy v1 Lite without core_mask) on the board's NPU.
+
+    RKNNLite reports failure by returning non-zero or None instead of raising, so every return
+    is checked; its output buffers may be reused by the next call, so outputs are copied.
+    """
+
+    name = "rknnlite"
+
+    def __init__(self, model, core_mask="auto", io_spec=None):
+        # type: (str, str, Optional[Dict[str, Any]]) -> None
+        try:
+            import rknnlite
+            import rknnlite.api as api
+        except ImportError:
+            raise RunnerError("rknnlite (rknn-toolkit-lite2) is not installed for %s; install its wheel on the board or use --backend onnxruntime"
+                              % sys.executable, EXIT_BOARD)
+        emulation = getattr(api, "RKDET_EMULATED", None) or getattr(rknnlite, "RKDET_EMULATED", None)
+        self.emulated = bool(emulation)
+        version = _package_version(rknnlite, ("rknn-toolkit-lite2", "rknn_toolkit_lite2", "rknn-toolkit-lite", "rknn_toolkit_lite"))
+        self._lite = api.RKNNLite()
+        if self._lite.load_rknn(model) != 0:
+            raise RunnerError("%s: RKNNLite.load_rknn failed; the model may be for another SoC or runtime version" % model, EXIT_BOARD)
+        self._legacy = False
+        ret = self._init_runtime(api.RKNNLite, core_mask, _accepts_core_mask(self._lite.init_runtime))
+        if ret != 0:
+            raise RunnerError("%s: RKNNLite.init_runtime(core_mask=%s) failed (returned %r); check the NPU driver and core mask"
+                              % (model, core_mask, ret), EXIT_BOARD)
+        self.detail = "rknnlite %s%s%s" % (version, " (legacy v1 API, no core_mask)" if self._legacy else "",
+                                            " (EMULATED: %s)" % emulation if emulation else "")
+        io_spec = io_spec or {}
+        self.input_specs = io_spec.get("inputs")
+        self.output_names = io_spec.get("outputs")
+        self._formats = [s.get("layout", "nhwc") for s in self.input_specs] if self.input_specs else None
+        self.options = {"core_mask": core_mask, "legacy_api": self._legacy,
+                        "io_spec": "from io.json" if io_spec else "none (inputs checked for consistency only)"}
+
+    def _init_runtime(self, cls, core_mask, accepts):
+        # type: (Any, str, Optional[bool]) -> Any
+        """init_runtime with the core mask; the legacy v1 API (no core_mask) only with auto."""
+        masks = {"auto": "NPU_CORE_AUTO", "0": "NPU_CORE_0", "1": "NPU_CORE_1", "2": "NPU_CORE_2",
+                 "0_1": "NPU_CORE_0_1", "0_1_2": "NPU_CORE_0_1_2"}
+        constant = getattr(cls, masks[core_mask], None)
+        if accepts is not False and constant is not None:
+            try:
+                return self._lite.init_runtime(core_mask=constant)
+            except TypeError:
+                if accepts:
+                    raise
+        elif accepts and constant is None:
+            raise RunnerError("this RKNNLite has no %s; use another --core-mask" % masks[core_mask])
+        self._legacy = True
+        if core_mask != "auto":
+            raise RunnerError("the legacy RKNN Toolkit Lite (v1) API has no core_mask; use --core-mask auto")
+        return self._lite.init_runtime()
+
+    def infer(self, feed):
+        # type: (List[Any]) -> List[Any]
+        formats = self._formats or ["nhwc" if a.ndim == 4 else "nchw" for a in feed]
+        outputs = self._lite.inference(inputs=feed, data_format=formats)
+        if outputs is None or not isinstance(outputs, (list, tuple)):
+            raise RunnerError("RKNNLite.inference returned %r instead of outputs; see the runtime log above" % (outputs,), EXIT_BOARD)
+        return list(outputs)
+
+    @staticmethod
+    def own(outputs):
+        # type: (List[Any]) -> List[Any]
+        return [np.array(o, copy=True) for o in outputs]
+
+    def close(self):
+        # type: () -> None
+        try:
+            self._lite.release()
+        except Exception:
+            pass
+
+
+def load_io_spec(model):
+    # type: (str) -> Optional[Dict[str, Any]]
+    """<model stem>.io.json written by deploy beside the .rknn: input names/shapes/dtypes, output names.
+
+    RKNNLite cannot tell the runner its tensors, so this is how inputs are checked on a board.
+    """
+    path = os.path.splitext(model)[0] + ".io.json"
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as handle:
+            spec = json.load(handle)
+        for item in spec.get("inputs") or []:
+            if not isinstance(item.get("name"), str) or not isinstance(item.get("shape"), list):
+                raise ValueError("every inputs[] entry needs name and shape")
+        if spec.get("outputs") is not None and not all(isinstance(n, str) for n in spec["outputs"]):
+            raise ValueError("outputs must be a list of names")
+        return spec
+    except (OSError, IOError, ValueError, AttributeError) as err:
+        raise RunnerError("%s: invalid io spec (%s); expected {\"inputs\": [{\"name\", \"shape\", \"dtype\"}], \"outputs\": [names]}" % (path, err))
+
+
+# --------------------------------------------------------------------------------------------
+# The run.
+
+
+def parse_args(argv):
+    # type: (Optional[Sequence[str]]) -> argparse.Namespace
+    parser = argparse.ArgumentParser(
+        prog="rkdet-run", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a model N times over every input and record each output, content-addressed.")
+    parser.add_argument("--model", required=True, help=".rknn (rknnlite) or .onnx (onnxruntime) model")
+    parser.add_argument("--inputs", required=True, help="folder of *.npy (one tensor each) or *.npz (keyed by input name)")
+    parser.add_argument("--repeats", required=True, type=int, help="runs over the whole input set")
+    parser.add_argument("--warmup", type=int, default=0, help="unrecorded passes over the input set first (default 0)")
+    parser.add_argument("--core-mask", default="auto", choices=CORE_MASKS, help="NPU cores (rknnlite only; default auto)")
+    parser.add_argument("--backend", default="rknnlite", choices=("rknnlite", "onnxruntime"))
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (default 1)")
+    parser.add_argument("--graph-opt", default="all", choices=GRAPH_OPT_LEVELS, help="onnxruntime graph optimization level (default all)")
+    parser.add_argument("--cpu-affinity", default=None, help="pin this process to these CPUs, e.g. 4,5")
+    parser.add_argument("--snapshot-every", type=int, default=10, help="board snapshot every K runs (0: only before/after; default 10)")
+    parser.add_argument("--out", required=True, help="result folder (created; must be new or empty)")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0 or args.snapshot_every < 0 or args.threads < 1:
+        parser.error("--repeats and --threads must be >= 1, --warmup and --snapshot-every >= 0")
+    if args.backend == "onnxruntime" and args.core_mask != "auto":
+        parser.error("--core-mask applies only to --backend rknnlite")
+    return args
+
+
+def _parse_affinity(text):
+    # type: (str) -> List[int]
+    try:
+        cpus = sorted(set(int(c) for c in text.split(",") if c.strip()))
+    except ValueError:
+        cpus = []
+    if not cpus or min(cpus) < 0:
+        raise RunnerError("--cpu-affinity %r: expected CPU numbers separated by commas, e.g. 4,5" % text)
+    return cpus
+
+
+def pin_cpus(text):
+    # type: (Optional[str]) -> Optional[List[int]]
+    """Pin the process to the given CPUs and return the affinity the kernel actually applied."""
+    if text is None:
+        return None
+    cpus = _parse_affinity(text)
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as err:
+        raise RunnerError("--cpu-affinity %s: the kernel refused (%s); list CPUs this board has online" % (text, err.strerror))
+    return sorted(os.sched_getaffinity(0))
+
+
+def prepare_out_dir(out):
+    # type: (str) -> None
+    """Create the result folder (and outputs/); refuse one that already holds files."""
+    if os.path.isdir(out) and os.listdir(out):
+        raise RunnerError("%s: already holds files; choose a new --out so results never mix" % out)
+    try:
+        if not os.path.isdir(out):
+            os.makedirs(out)
+        os.mkdir(os.path.join(out, "outputs"))
+        probe = os.path.join(out, ".write-probe-%d" % os.getpid())
+        with open(probe, "w") as handle:
+            handle.write("x")
+        os.unlink(probe)
+    except OSError as err:
+        raise RunnerError("%s: cannot write the result folder (%s); pick a writable --out" % (out, err.strerror or err))
+
+
+class ResultWriter(object):
+    """Everything written into the result folder, in the order that keeps it valid after SIGKILL:
+    an output file exists before the index line that names it."""
+
+    def __init__(self, out):
+        # type: (str) -> None
+        self.out = out
+        self.outputs_dir = os.path.join(out, "outputs")
+        self.index = JsonlAppender(os.path.join(out, "index.jsonl"))
+        self.snapshots = JsonlAppender(os.path.join(out, "snapshots.jsonl"))
+        self.known = set()  # type: set
+
+    def keep_output(self, digest, array):
+        # type: (str, Any) -> None
+        if digest not in self.known:
+            save_array_atomic(os.path.join(self.outputs_dir, digest + ".npy"), array)
+            self.known.add(digest)
+
+    def close(self):
+        # type: () -> None
+        self.index.close()
+        self.snapshots.close()
+
+
+def _make_backend(args):
+    # type: (argparse.Namespace) -> Any
+    if args.backend == "onnxruntime":
+        return OnnxRuntimeBackend(args.model, threads=args.threads, graph_opt=args.graph_opt)
+    return RknnLiteBackend(args.model, core_mask=args.core_mask, io_spec=load_io_spec(args.model))
+
+
+def _on_sigterm(signum, frame):
+    raise Interrupted("terminated by signal %d" % signum)
+
+
+def execute(args):
+    # type: (argparse.Namespace) -> int
+    """Validate everything, then run; returns the exit code (0 deterministic, 1 diverged)."""
+    if np is None:
+        raise RunnerError("numpy is not installed for %s; install python3-numpy on the board" % sys.executable, EXIT_BOARD)
+    if not os.path.isfile(args.model):
+        raise RunnerError("%s: model file not found" % args.model)
+    samples = load_inputs(args.inputs)
+    affinity = pin_cpus(args.cpu_affinity)
+    backend = _make_backend(args)
+    try:
+        validate_inputs(samples, backend.input_specs)
+        return _run(args, samples, backend, affinity)
+    finally:
+        backend.close()
+
+
+def _run(args, samples, backend, affinity):
+    # type: (argparse.Namespace, List[Sample], Any, Optional[List[int]]) -> int
+    prepare_out_dir(args.out)
+    run_path = os.path.join(args.out, "run.json")
+    record = {
+        "schema": RUN_SCHEMA, "backend": backend.name, "backend_detail": backend.detail,
+        "backend_options": backend.options, "emulated": backend.emulated,
+        "model": {"path": args.model, "sha256": file_sha256(args.model)},
+        "inputs": [s.describe() for s in samples], "outputs": backend.output_names,
+        "repeats": args.repeats, "warmup": args.warmup, "core_mask": args.core_mask,
+        "affinity": affinity, "snapshot_every": args.snapshot_every,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "started_unix": time.time(), "finished_unix": None, "status": "running", "error": None,
+    }
+    writer = None
+    try:
+        write_json_atomic(run_path, record)
+        writer = ResultWriter(args.out)
+        writer.snapshots.append(board_snapshot("before"))
+        for _ in range(args.warmup):
+            for sample in samples:
+                backend.infer(sample.feed)
+        records = _measure(args, samples, backend, writer, record)
+        writer.snapshots.append(board_snapshot("after", args.repeats - 1))
+        summary = summarize(records, backend.name)
+        write_json_atomic(os.path.join(args.out, "summary.json"), summary)
+        record.update(status="complete", finished_unix=time.time())
+        write_json_atomic(run_path, record)
+        return EXIT_OK if summary["deterministic"] else EXIT_DIFFERENT
+    except BaseException as err:
+        record.update(status="failed", finished_unix=time.time(), error=_describe_failure(err))
+        try:
+            write_json_atomic(run_path, record)
+        except OSError:
+            pass  # the disk may be full; index.jsonl still holds every completed run
+        raise
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _measure(args, samples, backend, writer, record):
+    # type: (argparse.Namespace, List[Sample], Any, ResultWriter, Dict[str, Any]) -> List[Dict[str, Any]]
+    """The measured loop: `for run in range(N): for input in inputs:` with only the backend call timed."""
+    records = []
+    names = backend.output_names
+    for run in range(args.repeats):
+        for sample in samples:
+            start = time.perf_counter()
+            raw = backend.infer(sample.feed)
+            elapsed = time.perf_counter() - start
+            outputs = backend.own(raw)
+            if names is None:  # rknnlite without io.json: name outputs by position, once
+                names = backend.output_names = ["output%d" % i for i in range(len(outputs))]
+                record["outputs"] = names
+                write_json_atomic(os.path.join(args.out, "run.json"), record)
+            if len(outputs) != len(names):
+                raise RunnerError("%s run %d: the runtime returned %d outputs, expected %d (%s)"
+                                  % (sample.name, run, len(outputs), len(names), ", ".join(names)), EXIT_BOARD)
+            described = []
+            for name, array in zip(names, outputs):
+                digest = output_hash(array)
+                writer.keep_output(digest, array)
+                described.append({"name": name, "hash": digest, "shape": [int(d) for d in array.shape],
+                                  "dtype": array.dtype.name})
+            line = {"run": run, "input": sample.name, "latency_ms": round(elapsed * 1000.0, 4),
+                    "t_unix": time.time(), "backend": backend.name, "outputs": described}
+            writer.index.append(line)
+            records.append(line)
+        if args.snapshot_every and (run + 1) % args.snapshot_every == 0 and run + 1 < args.repeats:
+            writer.snapshots.append(board_snapshot("periodic", run))
+    return records
+
+
+def _describe_failure(err):
+    # type: (BaseException) -> str
+    if isinstance(err, (KeyboardInterrupt, Interrupted)):
+        return "interrupted: %s" % (err or "SIGINT")
+    if isinstance(err, OSError):
+        return "%s: %s" % (getattr(err, "filename", None) or "result folder", err.strerror or err)
+    return str(err) or type(err).__name__
+
+
+def main(argv=None):
+    # type: (Optional[Sequence[str]]) -> int
+    """Console entry point (`rkdet-run`): returns the exit code; errors are one line on stderr."""
+    args = parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return execute(args)
+    except RunnerError as err:
+        sys.stderr.write("rkdet-run: %s\n" % err)
+        return err.exit_code
+    except (KeyboardInterrupt, Interrupted) as err:
+        sys.stderr.write("rkdet-run: interrupted (%s); completed runs are kept in %s\n" % (err or "SIGINT", args.out))
+        return EXIT_INTERRUPTED
+    except (OSError, IOError) as err:
+        code = EXIT_BOARD if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG) else EXIT_BAD_INPUT
+        where = getattr(err, "filename", None) or args.out
+        hint = "free space on the board and run again" if code == EXIT_BOARD else "check the path and permissions"
+        sys.stderr.write("rkdet-run: %s: %s; completed runs stay readable; %s\n" % (where, err.strerror or err, hint))
+        return code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
