@@ -6,12 +6,13 @@ registered here, so this file stays a table of contents.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from rkdet import __version__
-from rkdet.errors import EXIT_INTERRUPTED, RkdetError
+from rkdet.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RkdetError
 
 
 class RkdetGroup(click.Group):
@@ -26,6 +27,14 @@ class RkdetGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("rkdet: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except Exception as err:  # a bug: one line by default, the traceback on request
+            if os.environ.get("RKDET_DEBUG"):
+                raise
+            click.echo(f"rkdet: internal error ({err.__class__.__name__}: {err}); "
+                       "rerun with RKDET_DEBUG=1 for the traceback and report it", err=True)
+            sys.exit(EXIT_BAD_INPUT)
 
 
 @click.group(cls=RkdetGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,8 +47,10 @@ def _register() -> None:
     """Attach the command groups; imports are inside so `rkdet --help` stays fast."""
     # One line per command group, each owned by its area (convert, board, diff, emulator).
     from rkdet.config_command import config_group
+    from rkdet.convert.command import convert_command
 
     main.add_command(config_group)
+    main.add_command(convert_command)
 
 
 _register()

@@ -1,0 +1,52 @@
+"""`rkdet convert`: the click command (parse, call the pipeline, print a summary)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from rkdet.config import PLATFORMS, load_config
+
+
+@click.command("convert")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml",
+              show_default=True, help="YAML config file.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("build"), show_default=True,
+              help="Folder that receives <name>-<platform>/ build folders.")
+@click.option("--target", "targets", multiple=True, type=click.Choice(PLATFORMS, case_sensitive=False),
+              help="Build only this platform (repeatable); default: target.platforms from the config.")
+@click.option("--verify", is_flag=True, help="Rebuild and report byte identity and fingerprint identity separately.")
+@click.option("--keep-failed", is_flag=True, help="Keep a failed build's folder (with toolkit.log) as <name>.failed.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
+                    as_json: bool) -> None:
+    """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
+
+    Exit codes: 0 ok, 2 bad input or config, 4 conversion failed.
+    """
+    from rkdet.convert.pipeline import convert
+
+    console = Console(stderr=True)
+    cfg = load_config(config_path)
+    with console.status("converting") as status:
+        results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
+                          progress=lambda msg: (status.update(msg), console.log(msg)))
+    summary = []
+    for r in results:
+        for w in r.warnings:
+            console.print(f"[yellow]warning[/]: {w}")
+        entry = {"platform": r.platform, "folder": str(r.folder), "fingerprint": r.fingerprint,
+                 "rknn_sha256": r.rknn_sha256, "warnings": r.warnings}
+        if r.verify is not None:
+            entry["verify"] = r.verify
+        summary.append(entry)
+        line = f"[green]built[/] {r.folder}  fingerprint {r.fingerprint[:16]}"
+        if r.verify is not None:
+            line += (f"  verify: bytes {'identical' if r.verify['rknn_bytes_identical'] else 'DIFFER'},"
+                     f" fingerprint {'identical' if r.verify['fingerprint_identical'] else 'DIFFERS'}")
+        console.print(line)
+    if as_json:
+        click.echo(json.dumps({"schema": "rkdet.convert/1", "builds": summary}, indent=2, sort_keys=True))

@@ -1,0 +1,106 @@
+"""Run a toolkit worker in a hermetic subprocess: fixed env, locale, TZ, cwd, seeds, no ASLR, one CPU.
+
+Measured on rknn-toolkit2 2.5.0: `.rknn` bytes differ between plain identical builds (leaked pointers
+and uninitialised memory), while `PYTHONHASHSEED=0`, `setarch -R`, `taskset -c 0`, `MALLOC_PERTURB_`
+and an identical environment and cwd made builds byte-identical. The work folder's path is part of
+that environment, so it is derived from the build's input fingerprint, and locked while in use.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from rkdet.errors import ConversionError
+
+HERMETIC_ENV = {
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "PYTHONHASHSEED": "0",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONNOUSERSITE": "1",
+    "MALLOC_PERTURB_": "165",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "CUDA_VISIBLE_DEVICES": "",
+}
+# Passed through when set, because they change how numeric libraries pick kernels (recorded too).
+PASS_THROUGH = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "SOURCE_DATE_EPOCH")
+
+
+@dataclass(frozen=True)
+class HermeticRun:
+    """What the worker process returned, and the environment it ran in (for the manifest)."""
+
+    returncode: int
+    log: str
+    env: dict[str, str]
+    argv_prefix: tuple[str, ...]
+
+
+def _wrappers() -> tuple[str, ...]:
+    """`setarch <arch> -R taskset -c 0` where available (recorded either way)."""
+    prefix: list[str] = []
+    if shutil.which("setarch"):
+        prefix += ["setarch", platform.machine(), "-R"]
+    if shutil.which("taskset"):
+        prefix += ["taskset", "-c", "0"]
+    return tuple(prefix)
+
+
+def hermetic_env(home: Path, python: str) -> dict[str, str]:
+    env = dict(HERMETIC_ENV)
+    env["PATH"] = f"{Path(python).parent}:/usr/local/bin:/usr/bin:/bin"
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(home)
+    for key in PASS_THROUGH:
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+@contextmanager
+def work_folder(key: str) -> Iterator[Path]:
+    """An empty, locked folder at a path that depends only on `key` (the input fingerprint)."""
+    base = Path(tempfile.gettempdir()) / "rkdet-hermetic"
+    base.mkdir(mode=0o700, exist_ok=True)
+    folder = base / key[:24]
+    with open(base / f"{key[:24]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            (folder / "home").mkdir()
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_worker(folder: Path, python: str, script: Path, job_file: str, timeout: float = 3600) -> HermeticRun:
+    """Run `python script job_file` in `folder` hermetically; the log is stdout+stderr combined.
+
+    The worker is a standalone script (it imports nothing from rkdet), so the toolkit may live in
+    another interpreter than rkdet's (RKDET_TOOLKIT2_PYTHON, or toolkit1's Python 3.6 for RV1126).
+    """
+    env = hermetic_env(folder / "home", python)
+    prefix = _wrappers()
+    argv = [*prefix, python, str(script), job_file]
+    try:
+        proc = subprocess.run(argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise ConversionError(f"toolkit build timed out after {timeout:.0f} s") from None
+    except OSError as exc:
+        raise ConversionError(f"cannot start the toolkit worker ({argv[len(prefix)]}): {exc.strerror}") from None
+    log = proc.stdout.decode("utf-8", errors="replace")
+    return HermeticRun(proc.returncode, log, env, prefix)

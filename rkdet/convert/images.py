@@ -1,0 +1,116 @@
+"""Image sets: fixed sorted order, per-file sha256, and preprocessing exactly as the board is fed.
+
+Why rkdet decodes and preprocesses itself instead of letting the toolkit read image files: the
+tensors used for calibration and the golden inputs must be byte-for-byte what the board receives
+(uint8 NHWC after letterbox), so they are materialized once, hashed and shipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rkdet.config import PreprocessSection
+from rkdet.errors import InputError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+MIN_SIDE = 32
+MAX_SIDE = 8192
+MAX_ASPECT = 8.0
+
+
+@dataclass(frozen=True)
+class ImageFile:
+    """One source image: its path, name (file stem) and sha256 of the file bytes."""
+
+    path: Path
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+@dataclass(frozen=True)
+class Letterbox:
+    """Where the source image landed in the model input (to map boxes back to the page)."""
+
+    scale_x: float
+    scale_y: float
+    pad_left: int
+    pad_top: int
+    source_size: tuple[int, int]  # (H, W)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def list_images(folder: Path, key: str, limit: int | None = None) -> list[ImageFile]:
+    """Images in `folder`, sorted by file name (bytewise), hashed; errors name the config key."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: {key} folder not found; point {key} at a folder of .png/.jpg images")
+    files = sorted((p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()),
+                   key=lambda p: p.name.encode())
+    if not files:
+        raise InputError(f"{folder}: {key} folder has no images ({', '.join(IMAGE_SUFFIXES)}); add some")
+    names = [p.stem for p in files]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InputError(f"{folder}: {key} has images sharing a name stem: {', '.join(dupes)}; rename them")
+    if limit is not None:
+        files = files[:limit]
+    return [ImageFile(p, sha256_file(p)) for p in files]
+
+
+def decode_rgb(path: Path) -> np.ndarray:
+    """Decode an 8-bit 3-channel image as RGB HWC uint8; reject grayscale, odd sizes, unreadable files."""
+    import cv2  # heavy import kept local: `rkdet --help` must stay fast
+
+    data = np.fromfile(str(path), dtype=np.uint8)
+    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if image is None:
+        raise InputError(f"{path}: cannot decode image; replace it with a valid PNG or JPEG")
+    if image.dtype != np.uint8:
+        raise InputError(f"{path}: image is {image.dtype}, expected 8-bit; convert it to 8-bit RGB")
+    if image.ndim == 2 or image.shape[2] == 1:
+        raise InputError(f"{path}: image is grayscale; the model takes 3-channel RGB: convert it "
+                         "(e.g. `convert in.png -type TrueColor out.png`)")
+    if image.shape[2] == 4:
+        raise InputError(f"{path}: image has an alpha channel; flatten it to 3-channel RGB")
+    h, w = image.shape[:2]
+    if min(h, w) < MIN_SIDE or max(h, w) > MAX_SIDE or max(h, w) / min(h, w) > MAX_ASPECT:
+        raise InputError(f"{path}: image size {w}x{h} is outside {MIN_SIDE}..{MAX_SIDE} px per side "
+                         f"with aspect <= {MAX_ASPECT:g}; crop or resize it")
+    return np.ascontiguousarray(image[:, :, ::-1])  # BGR -> RGB
+
+
+def preprocess(image_rgb: np.ndarray, size_hw: tuple[int, int], pp: PreprocessSection) -> tuple[np.ndarray, Letterbox]:
+    """Resize (letterbox or stretch) to the model input and order channels: uint8 NHWC [1,H,W,3]."""
+    import cv2
+
+    interp = {"linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST, "area": cv2.INTER_AREA}[pp.interpolation]
+    th, tw = size_hw
+    h, w = image_rgb.shape[:2]
+    if pp.resize == "stretch":
+        out = cv2.resize(image_rgb, (tw, th), interpolation=interp)
+        box = Letterbox(tw / w, th / h, 0, 0, (h, w))
+    else:
+        scale = min(th / h, tw / w)
+        nh, nw = int(round(h * scale)), int(round(w * scale))
+        resized = cv2.resize(image_rgb, (nw, nh), interpolation=interp)
+        top, left = (th - nh) // 2, (tw - nw) // 2
+        out = np.full((th, tw, 3), pp.pad_value, dtype=np.uint8)
+        out[top:top + nh, left:left + nw] = resized
+        box = Letterbox(nw / w, nh / h, left, top, (h, w))
+    if pp.channel_order == "bgr":
+        out = out[:, :, ::-1]
+    return np.ascontiguousarray(out[None]), box

@@ -1,0 +1,145 @@
+"""The build manifest and the build fingerprint.
+
+Two fingerprints, for two questions. The *input fingerprint* says "was this built from exactly the same
+things?": prepared ONNX bytes, every result-affecting config value, every calibration and golden input
+(file and fed tensor), target, toolkit and library versions. The *build fingerprint* adds what came out:
+the `.rknn` content fingerprint (stable parts only: its raw bytes carry leaked pointers) and the
+simulator's golden output hashes. Same inputs -> same fingerprint; anything that matters changes it.
+The manifest has stable key order and no wall-clock time unless SOURCE_DATE_EPOCH is set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform as pyplatform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rkdet import __version__
+from rkdet.convert.images import sha256_file
+from rkdet.runner import output_hash
+
+if TYPE_CHECKING:
+    from rkdet.config import RkdetConfig
+    from rkdet.convert.onnx_graph import PreparedModel
+    from rkdet.convert.pipeline import Materialized
+    from rkdet.convert.toolkits import Toolkit
+
+SCHEMA = "rkdet.manifest/1"
+# Config sections that cannot change the built model or its golden outputs (board run settings).
+_NOT_IN_BUILD = ("run", "board", "tolerances", "name")
+_VERSIONED = ("rknn-toolkit2", "onnx", "onnxruntime", "numpy", "opencv-python-headless", "torch", "protobuf")
+
+__all__ = ["sha256_file", "sha256_bytes", "input_fingerprint", "build_manifest", "write_manifest",
+           "rknn_content_fingerprint", "combine_fingerprint"]
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def library_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": pyplatform.python_version(), "rkdet": __version__}
+    for dist in _VERSIONED:
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+def build_config(cfg: RkdetConfig, platform: str) -> dict[str, Any]:
+    """The result-affecting part of the resolved config, without machine-specific paths."""
+    resolved = cfg.resolved_dict()
+    for key in _NOT_IN_BUILD:
+        resolved.pop(key, None)
+    resolved["model"].pop("onnx")
+    resolved["quantize"].pop("dataset")
+    resolved["golden"].pop("inputs")
+    resolved["target"] = {"platform": platform}
+    return resolved
+
+
+def _image_records(mat: Materialized) -> list[dict[str, str]]:
+    return [{"file": f.path.name, "sha256": f.sha256, "tensor": output_hash(mat.tensors[f.name])} for f in mat.files]
+
+
+def input_fingerprint(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
+                      gold: Materialized, tk: Toolkit) -> str:
+    doc = {
+        "onnx_prepared": sha256_bytes(model.onnx_bytes),
+        "config": build_config(cfg, platform),
+        "calibration": _image_records(cal),
+        "golden": _image_records(gold),
+        "toolkit": {"name": tk.name, "version": tk.version},
+        "libraries": {k: v for k, v in library_versions().items() if k != "rkdet"},
+    }
+    return sha256_bytes(_canonical(doc).encode())
+
+
+def rknn_content_fingerprint(path: Path) -> str:
+    from rkdet.convert.rknn_file import content_fingerprint
+
+    return content_fingerprint(path)
+
+
+def combine_fingerprint(inputs_fp: str, rknn_content: str, simulator_hashes: dict | None) -> str:
+    return sha256_bytes(_canonical({"inputs": inputs_fp, "rknn_content": rknn_content,
+                                    "simulator_outputs": simulator_hashes}).encode())
+
+
+def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
+                   tk: Toolkit, inputs_fp: str, stage_dir: Path, golden_hashes: dict, fidelity: dict | None,
+                   environment: dict) -> dict[str, Any]:
+    rknn_path = stage_dir / "model.rknn"
+    from rkdet.convert.rknn_file import read_rknn
+
+    info = read_rknn(rknn_path)
+    content = rknn_content_fingerprint(rknn_path)
+    source = Path(cfg.model.onnx)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "name": cfg.name,
+        "platform": platform,
+        "fingerprint": combine_fingerprint(inputs_fp, content, golden_hashes.get("simulator")),
+        "input_fingerprint": inputs_fp,
+        "inputs": {
+            "onnx": {"file": source.name, "sha256": sha256_file(source)},
+            "onnx_prepared": {"file": "model.onnx", "sha256": sha256_bytes(model.onnx_bytes), "prepare": model.prepare,
+                              "input": model.input_name, "input_shape_nchw": list(model.input_shape_nchw),
+                              "outputs": dict(zip(model.output_names, map(list, model.output_shapes))),
+                              "opset": model.opset},
+            "config": {"sha256": sha256_bytes(_canonical(build_config(cfg, platform)).encode()),
+                       "resolved": build_config(cfg, platform)},
+            "calibration": _image_records(cal),
+            "golden": _image_records(gold),
+        },
+        "fed_input": {"layout": "NHWC", "dtype": "uint8", "shape": [1, model.input_shape_nchw[2],
+                                                                     model.input_shape_nchw[3], 3],
+                      "channel_order": cfg.preprocess.channel_order, "mean": list(cfg.preprocess.mean),
+                      "std": list(cfg.preprocess.std)},
+        "toolchain": {"toolkit": {"name": tk.name, "version": tk.version, "python": tk.python},
+                      "libraries": library_versions(), "host": f"{sys.platform}-{pyplatform.machine()}"},
+        "build_environment": environment,
+        "rknn": {"file": "model.rknn", "sha256": sha256_file(rknn_path), "size": rknn_path.stat().st_size,
+                 "content_fingerprint": content, "header": info.summary()},
+        "golden_outputs": golden_hashes,
+        "fidelity": fidelity,
+    }
+    if "SOURCE_DATE_EPOCH" in os.environ:
+        doc["created_unix"] = int(os.environ["SOURCE_DATE_EPOCH"])
+    return doc
+
+
+def write_manifest(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

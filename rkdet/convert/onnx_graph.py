@@ -1,0 +1,164 @@
+"""ONNX checks and graph preparation before the toolkit sees the model.
+
+Why prepare YOLOv8 here: rknn-toolkit2 2.5.0 crashes on the stock Ultralytics head (IndexError in fuse
+rule `seperate_conv_rs_split`), and INT8 of the stock single output `[1,4+nc,N]` zeroes every class
+score because box coordinates (up to the input size) and 0..1 scores share one int8 scale. Cutting at
+the six head convs (box DFL logits and class logits per stride, sigmoid on the class branch) gives each
+its own scale, as rknn_model_zoo does; the decode (DFL, NMS) then runs on the CPU.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rkdet.config import ModelSection
+from rkdet.errors import InputError
+
+MIN_OPSET = 7
+MAX_OPSET = 19  # rknn-toolkit2 2.5.0 supports opset 7..19
+
+_BOX_CONV = re.compile(r"^/model\.(\d+)/cv2\.(\d)/cv2\.\2\.2/Conv$")
+_CLS_CONV = re.compile(r"^/model\.(\d+)/cv3\.(\d)/cv3\.\2\.2/Conv$")
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """The graph as handed to the toolkit, and what rkdet needs to feed and read it."""
+
+    onnx_bytes: bytes
+    input_name: str
+    input_shape_nchw: tuple[int, int, int, int]
+    output_names: tuple[str, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    prepare: str
+    opset: int
+
+
+def _load(path: Path):
+    import onnx
+
+    if not path.is_file():
+        raise InputError(f"{path}: ONNX model not found; set model.onnx to an existing .onnx file")
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:  # onnx raises DecodeError, ValueError... for corrupt files
+        raise InputError(f"{path}: not a readable ONNX model ({exc.__class__.__name__}); re-export it") from None
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise InputError(f"{path}: ONNX checker rejects the model: {first}") from None
+    return model
+
+
+def _opset(model) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def _dims(value_info) -> list[int | str]:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in value_info.type.tensor_type.shape.dim]
+
+
+def _graph_inputs(model):
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def _split_head(model, path: Path):
+    """Extract the six head convs of a stock Ultralytics YOLOv8 export, sigmoid on the class branches."""
+    import onnx
+    from onnx import helper
+
+    box, cls = {}, {}
+    for node in model.graph.node:
+        if node.op_type != "Conv":
+            continue
+        if m := _BOX_CONV.match(node.name):
+            box[int(m.group(2))] = node.output[0]
+        elif m := _CLS_CONV.match(node.name):
+            cls[int(m.group(2))] = node.output[0]
+    if sorted(box) != [0, 1, 2] or sorted(cls) != [0, 1, 2]:
+        raise InputError(f"{path}: model.prepare is yolov8-split-head but the six YOLOv8 head convs "
+                         "(/model.N/cv2.i/cv2.i.2/Conv, /model.N/cv3.i/cv3.i.2/Conv) are not in the graph; "
+                         "use an Ultralytics export or set model.prepare: none")
+    input_name = _graph_inputs(model)[0].name
+    cut = onnx.utils.Extractor(model).extract_model([input_name], [box[0], cls[0], box[1], cls[1], box[2], cls[2]])
+    graph = cut.graph
+    del graph.output[:]
+    for i in range(3):
+        graph.node.append(helper.make_node("Identity", [box[i]], [f"box{i}"], name=f"rkdet/box{i}"))
+        graph.node.append(helper.make_node("Sigmoid", [cls[i]], [f"cls{i}"], name=f"rkdet/cls{i}_sigmoid"))
+        graph.output.extend([helper.make_tensor_value_info(f"box{i}", onnx.TensorProto.FLOAT, None),
+                             helper.make_tensor_value_info(f"cls{i}", onnx.TensorProto.FLOAT, None)])
+    del cut.metadata_props[:]
+    cut.metadata_props.extend(model.metadata_props)
+    return cut
+
+
+def prepare_model(section: ModelSection) -> PreparedModel:
+    """Check the ONNX, apply the configured preparation and static shapes, infer and verify shapes."""
+    import onnx
+    from onnx import shape_inference
+
+    path = Path(section.onnx)
+    model = _load(path)
+    opset = _opset(model)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise InputError(f"{path}: opset {opset} is outside what rknn-toolkit2 supports ({MIN_OPSET}..{MAX_OPSET}); "
+                         "re-export with a supported opset")
+    inputs = _graph_inputs(model)
+    if len(inputs) != 1:
+        raise InputError(f"{path}: rkdet supports single-input image models; this one has {len(inputs)} inputs")
+    if section.prepare == "yolov8-split-head":
+        model = _split_head(model, path)
+    graph_input = _graph_inputs(model)[0]
+    dims = graph_input.type.tensor_type.shape.dim
+    if section.inputs:
+        shape = section.inputs.get(graph_input.name)
+        if shape is None:
+            raise InputError(f"{path}: model.inputs has no entry for input {graph_input.name!r}; "
+                             f"add {graph_input.name}: [1, 3, H, W]")
+        if len(shape) != len(dims):
+            raise InputError(f"{path}: model.inputs.{graph_input.name} has {len(shape)} dims, the model has {len(dims)}")
+        for d, v in zip(dims, shape):
+            d.Clear()
+            d.dim_value = int(v)
+    if section.input_size is not None:
+        if len(dims) != 4:
+            raise InputError(f"{path}: model.input_size needs a 4-D NCHW input; {graph_input.name} has {len(dims)} dims")
+        dims[2].Clear(), dims[3].Clear()
+        dims[2].dim_value, dims[3].dim_value = section.input_size
+    shape_now = _dims(graph_input)
+    if any(not isinstance(d, int) or d <= 0 for d in shape_now):
+        raise InputError(f"{path}: input {graph_input.name!r} has dynamic shape {shape_now}; "
+                         f"set model.inputs: {{{graph_input.name}: [1, 3, H, W]}} in the config")
+    if len(shape_now) != 4 or shape_now[1] != 3 or shape_now[0] != 1:
+        raise InputError(f"{path}: input {graph_input.name!r} has shape {shape_now}; rkdet expects [1, 3, H, W]")
+    if section.input_size is not None or section.inputs:
+        del model.graph.value_info[:]
+        for out in model.graph.output:
+            out.type.tensor_type.ClearField("shape")
+    try:
+        model = shape_inference.infer_shapes(model, strict_mode=True)
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        raise InputError(f"{path}: the graph does not take the requested input shape {shape_now}: {first}; "
+                         "drop model.input_size or export the model at that size") from None
+    out_shapes = []
+    for out in model.graph.output:
+        d = _dims(out)
+        if any(not isinstance(x, int) or x <= 0 for x in d):
+            raise InputError(f"{path}: output {out.name!r} has no static shape ({d}) after shape inference")
+        out_shapes.append(tuple(int(x) for x in d))
+    return PreparedModel(
+        onnx_bytes=model.SerializeToString(deterministic=True),
+        input_name=graph_input.name,
+        input_shape_nchw=tuple(int(x) for x in shape_now),  # type: ignore[arg-type]
+        output_names=tuple(o.name for o in model.graph.output),
+        output_shapes=tuple(out_shapes),
+        prepare=section.prepare,
+        opset=opset,
+    )

@@ -1,0 +1,234 @@
+"""`rkdet convert`: ONNX -> RKNN for each target platform, with golden data, fidelity gate and manifest.
+
+Every build is assembled in a staging folder beside its destination and renamed into place only when
+it is complete and has passed the fidelity gate, so an interrupted or failed convert leaves nothing
+half-written (and an earlier good build of the same name stays until the new one replaces it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from rkdet.config import RkdetConfig
+from rkdet.convert import fidelity, golden, manifest
+from rkdet.convert.hermetic import run_worker, work_folder
+from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, preprocess
+from rkdet.convert.onnx_graph import PreparedModel, prepare_model
+from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
+from rkdet.errors import ConversionError, InputError
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """An image set decoded and preprocessed exactly as the board is fed."""
+
+    files: list[ImageFile]
+    tensors: dict[str, np.ndarray]  # name -> uint8 NHWC [1,H,W,3]
+    letterboxes: dict[str, Letterbox]
+
+
+@dataclass
+class BuildResult:
+    """What one platform's build produced (for the CLI summary and --json)."""
+
+    platform: str
+    folder: Path
+    fingerprint: str
+    rknn_sha256: str
+    warnings: list[str] = field(default_factory=list)
+    verify: dict | None = None
+
+
+def materialize(files: list[ImageFile], model: PreparedModel, cfg: RkdetConfig) -> Materialized:
+    _, _, h, w = model.input_shape_nchw
+    tensors, boxes = {}, {}
+    for f in files:
+        tensors[f.name], boxes[f.name] = preprocess(decode_rgb(f.path), (h, w), cfg.preprocess)
+    return Materialized(files, tensors, boxes)
+
+
+def check_writable(out: Path) -> None:
+    """Fail early (exit 2) when the output folder cannot be created or written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".rkdet-write-test-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{out}: output folder is not writable ({exc.strerror}); choose another with --out") from None
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel,
+                 cal: Materialized, gold: Materialized) -> dict:
+    """Lay out the worker's folder (relative paths only: the folder path is part of the environment)."""
+    (folder / "model.onnx").write_bytes(model.onnx_bytes)
+    lines = []
+    for i, f in enumerate(cal.files):
+        rel = f"cal/{i:04d}.npy"
+        _save(folder / rel, cal.tensors[f.name].transpose(0, 3, 1, 2))  # the toolkit wants the model's NCHW for .npy
+        lines.append(rel)
+    (folder / "dataset.txt").write_text("\n".join(lines) + "\n")
+    golden_list = []
+    if tk.has_simulator:
+        for f in gold.files:
+            rel = f"golden/{f.name}.npy"
+            _save(folder / rel, gold.tensors[f.name])
+            golden_list.append([f.name, rel])
+    options = toolkit2_options if tk.name == "rknn-toolkit2" else toolkit1_options
+    config, build, do_quantization = options(cfg, platform)
+    return {"config": config, "build": build, "do_quantization": do_quantization,
+            "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
+            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out"}
+
+
+def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
+                 gold: Materialized, key: str, stage_dir: Path) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
+    """Build in the hermetic folder; copy model.rknn and toolkit.log into `stage_dir`; return sim outputs."""
+    with work_folder(key) as folder:
+        job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold)
+        (folder / "job.json").write_text(json.dumps(job, sort_keys=True))
+        run = run_worker(folder, tk.python, tk.worker, "job.json")
+        (stage_dir / "toolkit.log").write_text(run.log)
+        result_file = folder / "result.json"
+        result = json.loads(result_file.read_text()) if result_file.exists() else None
+        if run.returncode != 0 or not result or not result.get("ok"):
+            where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
+            raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where} "
+                                  "(rerun with --keep-failed to keep the folder with toolkit.log)")
+        shutil.copyfile(folder / "model.rknn", stage_dir / "model.rknn")
+        sim: dict[str, dict[str, np.ndarray]] = {}
+        for name, files in result["simulator_outputs"].items():
+            sim[name] = {out: np.load(folder / f, allow_pickle=False) for out, f in zip(model.output_names, files)}
+        environment = {"env": run.env, "wrappers": list(run.argv_prefix), "cwd": str(folder)}
+        return environment, sim, run.log
+
+
+def _install(stage_dir: Path, final: Path) -> None:
+    """Rename the finished staging folder into place, replacing an older build atomically enough."""
+    if final.exists():
+        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.rename(final, trash)
+        os.rename(stage_dir, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.rename(stage_dir, final)
+
+
+def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
+                   out: Path, verify: bool, progress: Progress, keep_failed: bool = False) -> BuildResult:
+    tk = find_toolkit(platform, cfg)
+    inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
+    final = out / f"{cfg.name}-{platform}"
+    stage_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=out))
+    try:
+        progress(f"{platform}: building with {tk.name} {tk.version} (hermetic subprocess)")
+        environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, stage_dir)
+        (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
+        progress(f"{platform}: golden references (onnxruntime FP32{', RKNN simulator' if sim else ''})")
+        gold_inputs = {}
+        for f in gold.files:
+            _save(stage_dir / "golden" / "inputs" / f"{f.name}.npy", gold.tensors[f.name])
+            gold_inputs[f.name] = (f"{f.name}.npy", manifest.sha256_file(stage_dir / "golden" / "inputs" / f"{f.name}.npy"),
+                                   gold.tensors[f.name])
+        ref, ref_detail = golden.onnxruntime_reference(model.onnx_bytes, gold.tensors, model.input_name,
+                                                       cfg.preprocess.mean, cfg.preprocess.std)
+        onnx_sha = manifest.sha256_bytes(model.onnx_bytes)
+        rknn_sha = manifest.sha256_file(stage_dir / "model.rknn")
+        golden_hashes = {"onnx-fp32": golden.write_result_set(
+            stage_dir / "golden" / "onnx-fp32", backend="onnxruntime", backend_detail=ref_detail,
+            model_path="model.onnx", model_sha256=onnx_sha, inputs=gold_inputs, outputs=ref,
+            output_names=model.output_names)}
+        warnings: list[str] = []
+        fid = None
+        if sim:
+            golden_hashes["simulator"] = golden.write_result_set(
+                stage_dir / "golden" / "simulator", backend="rknn-simulator",
+                backend_detail=f"{tk.name} {tk.version} simulator (x86_64, not an NPU)", model_path="model.rknn",
+                model_sha256=rknn_sha, inputs=gold_inputs, outputs=sim, output_names=model.output_names)
+            fid = fidelity.measure(sim, ref, fidelity.slices_for(model.output_names, model.output_shapes, model.prepare))
+            (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
+            warnings += fidelity.gate(fid, cfg.fidelity, platform)
+        else:
+            warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
+        doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
+                                      fid, environment)
+        verify_report = None
+        if verify:
+            progress(f"{platform}: --verify: rebuilding to check reproducibility")
+            verify_report = _verify(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, doc, golden_hashes)
+            (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
+        manifest.write_manifest(stage_dir / "manifest.json", doc)
+        (stage_dir / "config.resolved.json").write_text(json.dumps(cfg.resolved_dict(), indent=2, sort_keys=True) + "\n")
+        if verify_report and not verify_report["fingerprint_identical"]:
+            raise ConversionError(f"{platform}: --verify: a second identical build has fingerprint "
+                                  f"{verify_report['second_fingerprint'][:16]} != {doc['fingerprint'][:16]}: "
+                                  "the build is not reproducible (see verify.json)")
+        _install(stage_dir, final)
+        return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report)
+    except BaseException:
+        if keep_failed and stage_dir.exists():
+            failed = out / f"{final.name}.failed"
+            shutil.rmtree(failed, ignore_errors=True)
+            os.rename(stage_dir, failed)
+        else:
+            shutil.rmtree(stage_dir, ignore_errors=True)
+        raise
+
+
+def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
+            tk: Toolkit, inputs_fp: str, stage_dir: Path, doc: dict, golden_hashes: dict) -> dict:
+    """Rebuild in a fresh hermetic folder; report byte identity and fingerprint identity separately."""
+    second = Path(tempfile.mkdtemp(prefix=".verify-", dir=stage_dir.parent))
+    try:
+        _, sim2, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, second)
+        rknn2 = second / "model.rknn"
+        content2 = manifest.rknn_content_fingerprint(rknn2)
+        sim_hashes2 = {n: {o: golden.output_hash(a) for o, a in outs.items()} for n, outs in sim2.items()}
+        fp2 = manifest.combine_fingerprint(inputs_fp, content2, sim_hashes2 or None)
+        bytes_same = (stage_dir / "model.rknn").read_bytes() == rknn2.read_bytes()
+        return {
+            "rknn_bytes_identical": bytes_same,
+            "rknn_sha256": [doc["rknn"]["sha256"], manifest.sha256_file(rknn2)],
+            "content_fingerprint_identical": content2 == doc["rknn"]["content_fingerprint"],
+            "simulator_outputs_identical": sim_hashes2 == golden_hashes.get("simulator", {}),
+            "fingerprint_identical": fp2 == doc["fingerprint"],
+            "second_fingerprint": fp2,
+        }
+    finally:
+        shutil.rmtree(second, ignore_errors=True)
+
+
+def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, verify: bool = False,
+            progress: Progress = lambda msg: None, keep_failed: bool = False) -> list[BuildResult]:
+    """Convert for every configured (or given) platform; returns one result per platform."""
+    targets = platforms or cfg.target.platforms
+    check_writable(out)
+    progress("checking the ONNX model and preparing its graph")
+    model = prepare_model(cfg.model)
+    if not cfg.quantize.force_fp16 and cfg.quantize.enabled is False:
+        raise InputError("quantize.enabled is false: set quantize.force_fp16: true to build FP16 explicitly")
+    cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
+    gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
+    overlap = {f.sha256 for f in cal_files} & {f.sha256 for f in gold_files}
+    if overlap:
+        names = sorted(f.path.name for f in gold_files if f.sha256 in overlap)
+        raise InputError(f"{cfg.golden.inputs}: golden inputs must be held out of calibration; also in "
+                         f"quantize.dataset: {', '.join(names)}")
+    progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
+    cal = materialize(cal_files, model, cfg)
+    gold = materialize(gold_files, model, cfg)
+    return [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed) for p in targets]
