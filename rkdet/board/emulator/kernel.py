@@ -1,0 +1,405 @@
+"""Kernel semantics of the emulated sysfs/procfs, independent of how it is served (FUSE).
+
+Why: a plain-file tree accepts any write and never moves ``cur_freq``, so pin read-back, restore and
+"the divergence lines up with a frequency change" prove nothing against it. Each attribute here is
+a show/store pair modelled on the kernel's own (Linux 5.10, the Rockchip BSP kernel):
+
+* cpufreq (drivers/cpufreq/cpufreq.c, cpufreq_userspace.c): ``scaling_governor`` takes a listed
+  governor or fails EINVAL; ``scaling_min/max_freq`` are frequency-QoS requests (sscanf ``%u``),
+  the shown policy limits are clamped to cpuinfo and max wins over min; ``scaling_setspeed`` is
+  EINVAL unless the governor is userspace and shows ``<unsupported>`` then; ``scaling_cur_freq``
+  follows the governor (performance: highest OPP <= max, powersave: lowest OPP >= min, userspace:
+  the set speed clamped to the limits, others: load-driven).
+* devfreq (drivers/devfreq/devfreq.c, governor_userspace.c): ``min_freq``/``max_freq`` are PM-QoS
+  requests in kHz (max rounds up, 0 means no limit), the shown range is clamped to the OPP table
+  and to the thermal cap and max wins over min; the target is clamped into the range and rounded
+  to an OPP (up inside the range, down when clamped at max), never rejected; ``userspace/set_freq``
+  exists only while the governor is userspace, shows ``undefined`` until written, then the value
+  as written.
+* sysctl ``vm.compaction_proactiveness`` (mm/compaction.c, proc_dointvec_minmax 0..100): out of
+  range or non-numeric is EINVAL; a write at a non-zero file offset is ignored (sysctl strict mode).
+* Reads return ``value\\n``; every write() is one store. Files and layout come from the plain tree
+  (`rkdet.board.fake_tree.build_fake_tree`), so both backends show the same paths and boot values.
+
+Errors are raised as OSError(errno) for the FUSE layer to hand to the caller unchanged.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from rkdet.board.emulator.thermal import ControlReader, Controls, active_caps, zone_temperatures
+from rkdet.board.fake_tree import build_fake_tree, devfreq_initial_freq
+from rkdet.board.socs import CpuPolicy, DevfreqNode, SocProfile
+
+S32_MAX = 2**31 - 1  # PM QoS "no limit"
+USERSPACE = "userspace"
+
+
+def kernel_error(code: int) -> OSError:
+    """The error a store/show returns to the caller (errno preserved through FUSE)."""
+    return OSError(code, os.strerror(code))
+
+
+def parse_uint(text: str) -> int:
+    """sscanf("%u"): leading blanks, then digits; no sign (the kernel's vsscanf rejects '-' here)."""
+    match = re.match(r"\s*(\d+)", text)
+    if not match:
+        raise kernel_error(errno.EINVAL)
+    return int(match.group(1))
+
+
+def parse_word(text: str) -> str:
+    """sscanf("%15s"): the first blank-separated word."""
+    words = text.split()
+    if not words:
+        raise kernel_error(errno.EINVAL)
+    return words[0]
+
+
+def opp_ceil(freqs: tuple[int, ...], target: float) -> int:
+    """Lowest OPP >= target, else the highest (dev_pm_opp_find_freq_ceil with floor fallback)."""
+    above = [f for f in freqs if f >= target]
+    return min(above) if above else max(freqs)
+
+
+def opp_floor(freqs: tuple[int, ...], target: float) -> int:
+    """Highest OPP <= target, else the lowest (dev_pm_opp_find_freq_floor with ceil fallback)."""
+    below = [f for f in freqs if f <= target]
+    return max(below) if below else min(freqs)
+
+
+class CpufreqPolicy:
+    """One cpufreq policy's state: governor, QoS requests, userspace set speed."""
+
+    def __init__(self, policy: CpuPolicy) -> None:
+        self.spec = policy
+        self.freqs = tuple(sorted(policy.frequencies_khz))
+        self.governor = policy.governor
+        self.min_req = min(self.freqs)
+        self.max_req = max(self.freqs)
+        self.setspeed = 0
+
+    def limits(self) -> tuple[int, int]:
+        """policy->min/max: clamped to cpuinfo, then min clamped to max (max wins)."""
+        lo_hw, hi_hw = self.freqs[0], self.freqs[-1]
+        hi = min(max(self.max_req, lo_hw), hi_hw)
+        lo = min(max(self.min_req, lo_hw), hi)
+        return lo, hi
+
+    def _resolve(self, target: float, relation_low: bool) -> int:
+        lo, hi = self.limits()
+        target = min(max(target, lo), hi)
+        inside = tuple(f for f in self.freqs if lo <= f <= hi) or self.freqs
+        return opp_ceil(inside, target) if relation_low else opp_floor(inside, target)
+
+    def cur(self, load: Optional[float]) -> int:
+        """policy->cur as the governor would set it."""
+        lo, hi = self.limits()
+        if self.governor == "performance":
+            return self._resolve(hi, relation_low=False)
+        if self.governor == "powersave":
+            return self._resolve(lo, relation_low=True)
+        if self.governor == USERSPACE:
+            return self._resolve(self.setspeed, relation_low=True)
+        if load is None:
+            return self._resolve(self.freqs[len(self.freqs) // 2], relation_low=True)
+        return self._resolve(lo + load * (hi - lo), relation_low=True)
+
+    def store_governor(self, text: str, load: Optional[float]) -> None:
+        name = parse_word(text)
+        if name not in self.spec.governors:
+            raise kernel_error(errno.EINVAL)
+        if name == USERSPACE and self.governor != USERSPACE:
+            self.setspeed = self.cur(load)  # cpufreq_userspace_policy_start: setspeed = policy->cur
+        self.governor = name
+
+    def store_setspeed(self, text: str) -> None:
+        if self.governor != USERSPACE:  # store_scaling_setspeed: governor has no store_setspeed
+            raise kernel_error(errno.EINVAL)
+        self.setspeed = parse_uint(text)
+
+
+class DevfreqDevice:
+    """One devfreq device's state: governor, PM-QoS requests, userspace data."""
+
+    def __init__(self, node: DevfreqNode) -> None:
+        self.spec = node
+        self.freqs = tuple(sorted(node.frequencies_hz))
+        self.governor = node.governor
+        self.min_req_khz = 0
+        self.max_req_khz = S32_MAX
+        self.user_freq: Optional[int] = None  # userspace_data.valid/user_frequency
+        self.previous = devfreq_initial_freq(node.frequencies_hz, node.governor)
+        self.polling_ms = 50
+
+    def freq_range(self, cap_hz: Optional[int]) -> tuple[int, int]:
+        """get_freq_range(): OPP table, user QoS, thermal cap; min clamped to max (max wins)."""
+        lo, hi = self.freqs[0], self.freqs[-1]
+        lo = max(lo, self.min_req_khz * 1000)
+        if self.max_req_khz != S32_MAX:
+            hi = min(hi, self.max_req_khz * 1000)
+        if cap_hz is not None:
+            hi = min(hi, max(opp_floor(self.freqs, cap_hz), self.freqs[0]))
+        return min(lo, hi), hi
+
+    def target(self, cap_hz: Optional[int], load: Optional[float]) -> int:
+        """devfreq_update_target(): governor's wish, clamped into the range, rounded to an OPP."""
+        lo, hi = self.freq_range(cap_hz)
+        if self.governor == "performance":
+            wish: float = float(2**64)
+        elif self.governor == "powersave":
+            wish = 0
+        elif self.governor == USERSPACE:
+            wish = self.user_freq if self.user_freq is not None else self.previous
+        elif load is None:
+            wish = devfreq_initial_freq(self.spec.frequencies_hz, self.spec.governor)
+        else:
+            wish = lo + load * (hi - lo)
+        inside = tuple(f for f in self.freqs if lo <= f <= hi) or self.freqs
+        if wish > hi:  # DEVFREQ_FLAG_LEAST_UPPER_BOUND: the OPP at or below max
+            return opp_floor(inside, hi)
+        return opp_ceil(inside, max(wish, lo))
+
+    def store_governor(self, text: str) -> None:
+        name = parse_word(text)
+        if name not in self.spec.governors:
+            raise kernel_error(errno.EINVAL)  # try_then_request_governor found no such governor
+        if name == self.governor:
+            return
+        if name == USERSPACE:
+            self.user_freq = None  # userspace_init: fresh data, set_freq shows "undefined"
+        self.governor = name
+
+    def store_min(self, text: str) -> None:
+        self.min_req_khz = parse_uint(text) // 1000  # "Round down to kHz for PM QoS"
+
+    def store_max(self, text: str) -> None:
+        value = parse_uint(text)
+        self.max_req_khz = -(-value // 1000) if value else S32_MAX  # round up; 0 = no limit
+
+
+@dataclass
+class Attr:
+    """A sysfs/procfs attribute: show() gives the bytes read; store(text) is one write()."""
+
+    show: Callable[[], bytes]
+    store: Optional[Callable[[str], None]] = None
+    mode: int = 0o444
+    present: Optional[Callable[[], bool]] = None  # None: always present
+    sysctl: bool = False  # procfs sysctl: writes at a non-zero offset are ignored
+
+
+@dataclass
+class Snapshot:
+    """One evaluation of the board: controls, temperatures, active caps."""
+
+    controls: Controls
+    temps: dict[str, int]
+    caps: dict[str, int]
+
+
+class Board:
+    """The emulated kernel: the plain tree's layout with live attributes overlaid."""
+
+    def __init__(self, profile: SocProfile, control_dir: Path) -> None:
+        self.profile = profile
+        self.controls = ControlReader(control_dir)
+        self.cpufreq = {p.name: CpufreqPolicy(p) for p in profile.cpu_policies}
+        self.devfreq = {n.name: DevfreqDevice(n) for n in profile.devfreq}
+        self.zone_mode = {z.type: "enabled" for z in profile.thermal_zones}
+        self.compaction = profile.compaction_proactiveness
+        self.thp = profile.thp_enabled
+        self.dirs: dict[str, Optional[Callable[[], bool]]] = {"": None}
+        self.files: dict[str, Attr] = {}
+        self.links: dict[str, str] = {}
+        self._load_plain_tree()
+        self._overlay()
+
+    # -- evaluation -------------------------------------------------------------------------
+    def load(self, kind: str, controls: Optional[Controls] = None) -> Optional[float]:
+        return (controls or self.controls.read()).load.get(kind)
+
+    def evaluate(self) -> Snapshot:
+        """Read the controls, compute every zone's temperature and which caps are active."""
+        controls = self.controls.read()
+        demand: dict[str, float] = {}
+        for dev in self.devfreq.values():
+            load = controls.load.get(dev.spec.kind)
+            if load:
+                demand[dev.spec.kind] = dev.target(None, load) / dev.freqs[-1] * load
+        cpu_load = controls.load.get("cpu")
+        if cpu_load and self.cpufreq:
+            ratio = sum(p.cur(cpu_load) / p.freqs[-1] for p in self.cpufreq.values()) / len(self.cpufreq)
+            demand["cpu"] = ratio * cpu_load
+        temps = zone_temperatures(self.profile, demand, controls)
+        disabled = {z for z, mode in self.zone_mode.items() if mode != "enabled"}
+        return Snapshot(controls, temps, active_caps(self.profile, temps, controls, disabled))
+
+    def devfreq_cur(self, name: str) -> int:
+        snap = self.evaluate()
+        dev = self.devfreq[name]
+        dev.previous = dev.target(snap.caps.get(name), snap.controls.load.get(dev.spec.kind))
+        return dev.previous
+
+    # -- tree -------------------------------------------------------------------------------
+    def _load_plain_tree(self) -> None:
+        """Reuse the plain tree for layout and static content, so the two backends agree."""
+        with tempfile.TemporaryDirectory(prefix="rkdet-layout-") as tmp:
+            root = build_fake_tree(self.profile, Path(tmp))
+            for dirpath, dirnames, filenames in os.walk(root):
+                rel_dir = os.path.relpath(dirpath, root)
+                rel_dir = "" if rel_dir == "." else rel_dir
+                for name in list(dirnames) + filenames:
+                    full = os.path.join(dirpath, name)
+                    rel = os.path.join(rel_dir, name)
+                    if os.path.islink(full):
+                        self.links[rel] = os.readlink(full)
+                    elif os.path.isdir(full):
+                        self.dirs[rel] = None
+                    else:
+                        data = Path(full).read_bytes()
+                        kernel = rel.startswith(("sys/", "proc/"))
+                        self.files[rel] = Attr(show=lambda d=data: d, mode=0o444 if kernel else 0o644)
+                dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+
+    def _set(self, rel: str, attr: Attr) -> None:
+        parent = os.path.dirname(rel)
+        while parent and parent not in self.dirs:  # a directory the plain tree has no file in
+            self.dirs[parent] = attr.present
+            parent = os.path.dirname(parent)
+        self.files[rel] = attr
+
+    def _overlay(self) -> None:
+        for name, policy in self.cpufreq.items():
+            self._overlay_cpufreq(f"sys/devices/system/cpu/cpufreq/{name}", policy)
+        for name, dev in self.devfreq.items():
+            self._overlay_devfreq(f"sys/devices/platform/{name}/devfreq/{name}", dev)
+        for index, zone in enumerate(self.profile.thermal_zones):
+            zdir = f"sys/class/thermal/thermal_zone{index}"
+            self._set(f"{zdir}/temp", Attr(show=lambda z=zone.type: _line(self.evaluate().temps[z])))
+            self._set(f"{zdir}/mode", Attr(show=lambda z=zone.type: _line(self.zone_mode[z]),
+                                           store=lambda t, z=zone.type: self._store_zone_mode(z, t), mode=0o644))
+        for rel in [r for r in self.files if re.fullmatch(r"sys/devices/system/cpu/cpu\d+/cpuidle/state\d+/disable", r)]:
+            state = {"value": 0}
+            self._set(rel, Attr(show=lambda s=state: _line(s["value"]),
+                                store=lambda t, s=state: s.update(value=int(_kstrtouint(t) != 0)), mode=0o644))
+        if self.profile.has_compaction_proactiveness:
+            self._set("proc/sys/vm/compaction_proactiveness",
+                      Attr(show=lambda: _line(self.compaction), store=self._store_compaction, mode=0o644, sysctl=True))
+        self._set("sys/kernel/mm/transparent_hugepage/enabled",
+                  Attr(show=lambda: _line(self.thp), store=self._store_thp, mode=0o644))
+        if self.profile.rknpu_driver:
+            self._set("sys/kernel/debug/rknpu/load", Attr(show=self._show_npu_load))
+
+    def _overlay_cpufreq(self, pdir: str, pol: CpufreqPolicy) -> None:
+        cur = lambda: _line(pol.cur(self.load("cpu")))  # noqa: E731
+        self._set(f"{pdir}/scaling_cur_freq", Attr(show=cur))
+        self._set(f"{pdir}/cpuinfo_cur_freq", Attr(show=cur, mode=0o400))
+        self._set(f"{pdir}/scaling_governor", Attr(show=lambda: _line(pol.governor), mode=0o644,
+                                                   store=lambda t: pol.store_governor(t, self.load("cpu"))))
+        self._set(f"{pdir}/scaling_min_freq", Attr(show=lambda: _line(pol.limits()[0]), mode=0o644,
+                                                   store=lambda t: setattr(pol, "min_req", parse_uint(t))))
+        self._set(f"{pdir}/scaling_max_freq", Attr(show=lambda: _line(pol.limits()[1]), mode=0o644,
+                                                   store=lambda t: setattr(pol, "max_req", parse_uint(t))))
+        self._set(f"{pdir}/scaling_setspeed", Attr(
+            show=lambda: cur() if pol.governor == USERSPACE else b"<unsupported>\n",
+            store=pol.store_setspeed, mode=0o644))
+
+    def _overlay_devfreq(self, ddir: str, dev: DevfreqDevice) -> None:
+        name = dev.spec.name
+        cur = lambda: _line(self.devfreq_cur(name))  # noqa: E731
+        rng = lambda i: _line(dev.freq_range(self.evaluate().caps.get(name))[i])  # noqa: E731
+        self._set(f"{ddir}/cur_freq", Attr(show=cur))
+        self._set(f"{ddir}/target_freq", Attr(show=cur))
+        self._set(f"{ddir}/governor", Attr(show=lambda: _line(dev.governor), store=self._devfreq_governor_store(dev),
+                                           mode=0o644))
+        self._set(f"{ddir}/min_freq", Attr(show=lambda: rng(0), store=dev.store_min, mode=0o644))
+        self._set(f"{ddir}/max_freq", Attr(show=lambda: rng(1), store=dev.store_max, mode=0o644))
+        self._set(f"{ddir}/polling_interval", Attr(show=lambda: _line(dev.polling_ms), mode=0o644,
+                                                   store=lambda t: setattr(dev, "polling_ms", parse_uint(t))))
+        is_user = lambda: dev.governor == USERSPACE  # noqa: E731
+        self.dirs[f"{ddir}/userspace"] = is_user
+        self._set(f"{ddir}/userspace/set_freq", Attr(
+            show=lambda: b"undefined\n" if dev.user_freq is None else _line(dev.user_freq),
+            store=lambda t: setattr(dev, "user_freq", parse_uint(t)), mode=0o644, present=is_user))
+
+    def _devfreq_governor_store(self, dev: DevfreqDevice) -> Callable[[str], None]:
+        def store(text: str) -> None:
+            self.devfreq_cur(dev.spec.name)  # settle previous_freq before the switch
+            dev.store_governor(text)
+        return store
+
+    def _store_zone_mode(self, zone: str, text: str) -> None:
+        word = text.strip()
+        if word not in ("enabled", "disabled"):
+            raise kernel_error(errno.EINVAL)
+        self.zone_mode[zone] = word
+
+    def _store_compaction(self, text: str) -> None:
+        match = re.fullmatch(r"\s*(-?\d+)\s*", text)
+        if not match or not 0 <= int(match.group(1)) <= 100:
+            raise kernel_error(errno.EINVAL)
+        self.compaction = int(match.group(1))
+
+    def _store_thp(self, text: str) -> None:
+        choices = self.thp.replace("[", "").replace("]", "").split()
+        word = text.strip()
+        if word not in choices:
+            raise kernel_error(errno.EINVAL)
+        self.thp = " ".join(f"[{c}]" if c == word else c for c in choices)
+
+    def _show_npu_load(self) -> bytes:
+        load = self.load("npu") or 0.0
+        cores = ", ".join(f"Core{i}:{round(load * 100):>3}%" for i in range(self.profile.npu_cores))
+        return f"NPU load:  {cores},\n".encode()
+
+    # -- lookup for the filesystem layer ----------------------------------------------------
+    def _dir_present(self, rel: str) -> bool:
+        while rel:
+            present = self.dirs.get(rel, None)
+            if rel not in self.dirs or (present is not None and not present()):
+                return False
+            rel = os.path.dirname(rel)
+        return True
+
+    def kind(self, rel: str) -> Optional[str]:
+        """'dir', 'file', 'link' or None (absent, e.g. set_freq under a non-userspace governor)."""
+        if rel in self.links:
+            return "link" if self._dir_present(os.path.dirname(rel)) else None
+        if rel in self.files:
+            attr = self.files[rel]
+            ok = attr.present is None or attr.present()
+            return "file" if ok and self._dir_present(os.path.dirname(rel)) else None
+        if rel in self.dirs:
+            return "dir" if self._dir_present(rel) else None
+        return None
+
+    def listdir(self, rel: str) -> list[str]:
+        names = [p for table in (self.dirs, self.files, self.links) for p in table
+                 if p and os.path.dirname(p) == rel]
+        return sorted(os.path.basename(p) for p in set(names) if self.kind(p))
+
+
+def _line(value: object) -> bytes:
+    return f"{value}\n".encode()
+
+
+def _kstrtouint(text: str) -> int:
+    """kstrtouint(buf, 0): the whole string is one number (one trailing newline allowed)."""
+    body = text[:-1] if text.endswith("\n") else text
+    try:
+        value = int(body, 0)
+    except ValueError:
+        raise kernel_error(errno.EINVAL) from None
+    if value < 0:
+        raise kernel_error(errno.EINVAL)
+    if value > 2**32 - 1:
+        raise kernel_error(errno.ERANGE)
+    return value
