@@ -1,0 +1,449 @@
+"""Read a toolkit2 `.rknn` file without the toolkit, and fingerprint what the model does.
+
+Why: rknn-toolkit2 copies host pointers and uninitialised heap bytes into some parts of the file,
+so two identical builds can differ in bytes. `content_fingerprint` hashes only the parts that
+define behaviour (header facts, metadata, tensors and quant params, node list, weights and the
+NPU register commands), with the known-volatile parts left out, so it is equal for identical
+inputs and changes with weights, quantization, target or config. Layout and evidence:
+docs/RKNN_FORMAT.md. Only stdlib + numpy: reading must work on hosts without the toolkit.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from rkdet.errors import InputError
+
+__all__ = [
+    "FINGERPRINT_SCHEME",
+    "RknnFileInfo",
+    "RknnFormatError",
+    "Section",
+    "TensorAttr",
+    "content_fingerprint",
+    "read_rknn",
+]
+
+FINGERPRINT_SCHEME = "rkdet.rknn-fingerprint/1"
+
+_MAGIC = b"RKNN\0\0\0\0"
+_ENCRYPTED_MAGIC = b"CYPTRKNN"
+_HEADER_SIZE = 64  # 8 magic + 8 format version + 8 model size + 40 reserved (format >= 2)
+_FB_IDENT = b"RKNN"  # FlatBuffers file identifier of the RKNPU2 model payload
+_MAX_JSON = 64 << 20
+
+# Model (root table) slots, toolkit2 2.x.
+_M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO = 0, 1, 2, 3
+_M_COMPILER, _M_TARGET, _M_SOURCE = 7, 8, 9
+_M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS = 12, 13, 20
+# Graph slots. 8 and 9 hold per-task descriptor tables with raw host pointers: volatile.
+_G_TENSORS, _G_NODES, _G_INPUTS, _G_OUTPUTS = 0, 1, 2, 3
+_G_VOLATILE = frozenset({8, 9})
+
+_KIND_RUNTIME = 0x40  # tensor kind byte: 0x40 runtime-written buffer, 0x41 constant (weights)
+# Internal tensor type codes seen in toolkit2 2.5.0 files -> (name, bytes per element).
+_DTYPES: dict[int, tuple[str, int]] = {
+    1: ("float32", 4), 3: ("int8", 1), 5: ("int16", 2), 6: ("int32", 4),
+    10: ("float16", 2), 13: ("bytes", 1),
+}
+
+
+class RknnFormatError(InputError):
+    """The file is not a readable toolkit2 `.rknn` (exit 2); the message names the file."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One byte range of the file: `offset`/`size` are absolute; `sha256` of those raw bytes."""
+
+    name: str
+    offset: int
+    size: int
+    sha256: str
+    volatile: bool = False
+
+
+@dataclass(frozen=True)
+class TensorAttr:
+    """An input or output as the runtime sees it (shape in the model's original layout)."""
+
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    native_shape: tuple[int, ...]
+    dtype: str
+    layout: str | None
+    qnt_method: str | None
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class RknnFileInfo:
+    """What `read_rknn` found. Dict fields are excluded from hashing (the object stays frozen)."""
+
+    path: str
+    file_size: int
+    file_sha256: str
+    format_version: int
+    model_format: str
+    target_platform: str
+    toolkit_version: str
+    compiler_version: str
+    source_framework: str
+    inputs: tuple[TensorAttr, ...]
+    outputs: tuple[TensorAttr, ...]
+    sections: tuple[Section, ...]
+    metadata: dict[str, Any] = field(hash=False)
+    build_info: dict[str, Any] = field(hash=False)
+
+
+def read_rknn(path: str | Path) -> RknnFileInfo:
+    """Parse `path`; raise RknnFormatError (one line, names the file) if it is not a valid `.rknn`."""
+    return _parse(Path(path)).info
+
+
+def content_fingerprint(path: str | Path) -> str:
+    """sha256 (hex) over the behaviour-defining content of `path`, stable across identical builds."""
+    parsed = _parse(Path(path))
+    payload = json.dumps(parsed.canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+# --- container ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    info: RknnFileInfo
+    canonical: dict[str, Any]
+
+
+def _parse(path: Path) -> _Parsed:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RknnFormatError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+    fail = _failer(path)
+    if data[:8] == _ENCRYPTED_MAGIC:
+        fail("encrypted RKNN (CYPTRKNN) is not supported; export without encryption")
+    if len(data) < 24 or data[:8] != _MAGIC:
+        fail("not an .rknn file (no 'RKNN' magic); give a file written by rknn-toolkit2 export_rknn")
+    version, model_size = struct.unpack_from("<QQ", data, 8)
+    if (version & 0xFFF) < 2:
+        fail(f"container format {version} (rknn-toolkit 1.x) is not supported; rebuild with toolkit2")
+    if len(data) < _HEADER_SIZE + model_size + 8:
+        fail(f"truncated: header promises a {model_size}-byte model but the file has {len(data)} bytes")
+    model = data[_HEADER_SIZE : _HEADER_SIZE + model_size]
+    json_at = _HEADER_SIZE + model_size
+    (json_size,) = struct.unpack_from("<Q", data, json_at)
+    json_end = json_at + 8 + json_size
+    if json_size > _MAX_JSON or json_end > len(data):
+        fail(f"truncated: metadata JSON of {json_size} bytes runs past the end of the file")
+    if json_end != len(data):
+        fail(f"{len(data) - json_end} unexpected bytes after the metadata JSON; the file is corrupt")
+    try:
+        metadata = json.loads(data[json_at + 8 : json_end].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        fail(f"metadata JSON at offset {json_at + 8} is invalid ({exc.__class__.__name__}); file corrupt")
+    if not isinstance(metadata, dict):
+        fail("metadata JSON is not an object; the file is corrupt")
+    if model[4:8] != _FB_IDENT:
+        fail("model payload is not an RKNPU2 FlatBuffer (toolkit1/OpenVX files are not supported)")
+    try:
+        return _parse_model(path, data, version, model, json_at, json_size, metadata)
+    except _FbError as exc:
+        fail(f"model payload is corrupt ({exc})")
+    raise AssertionError("unreachable")
+
+
+def _failer(path: Path) -> Callable[[str], None]:
+    def fail(what: str) -> None:
+        raise RknnFormatError(f"{path}: {what}")
+
+    return fail
+
+
+def _sha(b: bytes | memoryview) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+# --- FlatBuffers (just enough: tables, scalars, strings, vectors), bounds-checked -----------------
+
+
+class _FbError(Exception):
+    pass
+
+
+class _Fb:
+    """Minimal bounds-checked FlatBuffers reader; positions are offsets into the model payload."""
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+
+    def _unpack(self, fmt: str, pos: int) -> Any:
+        size = struct.calcsize(fmt)
+        if pos < 0 or pos + size > len(self.buf):
+            raise _FbError(f"read of {size} bytes at {pos} outside the {len(self.buf)}-byte payload")
+        return struct.unpack_from(fmt, self.buf, pos)[0]
+
+    def root(self) -> int:
+        return int(self._unpack("<I", 0))
+
+    def slots(self, table: int) -> list[int | None]:
+        """Absolute position of each field of `table` (None where absent)."""
+        vtable = table - self._unpack("<i", table)
+        vsize = self._unpack("<H", vtable)
+        if vsize < 4 or vsize % 2:
+            raise _FbError(f"bad vtable size {vsize} at {vtable}")
+        count = (vsize - 4) // 2
+        return [table + o if o else None for o in (self._unpack("<H", vtable + 4 + 2 * i) for i in range(count))]
+
+    def target(self, pos: int) -> int:
+        return pos + int(self._unpack("<I", pos))
+
+    def vector(self, pos: int, itemsize: int) -> tuple[int, int]:
+        start = self.target(pos)
+        n = int(self._unpack("<I", start))
+        if start + 4 + n * itemsize > len(self.buf):
+            raise _FbError(f"vector of {n} x {itemsize} bytes at {start} runs past the payload")
+        return start + 4, n
+
+    def string(self, pos: int) -> str:
+        start, n = self.vector(pos, 1)
+        try:
+            return self.buf[start : start + n].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _FbError(f"string at {start} is not UTF-8") from None
+
+    def array(self, pos: int, dtype: str) -> np.ndarray:
+        dt = np.dtype(dtype)
+        start, n = self.vector(pos, dt.itemsize)
+        return np.frombuffer(self.buf, dtype=dt, count=n, offset=start)
+
+    def tables(self, pos: int) -> list[int]:
+        start, n = self.vector(pos, 4)
+        return [self.target(start + 4 * i) for i in range(n)]
+
+
+def _get(slots: Sequence[int | None], i: int) -> int | None:
+    return slots[i] if i < len(slots) else None
+
+
+def _opt(fb: _Fb, slots: Sequence[int | None], i: int, read: Callable[[int], Any], default: Any) -> Any:
+    pos = _get(slots, i)
+    return default if pos is None else read(pos)
+
+
+# --- model ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    index: int
+    record: dict[str, Any]  # every decoded field, JSON-able (used for the fingerprint)
+
+
+_TENSOR_FIELDS: dict[int, tuple[str, str]] = {
+    0: ("type_code", "u8"), 1: ("kind", "u8"), 2: ("role", "u8"), 3: ("native_shape", "vi32"),
+    4: ("shape", "vi32"), 5: ("name", "str"), 6: ("qnt_method", "str"), 7: ("qnt_dtype", "str"),
+    8: ("min", "vf32"), 9: ("max", "vf32"), 10: ("scale", "vf32"), 11: ("zero_point", "vi32"),
+    12: ("size", "i32"), 13: ("offset", "i32"), 14: ("f14", "i32"), 18: ("buffer", "i32"),
+    19: ("f19", "i32"), 20: ("f20", "vi32"),
+}
+_NODE_FIELDS: dict[int, tuple[str, str]] = {
+    0: ("f0", "i32"), 1: ("type", "str"), 2: ("name", "str"), 3: ("f3", "u8"), 4: ("inputs", "vi32"),
+    5: ("outputs", "vi32"), 7: ("f7", "u8"), 9: ("f9", "vi32"), 10: ("f10", "vi32"),
+    11: ("f11", "vi32"), 12: ("f12", "vi32"), 13: ("f13", "u8"),
+}
+
+
+def _decode(fb: _Fb, table: int, spec: dict[int, tuple[str, str]]) -> dict[str, Any]:
+    """Decode the listed fields of `table`; unknown present slots are recorded by index only."""
+    slots = fb.slots(table)
+    out: dict[str, Any] = {}
+    readers: dict[str, Callable[[int], Any]] = {
+        "u8": lambda p: int(fb._unpack("<B", p)),
+        "i32": lambda p: int(fb._unpack("<i", p)),
+        "str": fb.string,
+        "vi32": lambda p: [int(v) for v in fb.array(p, "<i4")],
+        "vf32": lambda p: [float(v) for v in fb.array(p, "<f4")],
+    }
+    for i, pos in enumerate(slots):
+        if pos is None:
+            continue
+        if i in spec:
+            key, kind = spec[i]
+            out[key] = readers[kind](pos)
+        else:
+            out.setdefault("unknown_slots", []).append(i)
+    return out
+
+
+def _parse_model(
+    path: Path, data: bytes, version: int, model: bytes, json_at: int, json_size: int,
+    metadata: dict[str, Any],
+) -> _Parsed:
+    fb = _Fb(model)
+    root = fb.root()
+    m = fb.slots(root)
+    text = lambda i: _opt(fb, m, i, fb.string, "")  # noqa: E731
+    graphs = _opt(fb, m, _M_GRAPHS, fb.tables, [])
+    if len(graphs) != 1:
+        raise _FbError(f"expected one graph, found {len(graphs)}")
+    g = fb.slots(graphs[0])
+    tensors = [_Tensor(i, _decode(fb, t, _TENSOR_FIELDS)) for i, t in enumerate(_opt(fb, g, _G_TENSORS, fb.tables, []))]
+    nodes = [_decode(fb, t, _NODE_FIELDS) for t in _opt(fb, g, _G_NODES, fb.tables, [])]
+    in_idx = [int(v) for v in _opt(fb, g, _G_INPUTS, lambda p: fb.array(p, "<i4"), [])]
+    out_idx = [int(v) for v in _opt(fb, g, _G_OUTPUTS, lambda p: fb.array(p, "<i4"), [])]
+
+    buffers = _buffers(fb, m)
+    io_json = {k: _json_or_empty(text(s)) for k, s in (("input", _M_INPUT_JSON), ("output", _M_OUTPUT_JSON))}
+    build_info = _literal_or_empty(text(_M_BUILD_INFO))
+    compiler_raw = text(_M_COMPILER)
+    match = re.search(r"compiler version:\s*(.+)\)\s*$", compiler_raw)
+    compiler_version = match.group(1).strip() if match else compiler_raw
+
+    def attrs(indices: list[int], layouts: dict[str, Any]) -> tuple[TensorAttr, ...]:
+        result = []
+        for k in indices:
+            if not 0 <= k < len(tensors):
+                raise _FbError(f"graph refers to tensor {k} of {len(tensors)}")
+            r = tensors[k].record
+            code_name = _DTYPES.get(r.get("type_code", -1), (f"type{r.get('type_code')}", 0))[0]
+            name = r.get("name", "")
+            lay = layouts.get(name, {}) if isinstance(layouts, dict) else {}
+            result.append(TensorAttr(
+                index=k, name=name, shape=tuple(r.get("shape", ())), native_shape=tuple(r.get("native_shape", ())),
+                dtype=str(r.get("qnt_dtype") or (lay.get("dtype") if isinstance(lay, dict) else None) or code_name),
+                layout=lay.get("layout") if isinstance(lay, dict) else None, qnt_method=r.get("qnt_method"),
+                scale=tuple(r.get("scale", ())), zero_point=tuple(r.get("zero_point", ())),
+                size_bytes=int(r.get("size", 0)),
+            ))
+        return tuple(result)
+
+    sections = [Section("header", 0, _HEADER_SIZE, _sha(data[:_HEADER_SIZE])),
+                Section("model", _HEADER_SIZE, len(model), _sha(model))]
+    volatile_spans = _volatile_spans(fb, g)
+    for i, (start, n) in enumerate(buffers):
+        owner = next((t.record.get("name", "") for t in tensors if t.record.get("buffer") == i), "")
+        sections.append(Section(f"model.buffer[{i}]{':' + owner if owner else ''}", _HEADER_SIZE + start, n,
+                                _sha(model[start : start + n])))
+    for slot, (start, end) in volatile_spans.items():
+        sections.append(Section(f"model.graph.slot{slot}", _HEADER_SIZE + start, end - start,
+                                _sha(model[start:end]), volatile=True))
+    sections.append(Section("metadata_json", json_at + 8, json_size, _sha(data[json_at + 8 : json_at + 8 + json_size])))
+
+    info = RknnFileInfo(
+        path=str(path), file_size=len(data), file_sha256=_sha(data), format_version=version,
+        model_format=text(_M_FORMAT), target_platform=text(_M_TARGET),
+        toolkit_version=str(metadata.get("version", "")), compiler_version=compiler_version,
+        source_framework=text(_M_SOURCE),
+        inputs=attrs(in_idx, io_json["input"]), outputs=attrs(out_idx, io_json["output"]),
+        sections=tuple(sections), metadata=metadata, build_info=build_info,
+    )
+    canonical = {
+        "scheme": FINGERPRINT_SCHEME,
+        "format_version": version,
+        "model": {
+            "revision": _opt(fb, m, _M_REVISION, lambda p: int(fb._unpack("<i", p)), None),
+            "format": info.model_format, "compiler": compiler_raw, "target": info.target_platform,
+            "source": info.source_framework, "io_json": io_json,
+            "build_info": _canonical_literal(text(_M_BUILD_INFO)),
+            "other_slots": _other_model_slots(fb, m),
+        },
+        "metadata": metadata,
+        "graph": {
+            "tensors": [t.record for t in tensors], "nodes": nodes, "inputs": in_idx, "outputs": out_idx,
+            "other_slots": sorted(i for i, p in enumerate(g) if p is not None and i > _G_OUTPUTS),
+        },
+        "buffers": [_buffer_digest(model, start, n, i, tensors) for i, (start, n) in enumerate(buffers)],
+    }
+    return _Parsed(info, canonical)
+
+
+def _buffers(fb: _Fb, m: Sequence[int | None]) -> list[tuple[int, int]]:
+    """(start, size) of each data buffer in the payload: weights, LUTs, register commands, tasks."""
+    out = []
+    for t in _opt(fb, m, _M_BUFFERS, fb.tables, []):
+        pos = _get(fb.slots(t), 0)
+        out.append(fb.vector(pos, 1) if pos is not None else (0, 0))
+    return out
+
+
+def _buffer_digest(model: bytes, start: int, n: int, index: int, tensors: list[_Tensor]) -> dict[str, Any]:
+    """Hash a buffer's defined bytes only. A buffer owned by a runtime-written tensor (kind 0x40:
+    `tempMC*`, `*_BScfgTensor`, `fenceConv_*`) is allocated larger than its tensor and the toolkit
+    leaves the rest as uninitialised heap (0x5a under MALLOC_PERTURB_=165), so only the tensor's
+    bytes count. Constant tensors (kind 0x41) and untyped blobs are hashed whole."""
+    used = n
+    for t in tensors:
+        r = t.record
+        if r.get("buffer") != index or r.get("kind") != _KIND_RUNTIME or not r.get("native_shape"):
+            continue
+        itemsize = _DTYPES.get(r.get("type_code", -1), ("", 0))[1]
+        need = int(np.prod(r["native_shape"], dtype=np.int64)) * itemsize + int(r.get("offset", 0))
+        if 0 < need <= n:
+            used = need
+    return {"size": n, "hashed": used, "sha256": _sha(model[start : start + used])}
+
+
+def _volatile_spans(fb: _Fb, g: Sequence[int | None]) -> dict[int, tuple[int, int]]:
+    """Byte span (min target .. table end) of the graph slots known to carry host pointers."""
+    spans = {}
+    for slot in sorted(_G_VOLATILE):
+        pos = _get(g, slot)
+        if pos is None:
+            continue
+        start = fb.target(pos)
+        lo, hi = start, start
+        for t in fb.tables(pos):
+            vtable = t - fb._unpack("<i", t)
+            lo = min(lo, t, vtable)
+            hi = max(hi, t + fb._unpack("<H", vtable + 2))
+        spans[slot] = (lo, hi)
+    return spans
+
+
+def _other_model_slots(fb: _Fb, m: Sequence[int | None]) -> dict[str, Any]:
+    """Slots of the root table we do not name, kept as raw inline bytes (they are stable)."""
+    named = {_M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO, _M_COMPILER, _M_TARGET, _M_SOURCE,
+             _M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS}
+    out = {}
+    present = sorted((p, i) for i, p in enumerate(m) if p is not None)
+    for k, (pos, i) in enumerate(present):
+        if i in named:
+            continue
+        nxt = present[k + 1][0] if k + 1 < len(present) else pos + 4
+        out[str(i)] = fb.buf[pos : pos + max(1, min(4, nxt - pos))].hex()
+    return out
+
+
+def _json_or_empty(text: str) -> Any:
+    try:
+        return json.loads(text) if text else {}
+    except ValueError:
+        return {"unparsed": text}
+
+
+def _literal_or_empty(text: str) -> dict[str, Any]:
+    """The toolkit stores its build attributes as a Python dict literal; parse it safely."""
+    try:
+        value = ast.literal_eval(text) if text else {}
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return {"unparsed": text}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _canonical_literal(text: str) -> Any:
+    return json.loads(json.dumps(_literal_or_empty(text), sort_keys=True, default=repr))
