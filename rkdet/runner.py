@@ -86,7 +86,9 @@ def output_hash(array):
 
     dtype and shape are part of the hash so equal bytes in another layout never compare equal.
     """
-    arr = np.ascontiguousarray(array)
+    arr = np.asarray(array)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)  # never for 0-d arrays: it would make them 1-d
     digest = hashlib.sha256()
     header = arr.dtype.str + "|" + ",".join(str(int(d)) for d in arr.shape) + "|"
     digest.update(header.encode("ascii"))
@@ -504,17 +506,18 @@ def _package_version(module, dists):
     version = getattr(module, "__version__", None)
     if version:
         return str(version)
+    try:
+        from importlib.metadata import version as dist_version  # novm (Python 3.8+, guarded)
+    except ImportError:
+        dist_version = None
     for dist in dists:
         try:
-            from importlib.metadata import version as dist_version  # novm (Python 3.8+, guarded)
-            return dist_version(dist)
-        except Exception:
-            pass
-        try:
-            import pkg_resources  # older boards (Python 3.6/3.7)
+            if dist_version is not None:
+                return dist_version(dist)
+            import pkg_resources  # older boards (Python 3.6/3.7) have no importlib.metadata
             return pkg_resources.get_distribution(dist).version
         except Exception:
-            pass
+            continue
     return "unknown"
 
 
