@@ -48,9 +48,11 @@ def _register() -> None:
     # One line per command group, each owned by its area (convert, board, diff, emulator).
     from rkdet.config_command import config_group
     from rkdet.convert.command import convert_command
+    from rkdet.diff.command import diff_command
 
     main.add_command(config_group)
     main.add_command(convert_command)
+    main.add_command(diff_command)
 
 
 _register()

@@ -1,0 +1,24 @@
+"""The stable entry points other parts of rkdet call (deploy, the CLI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rkdet.diff.compare import Comparison, run_comparison
+from rkdet.diff.resultset import open_source
+from rkdet.diff.tolerance import Tolerance
+
+__all__ = ["Comparison", "Tolerance", "compare"]
+
+
+def compare(a_path: str | Path, b_path: str | Path | None = None, tolerance: Tolerance | None = None,
+            decoder: str = "auto") -> Comparison:
+    """Compare result set `a_path` run-to-run, and against `b_path`'s run 0 per input when given.
+
+    Either path may be a result-set folder, a build folder (its golden/simulator set is used and a
+    note says so), a golden/ folder, or a single .npy/.npz. Raises rkdet.errors.InputError (exit 2)
+    for unreadable or mismatched input; otherwise `.exit_code` is 0 (same within tolerance) or 1.
+    """
+    a = open_source(a_path, "A")
+    b = open_source(b_path, "B") if b_path is not None else None
+    return run_comparison(a, b, tolerance or Tolerance(), decoder)

@@ -1,0 +1,70 @@
+"""`rkdet diff`: parse flags, run the comparison, print/write reports, exit 0 same / 1 different / 2 trouble."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rkdet.diff.tolerance import Tolerance
+from rkdet.errors import InputError
+
+# Same as rkdet.diff.decode.DECODERS (a test keeps them equal); literal so `rkdet --help` skips numpy.
+DECODERS = ("auto", "yolov8", "classification", "none")
+
+
+def _config_tolerance(path: Path | None) -> Tolerance:
+    """The `tolerances` section of a config file (absent section: bitwise)."""
+    if path is None:
+        return Tolerance()
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as err:
+        raise InputError(f"{path}: cannot read config ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{where}: invalid YAML; fix the syntax") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping at the top level")
+    return Tolerance.from_mapping(data.get("tolerances"), where=f"{path}: tolerances")
+
+
+@click.command("diff")
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path), required=False)
+@click.option("--tolerance", "tolerances", multiple=True, metavar="KEY=VALUE",
+              help="max_abs, max_ulp, min_cosine or max_rel_l2; repeatable; overrides --config. Default: bitwise.")
+@click.option("--config", "config", type=click.Path(path_type=Path, dir_okay=False),
+              help="YAML config whose `tolerances` section declares the tolerance.")
+@click.option("--decoder", type=click.Choice(DECODERS), default="auto", show_default=True,
+              help="How to judge decisions: auto-detect from output shapes, or force one.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report (rkdet.diff/1) instead of the table.")
+@click.option("--json-out", type=click.Path(path_type=Path, dir_okay=False), help="Write the JSON report here.")
+@click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here.")
+def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: Path | None, decoder: str,
+                 as_json: bool, json_out: Path | None, html_out: Path | None) -> None:
+    """Compare result sets: A alone (run-to-run) or A against reference B.
+
+    A and B: result-set folders, build folders (their golden/simulator set), or .npy/.npz files.
+    Exit 0 same within tolerance, 1 different, 2 trouble (unreadable or mismatched input).
+    """
+    from rkdet.diff.api import compare
+    from rkdet.diff.report import json_text, write_html, write_json
+
+    tolerance = Tolerance.from_pairs(tolerances, _config_tolerance(config))
+    comparison = compare(a, b, tolerance, decoder)
+    if json_out:
+        write_json(comparison, json_out)
+    if html_out:
+        write_html(comparison, html_out)
+    if as_json:
+        click.echo(json_text(comparison), nl=False)
+    else:
+        from rkdet.diff.terminal import render_terminal
+
+        render_terminal(comparison)
+    sys.exit(comparison.exit_code)

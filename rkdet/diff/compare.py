@@ -1,0 +1,425 @@
+"""The diff engine: stream one or two result sets, compare bitwise, then numerically, then by decision.
+
+Hashes come first: index.jsonl already names every output by content hash, so only a hash that
+differs from its reference ever gets loaded and measured, once per distinct hash. Every set is
+analysed run-to-run (against its own run 0 per input); in A-vs-B mode A is also measured against
+B's run 0 per input (B is the reference: golden data or another board).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rkdet.diff.correlate import correlate, run_setting_differences
+from rkdet.diff.decision import compare_classification, compare_detections
+from rkdet.diff.decode import Detections, Layout, class_scores, decode_yolov8, detect_layout
+from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays
+from rkdet.diff.resultset import OutputRef, Record, Source
+from rkdet.diff.tolerance import Tolerance
+from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
+
+
+@dataclass
+class Variant:
+    """One distinct content (hash) of one output of one input, and the runs that produced it."""
+
+    hash: str
+    runs: list[int] = field(default_factory=list)
+    vs_first: NumericStats | None = None  # against this set's run 0 (None: identical)
+    vs_reference: NumericStats | None = None  # against B's run 0 (None: identical or no B)
+    slices_vs_first: dict[str, NumericStats] = field(default_factory=dict)
+    slices_vs_reference: dict[str, NumericStats] = field(default_factory=dict)
+
+
+@dataclass
+class OutputAnalysis:
+    """Everything seen for one output of one input across the runs."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: str
+    first_hash: str
+    reference_hash: str | None
+    variants: dict[str, Variant] = field(default_factory=dict)
+
+
+@dataclass
+class Group:
+    """One distinct whole-inference result (all outputs' hashes) of an input and its decision deltas."""
+
+    signature: tuple[str, ...]
+    runs: list[int] = field(default_factory=list)
+    decision_vs_first: dict[str, Any] | None = None
+    decision_vs_reference: dict[str, Any] | None = None
+
+
+@dataclass
+class InputAnalysis:
+    name: str
+    outputs: dict[str, OutputAnalysis] = field(default_factory=dict)
+    groups: dict[tuple[str, ...], Group] = field(default_factory=dict)
+    latencies: list[tuple[int, float]] = field(default_factory=list)
+    reference_decision: dict[str, Any] | None = None  # decoded run 0 / B reference (detections or top-k)
+
+    @property
+    def runs(self) -> int:
+        return sum(len(g.runs) for g in self.groups.values())
+
+
+@dataclass
+class Failure:
+    """One (set, input, output, distinct hash) outside the tolerance; the first run names it."""
+
+    set: str  # "A" | "B"
+    against: str  # "run 0" | "B"
+    input: str
+    output: str
+    runs: list[int]
+    stats: NumericStats
+    slice_reasons: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def first_run(self) -> int:
+        return self.runs[0]
+
+
+@dataclass
+class SetAnalysis:
+    role: str
+    source: Source
+    inputs: dict[str, InputAnalysis] = field(default_factory=dict)
+    records: int = 0
+    runs: int = 0
+    first_divergence: dict[str, Any] | None = None  # run-to-run, execution order
+    first_difference: dict[str, Any] | None = None  # against B, execution order
+    correlation: list[str] = field(default_factory=list)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    """The result of `rkdet diff`: what was compared, how, every finding, and the verdict."""
+
+    a: SetAnalysis
+    b: SetAnalysis | None
+    tolerance: Tolerance
+    layout: Layout
+    failures: list[Failure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    abs_hist: list[int] = field(default_factory=lambda: [0] * (len(HIST_EDGES) + 1))
+    overlay: dict[str, Any] | None = None  # detection overlay for the HTML report
+    exit_code: int = EXIT_OK
+    verdict: str = ""
+
+    @property
+    def mode(self) -> str:
+        return "a-vs-b" if self.b is not None else "run-to-run"
+
+
+def _where(element: int | None, shape: tuple[int, ...]) -> str:
+    if element is None:
+        return "?"
+    if not shape:
+        return "scalar"
+    return f"{element} {list(int(i) for i in np.unravel_index(element, shape))}"
+
+
+def _decide(layout: Layout, arrays: dict[str, np.ndarray]) -> Detections | np.ndarray | None:
+    if layout.kind.startswith("yolov8"):
+        return decode_yolov8(layout, arrays)
+    if layout.kind == "classification":
+        return class_scores(layout, arrays)
+    return None
+
+
+def _decision_delta(ref: Detections | np.ndarray | None, cand: Detections | np.ndarray | None) -> dict[str, Any] | None:
+    if isinstance(ref, Detections) and isinstance(cand, Detections):
+        return compare_detections(ref, cand)
+    if isinstance(ref, np.ndarray) and isinstance(cand, np.ndarray):
+        return compare_classification(ref, cand)
+    return None
+
+
+def _decision_summary(dec: Detections | np.ndarray | None) -> dict[str, Any] | None:
+    if isinstance(dec, Detections):
+        return {"kind": "detection", "detections": dec.as_list()}
+    if isinstance(dec, np.ndarray):
+        top = np.argsort(-dec, kind="stable")[:5]
+        return {"kind": "classification", "top5": [int(i) for i in top], "scores": [float(dec[i]) for i in top]}
+    return None
+
+
+class _Engine:
+    """Holds the per-comparison state while records stream by."""
+
+    def __init__(self, tolerance: Tolerance, decoder: str) -> None:
+        self.tolerance = tolerance
+        self.decoder = decoder
+        self.layout: Layout | None = None
+        self.failures: list[Failure] = []
+        self.hist = np.zeros(len(HIST_EDGES) + 1, dtype=np.int64)
+        self.overlay: dict[str, Any] | None = None
+        self.notes: list[str] = []
+
+    # -- layout ----------------------------------------------------------------------------
+    def layout_for(self, record: Record) -> Layout:
+        if self.layout is None:
+            self.layout = detect_layout([(o.name, o.shape) for o in record.outputs], self.decoder)
+        return self.layout
+
+    # -- per-pair numerics -----------------------------------------------------------------
+    def measure(self, ref_src: Source, ref: OutputRef, cand_src: Source, cand: OutputRef,
+                where: str) -> tuple[NumericStats, dict[str, NumericStats]]:
+        if ref.shape != cand.shape:
+            raise InputError(f"{where}: output {cand.name} is {list(cand.shape)} but its reference is {list(ref.shape)}; "
+                             f"the two sides come from different models or layouts")
+        r, c = ref_src.load(ref), cand_src.load(cand)
+        if r.dtype != c.dtype:
+            r, c = r.astype(np.float64), c.astype(np.float64)
+        stats = compare_arrays(r, c, self.tolerance)
+        slices = {}
+        assert self.layout is not None
+        for slice_name, index in self.layout.slices.get(cand.name, {}).items():
+            slices[slice_name] = compare_arrays(r[index], c[index], self.tolerance)
+        self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
+        return stats, slices
+
+    def decisions(self, src: Source, record: Record) -> Detections | np.ndarray | None:
+        assert self.layout is not None
+        if self.layout.kind == "none":
+            return None
+        return _decide(self.layout, {o.name: src.load(o) for o in record.outputs})
+
+    # -- one set -----------------------------------------------------------------------------
+    def analyse(self, analysis: SetAnalysis, reference: dict[str, tuple[Source, Record]] | None) -> None:
+        src = analysis.source
+        firsts: dict[str, Record] = {}
+        first_decisions: dict[str, Any] = {}
+        ref_decisions: dict[str, Any] = {}
+        sized = False
+        for rec in src.records():
+            layout = self.layout_for(rec)
+            analysis.records += 1
+            analysis.runs = max(analysis.runs, rec.run + 1)
+            if not sized:  # bound the array cache: run 0's record + one candidate record
+                _size_cache(src, rec, 2)
+                sized = True
+            ia = analysis.inputs.get(rec.input)
+            ref_rec: Record | None = None
+            ref_src: Source | None = None
+            if reference is not None:
+                if rec.input not in reference:
+                    raise InputError(f"{src.label}: input {rec.input!r} has no counterpart in B "
+                                     f"(B has {', '.join(sorted(reference)) or 'none'})")
+                ref_src, ref_rec = reference[rec.input]
+                ref_rec = _align(rec, ref_rec, src.label)
+            if ia is None:
+                ia = analysis.inputs[rec.input] = InputAnalysis(rec.input)
+                firsts[rec.input] = rec
+                for o in rec.outputs:
+                    ref_hash = None
+                    if ref_rec is not None:
+                        ref_hash = next(x.hash for x in ref_rec.outputs if x.name == o.name)
+                    ia.outputs[o.name] = OutputAnalysis(o.name, o.shape, o.dtype, layout.roles.get(o.name, "output"),
+                                                        o.hash, ref_hash)
+                first_decisions[rec.input] = self.decisions(src, rec)
+                if ref_rec is not None and ref_src is not None:
+                    ref_decisions[rec.input] = self.decisions(ref_src, ref_rec)
+                ia.reference_decision = _decision_summary(ref_decisions.get(rec.input, first_decisions[rec.input]))
+            first = firsts[rec.input]
+            if [o.name for o in rec.outputs] != [o.name for o in first.outputs]:
+                raise InputError(f"{src.label}: run {rec.run} input {rec.input!r} has outputs "
+                                 f"{[o.name for o in rec.outputs]}, run {first.run} had {[o.name for o in first.outputs]}")
+            if rec.latency_ms is not None:
+                ia.latencies.append((rec.run, float(rec.latency_ms)))
+            group = ia.groups.get(rec.signature)
+            if group is None:
+                group = ia.groups[rec.signature] = Group(rec.signature)
+                self._new_group(analysis, src, rec, first, ref_src, ref_rec, ia, group,
+                                first_decisions.get(rec.input), ref_decisions.get(rec.input))
+            group.runs.append(rec.run)
+            for o in rec.outputs:
+                ia.outputs[o.name].variants[o.hash].runs.append(rec.run)
+            self._note_divergence(analysis, rec, first, ref_rec)
+        if analysis.records == 0:
+            raise InputError(f"{src.label}: index.jsonl holds no complete inference record")
+        divergent = {r for ia in analysis.inputs.values() for sig, g in ia.groups.items()
+                     if sig != firsts[ia.name].signature for r in g.runs}
+        analysis.snapshots = src.snapshots()
+        analysis.correlation = correlate(divergent, analysis.runs, analysis.snapshots)
+
+    def _new_group(self, analysis: SetAnalysis, src: Source, rec: Record, first: Record, ref_src: Source | None,
+                   ref_rec: Record | None, ia: InputAnalysis, group: Group, first_dec: Any, ref_dec: Any) -> None:
+        """Measure every new hash of a new distinct result, and its decision deltas."""
+        where = f"{src.label}: run {rec.run} input {rec.input!r}"
+        for o, f in zip(rec.outputs, first.outputs):
+            oa = ia.outputs[o.name]
+            if o.hash in oa.variants:
+                continue
+            var = oa.variants[o.hash] = Variant(o.hash)
+            if o.hash != f.hash:
+                var.vs_first, var.slices_vs_first = self.measure(src, f, src, o, where)
+                self._check(analysis.role, "run 0", rec, o.name, var.vs_first, var.slices_vs_first, var)
+            if ref_rec is not None and ref_src is not None:
+                r = next(x for x in ref_rec.outputs if x.name == o.name)
+                if o.hash != r.hash:
+                    var.vs_reference, var.slices_vs_reference = self.measure(ref_src, r, src, o, where)
+                    self._check(analysis.role, "B", rec, o.name, var.vs_reference, var.slices_vs_reference, var)
+        changed_vs_first = rec.signature != first.signature
+        changed_vs_ref = ref_rec is not None and rec.signature != ref_rec.signature
+        if self.layout is None or self.layout.kind == "none" or not (changed_vs_first or changed_vs_ref):
+            return
+        cand = self.decisions(src, rec)
+        if changed_vs_first:
+            group.decision_vs_first = _decision_delta(first_dec, cand)
+        if changed_vs_ref:
+            group.decision_vs_reference = _decision_delta(ref_dec, cand)
+        delta = group.decision_vs_reference or group.decision_vs_first
+        if isinstance(cand, Detections) and delta is not None:
+            ref_det = ref_dec if changed_vs_ref else first_dec
+            score = len(delta["class_flips"]) + len(delta["missing"]) + len(delta["extra"])
+            if self.overlay is None or score > self.overlay["score"]:
+                self.overlay = {"score": score, "set": analysis.role, "input": rec.input, "run": rec.run,
+                                "reference": ref_det, "candidate": cand,
+                                "reference_label": "B" if changed_vs_ref else "run 0",
+                                "image_sources": [s for s in (ref_src, src) if s is not None]}
+
+    def _check(self, role: str, against: str, rec: Record, output: str, stats: NumericStats,
+               slices: dict[str, NumericStats], var: Variant) -> None:
+        bad_slices = {k: s.reasons for k, s in slices.items() if not s.within}
+        if not stats.within or bad_slices:
+            self.failures.append(Failure(role, against, rec.input, output, var.runs, stats, bad_slices))
+
+    def _note_divergence(self, analysis: SetAnalysis, rec: Record, first: Record, ref_rec: Record | None) -> None:
+        ia = analysis.inputs[rec.input]
+        if analysis.first_divergence is None and rec.signature != first.signature:
+            analysis.first_divergence = _first_point(rec, first, ia, "vs_first")
+        if analysis.first_difference is None and ref_rec is not None and rec.signature != ref_rec.signature:
+            analysis.first_difference = _first_point(rec, ref_rec, ia, "vs_reference")
+
+
+def _first_point(rec: Record, ref: Record, ia: InputAnalysis, attr: str) -> dict[str, Any]:
+    """Run, input, output, element and both values of the first differing output of a record."""
+    for o, r in zip(rec.outputs, ref.outputs):
+        if o.hash != r.hash:
+            stats: NumericStats | None = getattr(ia.outputs[o.name].variants[o.hash], attr)
+            assert stats is not None
+            return {"run": rec.run, "input": rec.input, "output": o.name, "index": stats.first_index,
+                    "position": _where(stats.first_index, o.shape).split(" ", 1)[-1] if o.shape else "scalar",
+                    "reference": stats.first_reference, "candidate": stats.first_candidate,
+                    "max_ulp": stats.max_ulp, "max_abs": stats.max_abs}
+    raise AssertionError("signatures differ but no output does")
+
+
+def _align(rec: Record, ref: Record, label: str) -> Record:
+    """Reorder the reference's outputs to the candidate's names (or pair by position when exactly one side
+    is a bare .npy)."""
+    names = [o.name for o in rec.outputs]
+    by_name = {o.name: o for o in ref.outputs}
+    if set(names) == set(by_name):
+        return Record(ref.run, ref.input, tuple(by_name[n] for n in names), ref.latency_ms, ref.t_unix)
+    if len(ref.outputs) == len(rec.outputs) and (names == ["output"] or list(by_name) == ["output"]):
+        return Record(ref.run, ref.input, tuple(
+            OutputRef(n, o.hash, o.shape, o.dtype) for n, o in zip(names, ref.outputs)), ref.latency_ms, ref.t_unix)
+    raise InputError(f"{label}: input {rec.input!r} has outputs {sorted(names)} but B has {sorted(by_name)}; "
+                     f"compare results of the same model")
+
+
+def _size_cache(src: Source, rec: Record, records: int) -> None:
+    """Bound a source's array cache to `records` records of this shape (plus 1 MiB of slack)."""
+    size = sum(int(np.prod(o.shape, dtype=np.int64)) * np.dtype(o.dtype).itemsize for o in rec.outputs)
+    src.cache.max_bytes = records * size + (1 << 20)
+
+
+def _reference_records(b: Source) -> dict[str, tuple[Source, Record]]:
+    refs: dict[str, tuple[Source, Record]] = {}
+    for rec in b.records():
+        if not refs:
+            _size_cache(b, rec, 1)
+        refs.setdefault(rec.input, (b, rec))
+    if not refs:
+        raise InputError(f"{b.label}: index.jsonl holds no complete inference record")
+    return refs
+
+
+def run_comparison(a: Source, b: Source | None, tolerance: Tolerance, decoder: str = "auto") -> Comparison:
+    """Analyse `a` (run-to-run, and against `b`'s run 0 when given) and `b` (run-to-run)."""
+    engine = _Engine(tolerance, decoder)
+    notes = [s.note for s in (a, b) if s is not None and s.note]
+    a_analysis = SetAnalysis("A", a)
+    b_analysis = SetAnalysis("B", b) if b is not None else None
+    reference = None
+    if b is not None:
+        reference = _reference_records(b)
+        a_inputs = {rec.input for rec in a.records()}
+        if len(a_inputs) == 1 and len(reference) == 1 and a_inputs != set(reference):
+            (only,) = a_inputs
+            (ref_name,) = reference
+            notes.append(f"single inputs paired by position: A {only!r} vs B {ref_name!r}")
+            reference = {only: reference[ref_name]}
+        missing = sorted(set(reference) - a_inputs)
+        if missing:
+            notes.append(f"B has input(s) A lacks: {', '.join(missing)} (not compared)")
+        notes.extend(run_setting_differences(a.run_info, b.run_info))
+    engine.analyse(a_analysis, reference)
+    if b_analysis is not None:
+        engine.analyse(b_analysis, None)
+    layout = engine.layout or detect_layout([], "none")
+    notes.append(f"decoder: {layout.detail}")
+    comparison = Comparison(a_analysis, b_analysis, tolerance, layout, engine.failures, notes + engine.notes,
+                            engine.hist.tolist())
+    comparison.overlay = _finish_overlay(engine.overlay, a_analysis, b_analysis)
+    comparison.exit_code = EXIT_DIFFERENT if comparison.failures else EXIT_OK
+    comparison.verdict = verdict_line(comparison)
+    return comparison
+
+
+def _finish_overlay(overlay: dict[str, Any] | None, a: SetAnalysis, b: SetAnalysis | None) -> dict[str, Any] | None:
+    """Pick the input image for the detection plot: the changed input, else the first decoded input."""
+    if overlay is None:
+        ia = next(iter(a.inputs.values()), None)
+        ref = ia.reference_decision if ia else None
+        if not ref or ref.get("kind") != "detection":
+            return None
+        overlay = {"score": 0, "set": "A", "input": ia.name, "run": 0, "reference": _dets(ref["detections"]),
+                   "candidate": None, "reference_label": "B" if b is not None else "run 0",
+                   "image_sources": [s.source for s in (b, a) if s is not None]}
+    image = None
+    for src in overlay.pop("image_sources"):
+        image = src.input_image(overlay["input"])
+        if image is not None:
+            break
+    overlay["image"] = image
+    return overlay
+
+
+def _dets(items: list[dict[str, Any]]) -> Detections:
+    boxes = np.array([d["box"] for d in items], dtype=np.float64).reshape(-1, 4)
+    return Detections(boxes, np.array([d["score"] for d in items]), np.array([d["class"] for d in items], dtype=np.int64))
+
+
+def verdict_line(c: Comparison) -> str:
+    """One line: SAME/DIFFERENT, the tolerance, and where the first failure is."""
+    tol = c.tolerance.describe()
+    total = c.a.records + (c.b.records if c.b else 0)
+    versus = f" against B ({c.b.source.label})" if c.b else " run-to-run"
+    if not c.failures:
+        what = "bit-identical" if c.tolerance.bitwise else "within tolerance"
+        distinct = max((len(ia.groups) for ia in c.a.inputs.values()), default=1)
+        extra = "" if distinct == 1 else f" ({distinct} distinct results per input at most)"
+        return f"SAME ({tol}): {c.a.records} inferences of {len(c.a.inputs)} input(s){versus}: all outputs {what}{extra}"
+    f = min(c.failures, key=lambda x: (x.set, x.first_run))
+    s = f.stats
+    bad_runs = {(x.set, x.input, r) for x in c.failures for r in x.runs}
+    where = s.first_index
+    shape = next(ia.outputs[f.output].shape for ia in (c.a.inputs if f.set == "A" else c.b.inputs).values()  # type: ignore[union-attr]
+                 if ia.name == f.input)
+    why = "; ".join(s.reasons) if s.reasons else "; ".join(f"{k}: {', '.join(v)}" for k, v in f.slice_reasons.items())
+    return (f"DIFFERENT ({tol}): set {f.set} run {f.first_run}, input {f.input}, output {f.output}, element "
+            f"{_where(where, shape)}: {s.first_reference!r} vs {s.first_candidate!r} at {f.against} "
+            f"(max {s.max_ulp} ULP, max abs {s.max_abs:.3g}); {why}; {len(bad_runs)} of {total} inferences "
+            f"outside tolerance")

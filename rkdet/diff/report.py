@@ -1,0 +1,153 @@
+"""Machine-readable report (schema ``rkdet.diff/1``, documented in docs/DIFF_REPORT.md) and
+`write_reports`, the one call deploy makes to leave report.json and report.html beside a result set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
+from rkdet.diff.metrics import HIST_EDGES, NumericStats
+from rkdet.errors import InputError
+
+SCHEMA = "rkdet.diff/1"
+
+
+def run_ranges(runs: list[int]) -> list[list[int]]:
+    """Compress sorted run numbers into inclusive [first, last] ranges."""
+    out: list[list[int]] = []
+    for r in sorted(runs):
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return out
+
+
+def _stats(s: NumericStats | None) -> dict[str, Any] | None:
+    return None if s is None else s.as_dict()
+
+
+def _variant(v: Variant) -> dict[str, Any]:
+    return {"hash": v.hash, "run_count": len(v.runs), "runs": run_ranges(v.runs),
+            "vs_first": _stats(v.vs_first), "vs_reference": _stats(v.vs_reference),
+            "slices_vs_first": {k: s.as_dict() for k, s in v.slices_vs_first.items()},
+            "slices_vs_reference": {k: s.as_dict() for k, s in v.slices_vs_reference.items()}}
+
+
+def _latency(values: list[tuple[int, float]]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ms = sorted(v for _, v in values)
+    return {"min": ms[0], "median": ms[len(ms) // 2], "max": ms[-1]}
+
+
+def _set(s: SetAnalysis | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    info = s.source.run_info
+    return {
+        "path": str(s.source.path), "kind": s.source.kind, "note": s.source.note,
+        "backend": info.get("backend"), "backend_detail": info.get("backend_detail"),
+        "emulated": info.get("emulated"), "core_mask": info.get("core_mask"), "affinity": info.get("affinity"),
+        "status": info.get("status"), "records": s.records, "runs": s.runs,
+        "first_divergence": s.first_divergence, "first_difference": s.first_difference,
+        "correlation": s.correlation,
+        "inputs": [{
+            "name": ia.name, "runs": ia.runs, "distinct": len(ia.groups),
+            "latency_ms": _latency(ia.latencies), "reference_decision": ia.reference_decision,
+            "groups": [{"run_count": len(g.runs), "runs": run_ranges(g.runs),
+                        "decision_vs_first": g.decision_vs_first, "decision_vs_reference": g.decision_vs_reference}
+                       for g in ia.groups.values()],
+            "outputs": [{"name": oa.name, "shape": list(oa.shape), "dtype": oa.dtype, "role": oa.role,
+                         "first_hash": oa.first_hash, "reference_hash": oa.reference_hash,
+                         "distinct": len(oa.variants), "variants": [_variant(v) for v in oa.variants.values()]}
+                        for oa in ia.outputs.values()],
+        } for ia in s.inputs.values()],
+    }
+
+
+def _failure(f: Failure) -> dict[str, Any]:
+    return {"set": f.set, "against": f.against, "input": f.input, "output": f.output, "first_run": f.first_run,
+            "run_count": len(f.runs), "runs": run_ranges(f.runs), "reasons": f.stats.reasons,
+            "slice_reasons": f.slice_reasons, "stats": f.stats.as_dict()}
+
+
+def to_json(c: Comparison) -> dict[str, Any]:
+    """The whole comparison as plain JSON types with stable field names."""
+    first = min(c.failures, key=lambda x: (x.set, x.first_run)) if c.failures else None
+    return {
+        "schema": SCHEMA,
+        "verdict": c.verdict,
+        "exit_code": c.exit_code,
+        "same": c.exit_code == 0,
+        "mode": c.mode,
+        "tolerance": {**c.tolerance.as_dict(), "bitwise": c.tolerance.bitwise, "description": c.tolerance.describe()},
+        "layout": c.layout.as_dict(),
+        "notes": c.notes,
+        "first_failure": _failure(first) if first else None,
+        "failures": [_failure(f) for f in c.failures],
+        "abs_diff_histogram": {"edges": list(HIST_EDGES), "counts": c.abs_hist,
+                               "counted": "differing elements, once per distinct output"},
+        "sets": {"A": _set(c.a), "B": _set(c.b)},
+    }
+
+
+def atomic_write(path: Path, data: str | bytes) -> Path:
+    """Write to a temporary name in the same folder, then rename: readers never see half a file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as err:
+        raise InputError(f"{path}: cannot write report ({err.strerror}); choose a writable path") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no inf/NaN: non-finite numbers become null (docs/DIFF_REPORT.md says what that means)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def json_text(c: Comparison) -> str:
+    return json.dumps(_finite(to_json(c)), indent=2, sort_keys=True, allow_nan=False, default=_json_default) + "\n"
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def write_json(c: Comparison, path: Path) -> Path:
+    return atomic_write(path, json_text(c))
+
+
+def write_html(c: Comparison, path: Path) -> Path:
+    from rkdet.diff.html import render_html  # matplotlib is imported only when HTML is asked for
+
+    return atomic_write(path, render_html(c))
+
+
+def write_reports(comparison: Comparison, out_dir: str | Path) -> dict[str, Path]:
+    """Write report.json and report.html into `out_dir`; returns {"json": path, "html": path}."""
+    out = Path(out_dir)
+    return {"json": write_json(comparison, out / "report.json"), "html": write_html(comparison, out / "report.html")}
