@@ -1,0 +1,367 @@
+"""The emulated board's front door: a real OpenSSH sshd on 127.0.0.1 with its own keys and config.
+
+Why a real sshd and not a Python SSH server: deploy must meet what a board runs (OpenSSH on
+Debian images, Dropbear without SFTP on Buildroot, busybox shells, sudo with env_reset), and
+quoting, host keys, channel windows and detached jobs only prove anything against the real thing.
+The session environment points the board scripts and the runner at the emulated hardware:
+``RKDET_ROOT`` (fake sysfs/procfs tree), a PATH whose ``python3`` is this venv's python (numpy +
+onnxruntime), and PYTHONPATH with the emulated ``rknnlite`` (``runtime_double/``, a test double:
+its results are labelled emulated). The emulator is sshd's parent: it waits for it and cleans up.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rkdet.board.emulator import users
+from rkdet.board.fake_tree import build_fake_tree
+from rkdet.board.socs import profile as soc_profile
+from rkdet.errors import BoardError, InputError
+
+SSHD = Path("/usr/sbin/sshd")
+RUNTIME_DOUBLE = Path(__file__).resolve().parent / "runtime_double"
+_STD_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What kind of board to emulate (login shell, SFTP, sudo)."""
+
+    name: str
+    user: str
+    sftp: bool = True
+    busybox: bool = False  # busybox ash login shell and a PATH of busybox applets only
+    sudo: bool = False  # passwordless `sudo -n` for the login user (this instance only)
+
+
+VARIANTS: dict[str, Variant] = {
+    "standard": Variant("standard", "rkdetboard"),
+    "nosftp": Variant("nosftp", "rkdetboard", sftp=False),
+    "busybox": Variant("busybox", "rkdetbb", sftp=False, busybox=True),
+    "sudo": Variant("sudo", "rkdetsudo", sudo=True),
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _venv_python() -> Path:
+    """This interpreter's venv python (not the base interpreter behind its symlink)."""
+    candidate = Path(sys.prefix) / "bin" / "python3"
+    return candidate if candidate.exists() else Path(sys.executable)
+
+
+def _keygen(path: Path, comment: str) -> str:
+    """An ed25519 key pair at `path`; returns the public key line."""
+    res = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise BoardError(f"emulator: ssh-keygen failed: {res.stderr.strip()}")
+    return path.with_name(path.name + ".pub").read_text().strip()
+
+
+def _config_value(text: str) -> str:
+    if '"' in text or "\n" in text:
+        raise InputError(f"emulator: path {text!r} contains a quote or newline; use a plainer --dir")
+    return f'"{text}"'
+
+
+class EmulatedBoard:
+    """A board on 127.0.0.1: `with EmulatedBoard("rk3588", tmp) as b: BoardConnection.open(b.target, ...)`.
+
+    `workdir` keeps the sshd-side files (config, keys, log); files the board user must reach
+    (home, PATH dir, fake tree, authorized_keys) go to `workdir/board` when the user can traverse
+    `workdir`, else to a private temp dir. `root` uses an existing tree (e.g. the FUSE one) instead
+    of building the plain tree.
+    """
+
+    def __init__(self, soc: str = "rk3588", workdir: str | Path | None = None, variant: str | Variant = "standard",
+                 *, root: str | Path | None = None, python: str | Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        try:
+            self.profile = soc_profile(soc)
+        except KeyError as err:
+            raise InputError(f"emulator: {err.args[0]}") from None
+        if isinstance(variant, str):
+            if variant not in VARIANTS:
+                raise InputError(f"emulator: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+            variant = VARIANTS[variant]
+        self.variant = variant
+        self.soc = self.profile.soc
+        self._own_workdir = workdir is None
+        self.workdir = Path(tempfile.mkdtemp(prefix="rkdet-emu-")) if workdir is None else Path(workdir).resolve()
+        self._given_root = Path(root).resolve() if root is not None else None
+        self.python = Path(python) if python else _venv_python()
+        self._extra_env = dict(env or {})
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.user = variant.user
+        self.identity_file = self.workdir / "id_ed25519"
+        self.known_hosts_file = self.workdir / "known_hosts"
+        self.ssh_config_file = self.workdir / "ssh_config"
+        self.log_file = self.workdir / "sshd.log"
+        self.alias = f"rkdet-emulator-{self.soc}"
+        self.board_dir: Path | None = None
+        self.root: Path = self._given_root or Path()
+        self.home: Path = Path()
+        self.env: dict[str, str] = {}
+        self._proc: subprocess.Popen | None = None
+        self._sudo_rule: Path | None = None
+        self._own_board_dir = False
+        self._finalizer: weakref.finalize | None = None
+
+    # -- lifecycle --
+
+    def __enter__(self) -> EmulatedBoard:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def target(self) -> str:
+        """`host:port` for `BoardConnection.open` / `--board`."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> EmulatedBoard:
+        """Create keys, user, tree and config; start sshd and wait for its banner."""
+        users.require_root()
+        if not SSHD.exists():
+            raise BoardError(f"emulator: {SSHD} missing; install openssh-server (see .ci/setup)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        shell = users.busybox_shell() if self.variant.busybox else Path("/bin/sh")
+        entry = users.ensure_user(self.user, shell)
+        self._prepare_board_dir(entry)
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+        host_pub = self._fresh_key(self.workdir / "ssh_host_ed25519_key", "rkdet-emulator-host")
+        client_pub = self._fresh_key(self.identity_file, "rkdet-emulator-client")
+        assert self.board_dir is not None
+        auth = self.board_dir / "authorized_keys"
+        auth.write_text(client_pub + "\n")
+        os.chown(auth, entry.pw_uid, entry.pw_gid)
+        last_error = ""
+        for _attempt in range(5):  # another process may grab the free port before sshd binds it
+            self.port = free_port()
+            self._write_sshd_config(auth)
+            self._proc = self._spawn()
+            self._finalizer = weakref.finalize(self, _cleanup, self._proc, None)
+            last_error = self._wait_ready()
+            if not last_error:
+                break
+            self._finalizer()
+        else:
+            self.stop()
+            raise BoardError(f"emulator: sshd did not start: {last_error} (log: {self.log_file})")
+        try:
+            keytype, keydata = host_pub.split()[:2]
+            _atomic_write(self.known_hosts_file, f"[{self.host}]:{self.port} {keytype} {keydata}\n")
+            _atomic_write(self.ssh_config_file, self._ssh_config_text())
+            if self.variant.sudo:
+                self._sudo_rule = users.install_sudo_rule(self.user, str(self.port))
+        except BaseException:
+            self.stop()
+            raise
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._sudo_rule)
+        return self
+
+    def stop(self) -> None:
+        """Stop sshd, remove the sudo rule and the temp dirs this instance made; idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._proc = None
+        self._sudo_rule = None
+        if self._own_board_dir and self.board_dir is not None:
+            shutil.rmtree(self.board_dir, ignore_errors=True)
+            self.board_dir = None
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- pieces --
+
+    def _fresh_key(self, path: Path, comment: str) -> str:
+        for p in (path, path.with_name(path.name + ".pub")):
+            p.unlink(missing_ok=True)
+        return _keygen(path, comment)
+
+    def _prepare_board_dir(self, entry: pwd.struct_passwd) -> None:
+        """home, bin (python3 wrapper; busybox applets), the fake tree: all owned by the board user."""
+        if users.traversable_by(self.workdir, entry):
+            self.board_dir = self.workdir / "board"
+            if self.board_dir.exists():
+                shutil.rmtree(self.board_dir)
+            self.board_dir.mkdir()
+        else:
+            self.board_dir = Path(tempfile.mkdtemp(prefix="rkdet-board-"))
+            self._own_board_dir = True
+        os.chmod(self.board_dir, 0o755)
+        self.home = self.board_dir / "home"
+        bindir = self.board_dir / "bin"
+        self.home.mkdir()
+        bindir.mkdir()
+        if self._given_root is None:
+            self.root = build_fake_tree(self.profile, self.board_dir / "root")
+            users.chown_tree(self.root, entry)
+        elif not users.traversable_by(self.root, entry):
+            raise InputError(f"emulator: {self.root} is not reachable by user {self.user}; "
+                             f"give a root under a world-searchable directory")
+        if not self.python.exists():
+            raise InputError(f"emulator: python {self.python} not found")
+        board_python = _board_python(self.python, self.board_dir, entry)
+        wrapper = bindir / "python3"
+        wrapper.write_text(f"#!/bin/sh\nexec {_sh_quote(str(board_python))} \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        if self.variant.busybox:
+            applets = subprocess.run([str(users.BUSYBOX), "--list"], capture_output=True, text=True).stdout.split()
+            for name in applets:
+                if name != "python3":
+                    os.symlink(users.BUSYBOX, bindir / name)
+        users.chown_tree(self.home, entry)
+        path = str(bindir) if self.variant.busybox else f"{bindir}:{_STD_PATH}"
+        self.env = {"RKDET_ROOT": str(self.root), "PATH": path, "PYTHONPATH": str(RUNTIME_DOUBLE),
+                    "HOME": str(self.home), "RKDET_EMULATED": "1", **self._extra_env}
+
+    def _write_sshd_config(self, authorized_keys: Path) -> None:
+        setenv = " ".join(_config_value(f"{k}={v}") for k, v in self.env.items())
+        lines = [
+            f"Port {self.port}",
+            f"ListenAddress {self.host}",
+            f"HostKey {_config_value(str(self.workdir / 'ssh_host_ed25519_key'))}",
+            "PidFile none",
+            f"AuthorizedKeysFile {_config_value(str(authorized_keys))}",
+            "StrictModes no",  # keys live under /tmp-like dirs owned by root
+            "UsePAM no",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin no",
+            f"AllowUsers {self.user}",
+            "UseDNS no",
+            "PrintMotd no",
+            "PrintLastLog no",
+            "MaxSessions 100",
+            "MaxStartups 100:30:200",
+            "LogLevel INFO",
+            f"SetEnv {setenv}",
+        ]
+        if self.variant.sftp:
+            lines.append("Subsystem sftp internal-sftp")
+        _atomic_write(self.workdir / "sshd_config", "\n".join(lines) + "\n")
+
+    def _spawn(self) -> subprocess.Popen:
+        test = subprocess.run([str(SSHD), "-t", "-f", str(self.workdir / "sshd_config")], capture_output=True, text=True)
+        if test.returncode != 0:
+            raise BoardError(f"emulator: sshd rejects its config: {test.stderr.strip()}")
+        log = open(self.log_file, "ab")
+        try:
+            return subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(self.workdir / "sshd_config")],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        finally:
+            log.close()
+
+    def _wait_ready(self, timeout: float = 10.0) -> str:
+        """'' once sshd answers with a banner; else why it did not (it may have lost the port)."""
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self.log_file.read_text(errors="replace").strip().splitlines()
+                return tail[-1] if tail else f"sshd exited {self._proc.returncode}"
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1) as s:
+                    s.settimeout(2)
+                    if s.recv(8).startswith(b"SSH-"):
+                        return ""
+            except OSError:
+                time.sleep(0.02)
+        self._proc.terminate()
+        return f"no banner on port {self.port} within {timeout:g} s"
+
+    def _ssh_config_text(self) -> str:
+        return (f"Host {self.alias}\n  HostName {self.host}\n  Port {self.port}\n  User {self.user}\n"
+                f"  IdentityFile {_config_value(str(self.identity_file))}\n  IdentitiesOnly yes\n"
+                f"  UserKnownHostsFile {_config_value(str(self.known_hosts_file))}\n  StrictHostKeyChecking yes\n")
+
+    # -- ways in --
+
+    def ssh_argv(self) -> list[str]:
+        """An OpenSSH command line reaching this board (strict host keys, its own known_hosts)."""
+        return ["ssh", "-F", str(self.ssh_config_file), self.alias]
+
+    def connect(self, **kwargs: Any):
+        """A `BoardConnection` to this board with its key and known_hosts (kwargs override)."""
+        from rkdet.board.ssh import BoardConnection
+
+        opts: dict[str, Any] = dict(user=self.user, identity=self.identity_file, known_hosts=self.known_hosts_file,
+                                    system_known_hosts=None, ssh_config=None, allow_agent=False)
+        opts.update(kwargs)
+        return BoardConnection.open(self.target, **opts)
+
+
+def _board_python(python: Path, board_dir: Path, entry: pwd.struct_passwd) -> Path:
+    """`python` if the board user may run it; else a venv over a reachable same-version python
+    whose .pth adds `python`'s site-packages (pyenv interpreters often live under 0700 /root)."""
+    real = python.resolve()
+    if users.traversable_by(real.parent, entry) and real.stat().st_mode & 0o001:
+        return python
+    probe = subprocess.run([str(python), "-c", "import sys, site; print('%d.%d' % sys.version_info[:2]);"
+                            "print('\\n'.join(site.getsitepackages()))"], capture_output=True, text=True)
+    version, *site_dirs = probe.stdout.split("\n")
+    base = next((Path(d) / f"python{version}" for d in ("/usr/bin", "/usr/local/bin")
+                 if (Path(d) / f"python{version}").exists()), None)
+    if probe.returncode != 0 or base is None:
+        raise BoardError(f"emulator: {python} is not executable by user {entry.pw_name} and no python{version} "
+                         f"in /usr/bin or /usr/local/bin to stand in; pass python= an interpreter the user can run")
+    venv = board_dir / "venv"
+    res = subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise BoardError(f"emulator: cannot create the board venv with {base}: {res.stderr.strip()}")
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site_dirs if d.strip())
+    (venv / "lib" / f"python{version}" / "site-packages" / "rkdet-host-venv.pth").write_text(lines)
+    return venv / "bin" / "python3"
+
+
+def _sh_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _cleanup(proc: subprocess.Popen, sudo_rule: Path | None) -> None:
+    """Stop sshd (and the sessions it forked) and drop the sudo rule; runs at stop() or exit."""
+    if sudo_rule is not None:
+        sudo_rule.unlink(missing_ok=True)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

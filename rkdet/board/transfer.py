@@ -1,0 +1,281 @@
+"""Verified, resumable-by-skipping file transfer between host and board over one SSH connection.
+
+Why: a deploy pushes models of tens of MB again and again, so a file already on the board with
+the right sha256 is not sent twice; a half-sent file must never be mistaken for a whole one, so
+each file goes to a temporary name, is hashed on the receiving side, and only then renamed. SFTP
+(paramiko's pipelined put / prefetching get, as fast as OpenSSH scp on loopback) is used when the
+board has it; boards without an SFTP subsystem (Dropbear on Buildroot) get the same guarantees by
+streaming through `cat` over an exec channel. Remote helpers are POSIX sh + busybox applets only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Callable
+
+from rkdet.board.ssh import remote_command
+from rkdet.errors import BoardError, InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rkdet.board.ssh import BoardConnection
+
+PROGRESS_MIN_BYTES = 8 << 20  # progress bars only for files at least this big
+_HASH_CHUNK = 1 << 20
+
+# one line per argument, in order: "<sha256>" or "-" when the file does not exist
+_HASHES = ('while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; done; shift; '
+           'for f do if [ -f "$f" ]; then h=$(sha256sum < "$f") || exit 4; echo "${h%% *}"; else echo -; fi; done')
+# args: triples tmp final mode sha; verify each temp file's hash on the board, then chmod + rename
+_COMMIT = ('bad=0; while [ $# -ge 4 ]; do h=$(sha256sum < "$1"); h=${h%% *}; '
+           'if [ "$h" = "$4" ]; then chmod "$3" "$1" && mv -f "$1" "$2" || bad=1; '
+           'else rm -f "$1"; echo "$2" >&2; bad=1; fi; shift 4; done; exit $bad')
+_LIST = 'cd "$1" && find . -type f -print0'
+
+
+@dataclass
+class TransferStats:
+    """What a push or pull did: files and bytes actually sent vs skipped as already identical."""
+
+    files_sent: int = 0
+    files_skipped: int = 0
+    bytes_sent: int = 0
+    bytes_skipped: int = 0
+    seconds: float = 0.0
+    method: str = ""  # "sftp" or "exec"
+
+    def add(self, other: TransferStats) -> None:
+        self.files_sent += other.files_sent
+        self.files_skipped += other.files_skipped
+        self.bytes_sent += other.bytes_sent
+        self.bytes_skipped += other.bytes_skipped
+        self.seconds += other.seconds
+        self.method = self.method or other.method
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a local file, streamed."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _local_files(local: Path) -> list[tuple[Path, str]]:
+    """(file, posix path relative to `local`) for a file or every regular file under a directory."""
+    if local.is_file():
+        return [(local, "")]
+    if not local.is_dir():
+        raise InputError(f"{local}: no such file or directory to push")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(local, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            p = Path(dirpath) / name
+            if p.is_file():
+                found.append((p, p.relative_to(local).as_posix()))
+    return found
+
+
+def _join(base: str, rel: str) -> str:
+    return base if not rel else str(PurePosixPath(base) / rel)
+
+
+def _tmp_name(path: str) -> str:
+    p = PurePosixPath(path)
+    return str(p.parent / f".{p.name}.rkdet-{secrets.token_hex(4)}.tmp")
+
+
+def remote_hashes(conn: BoardConnection, paths: Sequence[str], mkdirs: Sequence[str] = ()) -> list[str | None]:
+    """sha256 of each remote path (None when missing), one round trip; creates `mkdirs` first."""
+    if not paths and not mkdirs:
+        return []
+    res = conn.run(["sh", "-c", _HASHES, "sh", *mkdirs, "--", *paths], check=False)
+    lines = res.out.split("\n")[: len(paths)]
+    if res.rc != 0 or len(lines) != len(paths):
+        what = "create" if res.rc == 3 else "hash"
+        raise BoardError(f"{conn.target.label}: cannot {what} remote files "
+                         f"({(res.err.strip().splitlines() or ['exit ' + str(res.rc)])[-1]})")
+    return [None if line == "-" else line for line in lines]
+
+
+class _Progress:
+    """A rich progress bar for big files only; a no-op otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._bar = None
+
+    @contextmanager
+    def task(self, name: str, size: int) -> Iterator[Callable[[int], None]]:
+        if not self.enabled or size < PROGRESS_MIN_BYTES:
+            yield lambda n: None
+            return
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      TimeRemainingColumn(), transient=True) as bar:
+            task = bar.add_task(name, total=size)
+            yield lambda n: bar.update(task, advance=n)
+
+
+def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = False) -> TransferStats:
+    """Copy `local` (file or directory) to exactly the remote path `remote`; skip identical files."""
+    start = time.monotonic()
+    remote = conn.abspath(remote)
+    files = _local_files(Path(local))
+    sftp = conn.sftp()
+    stats = TransferStats(method="sftp" if sftp else "exec")
+    targets = [_join(remote, rel) for _, rel in files]
+    dirs = sorted({str(PurePosixPath(t).parent) for t in targets} | ({remote} if Path(local).is_dir() else set()))
+    local_hashes = [sha256_file(p) for p, _ in files]
+    have = remote_hashes(conn, targets, mkdirs=dirs)
+    bars = _Progress(progress)
+    pending: list[str] = []
+    for (path, _), target, want, got in zip(files, targets, local_hashes, have):
+        size = path.stat().st_size
+        if got == want:
+            stats.files_skipped += 1
+            stats.bytes_skipped += size
+            continue
+        tmp = _tmp_name(target)
+        with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as f:
+            if sftp is not None:
+                try:
+                    sftp.putfo(f, tmp, file_size=size, callback=_delta(advance), confirm=False)
+                except (OSError, EOFError) as err:
+                    raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed ({err})") from None
+            else:
+                out = bytearray()
+                rc = conn.stream(remote_command(["sh", "-c", 'cat > "$1"', "sh", tmp]), stdin=f, stderr=out.extend,
+                                 on_send=advance, what=f"upload {path.name}")
+                if rc != 0:
+                    raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: "
+                                     f"{out.decode('utf-8', 'replace').strip()}")
+        mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
+        pending += [tmp, target, mode, want]
+        stats.files_sent += 1
+        stats.bytes_sent += size
+    if pending:
+        res = conn.run(["sh", "-c", _COMMIT, "sh", *pending], check=False)
+        if res.rc != 0:
+            bad = res.err.strip().splitlines()
+            raise BoardError(f"{conn.target.label}: {bad[0] if bad else remote} arrived corrupted or could not be "
+                             f"renamed into place (sha256 mismatch on the board); retry the push")
+    stats.seconds = time.monotonic() - start
+    return stats
+
+
+def _delta(advance: Callable[[int], None]) -> Callable[[int, int], None]:
+    """Adapt paramiko's (done, total) callback to an `advance(n)` one."""
+    last = [0]
+
+    def cb(done: int, total: int) -> None:
+        advance(done - last[0])
+        last[0] = done
+
+    return cb
+
+
+def _remote_listing(conn: BoardConnection, remote: str) -> list[str] | None:
+    """Relative paths of regular files under a remote directory, or None when `remote` is a file."""
+    kind = conn.run(["sh", "-c", 'if [ -d "$1" ]; then echo d; elif [ -f "$1" ]; then echo f; else echo -; fi',
+                     "sh", remote]).out.strip()
+    if kind == "-":
+        raise BoardError(f"{conn.target.label}: {remote}: no such file or directory on the board")
+    if kind == "f":
+        return None
+    out, err = bytearray(), bytearray()
+    rc = conn.stream(remote_command(["sh", "-c", _LIST, "sh", remote]), stdout=out.extend, stderr=err.extend,
+                     what="list files")
+    if rc != 0:
+        raise BoardError(f"{conn.target.label}: cannot list {remote}: {err.decode('utf-8', 'replace').strip()}")
+    names = [os.fsdecode(n) for n in out.split(b"\0") if n]
+    return sorted(n[2:] if n.startswith("./") else n for n in names)
+
+
+def pull(conn: BoardConnection, remote: str, local: Path, *, progress: bool = False) -> TransferStats:
+    """Copy the remote file or directory `remote` to exactly `local`; identical local files are kept."""
+    start = time.monotonic()
+    remote = conn.abspath(remote)
+    local = Path(local)
+    rels = _remote_listing(conn, remote)
+    pairs = [(remote, local)] if rels is None else [(_join(remote, r), local / r) for r in rels]
+    if any(".." in PurePosixPath(r).parts for r in rels or ()):
+        raise BoardError(f"{conn.target.label}: refusing a remote file name with '..' under {remote}")
+    if rels is not None:
+        local.mkdir(parents=True, exist_ok=True)
+    hashes = remote_hashes(conn, [src for src, _ in pairs])
+    sftp = conn.sftp()
+    stats = TransferStats(method="sftp" if sftp else "exec")
+    bars = _Progress(progress)
+    for (src, dest), want in zip(pairs, hashes):
+        if want is None:
+            raise BoardError(f"{conn.target.label}: {src} vanished during the pull")
+        if dest.is_file() and sha256_file(dest) == want:
+            stats.files_skipped += 1
+            stats.bytes_skipped += dest.stat().st_size
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.rkdet-{secrets.token_hex(4)}.tmp")
+        h = hashlib.sha256()
+        size = 0
+        try:
+            with open(tmp, "wb") as f:
+                def sink(data: bytes) -> None:
+                    h.update(data)
+                    f.write(data)
+
+                size = _download(conn, sftp, src, sink, bars)
+            if h.hexdigest() != want:
+                raise BoardError(f"{conn.target.label}: {src} arrived corrupted (sha256 mismatch); retry the pull")
+            os.replace(tmp, dest)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        stats.files_sent += 1
+        stats.bytes_sent += size
+    stats.seconds = time.monotonic() - start
+    return stats
+
+
+class _Sink:
+    """A file-like writer for paramiko's getfo that forwards to a callback."""
+
+    def __init__(self, write: Callable[[bytes], None]) -> None:
+        self.write = write
+
+
+def _download(conn: BoardConnection, sftp, src: str, sink: Callable[[bytes], None], bars: _Progress) -> int:
+    """Stream one remote file into `sink`; returns its size."""
+    if sftp is not None:
+        try:
+            size = sftp.stat(src).st_size or 0
+            with bars.task(f"pull {PurePosixPath(src).name}", size) as advance:
+                return sftp.getfo(src, _Sink(sink), callback=_delta(advance))
+        except (OSError, EOFError) as err:
+            raise BoardError(f"{conn.target.label}: download of {src} failed ({err})") from None
+    total = [0]
+    err = bytearray()
+
+    def counted(data: bytes) -> None:
+        total[0] += len(data)
+        sink(data)
+
+    rc = conn.stream(remote_command(["cat", src]), stdout=counted, stderr=err.extend,
+                     what=f"download {PurePosixPath(src).name}")
+    if rc != 0:
+        raise BoardError(f"{conn.target.label}: download of {src} failed: {err.decode('utf-8', 'replace').strip()}")
+    return total[0]
+
+
+__all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "pull", "push", "remote_hashes", "sha256_file"]
