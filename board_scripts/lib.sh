@@ -1,0 +1,182 @@
+# shellcheck shell=sh
+# lib.sh - shared helpers of the rkdet board scripts: sourced, never run on its own.
+#
+# POSIX sh only (dash, busybox sh, bash --posix): POSIX has no `local`, so helpers hand results
+# back in RK_* variables and use function-prefixed names for their scratch variables.
+# Every sysfs/procfs path is "$RK_ROOT/<relative path>": RKDET_ROOT is empty on a real board and
+# points at a fake tree in tests and in the emulator, so this machine's /sys and /proc are never
+# written. Output is JSON Lines on stdout: one complete record per line, each with a "record" and
+# a "script" key, so the host can pick them out of other output (run-pinned.sh mixes in the
+# child's output).
+
+# Globals used by the scripts that source this file.
+# shellcheck disable=SC2034
+RK_TAB=$(printf '\t')
+RK_ROOT=${RKDET_ROOT:-}
+RK_ROOT=${RK_ROOT%/}
+RK_STATE_DIR=${RKDET_STATE_DIR:-/run/rkdet}
+RK_STATE_DIR=${RK_STATE_DIR%/}
+RK_STATE_FILE=$RK_STATE_DIR/pin.state
+RK_STATE_MAGIC='#rkdet-pin-state 1'
+RK_SCRIPT=${RK_SCRIPT:-rkdet}
+RK_V=
+RK_ERR=
+
+# ---- JSON -------------------------------------------------------------------------------------
+
+# rk_js STRING: print STRING as a JSON string literal (control characters become spaces).
+rk_js() {
+    case $1 in
+        *[\\\"]* | *[![:print:]]*)
+            printf '"%s"' "$(printf '%s' "$1" | tr '\001-\037\177' ' ' | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')" ;;
+        *) printf '"%s"' "$1" ;;
+    esac
+}
+
+# rk_jn VALUE: print VALUE as a JSON integer, or null when it is not one.
+rk_jn() {
+    rk_jn_v=${1#-}
+    case $rk_jn_v in
+        '' | *[!0-9]*) printf 'null' ;;
+        *) printf '%s' "$1" ;;
+    esac
+}
+
+# rk_jarr WORDS [n]: print the whitespace-separated WORDS as a JSON array (of integers with "n").
+rk_jarr() {
+    rk_jarr_sep=
+    printf '['
+    for rk_jarr_w in $1; do
+        printf '%s' "$rk_jarr_sep"
+        if [ "${2:-}" = n ]; then rk_jn "$rk_jarr_w"; else rk_js "$rk_jarr_w"; fi
+        rk_jarr_sep=,
+    done
+    printf ']'
+}
+
+# rk_emit BODY: print one record {"record":...,"script":...,BODY}. Never fails: a dropped
+# connection (EPIPE) must not stop a restore half-way.
+rk_emit() {
+    printf '{"record":"%s","script":"%s"%s}\n' "$1" "$RK_SCRIPT" "${2:+,$2}" 2>/dev/null || :
+}
+
+# rk_die EXIT_CODE REASON: emit the final error record, say REASON on stderr, exit.
+rk_die() {
+    rk_emit result "\"status\":\"error\",\"exit\":$1,\"reason\":$(rk_js "$2")"
+    printf '%s: %s\n' "$RK_SCRIPT" "$2" >&2 || :
+    exit "$1"
+}
+
+# ---- files ------------------------------------------------------------------------------------
+
+# rk_path REL: print the absolute path of REL (relative to the root prefix).
+rk_path() { printf '%s/%s' "$RK_ROOT" "$1"; }
+
+# rk_read REL: RK_V := first line of REL (no trailing newline). Fails when absent or unreadable.
+rk_read() {
+    RK_V=
+    [ -f "$RK_ROOT/$1" ] || return 1
+    IFS= read -r RK_V 2>/dev/null <"$RK_ROOT/$1" || [ -n "$RK_V" ]
+}
+
+# rk_write REL VALUE: write VALUE and a newline to REL. On failure RK_ERR := the kernel's reason
+# (e.g. "Invalid argument", "Permission denied").
+rk_write() {
+    RK_ERR=
+    if RK_ERR=$(printf '%s\n' "$2" 2>&1 >"$RK_ROOT/$1"); then
+        return 0
+    fi
+    RK_ERR=${RK_ERR##*: }
+    [ -n "$RK_ERR" ] || RK_ERR="write failed"
+    return 1
+}
+
+# rk_canon REL_NAME VALUE: RK_V := the comparable form of a value. Choice files such as THP's
+# "always [madvise] never" compare by their selected (bracketed) word.
+rk_canon() {
+    RK_V=$2
+    case $2 in
+        *\[*\]*)
+            RK_V=${2#*\[}
+            RK_V=${RK_V%%\]*} ;;
+    esac
+}
+
+# rk_in_list WORD LIST: succeed when WORD is one of the whitespace-separated LIST.
+rk_in_list() {
+    for rk_in_list_w in $2; do
+        [ "$rk_in_list_w" = "$1" ] && return 0
+    done
+    return 1
+}
+
+# rk_max_of LIST: RK_V := the largest integer of LIST.
+rk_max_of() {
+    RK_V=
+    for rk_max_of_w in $1; do
+        if [ -z "$RK_V" ] || [ "$rk_max_of_w" -gt "$RK_V" ]; then RK_V=$rk_max_of_w; fi
+    done
+}
+
+# rk_is_perm_error: succeed when RK_ERR says the write was refused for lack of privilege.
+rk_is_perm_error() {
+    case $RK_ERR in
+        *ermission* | *ead-only* | *not\ permitted*) return 0 ;;
+    esac
+    return 1
+}
+
+# rk_check_env: refuse a relative root prefix (it would silently point at the wrong tree).
+rk_check_env() {
+    case $RK_ROOT in
+        '' | /*) ;;
+        *) rk_die 2 "RKDET_ROOT must be an absolute path, got '$RK_ROOT'" ;;
+    esac
+    case $RK_STATE_DIR in
+        /*) ;;
+        *) rk_die 2 "RKDET_STATE_DIR must be an absolute path, got '$RK_STATE_DIR'" ;;
+    esac
+}
+
+# rk_usage SCRIPT_PATH: print the script's header comment (its documentation) and exit 0.
+rk_usage() {
+    sed -n '2,/^$/s/^# \{0,1\}//p' "$1"
+    exit 0
+}
+
+# ---- discovery --------------------------------------------------------------------------------
+
+# rk_devfreq_nodes: RK_V := "name:kind ..." for every devfreq node, found by name, never by index:
+# *.npu / *npu* -> npu, *.gpu / *gpu* -> gpu, dmc / *dmc* -> ddr, others -> other; when no node is
+# named like an NPU, a node called devfreq0 (vendor kernels without a named OPP table) is the NPU.
+rk_devfreq_nodes() {
+    rk_dn_out=
+    rk_dn_npu=
+    rk_dn_d0=
+    for rk_dn_p in "$RK_ROOT"/sys/class/devfreq/*; do
+        [ -e "$rk_dn_p" ] || continue
+        rk_dn_name=${rk_dn_p##*/}
+        case $rk_dn_name in
+            *npu*) rk_dn_kind=npu; rk_dn_npu=1 ;;
+            *gpu* | *mali*) rk_dn_kind=gpu ;;
+            dmc | *dmc*) rk_dn_kind=ddr ;;
+            devfreq0) rk_dn_kind=other; rk_dn_d0=1 ;;
+            *) rk_dn_kind=other ;;
+        esac
+        rk_dn_out="$rk_dn_out $rk_dn_name:$rk_dn_kind"
+    done
+    if [ -z "$rk_dn_npu" ] && [ -n "$rk_dn_d0" ]; then
+        rk_dn_out=$(printf '%s' "$rk_dn_out" | sed 's/ devfreq0:other/ devfreq0:npu/')
+    fi
+    RK_V=${rk_dn_out# }
+}
+
+# rk_cpu_policies: RK_V := relative dirs of every cpufreq policy.
+rk_cpu_policies() {
+    RK_V=
+    for rk_cp_p in "$RK_ROOT"/sys/devices/system/cpu/cpufreq/policy*; do
+        [ -d "$rk_cp_p" ] || continue
+        RK_V="$RK_V sys/devices/system/cpu/cpufreq/${rk_cp_p##*/}"
+    done
+    RK_V=${RK_V# }
+}

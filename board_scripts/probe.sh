@@ -1,0 +1,234 @@
+#!/bin/sh
+# shellcheck source-path=SCRIPTDIR
+# probe.sh - describe the board, machine-readably, without changing anything.
+#
+# Usage: probe.sh [-h]
+# Prints one JSON line per finding: soc (device-tree compatible), kernel, cpu_policy (governors,
+# frequencies, current), devfreq (NPU/GPU/DDR found by name: *.npu, *.gpu, dmc; devfreq0 as the
+# NPU when nothing is named so), thermal (zones by type), cpuidle, rknpu (driver version and load
+# from /sys/kernel/debug/rknpu when readable), runtime (librknnrt.so / librknn_runtime.so version
+# string), python (python3 and whether `import rknnlite` works), vm (compaction_proactiveness,
+# transparent hugepages), disk (free space of the work directory), state (a pin state left by a
+# crashed run). Anything absent is a "missing" line with a reason, never an error.
+#
+# Environment:
+#   RKDET_ROOT       prefix of /sys, /proc and /usr/lib (empty on a real board)
+#   RKDET_STATE_DIR  where pin.sh keeps its state (default /run/rkdet)
+#   RKDET_WORK_DIR   directory whose free space is reported (default: the current directory)
+#   RKDET_PYTHON     the board's Python (default python3)
+#
+# Exit codes:
+#   0  probed (missing pieces are reported, not fatal)
+#   2  bad input: unknown option, relative RKDET_ROOT
+
+set -eu
+RK_SCRIPT=probe
+RK_DIR=$(dirname -- "$0")
+. "$RK_DIR/lib.sh"
+
+case ${1:-} in
+    -h | --help) rk_usage "$0" ;;
+    '') ;;
+    *) rk_die 2 "unknown argument '$1'; see probe.sh --help" ;;
+esac
+rk_check_env
+
+missing() { rk_emit missing "\"what\":$(rk_js "$1"),\"reason\":$(rk_js "$2")"; }
+
+# SoC: NUL-separated compatible strings, board first, SoC last ("rockchip,rk3588").
+probe_soc() {
+    for ps_rel in proc/device-tree/compatible sys/firmware/devicetree/base/compatible; do
+        [ -r "$RK_ROOT/$ps_rel" ] || continue
+        ps_list=$(tr '\000' '\n' <"$RK_ROOT/$ps_rel" | tr -c '[:print:]\n' ' ' | tr '\n' ' ')
+        ps_soc=
+        for ps_c in $ps_list; do
+            case $ps_c in rockchip,*) ps_soc=${ps_c#rockchip,} ;; esac
+        done
+        ps_model=
+        for ps_m in proc/device-tree/model sys/firmware/devicetree/base/model; do
+            if [ -r "$RK_ROOT/$ps_m" ]; then
+                ps_model=$(tr -d '\000' <"$RK_ROOT/$ps_m")
+                break
+            fi
+        done
+        rk_emit soc "\"soc\":$(if [ -n "$ps_soc" ]; then rk_js "$ps_soc"; else printf null; fi),\"compatible\":$(rk_jarr "$ps_list"),\"model\":$(rk_js "$ps_model"),\"source\":$(rk_js "/$ps_rel")"
+        return 0
+    done
+    missing soc "no device-tree compatible under /proc/device-tree or /sys/firmware/devicetree/base"
+}
+
+probe_kernel() {
+    if rk_read proc/sys/kernel/osrelease; then
+        rk_emit kernel "\"release\":$(rk_js "$RK_V")"
+    else
+        missing kernel "/proc/sys/kernel/osrelease not readable"
+    fi
+}
+
+probe_cpu() {
+    rk_cpu_policies
+    if [ -z "$RK_V" ]; then
+        missing cpufreq "no cpufreq policy under /sys/devices/system/cpu/cpufreq"
+        return 0
+    fi
+    for pc_rel in $RK_V; do
+        pc_body="\"name\":$(rk_js "${pc_rel##*/}")"
+        for pc_f in affected_cpus:cpus:n scaling_available_governors:governors:s scaling_available_frequencies:frequencies_khz:n; do
+            pc_file=${pc_f%%:*}; pc_rest=${pc_f#*:}
+            rk_read "$pc_rel/$pc_file" || RK_V=
+            pc_body="$pc_body,\"${pc_rest%:*}\":$(rk_jarr "$RK_V" "${pc_rest#*:}")"
+        done
+        rk_read "$pc_rel/scaling_governor" || RK_V=
+        pc_body="$pc_body,\"governor\":$(rk_js "$RK_V")"
+        for pc_f in scaling_cur_freq:cur_khz scaling_min_freq:min_khz scaling_max_freq:max_khz; do
+            rk_read "$pc_rel/${pc_f%:*}" || RK_V=
+            pc_body="$pc_body,\"${pc_f#*:}\":$(rk_jn "$RK_V")"
+        done
+        rk_emit cpu_policy "$pc_body"
+    done
+}
+
+probe_devfreq() {
+    rk_devfreq_nodes
+    pd_nodes=$RK_V
+    for pd_nk in $pd_nodes; do
+        pd_name=${pd_nk%:*}
+        pd_rel=sys/class/devfreq/$pd_name
+        pd_body="\"name\":$(rk_js "$pd_name"),\"kind\":\"${pd_nk##*:}\""
+        rk_read "$pd_rel/governor" || RK_V=
+        pd_body="$pd_body,\"governor\":$(rk_js "$RK_V")"
+        rk_read "$pd_rel/available_governors" || RK_V=
+        pd_body="$pd_body,\"governors\":$(rk_jarr "$RK_V")"
+        rk_read "$pd_rel/available_frequencies" || RK_V=
+        pd_body="$pd_body,\"frequencies_hz\":$(rk_jarr "$RK_V" n)"
+        for pd_f in cur_freq:cur_hz min_freq:min_hz max_freq:max_hz; do
+            rk_read "$pd_rel/${pd_f%:*}" || RK_V=
+            pd_body="$pd_body,\"${pd_f#*:}\":$(rk_jn "$RK_V")"
+        done
+        rk_emit devfreq "$pd_body"
+    done
+    for pd_kind in npu gpu ddr; do
+        case " $pd_nodes " in
+            *":$pd_kind "*) ;;
+            *) missing "$pd_kind" "no $pd_kind devfreq node under /sys/class/devfreq" ;;
+        esac
+    done
+}
+
+probe_thermal() {
+    pt_n=0
+    for pt_z in "$RK_ROOT"/sys/class/thermal/thermal_zone*; do
+        [ -d "$pt_z" ] || continue
+        pt_rel=${pt_z#"$RK_ROOT"/}
+        rk_read "$pt_rel/type" || RK_V=
+        pt_type=$RK_V
+        rk_read "$pt_rel/temp" || RK_V=
+        rk_emit thermal "\"type\":$(rk_js "$pt_type"),\"zone\":$(rk_js "${pt_z##*/}"),\"millicelsius\":$(rk_jn "$RK_V")"
+        pt_n=$((pt_n + 1))
+    done
+    [ "$pt_n" -gt 0 ] || missing thermal "no thermal zone under /sys/class/thermal"
+}
+
+probe_cpuidle() {
+    for pi_c in "$RK_ROOT"/sys/devices/system/cpu/cpu[0-9]*; do
+        [ -d "$pi_c/cpuidle" ] || continue
+        pi_names=
+        pi_dis=
+        for pi_s in "$pi_c"/cpuidle/state[0-9]*; do
+            pi_rel=${pi_s#"$RK_ROOT"/}
+            rk_read "$pi_rel/name" || RK_V="?"
+            pi_names="$pi_names $RK_V"
+            rk_read "$pi_rel/disable" || RK_V=
+            pi_dis="$pi_dis $RK_V"
+        done
+        rk_emit cpuidle "\"cpu\":$(rk_js "${pi_c##*/}"),\"states\":$(rk_jarr "$pi_names"),\"disabled\":$(rk_jarr "$pi_dis" n)"
+    done
+}
+
+probe_rknpu() {
+    pr_dir=sys/kernel/debug/rknpu
+    if [ ! -d "$RK_ROOT/$pr_dir" ]; then
+        missing rknpu "no /$pr_dir (debugfs not mounted, not root, or not the rknpu driver)"
+        return 0
+    fi
+    pr_body=
+    for pr_f in version load; do
+        if [ -r "$RK_ROOT/$pr_dir/$pr_f" ] && pr_v=$(cat "$RK_ROOT/$pr_dir/$pr_f" 2>/dev/null); then
+            pr_body="$pr_body,\"$pr_f\":$(rk_js "$pr_v")"
+        else
+            pr_body="$pr_body,\"$pr_f\":null"
+        fi
+    done
+    rk_emit rknpu "${pr_body#,}"
+}
+
+probe_runtime() {
+    for pu_rel in usr/lib/librknnrt.so usr/lib64/librknnrt.so usr/lib/aarch64-linux-gnu/librknnrt.so \
+        usr/lib/librknn_runtime.so usr/lib/arm-linux-gnueabihf/librknn_runtime.so; do
+        [ -f "$RK_ROOT/$pu_rel" ] || continue
+        pu_v=$(tr -c '[:print:]' '\n' <"$RK_ROOT/$pu_rel" | grep -E 'librknnrt version|librknn_runtime version' | head -n 1) || pu_v=
+        rk_emit runtime "\"library\":$(rk_js "/$pu_rel"),\"version\":$(if [ -n "$pu_v" ]; then rk_js "$pu_v"; else printf null; fi)"
+        return 0
+    done
+    missing runtime "no librknnrt.so or librknn_runtime.so under /usr/lib"
+}
+
+probe_python() {
+    py=${RKDET_PYTHON:-python3}
+    if ! command -v "$py" >/dev/null 2>&1; then
+        missing python "$py not found on PATH"
+        return 0
+    fi
+    pp_ver=$("$py" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || pp_ver=
+    if "$py" -c 'import rknnlite' >/dev/null 2>&1; then pp_lite=true; else pp_lite=false; fi
+    rk_emit python "\"python\":$(rk_js "$py"),\"version\":$(rk_js "$pp_ver"),\"rknnlite\":$pp_lite"
+}
+
+probe_vm() {
+    if rk_read proc/sys/vm/compaction_proactiveness; then
+        pv_c=$(rk_jn "$RK_V")
+    else
+        pv_c=null
+        missing compaction_proactiveness "not present (added in kernel 5.9)"
+    fi
+    if rk_read sys/kernel/mm/transparent_hugepage/enabled; then
+        rk_canon x "$RK_V"
+        pv_t=$(rk_js "$RK_V")
+    else
+        pv_t=null
+        missing thp "no /sys/kernel/mm/transparent_hugepage/enabled"
+    fi
+    rk_emit vm "\"compaction_proactiveness\":$pv_c,\"thp\":$pv_t"
+}
+
+probe_disk() {
+    pk_dir=${RKDET_WORK_DIR:-.}
+    if [ ! -d "$pk_dir" ]; then
+        missing disk "work directory $pk_dir does not exist"
+        return 0
+    fi
+    pk_free=$(df -Pk "$pk_dir" 2>/dev/null | awk 'NR == 2 { print $4 }') || pk_free=
+    rk_emit disk "\"work_dir\":$(rk_js "$pk_dir"),\"free_kb\":$(rk_jn "$pk_free")"
+}
+
+probe_state() {
+    if [ -f "$RK_STATE_FILE" ]; then
+        rk_emit state "\"pinned\":true,\"path\":$(rk_js "$RK_STATE_FILE"),\"note\":\"a pin state exists: a run did not restore; run restore.sh\""
+    else
+        rk_emit state "\"pinned\":false,\"path\":$(rk_js "$RK_STATE_FILE")"
+    fi
+}
+
+probe_soc
+probe_kernel
+probe_cpu
+probe_devfreq
+probe_thermal
+probe_cpuidle
+probe_rknpu
+probe_runtime
+probe_python
+probe_vm
+probe_disk
+probe_state
+rk_emit result '"status":"ok","exit":0'

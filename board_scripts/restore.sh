@@ -1,0 +1,31 @@
+#!/bin/sh
+# shellcheck source-path=SCRIPTDIR
+# restore.sh - put back exactly the values pin.sh saved, verify them, remove the state file.
+#
+# Usage: restore.sh [-h]
+# Idempotent: without a saved state it says so and exits 0. Works after a crash, a killed run or
+# a dropped connection, because pin.sh saved the state before changing anything. Writes happen in
+# the kernel's order (devfreq min/max without crossing, then governors, then set_freq and the rest);
+# every value is read back, one JSON line per file (status "restored" or "failed").
+#
+# Environment: RKDET_ROOT, RKDET_STATE_DIR (as pin.sh; the state records the RKDET_ROOT it was
+# saved for and restore refuses another one).
+#
+# Exit codes:
+#   0  restored and verified (or nothing to restore)
+#   1  some value did not read back; the state file is kept: run restore.sh again
+#   2  bad input: unknown option, foreign or damaged state file, state saved for another root
+#   3  permission denied: nothing was changed, the state file is kept
+
+set -eu
+RK_SCRIPT=restore
+RK_DIR=$(dirname -- "$0")
+. "$RK_DIR/lib.sh"
+. "$RK_DIR/knobs.sh"
+
+case ${1:-} in
+    -h | --help) rk_usage "$0" ;;
+    '') ;;
+    *) rk_die 2 "unknown argument '$1'; see restore.sh --help" ;;
+esac
+rk_restore_main

@@ -1,0 +1,98 @@
+#!/bin/sh
+# shellcheck source-path=SCRIPTDIR
+# run-pinned.sh - pin the board, run a command, and always restore afterwards.
+#
+# Usage: run-pinned.sh [--] COMMAND [ARG...]
+# This is what `rkdet deploy` runs on the board. Restore runs from a trap on EXIT, INT, TERM and
+# HUP, so Ctrl-C, a kill or a dropped SSH connection still put the board back; the command gets
+# SIGTERM first (then SIGKILL after RKDET_KILL_GRACE seconds, default 10). Only SIGKILL of this
+# wrapper skips the restore: the saved state stays in $RKDET_STATE_DIR and restore.sh repairs.
+# Output: pin's JSON lines (script "pin"), the command's own output, run-pinned's lines (script
+# "run-pinned": child started/exited, signal), restore's JSON lines (script "restore").
+# The command runs when pin exits 0, or 1 (some knob did not read back: the pin report says
+# which), unless RKDET_PIN_STRICT=1. Settings: the environment variables of pin.sh.
+#
+# Exit codes:
+#   the command's exit status, when pin succeeded and restore verified
+#   125  pin refused (nothing ran) or restore failed (the board may still be pinned)
+#   129 / 130 / 143  interrupted by SIGHUP / SIGINT / SIGTERM (restored)
+#   2    usage error
+
+set -eu
+RK_SCRIPT=run-pinned
+RK_DIR=$(dirname -- "$0")
+. "$RK_DIR/lib.sh"
+. "$RK_DIR/knobs.sh"
+
+case ${1:-} in
+    -h | --help) rk_usage "$0" ;;
+    --) shift ;;
+esac
+[ "$#" -gt 0 ] || rk_die 2 "usage: run-pinned.sh [--] COMMAND [ARG...]"
+rk_check_env
+
+rp_child=
+rp_done=
+rp_restore_rc=0
+
+# rp_restore: stop the child if it still runs, then restore (once). Signals are ignored inside
+# so a second Ctrl-C or a hang-up cannot cut the restore in half.
+rp_restore() {
+    [ -z "$rp_done" ] || return 0
+    rp_done=1
+    if [ -n "$rp_child" ]; then
+        kill -TERM "$rp_child" 2>/dev/null || :
+        (sleep "${RKDET_KILL_GRACE:-10}" && kill -KILL "$rp_child") >/dev/null 2>&1 &
+        rp_killer=$!
+        wait "$rp_child" 2>/dev/null || :
+        kill "$rp_killer" 2>/dev/null || :
+        rp_child=
+    fi
+    set +e
+    (trap '' INT TERM HUP; RK_SCRIPT=restore; set -e; rk_restore_main)
+    rp_restore_rc=$?
+    set -e
+}
+
+# shellcheck disable=SC2317  # called from the traps below
+rp_on_signal() {
+    trap '' INT TERM HUP
+    rk_emit signal "\"signal\":\"$1\",\"note\":\"stopping the command and restoring\""
+    rp_restore
+    trap - EXIT
+    exit "$2"
+}
+
+trap 'rp_restore' EXIT
+trap 'rp_on_signal HUP 129' HUP
+trap 'rp_on_signal INT 130' INT
+trap 'rp_on_signal TERM 143' TERM
+
+set +e
+(trap '' INT TERM HUP; RK_SCRIPT=pin; set -e; rk_pin_main)
+rp_pin_rc=$?
+set -e
+if [ "$rp_pin_rc" -ge 2 ] || { [ "$rp_pin_rc" -eq 1 ] && [ "${RKDET_PIN_STRICT:-0}" = 1 ]; }; then
+    rp_restore
+    trap - EXIT
+    rk_die 125 "pin failed (exit $rp_pin_rc); the command was not run"
+fi
+
+# A background job would get /dev/null as stdin; hand it ours through fd 3.
+exec 3<&0
+"$@" <&3 3<&- &
+rp_child=$!
+exec 3<&-
+rk_emit child "\"status\":\"started\",\"pid\":$rp_child"
+set +e
+wait "$rp_child"
+rp_rc=$?
+set -e
+rp_child=
+rk_emit child "\"status\":\"exited\",\"exit\":$rp_rc"
+rp_restore
+trap - EXIT
+if [ "$rp_restore_rc" -ne 0 ]; then
+    rk_die 125 "restore failed (exit $rp_restore_rc) after the command exited $rp_rc; run restore.sh"
+fi
+exit "$rp_rc"
