@@ -168,7 +168,7 @@ class JsonlAppender(object):
         try:
             written = os.write(self._fd, data)
             if written != len(data):
-                raise OSError(errno.ENOSPC, "short write", self.path)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (short write)", self.path)
             os.fsync(self._fd)
         except BaseException:
             try:
