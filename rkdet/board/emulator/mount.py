@@ -194,8 +194,8 @@ def emulated_sysfs(profile: Union[SocProfile, str], workdir: Path, backend: str 
         clear_stale_mount(root)
         yield EmulatedSysfs(build_fake_tree(prof, root), "plain", control, reason=reason, profile=prof)
         return
+    clear_stale_mount(root)  # before touching root: stat() of a dead FUSE mount is ENOTCONN
     root.mkdir(parents=True, exist_ok=True)
-    clear_stale_mount(root)
     if any(root.iterdir()):
         raise BoardError(f"{root}: mount point is not empty; remove it or use a fresh work dir")
     with open(log_path, "ab") as log_file:
