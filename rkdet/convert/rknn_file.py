@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import re
 import struct
 from dataclasses import dataclass, field
@@ -334,11 +335,16 @@ def _parse_model(
 
     sections = [Section("header", 0, _HEADER_SIZE, _sha(data[:_HEADER_SIZE])),
                 Section("model", _HEADER_SIZE, len(model), _sha(model))]
-    volatile_spans = _volatile_spans(fb, g)
-    for i, (start, n) in enumerate(buffers):
+    volatile_spans = _volatile_spans(fb, root, graphs[0], g)
+    digests = [_buffer_digest(model, start, n, i, tensors) for i, (start, n) in enumerate(buffers)]
+    for i, ((start, n), digest) in enumerate(zip(buffers, digests)):
         owner = next((t.record.get("name", "") for t in tensors if t.record.get("buffer") == i), "")
-        sections.append(Section(f"model.buffer[{i}]{':' + owner if owner else ''}", _HEADER_SIZE + start, n,
-                                _sha(model[start : start + n])))
+        name = f"model.buffer[{i}]{':' + owner if owner else ''}"
+        sections.append(Section(name, _HEADER_SIZE + start, n, _sha(model[start : start + n])))
+        if digest["hashed"] < n:
+            tail = slice(start + digest["hashed"], start + n)
+            sections.append(Section(name + ":uninitialised_tail", _HEADER_SIZE + tail.start,
+                                    n - digest["hashed"], _sha(model[tail]), volatile=True))
     for slot, (start, end) in volatile_spans.items():
         sections.append(Section(f"model.graph.slot{slot}", _HEADER_SIZE + start, end - start,
                                 _sha(model[start:end]), volatile=True))
@@ -355,6 +361,7 @@ def _parse_model(
     canonical = {
         "scheme": FINGERPRINT_SCHEME,
         "format_version": version,
+        "header_reserved": data[24:_HEADER_SIZE].hex(),
         "model": {
             "revision": _opt(fb, m, _M_REVISION, lambda p: int(fb._unpack("<i", p)), None),
             "format": info.model_format, "compiler": compiler_raw, "target": info.target_platform,
@@ -367,7 +374,7 @@ def _parse_model(
             "tensors": [t.record for t in tensors], "nodes": nodes, "inputs": in_idx, "outputs": out_idx,
             "other_slots": sorted(i for i, p in enumerate(g) if p is not None and i > _G_OUTPUTS),
         },
-        "buffers": [_buffer_digest(model, start, n, i, tensors) for i, (start, n) in enumerate(buffers)],
+        "buffers": digests,
     }
     return _Parsed(info, canonical)
 
@@ -392,26 +399,26 @@ def _buffer_digest(model: bytes, start: int, n: int, index: int, tensors: list[_
         if r.get("buffer") != index or r.get("kind") != _KIND_RUNTIME or not r.get("native_shape"):
             continue
         itemsize = _DTYPES.get(r.get("type_code", -1), ("", 0))[1]
-        need = int(np.prod(r["native_shape"], dtype=np.int64)) * itemsize + int(r.get("offset", 0))
+        need = math.prod(r["native_shape"]) * itemsize + int(r.get("offset", 0))
         if 0 < need <= n:
             used = need
     return {"size": n, "hashed": used, "sha256": _sha(model[start : start + used])}
 
 
-def _volatile_spans(fb: _Fb, g: Sequence[int | None]) -> dict[int, tuple[int, int]]:
-    """Byte span (min target .. table end) of the graph slots known to carry host pointers."""
+def _volatile_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict[int, tuple[int, int]]:
+    """Approximate byte span of each graph slot known to carry host pointers: from the slot's
+    vector to the next object we know of. FlatBuffers builders write a subtree contiguously, so
+    this covers the slot's nested tables; used for reporting only (the fingerprint skips the
+    slots by structure, not by span)."""
+    anchors = {len(fb.buf), root, graph}
+    anchors.update(fb.target(p) for p in g if p is not None)
     spans = {}
     for slot in sorted(_G_VOLATILE):
         pos = _get(g, slot)
         if pos is None:
             continue
         start = fb.target(pos)
-        lo, hi = start, start
-        for t in fb.tables(pos):
-            vtable = t - fb._unpack("<i", t)
-            lo = min(lo, t, vtable)
-            hi = max(hi, t + fb._unpack("<H", vtable + 2))
-        spans[slot] = (lo, hi)
+        spans[slot] = (start, min(a for a in anchors if a > start))
     return spans
 
 

@@ -1,0 +1,309 @@
+"""The `.rknn` reader and content fingerprint, against files built by the real rknn-toolkit2.
+
+Each model is built once per session, every build in its own process (as `rkdet convert` does),
+so two builds of the same inputs show the toolkit's real byte-level nondeterminism.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rkdet.convert.rknn_file import (
+    RknnFormatError,
+    content_fingerprint,
+    read_rknn,
+)
+from rkdet.errors import EXIT_BAD_INPUT, InputError
+
+_BUILD = textwrap.dedent(
+    """
+    import sys, numpy as np, onnx
+    from onnx import TensorProto, helper, numpy_helper
+    out, seed, target, quant, method, algo = sys.argv[1:7]
+    rng = np.random.default_rng(int(seed))
+    w = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((8, 3, 3, 3), (8,), (4, 8, 1, 1), (4,))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]), helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
+             helper.make_node("Sigmoid", ["c2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 32, 32])],
+        [numpy_helper.from_array(a, n) for a, n in zip(w, ("w1", "b1", "w2", "b2"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 7
+    onnx.save(model, out + ".onnx")
+    cal = np.random.default_rng(1234)
+    with open(out + ".ds.txt", "w") as f:
+        for i in range(4):
+            np.save(f"{out}.cal{i}.npy", cal.integers(0, 256, (1, 3, 32, 32)).astype(np.float32))
+            f.write(f"{out}.cal{i}.npy\\n")
+    from rknn.api import RKNN
+    r = RKNN(verbose=False)
+    r.config(mean_values=[[0, 0, 0]], std_values=[[255, 255, 255]], target_platform=target,
+             quantized_dtype="w8a8", quantized_algorithm=algo, quantized_method=method, optimization_level=0)
+    assert r.load_onnx(out + ".onnx") == 0
+    assert r.build(do_quantization=quant == "1", dataset=out + ".ds.txt") == 0
+    assert r.export_rknn(out) == 0
+    """
+)
+
+# name -> (seed, target, quantize, quantized_method, quantized_algorithm)
+_VARIANTS = {
+    "base_a": (0, "rk3588", "1", "channel", "normal"),
+    "base_b": (0, "rk3588", "1", "channel", "normal"),
+    "seed1": (1, "rk3588", "1", "channel", "normal"),
+    "rk3568": (0, "rk3568", "1", "channel", "normal"),
+    "layer": (0, "rk3588", "1", "layer", "normal"),
+    "mmse": (0, "rk3588", "1", "channel", "mmse"),
+    "fp16": (0, "rk3588", "0", "channel", "normal"),
+}
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Build every variant once, each in a fresh process, two at a time."""
+    root = tmp_path_factory.mktemp("rknn_models")
+    script = root / "build.py"
+    script.write_text(_BUILD)
+
+    def build(name: str) -> Path:
+        seed, target, quant, method, algo = _VARIANTS[name]
+        out = root / f"{name}.rknn"
+        proc = subprocess.run(
+            [sys.executable, str(script), str(out), str(seed), target, quant, method, algo],
+            cwd=root, capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0 and out.is_file(), f"toolkit build {name} failed:\n{proc.stderr[-2000:]}"
+        return out
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(_VARIANTS, pool.map(build, _VARIANTS)))
+
+
+# --- reading a real file ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_reads_header_and_metadata(models: dict[str, Path]) -> None:
+    info = read_rknn(models["base_a"])
+    assert info.format_version == 6
+    assert info.model_format == "RKNPU v2"
+    assert info.target_platform == "rk3588"
+    assert info.toolkit_version == version("rknn-toolkit2")
+    assert info.compiler_version.startswith(version("rknn-toolkit2"))
+    assert info.source_framework == "ONNX"
+    assert info.file_size == models["base_a"].stat().st_size
+    assert info.metadata["target_platform"] == ["rk3588"]
+    assert set(info.build_info["quant_tab"]) == {"x", "y"}
+
+
+@pytest.mark.slow
+def test_input_output_attrs_carry_quant_params(models: dict[str, Path]) -> None:
+    info = read_rknn(models["base_a"])
+    (x,), (y,) = info.inputs, info.outputs
+    assert (x.name, x.shape, x.dtype, x.layout) == ("x", (1, 3, 32, 32), "int8", "NHWC")
+    assert (y.name, y.shape, y.dtype) == ("y", (1, 4, 32, 32), "int8")
+    # mean 0 / std 255 maps uint8 pixels to [0, 1]: asymmetric int8 has scale 1/255, zero point -128
+    assert x.scale == pytest.approx((1 / 255,), rel=1e-6) and x.zero_point == (-128,)
+    qy = info.build_info["quant_tab"]["y"]
+    # the toolkit widens the calibrated range to include 0 before quantizing
+    lo, hi = min(qy["min"][0], 0.0), max(qy["max"][0], 0.0)
+    assert y.scale == pytest.approx(((hi - lo) / 255,), rel=1e-5) and y.zero_point == (-128,)
+    fp16 = read_rknn(models["fp16"])
+    assert fp16.inputs[0].scale == () and fp16.inputs[0].zero_point == ()
+
+
+@pytest.mark.slow
+def test_sections_tile_the_file_and_hash_their_bytes(models: dict[str, Path]) -> None:
+    import hashlib
+
+    info = read_rknn(models["base_a"])
+    data = models["base_a"].read_bytes()
+    for s in info.sections:
+        assert hashlib.sha256(data[s.offset : s.offset + s.size]).hexdigest() == s.sha256, s.name
+    names = {s.name.split(":")[-1] for s in info.sections}
+    assert {"header", "model", "metadata_json", "regcmd", "task", "w1", "b1", "w2", "b2"} <= names
+    top = sorted((s.offset, s.size) for s in info.sections if s.name in ("header", "model", "metadata_json"))
+    assert top[0][0] == 0 and top[-1][0] + top[-1][1] == len(data)
+
+
+@pytest.mark.slow
+def test_reading_does_not_need_the_toolkit(models: dict[str, Path]) -> None:
+    code = (
+        "import sys; sys.modules['rknn'] = None; sys.modules['rknn.api'] = None\n"
+        "from rkdet.convert.rknn_file import read_rknn, content_fingerprint\n"
+        f"i = read_rknn({str(models['base_a'])!r}); print(content_fingerprint({str(models['base_a'])!r}))\n"
+        "assert not any(m == 'rknn' or m.startswith('rknn.') for m, v in sys.modules.items() if v is not None)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == content_fingerprint(models["base_a"])
+
+
+# --- fingerprint: stable across identical builds, sensitive to what matters -------------------------
+
+
+@pytest.mark.slow
+def test_identical_builds_same_fingerprint_and_differences_only_in_volatile_sections(
+    models: dict[str, Path],
+) -> None:
+    a, b = models["base_a"], models["base_b"]
+    assert content_fingerprint(a) == content_fingerprint(b)
+    da, db = a.read_bytes(), b.read_bytes()
+    assert len(da) == len(db)
+    volatile = [(s.offset, s.offset + s.size) for s in read_rknn(a).sections if s.volatile]
+    assert volatile, "rk3588 files carry pointer tables and uninitialised buffer tails"
+    stray = [i for i, (x, y) in enumerate(zip(da, db)) if x != y and not any(lo <= i < hi for lo, hi in volatile)]
+    assert stray == [], f"bytes differ outside the volatile sections at {stray[:10]}"
+
+
+@pytest.mark.slow
+def test_scrambling_volatile_bytes_keeps_fingerprint(models: dict[str, Path], tmp_path: Path) -> None:
+    src = models["base_a"]
+    data = bytearray(src.read_bytes())
+    tails = [s for s in read_rknn(src).sections if s.name.endswith(":uninitialised_tail")]
+    assert tails
+    rng = random.Random(7)
+    for s in tails:
+        data[s.offset : s.offset + s.size] = bytes(rng.randrange(256) for _ in range(s.size))
+    out = tmp_path / "scrambled.rknn"
+    out.write_bytes(bytes(data))
+    assert read_rknn(out).file_sha256 != read_rknn(src).file_sha256
+    assert content_fingerprint(out) == content_fingerprint(src)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["seed1", "rk3568", "layer", "mmse", "fp16"])
+def test_fingerprint_changes_with_weights_target_and_quant_config(models: dict[str, Path], variant: str) -> None:
+    assert content_fingerprint(models[variant]) != content_fingerprint(models["base_a"])
+
+
+@pytest.mark.slow
+def test_flipping_a_weight_byte_changes_fingerprint(models: dict[str, Path], tmp_path: Path) -> None:
+    src = models["base_a"]
+    w1 = next(s for s in read_rknn(src).sections if s.name.endswith(":w1"))
+    data = bytearray(src.read_bytes())
+    data[w1.offset] ^= 0x01
+    out = tmp_path / "flipped.rknn"
+    out.write_bytes(bytes(data))
+    assert content_fingerprint(out) != content_fingerprint(src)
+
+
+# --- bad input: one line naming the file, exit 2, never a traceback ----------------------------------
+
+
+def _assert_format_error(path: Path) -> RknnFormatError:
+    with pytest.raises(RknnFormatError) as info:
+        read_rknn(path)
+    err = info.value
+    assert isinstance(err, InputError) and err.exit_code == EXIT_BAD_INPUT
+    assert str(path) in str(err) and "\n" not in str(err)
+    with pytest.raises(RknnFormatError):
+        content_fingerprint(path)
+    return err
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / "empty.rknn"
+    p.write_bytes(b"")
+    assert "not an .rknn file" in str(_assert_format_error(p))
+
+
+def test_random_bytes(tmp_path: Path) -> None:
+    p = tmp_path / "random.rknn"
+    p.write_bytes(random.Random(1).randbytes(4096))
+    _assert_format_error(p)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert "cannot read" in str(_assert_format_error(tmp_path / "nope.rknn"))
+
+
+def test_onnx_file_is_rejected(tmp_path: Path) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.zeros(2, np.float32), "unused")],
+    )
+    p = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(g), str(p))
+    assert "not an .rknn file" in str(_assert_format_error(p))
+
+
+def test_encrypted_and_toolkit1_containers_are_named(tmp_path: Path) -> None:
+    enc = tmp_path / "enc.rknn"
+    enc.write_bytes(b"CYPTRKNN" + bytes(64))
+    assert "encrypted" in str(_assert_format_error(enc))
+    old = tmp_path / "v1.rknn"
+    old.write_bytes(b"RKNN\0\0\0\0" + struct.pack("<QQ", 1, 0) + bytes(16))
+    assert "toolkit" in str(_assert_format_error(old))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep", [8, 24, 63, 64, 1000, -9, -1])
+def test_truncated_real_file(models: dict[str, Path], tmp_path: Path, keep: int) -> None:
+    data = models["base_a"].read_bytes()
+    p = tmp_path / "cut.rknn"
+    p.write_bytes(data[:keep])
+    _assert_format_error(p)
+
+
+@pytest.mark.slow
+def test_trailing_bytes_are_rejected(models: dict[str, Path], tmp_path: Path) -> None:
+    p = tmp_path / "tail.rknn"
+    p.write_bytes(models["base_a"].read_bytes() + b"\0junk")
+    assert "after the metadata JSON" in str(_assert_format_error(p))
+
+
+@pytest.fixture(scope="session")
+def real_bytes(models: dict[str, Path]) -> bytes:
+    return models["base_a"].read_bytes()
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_corrupted_files_parse_or_fail_cleanly(real_bytes: bytes, tmp_path_factory: pytest.TempPathFactory,
+                                               data: st.DataObject) -> None:
+    """Any byte flips in header or model payload give a result or RknnFormatError, nothing else."""
+    buf = bytearray(real_bytes)
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(buf) - 1), st.integers(1, 255)), min_size=1, max_size=8))
+    hot = data.draw(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 255)), max_size=4))  # header + root
+    for pos, x in flips + [(64 + p, x) for p, x in hot]:
+        buf[pos] ^= x
+    p = tmp_path_factory.mktemp("fuzz") / "f.rknn"
+    p.write_bytes(bytes(buf))
+    try:
+        read_rknn(p)
+        content_fingerprint(p)
+    except RknnFormatError as err:
+        assert str(p) in str(err) and "\n" not in str(err)
+
+
+def test_module_imports_only_stdlib_numpy_and_rkdet() -> None:
+    import ast
+
+    src = Path(__file__).resolve().parents[2] / "rkdet" / "convert" / "rknn_file.py"
+    tops = set()
+    for node in ast.walk(ast.parse(src.read_text())):
+        if isinstance(node, ast.Import):
+            tops.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            tops.add(node.module.split(".")[0])
+    assert tops - set(sys.stdlib_module_names) <= {"numpy", "rkdet"}, tops
