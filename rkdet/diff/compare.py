@@ -261,14 +261,14 @@ class _Engine:
             if o.hash in oa.variants:
                 continue
             var = oa.variants[o.hash] = Variant(o.hash)
-            if o.hash != f.hash:
-                var.vs_first, var.slices_vs_first = self.measure(src, f, src, o, where)
-                self._check(analysis.role, "run 0", rec, o.name, var.vs_first, var.slices_vs_first, var)
-            if ref_rec is not None and ref_src is not None:
+            if ref_rec is not None and ref_src is not None:  # against B first: the verdict names B before run 0
                 r = next(x for x in ref_rec.outputs if x.name == o.name)
                 if o.hash != r.hash:
                     var.vs_reference, var.slices_vs_reference = self.measure(ref_src, r, src, o, where)
                     self._check(analysis.role, "B", rec, o.name, var.vs_reference, var.slices_vs_reference, var)
+            if o.hash != f.hash:
+                var.vs_first, var.slices_vs_first = self.measure(src, f, src, o, where)
+                self._check(analysis.role, "run 0", rec, o.name, var.vs_first, var.slices_vs_first, var)
         changed_vs_first = rec.signature != first.signature
         changed_vs_ref = ref_rec is not None and rec.signature != ref_rec.signature
         if self.layout is None or self.layout.kind == "none" or not (changed_vs_first or changed_vs_ref):
@@ -321,12 +321,18 @@ def _align(rec: Record, ref: Record, label: str) -> Record:
     names = [o.name for o in rec.outputs]
     by_name = {o.name: o for o in ref.outputs}
     if set(names) == set(by_name):
-        return Record(ref.run, ref.input, tuple(by_name[n] for n in names), ref.latency_ms, ref.t_unix)
-    if len(ref.outputs) == len(rec.outputs) and (names == ["output"] or list(by_name) == ["output"]):
-        return Record(ref.run, ref.input, tuple(
+        aligned = Record(ref.run, ref.input, tuple(by_name[n] for n in names), ref.latency_ms, ref.t_unix)
+    elif len(ref.outputs) == len(rec.outputs) and (names == ["output"] or list(by_name) == ["output"]):
+        aligned = Record(ref.run, ref.input, tuple(
             OutputRef(n, o.hash, o.shape, o.dtype) for n, o in zip(names, ref.outputs)), ref.latency_ms, ref.t_unix)
-    raise InputError(f"{label}: input {rec.input!r} has outputs {sorted(names)} but B has {sorted(by_name)}; "
-                     f"compare results of the same model")
+    else:
+        raise InputError(f"{label}: input {rec.input!r} has outputs {sorted(names)} but B has {sorted(by_name)}; "
+                         f"compare results of the same model")
+    for o, r in zip(rec.outputs, aligned.outputs):
+        if o.shape != r.shape:
+            raise InputError(f"{label}: input {rec.input!r} output {o.name} is {list(o.shape)} but B's is "
+                             f"{list(r.shape)}; compare results of the same model and input size")
+    return aligned
 
 
 def _size_cache(src: Source, rec: Record, records: int) -> None:
