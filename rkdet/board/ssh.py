@@ -639,12 +639,13 @@ class BoardConnection:
 
     def kill_job(self, job: DetachedJob, grace: float = 5.0) -> None:
         """SIGTERM the job's process group, then SIGKILL it after `grace` seconds."""
-        group = f"-{job.pid}"
-        self.run(["kill", "-TERM", group], check=False, sudo=job.sudo)
+        # the shell builtin (dash, bash, ash) takes `-SIG -PGID`; procps' /usr/bin/kill would not
+        kill = 'kill -"$1" -"$2" 2>/dev/null'
+        self.run(["sh", "-c", kill, "sh", "TERM", str(job.pid)], check=False, sudo=job.sudo)
         deadline = time.monotonic() + grace
         while self.is_running(job):
             if time.monotonic() > deadline:
-                self.run(["kill", "-KILL", group], check=False, sudo=job.sudo)
+                self.run(["sh", "-c", kill, "sh", "KILL", str(job.pid)], check=False, sudo=job.sudo)
                 break
             time.sleep(0.1)
 

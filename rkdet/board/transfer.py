@@ -199,7 +199,7 @@ def _remote_listing(conn: BoardConnection, remote: str) -> list[str] | None:
                      what="list files")
     if rc != 0:
         raise BoardError(f"{conn.target.label}: cannot list {remote}: {err.decode('utf-8', 'replace').strip()}")
-    names = [os.fsdecode(n) for n in out.split(b"\0") if n]
+    names = [os.fsdecode(bytes(n)) for n in out.split(b"\0") if n]
     return sorted(n[2:] if n.startswith("./") else n for n in names)
 
 

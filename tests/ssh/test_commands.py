@@ -1,0 +1,158 @@
+"""Remote commands: quoting, draining, timeouts, sudo, busybox shell, detached jobs."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.board.ssh import BoardConnection, Timeouts, build_command, remote_command
+from rkdet.errors import EXIT_BOARD, BoardError, InputError
+
+FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
+NASTY = "a b;$(touch x)'\"`touch y`|&<>*?~ \\n"
+
+
+def test_remote_command_quotes_every_argument() -> None:
+    assert remote_command(["echo", "a b", "$(x)"]) == "echo 'a b' '$(x)'"
+    with pytest.raises(InputError):
+        remote_command([])
+    assert build_command(["id"], sudo=True) == "sudo -n -- id"
+    assert build_command(["id"], sudo=True, env={"A": "x y"}, keep_env=["B"]) == "sudo -n env B=\"$B\" 'A=x y' id"
+    with pytest.raises(InputError):
+        build_command(["id"], keep_env=["A;rm"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40))
+def test_any_argument_reaches_the_board_verbatim(conn: BoardConnection, text: str) -> None:
+    assert conn.run(["printf", "%s", text]).out == text
+
+
+def test_shell_metacharacters_in_paths_execute_nothing(conn: BoardConnection, remote_tmp: str) -> None:
+    weird = f"{remote_tmp}/{NASTY}"
+    conn.run(["mkdir", "-p", weird])
+    conn.run(["sh", "-c", 'printf hi > "$1/f"', "sh", weird])
+    assert conn.run(["cat", f"{weird}/f"]).out == "hi"
+    listing = conn.run(["find", remote_tmp, conn.home, "/home/" + conn.target.user, "-maxdepth", "1"]).out
+    assert "/x\n" not in listing and "/y\n" not in listing
+    assert conn.run(["ls", remote_tmp]).out == NASTY + "\n"
+
+
+def test_large_output_on_both_streams_is_drained(conn: BoardConnection) -> None:
+    # stderr first, then stdout: without draining both, the channel window fills and this hangs
+    script = "head -c 6000000 /dev/zero | tr '\\0' e >&2; head -c 5000000 /dev/zero | tr '\\0' o; echo done >&2"
+    rc, out, err = conn.run(["sh", "-c", script], timeout=60)
+    assert rc == 0 and len(out) == 5_000_000 and set(out) == {"o"}
+    assert len(err) == 6_000_005 and err.endswith("done\n")
+
+
+def test_nonzero_exit_raises_board_error_unless_unchecked(conn: BoardConnection) -> None:
+    with pytest.raises(BoardError, match=r"exited 3: boom") as info:
+        conn.run(["sh", "-c", "echo boom >&2; exit 3"])
+    assert info.value.exit_code == EXIT_BOARD
+    assert conn.run(["sh", "-c", "exit 3"], check=False).rc == 3
+
+
+def test_command_timeout_is_enforced(conn: BoardConnection) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(BoardError, match="timed out after 0.5 s") as info:
+        conn.run(["sleep", "10"], timeout=0.5)
+    assert info.value.exit_code == EXIT_BOARD and time.monotonic() - t0 < 3
+    assert conn.run(["echo", "still usable"]).out == "still usable\n"
+
+
+def test_stdin_is_fed(conn: BoardConnection) -> None:
+    assert conn.run(["wc", "-c"], stdin=b"x" * 100_000).out.strip() == "100000"
+
+
+def test_session_environment_points_at_the_emulated_board(conn: BoardConnection, board: EmulatedBoard) -> None:
+    assert conn.getenv("RKDET_ROOT") == str(board.root)
+    assert conn.getenv("RKDET_NOT_SET_ANYWHERE") is None
+    model = conn.run(["cat", f"{board.root}/proc/device-tree/model"]).out
+    assert model.rstrip("\0") == "Radxa ROCK 5B"
+    out = conn.run(["python3", "-c", "import numpy, onnxruntime, sys; print(numpy.__version__, sys.path)"]).out
+    assert out.startswith("1.26.4") and "runtime_double" in out
+    assert conn.default_workdir() == f"{board.home}/.cache/rkdet"
+
+
+def test_sudo_variant_runs_as_root_and_keeps_requested_env(boards) -> None:
+    board = boards["sudo"]
+    with board.connect(timeouts=FAST) as c:
+        assert c.run(["id", "-u"], sudo=True).out.strip() == "0"
+        show = ["sh", "-c", 'printf "%s|%s" "$RKDET_ROOT" "$MY"']
+        # sudo resets the environment: the board's RKDET_ROOT is gone unless kept explicitly
+        assert c.run(show, sudo=True).out == "|"
+        assert c.run(show, sudo=True, keep_env=["RKDET_ROOT"], env={"MY": "a b"}).out == f"{board.root}|a b"
+
+
+def test_sudo_without_rule_says_so(conn: BoardConnection) -> None:
+    with pytest.raises(BoardError, match="sudo needs a password") as info:
+        conn.run(["id"], sudo=True)
+    assert info.value.exit_code == EXIT_BOARD
+
+
+def test_busybox_shell_variant(boards) -> None:
+    board = boards["busybox"]
+    out = bytearray()
+    with board.connect(timeouts=FAST) as c:
+        busybox = os.path.realpath("/bin/busybox")
+        assert c.run(["readlink", "-f", "/proc/self/exe"]).out.strip() == busybox  # PATH: applets only
+        # the login shell itself is busybox: $0 and the interpreter of the shell running the line
+        assert c.stream("readlink -f /proc/$$/exe", stdout=lambda b: out.extend(b)) == 0
+        assert out.decode().strip() == busybox
+        assert c.run(["printf", "%s", NASTY]).out == NASTY
+        assert c.sftp() is None
+
+
+def _detached_roundtrip(board: EmulatedBoard) -> None:
+    with board.connect(timeouts=FAST) as first:
+        base = f"{first.home}/job {NASTY[:8]}"
+        first.run(["mkdir", "-p", base])
+        pidfile, logfile = f"{base}/job.pid", f"{base}/job.log"
+        job = first.start_detached(["sh", "-c", 'echo "started $1"; exec sleep 60', "sh", "arg;x"], pidfile, logfile)
+        assert job.pid > 1 and first.is_running(job)
+    # the first connection is gone; the job lives on and a new connection re-attaches to it
+    with board.connect(timeouts=FAST) as second:
+        again = second.attach(pidfile, logfile)
+        assert again.pid == job.pid and second.is_running(again)
+        deadline = time.monotonic() + 5
+        while b"started" not in second.read_log(again) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert second.read_log(again) == b"started arg;x\n"
+        assert second.read_log(again, offset=8) == b"arg;x\n"
+        second.kill_job(again, grace=2)
+        assert not second.is_running(again)
+        assert second.job_exit_code(again) is None  # killed, not finished
+        done = second.start_detached(["sh", "-c", "exit 7"], f"{base}/b.pid", f"{base}/b.log")
+        assert second.wait_job(done, timeout=10) == 7
+        second.run(["rm", "-rf", base])
+
+
+def test_detached_job_survives_disconnect_and_is_reattached(board: EmulatedBoard) -> None:
+    _detached_roundtrip(board)
+
+
+def test_detached_job_on_busybox_board(boards) -> None:
+    _detached_roundtrip(boards["busybox"])
+
+
+def test_detached_job_with_sudo(boards) -> None:
+    board = boards["sudo"]
+    with board.connect(timeouts=FAST) as c:
+        job = c.start_detached(["sh", "-c", "id -u; sleep 60"], "/tmp/rkdet-sudo-job.pid", "/tmp/rkdet-sudo-job.log",
+                               sudo=True)
+        try:
+            assert c.is_running(job)
+            deadline = time.monotonic() + 5
+            while not c.read_log(job) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert c.read_log(job) == b"0\n"
+        finally:
+            c.kill_job(job, grace=2)
+        assert not c.is_running(job)
+        c.run(["rm", "-f", job.pidfile, job.logfile], sudo=True)
