@@ -18,7 +18,8 @@
 #
 # State file ($RKDET_STATE_DIR/pin.state): a magic line, "#root=<RKDET_ROOT>", then one
 # "relative-path TAB saved-value" line per file pin may change, written before anything changes
-# (temp name, then mv). Restore order: devfreq min/max pairs (clamp-safe), then governors, then the
+# (temp name, then mv). Restore order: devfreq min/max pairs (clamp-safe; a saved max below the top
+# OPP is first tried as the top, see rk_restore_range), then governors, then the
 # rest (userspace/set_freq, scaling_setspeed, plain files). A value the kernel refuses to take back
 # verbatim (e.g. "<unsupported>" in scaling_setspeed, "always [madvise] never" in a choice file) is
 # retried in its selected form and counts as restored when it reads back equal.
@@ -203,7 +204,8 @@ rk_set_range() {
     rk_sr_ok=0
     rk_read "$1/min_freq" || RK_V=
     case $RK_V in '' | *[!0-9]*) RK_V=0 ;; esac
-    if [ "$3" -ge "$RK_V" ]; then
+    case $3 in '' | *[!0-9]*) rk_sr_max=0 ;; *) rk_sr_max=$3 ;; esac
+    if [ "$rk_sr_max" -ge "$RK_V" ]; then
         rk_write "$1/max_freq" "$3" || rk_sr_ok=1
         rk_write "$1/min_freq" "$2" || rk_sr_ok=1
     else
@@ -211,6 +213,25 @@ rk_set_range() {
         rk_write "$1/max_freq" "$3" || rk_sr_ok=1
     fi
     return "$rk_sr_ok"
+}
+
+# rk_restore_range REL_DIR MIN MAX: put a devfreq node's saved min/max back. On kernels >= 5.5
+# max_freq reads as the *effective* limit (user request, thermal cap): a saved value below the top
+# OPP may be a thermal cap over "no user limit". So try the top OPP first: if max_freq then reads
+# the saved value, that value came from the cap and writing it would leave a user limit behind.
+rk_restore_range() {
+    rk_read "$1/available_frequencies" || RK_V=
+    rk_max_of "$RK_V"
+    rk_rr_top=$RK_V
+    case $3 in
+        '' | *[!0-9]*) ;;
+        *)
+            if [ -n "$rk_rr_top" ] && [ "$3" -lt "$rk_rr_top" ]; then
+                rk_set_range "$1" "$2" "$rk_rr_top" || :
+                if rk_read "$1/max_freq" && [ "$RK_V" = "$3" ]; then return 0; fi
+            fi ;;
+    esac
+    rk_set_range "$1" "$2" "$3"
 }
 
 # rk_note_werr KNOB: remember the write error of a knob for its report; flag privilege errors.
@@ -377,7 +398,7 @@ rk_restore_core() {
             */max_freq)
                 rk_rc_dir=${rk_rc_rel%/max_freq}
                 if rk_state_get "$rk_rc_dir/min_freq"; then
-                    rk_set_range "$rk_rc_dir" "$RK_V" "$rk_rc_val" || :
+                    rk_restore_range "$rk_rc_dir" "$RK_V" "$rk_rc_val" || :
                 fi ;;
         esac
     done <<EOF
