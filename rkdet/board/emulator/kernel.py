@@ -251,7 +251,9 @@ class Board:
     # -- tree -------------------------------------------------------------------------------
     def _load_plain_tree(self) -> None:
         """Reuse the plain tree for layout and static content, so the two backends agree."""
-        with tempfile.TemporaryDirectory(prefix="rkdet-layout-") as tmp:
+        # tmpfs when there is one: ~150 file creations cost ~0.7 s on a slow ext4 /tmp, 20 ms on tmpfs
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        with tempfile.TemporaryDirectory(prefix="rkdet-layout-", dir=shm) as tmp:
             root = build_fake_tree(self.profile, Path(tmp))
             for dirpath, dirnames, filenames in os.walk(root):
                 rel_dir = os.path.relpath(dirpath, root)
