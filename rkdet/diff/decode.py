@@ -132,7 +132,7 @@ def detect_layout(outputs: list[tuple[str, tuple[int, ...]]], requested: str = "
             name, (_, rows, cols) = outputs[0]
             for transposed, (channels, anchors) in ((False, (rows, cols)), (True, (cols, rows))):
                 side = _anchors_for(anchors)
-                if channels > 4 and side:
+                if 4 < channels < anchors and side:  # anchors always outnumber 4+nc channels
                     nc = channels - 4
                     box = (slice(None), slice(None), slice(0, 4)) if transposed else (slice(None), slice(0, 4))
                     cls = (slice(None), slice(None), slice(4, None)) if transposed else (slice(None), slice(4, None))

@@ -51,7 +51,8 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def abs_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """|a - b| in float64, with NaN against NaN as 0 and NaN against a number as inf."""
-    d = np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is NaN, handled just below
+        d = np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
     bad = np.isnan(d)
     if bad.any():
         both = np.isnan(np.asarray(a, dtype=np.float64)) & np.isnan(np.asarray(b, dtype=np.float64))
@@ -138,9 +139,9 @@ def _kl_terms(kind: str, p: np.ndarray, q: np.ndarray) -> np.ndarray:
 def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance | None = None) -> NumericStats:
     """All metrics of `candidate` against `reference` (same shape and dtype) and the tolerance check.
 
-    Memory-light on purpose: besides one pass for the reference norm, all work (and every
-    temporary) is proportional to the number of differing elements. Cosine and relative L2 use
-    |c|^2 = |r|^2 + sum_d(c^2 - r^2) and r.c = |r|^2 + sum_d r(c - r) over differing elements d.
+    Memory-light on purpose: besides three buffered float64 passes for the norms and the dot product
+    (no full-size copies), all work and every temporary is proportional to the number of differing
+    elements; |c - r|^2 for the relative L2 is summed over the differing elements only (exact).
     """
     tolerance = tolerance or Tolerance()
     ref = np.asarray(reference)
@@ -166,7 +167,8 @@ def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tole
     stats.mean_abs = float(absd.sum() / n)
     stats.max_ulp = int(ulps.max())
     r64, c64 = rd.astype(np.float64), cd.astype(np.float64)
-    signed = c64 - r64
+    with np.errstate(invalid="ignore", over="ignore"):
+        signed = c64 - r64
     stats.higher = int(np.count_nonzero(signed > 0))
     stats.lower = int(np.count_nonzero(signed < 0))
     stats.mean_signed = float(np.nansum(signed) / n)
@@ -174,8 +176,8 @@ def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tole
                                  minlength=len(HIST_EDGES) + 1).tolist()
     with np.errstate(all="ignore"):
         nr = float(np.einsum("i,i->", r_flat, r_flat, dtype=np.float64))
-        nc = nr + float(np.sum(c64 * c64 - r64 * r64))
-        dot = nr + float(np.sum(r64 * signed))
+        nc = float(np.einsum("i,i->", c_flat, c_flat, dtype=np.float64))
+        dot = float(np.einsum("i,i->", r_flat, c_flat, dtype=np.float64))
         diff2 = float(np.sum(signed * signed))
         stats.cosine = _finite_or_none(dot / np.sqrt(nr * nc)) if nr > 0 and nc > 0 else None
         if stats.cosine is not None:
