@@ -335,7 +335,8 @@ def _parse_model(
 
     sections = [Section("header", 0, _HEADER_SIZE, _sha(data[:_HEADER_SIZE])),
                 Section("model", _HEADER_SIZE, len(model), _sha(model))]
-    volatile_spans = _volatile_spans(fb, root, graphs[0], g)
+    spans = _slot_spans(fb, root, graphs[0], g)
+    volatile_spans = {k: v for k, v in spans.items() if k in _G_VOLATILE}
     digests = [_buffer_digest(model, start, n, i, tensors) for i, (start, n) in enumerate(buffers)]
     for i, ((start, n), digest) in enumerate(zip(buffers, digests)):
         owner = next((t.record.get("name", "") for t in tensors if t.record.get("buffer") == i), "")
@@ -345,9 +346,10 @@ def _parse_model(
             tail = slice(start + digest["hashed"], start + n)
             sections.append(Section(name + ":uninitialised_tail", _HEADER_SIZE + tail.start,
                                     n - digest["hashed"], _sha(model[tail]), volatile=True))
-    for slot, (start, end) in volatile_spans.items():
-        sections.append(Section(f"model.graph.slot{slot}", _HEADER_SIZE + start, end - start,
-                                _sha(model[start:end]), volatile=True))
+    for slot, (start, end) in spans.items():
+        if slot > _G_OUTPUTS:
+            sections.append(Section(f"model.graph.slot{slot}", _HEADER_SIZE + start, end - start,
+                                    _sha(model[start:end]), volatile=slot in _G_VOLATILE))
     sections.append(Section("metadata_json", json_at + 8, json_size, _sha(data[json_at + 8 : json_at + 8 + json_size])))
 
     info = RknnFileInfo(
@@ -372,7 +374,11 @@ def _parse_model(
         "metadata": metadata,
         "graph": {
             "tensors": [t.record for t in tensors], "nodes": nodes, "inputs": in_idx, "outputs": out_idx,
-            "other_slots": sorted(i for i, p in enumerate(g) if p is not None and i > _G_OUTPUTS),
+            # slots we do not decode (memory plan, op groups, ...): their subtree bytes, which are
+            # stable across identical builds; the pointer-carrying slots are left out entirely
+            "other_slots": {str(i): _sha(model[lo:hi]) for i, (lo, hi) in spans.items()
+                            if i > _G_OUTPUTS and i not in _G_VOLATILE},
+            "volatile_slots_skipped": sorted(volatile_spans),
         },
         "buffers": digests,
     }
@@ -405,16 +411,15 @@ def _buffer_digest(model: bytes, start: int, n: int, index: int, tensors: list[_
     return {"size": n, "hashed": used, "sha256": _sha(model[start : start + used])}
 
 
-def _volatile_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict[int, tuple[int, int]]:
-    """Approximate byte span of each graph slot known to carry host pointers: from the slot's
-    vector to the next object we know of. FlatBuffers builders write a subtree contiguously, so
-    this covers the slot's nested tables; used for reporting only (the fingerprint skips the
-    slots by structure, not by span)."""
+def _slot_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict[int, tuple[int, int]]:
+    """Approximate byte span of each graph slot's subtree: from the slot's vector to the next
+    object we know of. FlatBuffers builders write a subtree contiguously (children first), and in
+    toolkit2 files the graph slots' subtrees sit one after another, so the span covers the slot's
+    nested tables. Used to hash slots we cannot decode and to report the volatile ones."""
     anchors = {len(fb.buf), root, graph}
     anchors.update(fb.target(p) for p in g if p is not None)
     spans = {}
-    for slot in sorted(_G_VOLATILE):
-        pos = _get(g, slot)
+    for slot, pos in enumerate(g):
         if pos is None:
             continue
         start = fb.target(pos)
