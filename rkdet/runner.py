@@ -489,7 +489,10 @@ class OnnxRuntimeBackend(object):
 
     def infer(self, feed):
         # type: (List[Any]) -> List[Any]
-        return self._session.run(None, dict(zip(self._input_names, feed)))
+        try:
+            return self._session.run(None, dict(zip(self._input_names, feed)))
+        except Exception as err:  # onnxruntime's own exception types
+            raise RunnerError("onnxruntime inference failed (%s)" % (str(err).splitlines() or [type(err).__name__])[0], EXIT_BOARD)
 
     @staticmethod
     def own(outputs):
@@ -551,11 +554,20 @@ class RknnLiteBackend(object):
         emulation = getattr(api, "RKDET_EMULATED", None) or getattr(rknnlite, "RKDET_EMULATED", None)
         self.emulated = bool(emulation)
         version = _package_version(rknnlite, ("rknn-toolkit-lite2", "rknn_toolkit_lite2", "rknn-toolkit-lite", "rknn_toolkit_lite"))
-        self._lite = api.RKNNLite()
-        if self._lite.load_rknn(model) != 0:
+        try:
+            self._lite = api.RKNNLite()
+            loaded = self._lite.load_rknn(model)
+        except Exception as err:  # the runtime normally returns codes, but guard its exceptions too
+            raise RunnerError("%s: RKNNLite.load_rknn raised %s: %s" % (model, type(err).__name__, err), EXIT_BOARD)
+        if loaded != 0:
             raise RunnerError("%s: RKNNLite.load_rknn failed; the model may be for another SoC or runtime version" % model, EXIT_BOARD)
         self._legacy = False
-        ret = self._init_runtime(api.RKNNLite, core_mask, _accepts_core_mask(self._lite.init_runtime))
+        try:
+            ret = self._init_runtime(api.RKNNLite, core_mask, _accepts_core_mask(self._lite.init_runtime))
+        except RunnerError:
+            raise
+        except Exception as err:
+            raise RunnerError("%s: RKNNLite.init_runtime raised %s: %s" % (model, type(err).__name__, err), EXIT_BOARD)
         if ret != 0:
             raise RunnerError("%s: RKNNLite.init_runtime(core_mask=%s) failed (returned %r); check the NPU driver and core mask"
                               % (model, core_mask, ret), EXIT_BOARD)
@@ -590,7 +602,10 @@ class RknnLiteBackend(object):
     def infer(self, feed):
         # type: (List[Any]) -> List[Any]
         formats = self._formats or ["nhwc" if a.ndim == 4 else "nchw" for a in feed]
-        outputs = self._lite.inference(inputs=feed, data_format=formats)
+        try:
+            outputs = self._lite.inference(inputs=feed, data_format=formats)
+        except Exception as err:
+            raise RunnerError("RKNNLite.inference raised %s: %s" % (type(err).__name__, err), EXIT_BOARD)
         if outputs is None or not isinstance(outputs, (list, tuple)):
             raise RunnerError("RKNNLite.inference returned %r instead of outputs; see the runtime log above" % (outputs,), EXIT_BOARD)
         return list(outputs)
@@ -847,12 +862,15 @@ def main(argv=None):
     except (KeyboardInterrupt, Interrupted) as err:
         sys.stderr.write("rkdet-run: interrupted (%s); completed runs are kept in %s\n" % (err or "SIGINT", args.out))
         return EXIT_INTERRUPTED
-    except (OSError, IOError) as err:
+    except (OSError, IOError) as err:  # the result folder or an input went away under us
         code = EXIT_BOARD if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG) else EXIT_BAD_INPUT
         where = getattr(err, "filename", None) or args.out
         hint = "free space on the board and run again" if code == EXIT_BOARD else "check the path and permissions"
         sys.stderr.write("rkdet-run: %s: %s; completed runs stay readable; %s\n" % (where, err.strerror or err, hint))
         return code
+    except Exception as err:  # a bug: still one line, still the run record closed as failed
+        sys.stderr.write("rkdet-run: internal error %s: %s; please report it\n" % (type(err).__name__, " ".join(str(err).split())))
+        return EXIT_BAD_INPUT
     finally:
         signal.signal(signal.SIGTERM, previous)
 
