@@ -7,6 +7,7 @@ registered here, so this file stays a table of contents.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import click
@@ -15,10 +16,15 @@ from rkdet import __version__
 from rkdet.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RkdetError
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 class RkdetGroup(click.Group):
     """A click group that turns RkdetError into `rkdet: message` and its exit code."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
+        signal.signal(signal.SIGTERM, _terminate)  # clean up like Ctrl-C: no half-written output
         try:
             return super().invoke(ctx)
         except RkdetError as err:

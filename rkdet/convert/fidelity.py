@@ -100,3 +100,22 @@ def gate(report: dict, limits: FidelitySection, platform: str) -> list[str]:
             raise ConversionError(f"{platform}: {key} ({entry['kind']}) cosine {entry['min_cosine']:.4f} against ONNX "
                                   f"FP32 is below {limit} (fidelity section of the config)")
     return warnings
+
+
+_ACTIVATION_DTYPES = {"w8a8": ("int8", "uint8"), "w4a16": ("int16",), "w8a16": ("int16",),
+                      "w16a16i": ("int16",), "w16a16i_dfp": ("int16",)}
+
+
+def quantization_gate(header: dict, dtype: str, quantized: bool, platform: str) -> None:
+    """A quantized build must have quantized inputs and outputs: no silent float fallback."""
+    tensors = header.get("inputs", []) + header.get("outputs", [])
+    if quantized:
+        wanted = _ACTIVATION_DTYPES.get(dtype, ("int8",))
+        floating = [f"{t['name']} ({t['dtype']})" for t in tensors if t["dtype"] not in wanted]
+        if floating:
+            raise ConversionError(f"{platform}: the toolkit left tensors unquantized: {', '.join(floating)}; "
+                                  f"expected {'/'.join(wanted)} for quantize.dtype {dtype} (force_fp16 is false)")
+    else:
+        integer = [t["name"] for t in tensors if not str(t["dtype"]).startswith("float")]
+        if integer:
+            raise ConversionError(f"{platform}: quantize.force_fp16 is true but tensors are integer: {', '.join(integer)}")

@@ -91,6 +91,18 @@ def rknn_content_fingerprint(path: Path) -> str:
     return content_fingerprint(path)
 
 
+def rknn_header(info: Any) -> dict[str, Any]:
+    """The `.rknn` facts a person checks first: format, target, toolkit, tensor types and quantization."""
+    def tensors(attrs: Any) -> list[dict[str, Any]]:
+        return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "qnt_method": t.qnt_method,
+                 "scale": list(t.scale), "zero_point": list(t.zero_point)} for t in attrs]
+
+    return {"format_version": info.format_version, "model_format": info.model_format,
+            "target_platform": info.target_platform, "toolkit_version": info.toolkit_version,
+            "compiler_version": info.compiler_version, "source_framework": info.source_framework,
+            "inputs": tensors(info.inputs), "outputs": tensors(info.outputs)}
+
+
 def combine_fingerprint(inputs_fp: str, rknn_content: str, simulator_hashes: dict | None) -> str:
     return sha256_bytes(_canonical({"inputs": inputs_fp, "rknn_content": rknn_content,
                                     "simulator_outputs": simulator_hashes}).encode())
@@ -115,7 +127,7 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             "onnx": {"file": source.name, "sha256": sha256_file(source)},
             "onnx_prepared": {"file": "model.onnx", "sha256": sha256_bytes(model.onnx_bytes), "prepare": model.prepare,
                               "input": model.input_name, "input_shape_nchw": list(model.input_shape_nchw),
-                              "outputs": dict(zip(model.output_names, map(list, model.output_shapes))),
+                              "outputs": [{"name": n, "shape": list(s)} for n, s in zip(model.output_names, model.output_shapes)],
                               "opset": model.opset},
             "config": {"sha256": sha256_bytes(_canonical(build_config(cfg, platform)).encode()),
                        "resolved": build_config(cfg, platform)},
@@ -130,7 +142,7 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                       "libraries": library_versions(), "host": f"{sys.platform}-{pyplatform.machine()}"},
         "build_environment": environment,
         "rknn": {"file": "model.rknn", "sha256": sha256_file(rknn_path), "size": rknn_path.stat().st_size,
-                 "content_fingerprint": content, "header": info.summary()},
+                 "content_fingerprint": content, "header": rknn_header(info)},
         "golden_outputs": golden_hashes,
         "fidelity": fidelity,
     }

@@ -34,6 +34,13 @@ class PreparedModel:
     output_shapes: tuple[tuple[int, ...], ...]
     prepare: str
     opset: int
+    stock_yolov8_head: bool  # the unprepared Ultralytics head is still in the graph
+
+
+def _has_stock_head(model) -> bool:
+    names = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    return sum(bool(_BOX_CONV.match(n) or _CLS_CONV.match(n)) for n in names) == 6 and any(
+        n.name.endswith("/dfl/conv/Conv") for n in model.graph.node)
 
 
 def _load(path: Path):
@@ -111,8 +118,10 @@ def prepare_model(section: ModelSection) -> PreparedModel:
     inputs = _graph_inputs(model)
     if len(inputs) != 1:
         raise InputError(f"{path}: rkdet supports single-input image models; this one has {len(inputs)} inputs")
+    stock_head = _has_stock_head(model)
     if section.prepare == "yolov8-split-head":
         model = _split_head(model, path)
+        stock_head = False
     graph_input = _graph_inputs(model)[0]
     dims = graph_input.type.tensor_type.shape.dim
     if section.inputs:
@@ -161,4 +170,5 @@ def prepare_model(section: ModelSection) -> PreparedModel:
         output_shapes=tuple(out_shapes),
         prepare=section.prepare,
         opset=opset,
+        stock_yolov8_head=stock_head,
     )

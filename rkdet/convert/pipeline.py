@@ -107,7 +107,9 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
         result = json.loads(result_file.read_text()) if result_file.exists() else None
         if run.returncode != 0 or not result or not result.get("ok"):
             where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
-            raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where} "
+            hint = ("; the stock YOLOv8 head is known to crash rknn-toolkit2 2.5.0: set model.prepare: "
+                    "yolov8-split-head" if model.stock_yolov8_head else "")
+            raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where}{hint} "
                                   "(rerun with --keep-failed to keep the folder with toolkit.log)")
         shutil.copyfile(folder / "model.rknn", stage_dir / "model.rknn")
         sim: dict[str, dict[str, np.ndarray]] = {}
@@ -166,6 +168,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
                                       fid, environment)
+        fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
+                                   cfg.quantize.enabled and not cfg.quantize.force_fp16, platform)
         verify_report = None
         if verify:
             progress(f"{platform}: --verify: rebuilding to check reproducibility")

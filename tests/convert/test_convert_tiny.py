@@ -1,0 +1,134 @@
+"""Real rknn-toolkit2 builds of tiny models: fingerprints are stable and sensitive; no partial output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import RKDET, REPO, run_rkdet
+
+pytestmark = pytest.mark.slow
+
+
+def _build(config: Path, out: Path, *extra: str) -> dict:
+    proc = run_rkdet("convert", "--config", str(config), "--out", str(out), "--json", *extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)["builds"][0]
+
+
+@pytest.fixture(scope="module")
+def first_build(tiny_assets, tmp_path_factory):
+    from tiny_models import write_config
+
+    root = tmp_path_factory.mktemp("first")
+    cfg = write_config(root / "tiny.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"])
+    return _build(cfg, root / "out"), root
+
+
+def test_build_folder_is_complete(first_build):
+    build, _ = first_build
+    folder = Path(build["folder"])
+    names = {p.name for p in folder.iterdir()}
+    assert {"model.rknn", "model.onnx", "manifest.json", "fidelity.json", "golden", "toolkit.log",
+            "config.resolved.json"} <= names
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["schema"] == "rkdet.manifest/1"
+    assert manifest["fingerprint"] == build["fingerprint"]
+    assert manifest["rknn"]["header"]["target_platform"] == "rk3588"
+    assert manifest["rknn"]["header"]["toolkit_version"] == "2.5.0"
+    assert all(t["dtype"] == "int8" for t in manifest["rknn"]["header"]["outputs"])
+    assert manifest["inputs"]["config"]["resolved"]["toolkit"]["optimization_level"] == 0
+    assert len(manifest["inputs"]["calibration"]) == 6 and len(manifest["inputs"]["golden"]) == 2
+    assert "created_unix" not in manifest  # no wall-clock time without SOURCE_DATE_EPOCH
+    assert manifest["build_environment"]["env"]["PYTHONHASHSEED"] == "0"
+    # golden result sets: one line per golden input, outputs content-addressed
+    for backend in ("simulator", "onnx-fp32"):
+        lines = (folder / "golden" / backend / "index.jsonl").read_text().splitlines()
+        assert len(lines) == 2
+        for line in lines:
+            rec = json.loads(line)
+            for out in rec["outputs"]:
+                assert (folder / "golden" / backend / "outputs" / f"{out['hash']}.npy").is_file()
+    fed = np.load(next((folder / "golden" / "inputs").glob("*.npy")))
+    assert fed.dtype == np.uint8 and fed.shape == (1, 32, 32, 3)
+
+
+def test_same_inputs_same_fingerprint(first_build, tiny_assets, tmp_path):
+    from tiny_models import write_config
+
+    build, _ = first_build
+    cfg = write_config(tmp_path / "again.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"])
+    again = _build(cfg, tmp_path / "out")
+    assert again["fingerprint"] == build["fingerprint"]
+    a = json.loads((Path(build["folder"]) / "manifest.json").read_text())
+    b = json.loads((Path(again["folder"]) / "manifest.json").read_text())
+    assert a["golden_outputs"] == b["golden_outputs"]
+
+
+@pytest.mark.parametrize("change", ["weights", "target", "quant_method", "algorithm", "mean"])
+def test_anything_that_matters_changes_the_fingerprint(first_build, tiny_assets, tmp_path, change):
+    from tiny_models import write_config
+
+    build, _ = first_build
+    onnx_path = tiny_assets["onnx_seed1"] if change == "weights" else tiny_assets["onnx"]
+    sections = {
+        "weights": {},
+        "target": {"target": {"platforms": ["rk3568"]}},
+        "quant_method": {"quantize": {"dataset": str(tiny_assets["cal"]), "method": "layer"}},
+        "algorithm": {"quantize": {"dataset": str(tiny_assets["cal"]), "algorithm": "mmse"}},
+        "mean": {"preprocess": {"mean": [10, 10, 10]}},
+    }[change]
+    cfg = write_config(tmp_path / "c.yaml", onnx_path, tiny_assets["cal"], tiny_assets["gold"], **sections)
+    other = _build(cfg, tmp_path / "out")
+    assert other["fingerprint"] != build["fingerprint"]
+
+
+def test_force_fp16_builds_float(tiny_assets, tmp_path):
+    from tiny_models import write_config
+
+    cfg = write_config(tmp_path / "c.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"],
+                       quantize={"dataset": str(tiny_assets["cal"]), "force_fp16": True})
+    build = _build(cfg, tmp_path / "out")
+    header = json.loads((Path(build["folder"]) / "manifest.json").read_text())["rknn"]["header"]
+    assert all(t["dtype"].startswith("float") for t in header["outputs"])
+
+
+def test_verify_reports_bytes_and_fingerprint_separately(tiny_config, tmp_path):
+    build = _build(tiny_config(), tmp_path / "out", "--verify")
+    verify = build["verify"]
+    assert verify["fingerprint_identical"] is True
+    assert verify["simulator_outputs_identical"] is True
+    assert verify["content_fingerprint_identical"] is True
+    assert isinstance(verify["rknn_bytes_identical"], bool)
+    saved = json.loads((Path(build["folder"]) / "verify.json").read_text())
+    assert saved == verify
+
+
+def test_rebuild_replaces_previous_build_in_place(first_build, tiny_assets):
+    build, root = first_build
+    proc = run_rkdet("convert", "--config", str(root / "tiny.yaml"), "--out", str(root / "out"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (root / "out").iterdir()) == ["tiny-rk3588"]
+
+
+def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*RKDET, "convert", "--config", str(tiny_config()), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(p.name.startswith(".tiny-rk3588.tmp") for p in out.glob(".*")):
+        time.sleep(0.05)
+    assert proc.poll() is None, "convert finished before it could be interrupted"
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert list(out.iterdir()) == []
