@@ -129,7 +129,7 @@ def detection_plot(image: np.ndarray | None, reference: Detections, candidate: D
                    size: tuple[int, int] | None, ref_label: str, cand_label: str) -> bytes:
     """The input image with reference boxes (green, solid) and candidate boxes (red, dashed)."""
     rgb = _as_rgb(image)
-    fig = Figure(figsize=(7, 7))
+    fig = Figure(figsize=(9.5, 9.5))
     ax = fig.add_subplot()
     if rgb is not None:
         ax.imshow(rgb)

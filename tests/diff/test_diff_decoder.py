@@ -7,17 +7,11 @@ same image: decoding both must give the same detections. Nothing here is a hard-
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from diff_helpers import ResultSetBuilder
-from onnx import helper
-from onnx.utils import Extractor
-from PIL import Image
 
 from rkdet.diff.api import compare
 from rkdet.diff.decision import compare_classification, compare_detections
@@ -25,64 +19,16 @@ from rkdet.diff.decode import decode_yolov8, detect_layout, iou_matrix
 from rkdet.diff.tolerance import Tolerance
 from rkdet.errors import InputError
 
-ROOT = Path(__file__).resolve().parents[2]
-MODEL = ROOT / "models" / "yolov8n-doclaynet.onnx"
 SIDE = 1024
 
 
-def _page(tmp: Path) -> np.ndarray:
-    """A real document page as RGB uint8: the lead's golden pages, else one rendered with pdftoppm."""
-    pages = sorted((ROOT / "calibration_data" / "golden").glob("*.png"))
-    if pages:
-        return np.asarray(Image.open(pages[0]).convert("RGB"))
-    pdf = next(p for p in Path("/usr/share/doc").rglob("*.pdf"))
-    subprocess.run(["pdftoppm", "-f", "1", "-l", "1", "-scale-to", "1200", "-png", str(pdf), str(tmp / "p")], check=True)
-    return np.asarray(Image.open(next(tmp.glob("p*.png"))).convert("RGB"))
-
-
-def _letterbox(rgb: np.ndarray) -> np.ndarray:
-    h, w = rgb.shape[:2]
-    scale = SIDE / max(h, w)
-    resized = np.asarray(Image.fromarray(rgb).resize((round(w * scale), round(h * scale)), Image.BILINEAR))
-    canvas = np.full((SIDE, SIDE, 3), 114, dtype=np.uint8)
-    canvas[: resized.shape[0], : resized.shape[1]] = resized
-    return canvas
-
-
-def _split_model() -> bytes:
-    model = onnx.load(str(MODEL))
-    cut = [f"/model.22/cv{k}.{i}/cv{k}.{i}.2/Conv_output_0" for i in range(3) for k in (2, 3)]
-    sub = Extractor(model).extract_model(["images"], cut)
-    del sub.graph.output[:]
-    for i in range(3):
-        sub.graph.node.append(helper.make_node("Identity", [cut[2 * i]], [f"box{i}"]))
-        sub.graph.node.append(helper.make_node("Sigmoid", [cut[2 * i + 1]], [f"cls{i}"]))
-        sub.graph.output.extend([helper.make_tensor_value_info(f"box{i}", onnx.TensorProto.FLOAT, None),
-                                 helper.make_tensor_value_info(f"cls{i}", onnx.TensorProto.FLOAT, None)])
-    return sub.SerializeToString()
-
-
-@pytest.fixture(scope="module")
-def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    image = _letterbox(_page(tmp_path_factory.mktemp("page")))
-    x = image.transpose(2, 0, 1)[None].astype(np.float32) / 255.0
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    full = ort.InferenceSession(str(MODEL), opts, providers=["CPUExecutionProvider"])
-    (single,) = full.run(None, {"images": x})
-    split_sess = ort.InferenceSession(_split_model(), opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in split_sess.get_outputs()]
-    split = dict(zip(names, split_sess.run(None, {"images": x})))
-    return {"image": image, "x": x, "single": single, "split": split, "names": names}
-
-
-def test_both_layouts_decode_to_the_same_detections(outputs: dict) -> None:
-    single_layout = detect_layout([("output0", outputs["single"].shape)])
-    split_layout = detect_layout([(n, outputs["split"][n].shape) for n in outputs["names"]])
+def test_both_layouts_decode_to_the_same_detections(doc_outputs: dict) -> None:
+    single_layout = detect_layout([("output0", doc_outputs["single"].shape)])
+    split_layout = detect_layout([(n, doc_outputs["split"][n].shape) for n in doc_outputs["names"]])
     assert single_layout.kind == "yolov8-single" and single_layout.nc == 11 and single_layout.input_size == (SIDE, SIDE)
     assert split_layout.kind == "yolov8-split" and [b.stride for b in split_layout.branches] == [8, 16, 32]
-    a = decode_yolov8(single_layout, {"output0": outputs["single"]})
-    b = decode_yolov8(split_layout, outputs["split"])
+    a = decode_yolov8(single_layout, {"output0": doc_outputs["single"]})
+    b = decode_yolov8(split_layout, doc_outputs["split"])
     assert len(a) >= 3, "a real page should give several layout detections"
     assert len(a) == len(b)
     assert np.array_equal(a.classes, b.classes)
@@ -92,8 +38,8 @@ def test_both_layouts_decode_to_the_same_detections(outputs: dict) -> None:
     assert not delta["changed"] and delta["matched"] == len(a)
 
 
-def test_nhwc_and_score_sum_variants_decode_identically(outputs: dict) -> None:
-    nchw = outputs["split"]
+def test_nhwc_and_score_sum_variants_decode_identically(doc_outputs: dict) -> None:
+    nchw = doc_outputs["split"]
     nhwc = {}
     for i in range(3):
         nhwc[f"box{i}"] = np.ascontiguousarray(nchw[f"box{i}"].transpose(0, 2, 3, 1))
@@ -120,9 +66,9 @@ def test_default_build_shapes_are_recognised() -> None:
         detect_layout([("x", (1, 3, 7))], "yolov8")
 
 
-def test_zeroed_class_scores_hide_behind_whole_output_cosine(outputs: dict, tmp_path: Path) -> None:
+def test_zeroed_class_scores_hide_behind_whole_output_cosine(doc_outputs: dict, tmp_path: Path) -> None:
     """INT8 zeroing every class score barely moves the whole-output cosine; the cls slice and decisions show it."""
-    ref = outputs["single"]
+    ref = doc_outputs["single"]
     broken = ref.copy()
     broken[:, 4:, :] = 0.0
     for name, arr in (("ref", ref), ("board", broken)):
@@ -139,8 +85,8 @@ def test_zeroed_class_scores_hide_behind_whole_output_cosine(outputs: dict, tmp_
     assert decision["candidate_count"] == 0 and len(decision["missing"]) == decision["reference_count"] > 0
 
 
-def test_swapped_class_channels_are_class_flips(outputs: dict) -> None:
-    split = outputs["split"]
+def test_swapped_class_channels_are_class_flips(doc_outputs: dict) -> None:
+    split = doc_outputs["split"]
     layout = detect_layout([(n, a.shape) for n, a in split.items()])
     ref = decode_yolov8(layout, split)
     top = int(np.bincount(ref.classes).argmax())
