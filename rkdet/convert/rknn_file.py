@@ -427,17 +427,29 @@ def _slot_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict
     return spans
 
 
+# Root-table slots we do not name, by the kind seen in 2.5.0 files: 6 is an int (20500 in every
+# file), 10 a byte, the rest offsets to strings/byte vectors ("0", "static_shape", 8-10 bytes).
+_M_OTHER_KINDS = {6: "i32", 10: "u8", 11: "bytes", 14: "bytes", 15: "bytes", 16: "bytes", 17: "bytes",
+                  18: "bytes", 19: "bytes", 21: "bytes"}
+
+
 def _other_model_slots(fb: _Fb, m: Sequence[int | None]) -> dict[str, Any]:
-    """Slots of the root table we do not name, kept as raw inline bytes (they are stable)."""
+    """Root-table slots we do not name, by value (stable across identical builds). A slot this
+    reader has never seen is kept by its first inline byte so it still counts."""
     named = {_M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO, _M_COMPILER, _M_TARGET, _M_SOURCE,
              _M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS}
-    out = {}
-    present = sorted((p, i) for i, p in enumerate(m) if p is not None)
-    for k, (pos, i) in enumerate(present):
-        if i in named:
+    out: dict[str, Any] = {}
+    for i, pos in enumerate(m):
+        if pos is None or i in named:
             continue
-        nxt = present[k + 1][0] if k + 1 < len(present) else pos + 4
-        out[str(i)] = fb.buf[pos : pos + max(1, min(4, nxt - pos))].hex()
+        kind = _M_OTHER_KINDS.get(i)
+        if kind == "i32":
+            out[str(i)] = int(fb._unpack("<i", pos))
+        elif kind == "bytes":
+            start, n = fb.vector(pos, 1)
+            out[str(i)] = fb.buf[start : start + n].hex()
+        else:
+            out[str(i)] = int(fb._unpack("<B", pos))
     return out
 
 
