@@ -202,3 +202,22 @@ def test_legacy_v1_api_without_core_mask_is_detected(board, tmp_path):
                    "--out", tmp_path / "bad"], env=env)
     assert_one_line_error(bad, 2)
     assert "core_mask" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_onnx_from_env_and_default_normalisation(board, tmp_path, monkeypatch):
+    """No <stem>.onnx / .emu.json beside the .rknn: RKDET_EMU_ONNX names the model; mean 0, std 255."""
+    sys.path.insert(0, str(DOUBLE_DIR))
+    try:
+        from rknnlite.api import RKNNLite
+    finally:
+        sys.path.remove(str(DOUBLE_DIR))
+    model, inputs = board
+    lone = tmp_path / "elsewhere.rknn"
+    lone.write_bytes(b"RKNN")
+    monkeypatch.setenv("RKDET_EMU_ONNX", str(model.with_suffix(".onnx")))
+    lite = RKNNLite()
+    assert lite.load_rknn(str(lone)) == 0 and lite.init_runtime() == 0
+    x = np.load(inputs / "page-0000.npy")
+    got = lite.inference(inputs=[x], data_format=["nhwc"])
+    ref = ort_outputs(model.with_suffix(".onnx"), np.ascontiguousarray(x.transpose(0, 3, 1, 2).astype(np.float32) / 255.0))
+    assert all(np.array_equal(g, r) for g, r in zip(got, ref))
