@@ -179,8 +179,19 @@ probe_python() {
         missing python "$py not found on PATH"
         return 0
     fi
-    pp_ver=$("$py" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null) || pp_ver=
-    if "$py" -c 'import rknnlite' >/dev/null 2>&1; then pp_lite=true; else pp_lite=false; fi
+    # One interpreter start (they cost ~0.1 s each on a board): version, then the import.
+    pp_out=$("$py" -c 'import sys
+print("%d.%d.%d" % sys.version_info[:3])
+try:
+    import rknnlite
+    print("rknnlite: yes")
+except Exception:
+    print("rknnlite: no")' 2>/dev/null) || :
+    pp_ver=
+    pp_lite=false
+    for pp_w in $pp_out; do
+        case $pp_w in [0-9]*.*) pp_ver=$pp_w ;; yes) pp_lite=true ;; esac
+    done
     rk_emit python "\"python\":$(rk_js "$py"),\"version\":$(rk_js "$pp_ver"),\"rknnlite\":$pp_lite"
 }
 
