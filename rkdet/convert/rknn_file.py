@@ -18,7 +18,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 
@@ -105,32 +105,31 @@ class RknnFileInfo:
     inputs: tuple[TensorAttr, ...]
     outputs: tuple[TensorAttr, ...]
     sections: tuple[Section, ...]
+    content_fingerprint: str
     metadata: dict[str, Any] = field(hash=False)
     build_info: dict[str, Any] = field(hash=False)
 
 
 def read_rknn(path: str | Path) -> RknnFileInfo:
-    """Parse `path`; raise RknnFormatError (one line, names the file) if it is not a valid `.rknn`."""
-    return _parse(Path(path)).info
+    """Parse `path` (its `content_fingerprint` included); raise RknnFormatError (one line, names
+    the file) if it is not a readable toolkit2 `.rknn`."""
+    return _parse(Path(path))
 
 
 def content_fingerprint(path: str | Path) -> str:
     """sha256 (hex) over the behaviour-defining content of `path`, stable across identical builds."""
-    parsed = _parse(Path(path))
-    payload = json.dumps(parsed.canonical, sort_keys=True, separators=(",", ":"))
+    return read_rknn(path).content_fingerprint
+
+
+def _fingerprint(canonical: dict[str, Any]) -> str:
+    payload = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 # --- container ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Parsed:
-    info: RknnFileInfo
-    canonical: dict[str, Any]
-
-
-def _parse(path: Path) -> _Parsed:
+def _parse(path: Path) -> RknnFileInfo:
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -165,11 +164,10 @@ def _parse(path: Path) -> _Parsed:
         return _parse_model(path, data, version, model, json_at, json_size, metadata)
     except _FbError as exc:
         fail(f"model payload is corrupt ({exc})")
-    raise AssertionError("unreachable")
 
 
-def _failer(path: Path) -> Callable[[str], None]:
-    def fail(what: str) -> None:
+def _failer(path: Path) -> Callable[[str], NoReturn]:
+    def fail(what: str) -> NoReturn:
         raise RknnFormatError(f"{path}: {what}")
 
     return fail
@@ -241,7 +239,7 @@ def _get(slots: Sequence[int | None], i: int) -> int | None:
     return slots[i] if i < len(slots) else None
 
 
-def _opt(fb: _Fb, slots: Sequence[int | None], i: int, read: Callable[[int], Any], default: Any) -> Any:
+def _opt(slots: Sequence[int | None], i: int, read: Callable[[int], Any], default: Any) -> Any:
     pos = _get(slots, i)
     return default if pos is None else read(pos)
 
@@ -294,19 +292,22 @@ def _decode(fb: _Fb, table: int, spec: dict[int, tuple[str, str]]) -> dict[str, 
 def _parse_model(
     path: Path, data: bytes, version: int, model: bytes, json_at: int, json_size: int,
     metadata: dict[str, Any],
-) -> _Parsed:
+) -> RknnFileInfo:
     fb = _Fb(model)
     root = fb.root()
     m = fb.slots(root)
-    text = lambda i: _opt(fb, m, i, fb.string, "")  # noqa: E731
-    graphs = _opt(fb, m, _M_GRAPHS, fb.tables, [])
+
+    def text(slot: int) -> str:
+        return str(_opt(m, slot, fb.string, ""))
+
+    graphs = _opt(m, _M_GRAPHS, fb.tables, [])
     if len(graphs) != 1:
         raise _FbError(f"expected one graph, found {len(graphs)}")
     g = fb.slots(graphs[0])
-    tensors = [_Tensor(i, _decode(fb, t, _TENSOR_FIELDS)) for i, t in enumerate(_opt(fb, g, _G_TENSORS, fb.tables, []))]
-    nodes = [_decode(fb, t, _NODE_FIELDS) for t in _opt(fb, g, _G_NODES, fb.tables, [])]
-    in_idx = [int(v) for v in _opt(fb, g, _G_INPUTS, lambda p: fb.array(p, "<i4"), [])]
-    out_idx = [int(v) for v in _opt(fb, g, _G_OUTPUTS, lambda p: fb.array(p, "<i4"), [])]
+    tensors = [_Tensor(i, _decode(fb, t, _TENSOR_FIELDS)) for i, t in enumerate(_opt(g, _G_TENSORS, fb.tables, []))]
+    nodes = [_decode(fb, t, _NODE_FIELDS) for t in _opt(g, _G_NODES, fb.tables, [])]
+    in_idx = [int(v) for v in _opt(g, _G_INPUTS, lambda p: fb.array(p, "<i4"), [])]
+    out_idx = [int(v) for v in _opt(g, _G_OUTPUTS, lambda p: fb.array(p, "<i4"), [])]
 
     buffers = _buffers(fb, m)
     io_json = {k: _json_or_empty(text(s)) for k, s in (("input", _M_INPUT_JSON), ("output", _M_OUTPUT_JSON))}
@@ -352,22 +353,14 @@ def _parse_model(
                                     _sha(model[start:end]), volatile=slot in _G_VOLATILE))
     sections.append(Section("metadata_json", json_at + 8, json_size, _sha(data[json_at + 8 : json_at + 8 + json_size])))
 
-    info = RknnFileInfo(
-        path=str(path), file_size=len(data), file_sha256=_sha(data), format_version=version,
-        model_format=text(_M_FORMAT), target_platform=text(_M_TARGET),
-        toolkit_version=str(metadata.get("version", "")), compiler_version=compiler_version,
-        source_framework=text(_M_SOURCE),
-        inputs=attrs(in_idx, io_json["input"]), outputs=attrs(out_idx, io_json["output"]),
-        sections=tuple(sections), metadata=metadata, build_info=build_info,
-    )
     canonical = {
         "scheme": FINGERPRINT_SCHEME,
         "format_version": version,
         "header_reserved": data[24:_HEADER_SIZE].hex(),
         "model": {
-            "revision": _opt(fb, m, _M_REVISION, lambda p: int(fb._unpack("<i", p)), None),
-            "format": info.model_format, "compiler": compiler_raw, "target": info.target_platform,
-            "source": info.source_framework, "io_json": io_json,
+            "revision": _opt(m, _M_REVISION, lambda p: int(fb._unpack("<i", p)), None),
+            "format": text(_M_FORMAT), "compiler": compiler_raw, "target": text(_M_TARGET),
+            "source": text(_M_SOURCE), "io_json": io_json,
             "build_info": _canonical_literal(text(_M_BUILD_INFO)),
             "other_slots": _other_model_slots(fb, m),
         },
@@ -382,13 +375,21 @@ def _parse_model(
         },
         "buffers": digests,
     }
-    return _Parsed(info, canonical)
+    return RknnFileInfo(
+        path=str(path), file_size=len(data), file_sha256=_sha(data), format_version=version,
+        model_format=text(_M_FORMAT), target_platform=text(_M_TARGET),
+        toolkit_version=str(metadata.get("version", "")), compiler_version=compiler_version,
+        source_framework=text(_M_SOURCE),
+        inputs=attrs(in_idx, io_json["input"]), outputs=attrs(out_idx, io_json["output"]),
+        sections=tuple(sections), content_fingerprint=_fingerprint(canonical), metadata=metadata,
+        build_info=build_info,
+    )
 
 
 def _buffers(fb: _Fb, m: Sequence[int | None]) -> list[tuple[int, int]]:
     """(start, size) of each data buffer in the payload: weights, LUTs, register commands, tasks."""
     out = []
-    for t in _opt(fb, m, _M_BUFFERS, fb.tables, []):
+    for t in _opt(m, _M_BUFFERS, fb.tables, []):
         pos = _get(fb.slots(t), 0)
         out.append(fb.vector(pos, 1) if pos is not None else (0, 0))
     return out
@@ -423,6 +424,8 @@ def _slot_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict
         if pos is None:
             continue
         start = fb.target(pos)
+        if not 0 <= start < len(fb.buf):
+            raise _FbError(f"graph slot {slot} points outside the payload")
         spans[slot] = (start, min(a for a in anchors if a > start))
     return spans
 
@@ -464,10 +467,23 @@ def _literal_or_empty(text: str) -> dict[str, Any]:
     """The toolkit stores its build attributes as a Python dict literal; parse it safely."""
     try:
         value = ast.literal_eval(text) if text else {}
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return {"unparsed": text}
     return value if isinstance(value, dict) else {"value": value}
 
 
 def _canonical_literal(text: str) -> Any:
-    return json.loads(json.dumps(_literal_or_empty(text), sort_keys=True, default=repr))
+    """JSON-able and order-stable: sets become sorted lists (their repr order follows the hash seed)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, (set, frozenset)):
+            return sorted((plain(x) for x in v), key=repr)
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        return repr(v)
+
+    return plain(_literal_or_empty(text))

@@ -159,7 +159,7 @@ def test_identical_builds_same_fingerprint_and_differences_only_in_volatile_sect
     models: dict[str, Path],
 ) -> None:
     a, b = models["base_a"], models["base_b"]
-    assert content_fingerprint(a) == content_fingerprint(b)
+    assert content_fingerprint(a) == content_fingerprint(b) == read_rknn(a).content_fingerprint
     da, db = a.read_bytes(), b.read_bytes()
     assert len(da) == len(db)
     volatile = [(s.offset, s.offset + s.size) for s in read_rknn(a).sections if s.volatile]
@@ -291,7 +291,7 @@ def real_bytes(models: dict[str, Path]) -> bytes:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_corrupted_files_parse_or_fail_cleanly(real_bytes: bytes, tmp_path_factory: pytest.TempPathFactory,
                                                data: st.DataObject) -> None:
@@ -299,7 +299,9 @@ def test_corrupted_files_parse_or_fail_cleanly(real_bytes: bytes, tmp_path_facto
     buf = bytearray(real_bytes)
     flips = data.draw(st.lists(st.tuples(st.integers(0, len(buf) - 1), st.integers(1, 255)), min_size=1, max_size=8))
     hot = data.draw(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 255)), max_size=4))  # header + root
-    for pos, x in flips + [(64 + p, x) for p, x in hot]:
+    # tables, vtables and offsets sit in the first ~8 KB of the payload; weights and commands after
+    struct_ = data.draw(st.lists(st.tuples(st.integers(64, 64 + 8192), st.integers(1, 255)), max_size=6))
+    for pos, x in flips + [(64 + p, x) for p, x in hot] + struct_:
         buf[pos] ^= x
     p = tmp_path_factory.mktemp("fuzz") / "f.rknn"
     p.write_bytes(bytes(buf))
