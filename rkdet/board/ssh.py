@@ -264,6 +264,19 @@ def _connect_socket(host: str, port: int, timeout: float, label: str) -> socket.
     return sock
 
 
+_FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def _fast_transport(sock: socket.socket | paramiko.Channel, **kwargs: object) -> paramiko.Transport:
+    """A Transport preferring AES-GCM (one AEAD pass: ~20% faster SFTP than CTR+HMAC on loopback);
+    other ciphers stay offered for boards without it (old Dropbear)."""
+    transport = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
+    opts = transport.get_security_options()
+    offered = tuple(opts.ciphers)
+    opts.ciphers = tuple(c for c in _FAST_CIPHERS if c in offered) + tuple(c for c in offered if c not in _FAST_CIPHERS)
+    return transport
+
+
 class BoardConnection:
     """An open SSH session to one board; every method raises BoardError (exit 3) on trouble."""
 
@@ -357,7 +370,7 @@ class BoardConnection:
                 allow_agent=allow_agent and not (tgt.identities_only and tgt.identities),
                 look_for_keys=not tgt.identities,
                 timeout=timeouts.connect, banner_timeout=timeouts.banner, auth_timeout=timeouts.auth,
-                channel_timeout=timeouts.connect,
+                channel_timeout=timeouts.connect, transport_factory=_fast_transport,
             )
         except _UnknownHostKey as err:
             client.close()
@@ -469,7 +482,10 @@ class BoardConnection:
                 self._feed(chan, stdin, deadline, on_send)
             chan.shutdown_write()
             self._drain(chan, stdout, stderr, deadline)
-            return chan.recv_exit_status()
+            # OpenSSH sends EOF before exit-status: wait for it, but not forever (-1: killed by a signal)
+            if not chan.status_event.wait(max(0.001, deadline - time.monotonic())):
+                raise socket.timeout()
+            return chan.exit_status
         except socket.timeout:
             raise BoardError(f"{self.target.label}: `{what}` timed out after {limit:g} s") from None
         except (paramiko.SSHException, OSError, EOFError) as err:

@@ -16,10 +16,11 @@ import secrets
 import stat
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from rkdet.board.ssh import remote_command
 from rkdet.errors import BoardError, InputError
@@ -128,8 +129,25 @@ class _Progress:
             yield lambda n: bar.update(task, advance=n)
 
 
+class _HashingReader:
+    """Wraps a file so the sha256 is computed from the very bytes read for upload (one pass)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.sha = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.sha.update(data)
+        return data
+
+
 def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = False) -> TransferStats:
-    """Copy `local` (file or directory) to exactly the remote path `remote`; skip identical files."""
+    """Copy `local` (file or directory) to exactly the remote path `remote`; skip identical files.
+
+    Files absent on the board are hashed while they are read for upload (no extra pass); a file
+    present on the board is hashed first, and sent only if its hash differs.
+    """
     start = time.monotonic()
     remote = conn.abspath(remote)
     files = _local_files(Path(local))
@@ -137,18 +155,18 @@ def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = Fa
     stats = TransferStats(method="sftp" if sftp else "exec")
     targets = [_join(remote, rel) for _, rel in files]
     dirs = sorted({str(PurePosixPath(t).parent) for t in targets} | ({remote} if Path(local).is_dir() else set()))
-    local_hashes = [sha256_file(p) for p, _ in files]
     have = remote_hashes(conn, targets, mkdirs=dirs)
     bars = _Progress(progress)
     pending: list[str] = []
-    for (path, _), target, want, got in zip(files, targets, local_hashes, have):
+    for (path, _), target, got in zip(files, targets, have):
         size = path.stat().st_size
-        if got == want:
+        if got is not None and sha256_file(path) == got:
             stats.files_skipped += 1
             stats.bytes_skipped += size
             continue
         tmp = _tmp_name(target)
-        with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as f:
+        with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as raw:
+            f = _HashingReader(raw)
             if sftp is not None:
                 try:
                     sftp.putfo(f, tmp, file_size=size, callback=_delta(advance), confirm=False)
@@ -162,7 +180,7 @@ def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = Fa
                     raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: "
                                      f"{out.decode('utf-8', 'replace').strip()}")
         mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
-        pending += [tmp, target, mode, want]
+        pending += [tmp, target, mode, f.sha.hexdigest()]
         stats.files_sent += 1
         stats.bytes_sent += size
     if pending:
@@ -204,46 +222,57 @@ def _remote_listing(conn: BoardConnection, remote: str) -> list[str] | None:
 
 
 def pull(conn: BoardConnection, remote: str, local: Path, *, progress: bool = False) -> TransferStats:
-    """Copy the remote file or directory `remote` to exactly `local`; identical local files are kept."""
+    """Copy the remote file or directory `remote` to exactly `local`; identical local files are kept.
+
+    The board hashes the files (on its own channel) while they download; each download lands on a
+    temporary name and is renamed only once its sha256 matches the board's.
+    """
     start = time.monotonic()
     remote = conn.abspath(remote)
     local = Path(local)
     rels = _remote_listing(conn, remote)
-    pairs = [(remote, local)] if rels is None else [(_join(remote, r), local / r) for r in rels]
     if any(".." in PurePosixPath(r).parts for r in rels or ()):
         raise BoardError(f"{conn.target.label}: refusing a remote file name with '..' under {remote}")
+    pairs = [(remote, local)] if rels is None else [(_join(remote, r), local / r) for r in rels]
     if rels is not None:
         local.mkdir(parents=True, exist_ok=True)
-    hashes = remote_hashes(conn, [src for src, _ in pairs])
     sftp = conn.sftp()
     stats = TransferStats(method="sftp" if sftp else "exec")
     bars = _Progress(progress)
-    for (src, dest), want in zip(pairs, hashes):
-        if want is None:
-            raise BoardError(f"{conn.target.label}: {src} vanished during the pull")
-        if dest.is_file() and sha256_file(dest) == want:
-            stats.files_skipped += 1
-            stats.bytes_skipped += dest.stat().st_size
-            continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.rkdet-{secrets.token_hex(4)}.tmp")
-        h = hashlib.sha256()
-        size = 0
+    landed: list[tuple[int, Path, str, int]] = []  # (index in pairs, temp file, local sha, size)
+    with ThreadPoolExecutor(1, thread_name_prefix="rkdet-hash") as pool:
+        future = pool.submit(remote_hashes, conn, [src for src, _ in pairs])
         try:
-            with open(tmp, "wb") as f:
-                def sink(data: bytes) -> None:
-                    h.update(data)
-                    f.write(data)
+            for index, (src, dest) in enumerate(pairs):
+                if dest.is_file():
+                    want = future.result()[index]
+                    if want is not None and sha256_file(dest) == want:
+                        stats.files_skipped += 1
+                        stats.bytes_skipped += dest.stat().st_size
+                        continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(f".{dest.name}.rkdet-{secrets.token_hex(4)}.tmp")
+                h = hashlib.sha256()
+                landed.append((index, tmp, "", 0))
+                with open(tmp, "wb") as f:
+                    def sink(data: bytes) -> None:
+                        h.update(data)
+                        f.write(data)
 
-                size = _download(conn, sftp, src, sink, bars)
-            if h.hexdigest() != want:
-                raise BoardError(f"{conn.target.label}: {src} arrived corrupted (sha256 mismatch); retry the pull")
-            os.replace(tmp, dest)
+                    size = _download(conn, sftp, src, sink, bars)
+                landed[-1] = (index, tmp, h.hexdigest(), size)
+            hashes = future.result()
+            for index, tmp, got, size in landed:
+                src, dest = pairs[index]
+                if hashes[index] != got:
+                    raise BoardError(f"{conn.target.label}: {src} changed or arrived corrupted during the pull "
+                                     f"(sha256 mismatch); retry")
+                os.replace(tmp, dest)
+                stats.files_sent += 1
+                stats.bytes_sent += size
         finally:
-            if tmp.exists():
-                tmp.unlink()
-        stats.files_sent += 1
-        stats.bytes_sent += size
+            for _, tmp, _, _ in landed:
+                tmp.unlink(missing_ok=True)
     stats.seconds = time.monotonic() - start
     return stats
 

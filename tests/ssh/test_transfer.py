@@ -99,3 +99,16 @@ def test_exec_fallback_without_sftp(boards, variant: str, tmp_path: Path) -> Non
         pulled = c.pull(dest, back)
         assert pulled.method == "exec" and _tree(back) == _tree(src)
         c.run(["rm", "-rf", c.abspath(dest)])
+
+
+def test_progress_bar_for_big_files_does_not_change_the_result(conn: BoardConnection, remote_tmp: str,
+                                                               tmp_path: Path) -> None:
+    from rkdet.board.transfer import PROGRESS_MIN_BYTES
+
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(PROGRESS_MIN_BYTES + 1))
+    stats = conn.push(big, f"{remote_tmp}/big.bin", progress=True)
+    assert stats.bytes_sent == big.stat().st_size
+    back = tmp_path / "back.bin"
+    assert conn.pull(f"{remote_tmp}/big.bin", back, progress=True).bytes_sent == big.stat().st_size
+    assert back.read_bytes() == big.read_bytes()

@@ -1,0 +1,93 @@
+"""The emulated board itself: OpenSSH client compatibility, cleanup, `rkdet emulator start`."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.board.fake_tree import tree_digest
+from rkdet.errors import InputError
+
+
+def test_openssh_client_reaches_the_board_strictly(board: EmulatedBoard) -> None:
+    res = subprocess.run([*board.ssh_argv(), "printf", "%s", '"$RKDET_ROOT"'], capture_output=True, text=True,
+                         timeout=30, env={**os.environ, "SSH_AUTH_SOCK": ""})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == str(board.root)
+
+
+def test_fake_tree_belongs_to_the_board_user_and_is_writable(conn, board: EmulatedBoard) -> None:
+    node = f"{board.root}/sys/class/devfreq/fdab0000.npu/governor"
+    before = tree_digest(board.root)
+    conn.run(["sh", "-c", 'cp "$1" "$1.bak" && echo userspace > "$1"', "sh", node])
+    assert Path(node).read_text() == "userspace\n"
+    conn.run(["sh", "-c", 'mv "$1.bak" "$1"', "sh", node])
+    assert tree_digest(board.root) == before
+
+
+def test_sudo_rule_is_removed_on_stop(tmp_path: Path) -> None:
+    with EmulatedBoard("rk3568", tmp_path / "w", "sudo") as b:
+        rule = Path(f"/etc/sudoers.d/rkdet-emulator-{b.port}")
+        assert rule.read_text().strip().endswith(f"{b.user} ALL=(ALL) NOPASSWD: ALL")
+        board_dir = b.board_dir
+        assert b.running
+    assert not rule.exists() and not b.running
+    assert board_dir is not None and not board_dir.exists()  # private temp dir removed
+
+
+def test_given_root_is_used_as_is(tmp_path: Path) -> None:
+    root = Path("/tmp") / f"rkdet-given-root-{os.getpid()}"
+    root.mkdir(mode=0o755)
+    (root / "marker").write_text("mine\n")
+    try:
+        with EmulatedBoard("rv1126", tmp_path / "w", root=root) as b, b.connect() as c:
+            assert c.run(["cat", f"{b.root}/marker"]).out == "mine\n" and b.root == root
+    finally:
+        (root / "marker").unlink()
+        root.rmdir()
+
+
+def test_unknown_soc_or_variant_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unknown SoC"):
+        EmulatedBoard("rk9999", tmp_path)
+    with pytest.raises(InputError, match="unknown variant"):
+        EmulatedBoard("rk3588", tmp_path, "dropbear")
+
+
+def test_cli_start_prints_how_to_connect_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    rkdet = Path(sys.executable).with_name("rkdet")
+    proc = subprocess.Popen([str(rkdet), "emulator", "start", "--soc", "rk3568", "--dir", str(tmp_path / "d")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if line.strip().startswith("or: rkdet deploy") or not line:
+                break
+        text = "".join(lines)
+        assert "listening on 127.0.0.1:" in text and "--ssh-config" in text
+        ssh_line = next(x for x in lines if x.strip().startswith("ssh:")).split(":", 1)[1].strip()
+        res = subprocess.run([*shlex.split(ssh_line), "echo", "ok"], capture_output=True,
+                             text=True, timeout=30, env={**os.environ, "SSH_AUTH_SOCK": ""})
+        assert res.stdout == "ok\n", res.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "emulator stopped" in err
+
+
+def test_package_exports_the_emulator() -> None:
+    from rkdet.board import emulator
+
+    assert emulator.EmulatedBoard is EmulatedBoard and "busybox" in emulator.VARIANTS
