@@ -41,7 +41,9 @@ case "$(fc-match -f '%{family}' Times-Roman)" in
 esac
 
 # Debian bookworm packages: key|package[:arch]=version|sha256 of the .deb|license of its documentation
+# (groff keeps its copyright file in groff-base, which is fetched for that file alone)
 DEBS='groff|groff:amd64=1.22.4-10|c30d56dad45ab7fe8d57f545381203297b23fabd7475e5acd133f15dcaef2355|GPL-3.0-or-later
+groffbase|groff-base:amd64=1.22.4-10|3de38b55bcccbdaf56c030d5011c6afc76bf6fdc8986ae4f1b2087eef0ddcad0|GPL-3.0-or-later
 asy|asymptote-doc=2.85+ds-1|b2ae6e97c64ede66c1e41cc913f790b01188d198557203a2b3c500ba3495e6ca|GPL-3.0-or-later
 gnuplot|gnuplot-doc=5.4.4+dfsg1-2|73fe1816a296594cf6a1d38528f8d740fd650f57a2cb62e029f7920fcd5b31f0|gnuplot (permissive; notice in PROVENANCE.md)
 rl|python-reportlab-doc=3.6.12-1+deb12u1|f7d27c209eb0c2063b604f34414681d0694a83280aa1668f0bccc685f607131c|BSD-3-Clause
@@ -89,7 +91,7 @@ golden|page-108-groff|groff|usr/share/doc/groff-base/pdf/pdfmark.pdf.gz|3|introd
 mkdir -p "$here"
 tmp=$(mktemp -d "$here/.make_dataset.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
-mkdir -p "$tmp/debs" "$tmp/x" "$tmp/raw" "$tmp/out/calibration" "$tmp/out/golden" "$tmp/whl"
+mkdir -p "$tmp/debs" "$tmp/x" "$tmp/raw" "$tmp/out/calibration" "$tmp/out/golden" "$tmp/out/LICENSES" "$tmp/whl"
 
 field() { printf '%s\n' "$1" | cut -d'|' -f"$2"; }
 
@@ -103,6 +105,15 @@ printf '%s\n' "$DEBS" | while IFS= read -r row; do
   got=$(sha256sum "$deb" | cut -d' ' -f1)
   [ "$got" = "$want" ] || die "$spec: .deb sha256 $got, expected $want (a different build; refusing to continue)"
   mkdir -p "$tmp/x/$key" && dpkg-deb -x "$deb" "$tmp/x/$key"
+  # Ship each package's copyright file: it carries the notices the licenses require to travel along.
+  if [ -f "$tmp/x/$key/usr/share/doc/$pkg/copyright" ] && [ ! -L "$tmp/x/$key/usr/share/doc/$pkg" ]; then
+    cp "$tmp/x/$key/usr/share/doc/$pkg/copyright" "$tmp/out/LICENSES/debian-$pkg.copyright"
+  fi
+done
+[ -f "$tmp/out/LICENSES/debian-groff-base.copyright" ] || die "groff-base has no copyright file"
+for lic in GPL-2 GPL-3; do
+  [ -f "/usr/share/common-licenses/$lic" ] || die "/usr/share/common-licenses/$lic missing (Debian base-files)"
+  cp "/usr/share/common-licenses/$lic" "$tmp/out/LICENSES/$lic"
 done
 
 echo "downloading and verifying $SKIMAGE_WHEEL" >&2
@@ -111,7 +122,9 @@ echo "downloading and verifying $SKIMAGE_WHEEL" >&2
   || die "pip download scikit-image==0.24.0 failed: check access to PyPI"
 got=$(sha256sum "$tmp/whl/$SKIMAGE_WHEEL" | cut -d' ' -f1)
 [ "$got" = "$SKIMAGE_SHA256" ] || die "$SKIMAGE_WHEEL: sha256 $got, expected $SKIMAGE_SHA256"
-mkdir -p "$tmp/x/skimage" && unzip -q "$tmp/whl/$SKIMAGE_WHEEL" 'skimage/data/page.png' 'skimage/data/text.png' -d "$tmp/x/skimage"
+mkdir -p "$tmp/x/skimage" && unzip -q "$tmp/whl/$SKIMAGE_WHEEL" 'skimage/data/page.png' 'skimage/data/text.png' \
+  'scikit_image-0.24.0.dist-info/LICENSE.txt' -d "$tmp/x/skimage"
+cp "$tmp/x/skimage/scikit_image-0.24.0.dist-info/LICENSE.txt" "$tmp/out/LICENSES/scikit-image-0.24.0.LICENSE.txt"
 
 echo "rendering pages" >&2
 printf '%s\n' "$PAGES" | while IFS= read -r row; do
@@ -131,14 +144,17 @@ printf '%s\n' "$PAGES" | while IFS= read -r row; do
 done >"$tmp/pairs"
 
 # Store every page as plain 8-bit RGB (gray sources too: rkdet rejects grayscale inputs), with
-# no text chunks or timestamps, so the bytes depend only on the pixels and the Pillow version.
+# no ICC profile, text chunks or timestamps, so the bytes depend only on the pixels and the Pillow
+# version (and libpng stops warning about the malformed iCCP chunk of skimage's page.png).
 "$PY" - "$tmp/pairs" <<'EOF'
 import sys
 from PIL import Image
 for line in open(sys.argv[1], encoding="utf-8"):
     src, dst = line.split()
     with Image.open(src) as im:
-        im.convert("RGB").save(dst, format="PNG", optimize=True)
+        rgb = im.convert("RGB")
+    rgb.info.clear()
+    rgb.save(dst, format="PNG", optimize=True)
 EOF
 
 (cd "$tmp/out" && sha256sum calibration/*.png golden/*.png) >"$tmp/SHA256SUMS"
@@ -166,7 +182,8 @@ Real document pages for the default document-layout model (\`models/yolov8n-docl
 inputs for golden references and are never used for calibration. Every file is 8-bit RGB PNG.
 PDF pages were rendered with \`pdftoppm -scale-to $LONG_SIDE -png\` (long side $LONG_SIDE px, as rendered;
 rkdet letterboxes to the model input at convert time) and re-encoded with Pillow as RGB without
-metadata. The two scikit-image pictures are stored at their native size, converted from gray to RGB.
+metadata (no ICC profile, text chunks or timestamps). The two scikit-image pictures are stored at
+their native size, converted from gray to RGB.
 
 Renderer: poppler-utils $poppler, fonts-urw-base35 $urw (substitutes for the unembedded base-14
 fonts), Pillow $pillow. \`SHA256SUMS\` covers every image; \`make_dataset.sh --check\` rebuilds and compares.
@@ -175,10 +192,12 @@ fonts), Pillow $pillow. \`SHA256SUMS\` covers every image; \`make_dataset.sh --c
 
 Every source is in Debian main (DFSG-free) or is BSD / public domain. The rendered pages are
 unmodified renderings of the named pages; the corresponding source of each document is the Debian
-source package of the named version (\`apt-get source <package>=<version>\`). The licenses are in each
-package's \`/usr/share/doc/<package>/copyright\`; GPL texts are in \`/usr/share/common-licenses/\`.
+source package of the named version (\`apt-get source <package>=<version>\`). \`LICENSES/\` holds each
+package's Debian copyright file verbatim (\`debian-<package>.copyright\`, with all notices), the GPL-2
+and GPL-3 texts (Debian base-files) and scikit-image's \`LICENSE.txt\`.
 
 - groff 1.22.4 (mom examples, pdfmark manual): GPL-3.0-or-later, Copyright Free Software Foundation, Inc.
+  (the groff package keeps its copyright file in groff-base: \`LICENSES/debian-groff-base.copyright\`).
 - asymptote-doc 2.85: GPL-3.0-or-later, Copyright (C) 2004-2021 Andy Hammerlindl, John Bowman, Tom Prince.
 - gnuplot-doc 5.4.4: the gnuplot license. Notice required with copies:
   "Copyright 1986-1993, 1998, 2004 Thomas Williams, Colin Kelley. Permission to use, copy, and
@@ -225,7 +244,7 @@ EOT
 } >"$tmp/PROVENANCE.md"
 
 # Install: each step is a rename inside calibration_data/, so a reader never sees half a set.
-for d in calibration golden; do
+for d in calibration golden LICENSES; do
   [ -d "$here/$d" ] && mv "$here/$d" "$tmp/old-$d"
   mv "$tmp/out/$d" "$here/$d"
 done

@@ -120,12 +120,31 @@ def test_provenance_lists_every_file_with_source_license_and_hash() -> None:
         assert row["sha256"].strip("`") == sums[rel], f"{rel}: PROVENANCE sha256 differs from SHA256SUMS"
 
 
+def test_license_files_ship_for_every_source() -> None:
+    """Each source's notices travel with the pages (GPL and BSD both require it)."""
+    lic = DATA / "LICENSES"
+    for rel, row in provenance_rows().items():
+        m = re.match(r"Debian bookworm (\S+) ", row["source"])
+        if m:
+            pkg = "groff-base" if m.group(1) == "groff" else m.group(1)  # groff's copyright lives in groff-base
+            text = (lic / f"debian-{pkg}.copyright").read_text(encoding="utf-8")
+            assert "Copyright" in text, f"{rel}: LICENSES/debian-{pkg}.copyright has no copyright notice"
+        else:
+            assert "scikit-image" in row["source"], rel
+            assert "BSD-3-Clause" in (lic / "scikit-image-0.24.0.LICENSE.txt").read_text(encoding="utf-8")
+        if "GPL-3.0" in row["license"]:
+            assert "GNU GENERAL PUBLIC LICENSE" in (lic / "GPL-3").read_text(encoding="utf-8")
+        if "GPL-2.0" in row["license"]:
+            assert "Version 2, June 1991" in (lic / "GPL-2").read_text(encoding="utf-8")
+
+
 def test_images_decode_as_rgb_uint8_within_bounds() -> None:
     for p in all_images():
         with Image.open(p) as im:
             im.load()
             assert im.format == "PNG", p
             assert im.mode == "RGB", f"{p.name}: mode {im.mode} (must be 8-bit RGB)"
+            assert not im.info, f"{p.name}: carries metadata {sorted(im.info)} (ICC profile, text...)"
             arr = np.asarray(im)
         assert arr.dtype == np.uint8 and arr.ndim == 3 and arr.shape[2] == 3, f"{p.name}: {arr.dtype} {arr.shape}"
         h, w = arr.shape[:2]
