@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from fuse_helpers import CLIENT_TIMEOUT_S, NPU, ops, read, require_fuse, sh
+from fuse_helpers import CLIENT_TIMEOUT_S, NPU, POLICY0, ops, read, require_fuse, sh
 
 from rkdet.board.emulator import mount as mount_mod
 from rkdet.board.emulator.mount import EmulatedSysfs, emulated_sysfs, mount_entry, namespace_argv
@@ -141,3 +143,26 @@ def test_daemon_logs_a_handler_bug_with_its_traceback(tmp_path, monkeypatch):
         errors = handle.daemon_errors()
     assert any(line.startswith("Traceback") for line in errors), errors
     assert "injected bug" in handle.log_path.read_text()
+
+
+def test_a_non_root_user_gets_the_other_mode_bits(tmp_path):
+    """Login users on the board are not root: 0444 readable, 0644 not writable, 0400 not readable."""
+    require_fuse()
+    work = Path(tempfile.mkdtemp(prefix="rkdet-fuse-user-"))
+    try:
+        work.chmod(0o755)  # let the user reach the mount point
+        with emulated_sysfs("rk3588", work) as handle:
+            root = handle.root
+            policy = f"{root}/sys/devices/system/cpu/cpufreq/policy0"
+            script = (f'cat {root}/{NPU}/cur_freq || exit 10; '
+                      f'cat {policy}/cpuinfo_cur_freq 2>/dev/null && exit 11; '
+                      f'echo performance 2>/dev/null > {root}/{NPU}/governor && exit 12; '
+                      f'test -w {root}/{NPU}/governor && exit 13; '
+                      f'test -r {policy}/scaling_cur_freq || exit 14; exit 0')
+            as_user = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "dash", "-c",
+                                      script], capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+            assert (as_user.returncode, as_user.stdout) == (0, "700000000\n"), as_user.stderr
+            assert read(root, f"{NPU}/governor") == "rknpu_ondemand\n"
+            assert sh(f'cat "$R/{POLICY0}/cpuinfo_cur_freq"', root).stdout == "1200000\n"  # root may
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -111,17 +111,45 @@ class BoardFS:
     def statfs(self, path: str) -> dict[str, int]:
         return {"f_bsize": 4096, "f_frsize": 4096, "f_namemax": 255}
 
+    # -- permissions -------------------------------------------------------------------------
+    # Mode bits are checked here rather than with -o default_permissions: that option makes the
+    # kernel ask for attributes of every path component on every lookup (attr_timeout is 0 so
+    # that set_freq can vanish), which tripled the cost of a read. Files are root-owned, as on a
+    # board: root passes the mode bits, everyone else gets the "other" bits.
+    @staticmethod
+    def _caller_uid() -> int:
+        import mfusepy
+
+        return mfusepy.fuse_get_context()[0]
+
+    def _check_mode(self, mode: int, read: bool, write: bool) -> None:
+        if self._caller_uid() == 0:
+            return
+        if (read and not mode & 0o004) or (write and not mode & 0o002):
+            raise kernel_error(errno.EACCES)
+
+    def access(self, path: str, amode: int) -> int:
+        rel = self._rel(path)
+        kind = self._kind(rel)
+        mode = self.board.files[rel].mode if kind == "file" else 0o755
+        if amode & os.X_OK and not mode & 0o111:
+            raise kernel_error(errno.EACCES)
+        self._check_mode(mode, bool(amode & os.R_OK), bool(amode & os.W_OK))
+        return 0
+
     # -- files -------------------------------------------------------------------------------
     def open(self, path: str, flags: int) -> int:
         rel = self._rel(path)
         if self._kind(rel) != "file":
             raise kernel_error(errno.EISDIR)
         attr = self.board.files[rel]
-        if flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR):
+        write = flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+        if write:
             if not rel.startswith(("sys/", "proc/")):
                 raise kernel_error(errno.EROFS)
             if attr.store is None:  # kernfs_fop_open: no store -> EACCES, root included
                 raise kernel_error(errno.EACCES)
+        self._check_mode(attr.mode, read=flags & os.O_ACCMODE != os.O_WRONLY, write=write)
         fh, self._next_fh = self._next_fh, self._next_fh + 1
         self._open[fh] = (rel, None)
         return fh
@@ -160,6 +188,7 @@ class BoardFS:
             raise kernel_error(errno.EISDIR)
         if self.board.files[rel].store is None:
             raise kernel_error(errno.EACCES)
+        self._check_mode(self.board.files[rel].mode, read=False, write=True)
         return 0  # O_TRUNC on an attribute is accepted and means nothing, as on sysfs
 
     def release(self, path: str, fh: int) -> int:
@@ -233,7 +262,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     options: dict[str, Any] = {
         "foreground": True, "nothreads": True, "fsname": f"rkdet-sysfs-{profile.soc}", "subtype": "rkdet",
-        "default_permissions": True, "direct_io": True,
+        "direct_io": True,
         "entry_timeout": 0, "attr_timeout": 0, "negative_timeout": 0,
     }
     if os.geteuid() == 0:
