@@ -91,3 +91,18 @@ def test_package_exports_the_emulator() -> None:
     from rkdet.board import emulator
 
     assert emulator.EmulatedBoard is EmulatedBoard and "busybox" in emulator.VARIANTS
+
+
+def test_fuse_sysfs_is_served_to_the_board_user(tmp_path: Path) -> None:
+    from rkdet.board.emulator.mount import fuse_unavailable_reason
+
+    backend = "plain" if fuse_unavailable_reason() else "fuse"  # the plain fallback is tested either way
+    with EmulatedBoard("rk3588", tmp_path / "w", sysfs=backend) as b, b.connect() as c:
+        assert b.sysfs is not None and b.sysfs.backend == backend
+        gov = c.run(["cat", f"{b.root}/sys/class/devfreq/fdab0000.npu/governor"]).out
+        assert gov == "rknpu_ondemand\n"
+        control = b.sysfs.control_dir
+        c.run(["sh", "-c", 'echo 50 > "$1/load.npu.tmp" && mv "$1/load.npu.tmp" "$1/load.npu"', "sh", str(control)])
+        assert (control / "load.npu").read_text() == "50\n"
+        mounted = b.root
+    assert not mounted.exists() or not any(mounted.iterdir())  # unmounted (and removed) on stop

@@ -24,14 +24,17 @@ def emulator() -> None:
               help="Keep keys, config and log here (default: a temp dir removed on exit).")
 @click.option("--variant", type=click.Choice(list(VARIANTS)), default="standard", show_default=True,
               help="standard; nosftp (no SFTP subsystem); busybox (busybox shell, no SFTP); sudo (passwordless sudo).")
-def start(soc: str, workdir: Path | None, variant: str) -> None:
+@click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True,
+              help="Emulated sysfs: FUSE with kernel semantics (auto falls back to plain files).")
+def start(soc: str, workdir: Path | None, variant: str, sysfs: str) -> None:
     """Start the board, print how to reach it, and stop cleanly on Ctrl-C (or SIGTERM)."""
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with EmulatedBoard(soc, workdir, variant) as board:
+        with EmulatedBoard(soc, workdir, variant, sysfs=sysfs) as board:
             click.echo(f"emulated {soc} board ({variant}) listening on {board.target} as user {board.user}")
-            click.echo(f"  fake sysfs root: {board.root}")
+            backend = board.sysfs.backend if board.sysfs is not None else "plain"
+            click.echo(f"  emulated sysfs ({backend}): RKDET_ROOT={board.root}")
             click.echo(f"  ssh:    {shlex.join(board.ssh_argv())}")
             click.echo(f"  deploy: rkdet deploy --board {board.alias} --ssh-config {shlex.quote(str(board.ssh_config_file))}")
             click.echo(f"     or: rkdet deploy --board {board.target} --user {board.user} "

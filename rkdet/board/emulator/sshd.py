@@ -11,6 +11,7 @@ its results are labelled emulated). The emulator is sshd's parent: it waits for 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -87,12 +88,13 @@ class EmulatedBoard:
 
     `workdir` keeps the sshd-side files (config, keys, log); files the board user must reach
     (home, PATH dir, fake tree, authorized_keys) go to `workdir/board` when the user can traverse
-    `workdir`, else to a private temp dir. `root` uses an existing tree (e.g. the FUSE one) instead
-    of building the plain tree.
+    `workdir`, else to a private temp dir. `root` uses an existing tree instead of building one;
+    otherwise `sysfs` picks the tree: "plain" (files owned by the board user, fast), "fuse" or
+    "auto" (kernel semantics via `mount.emulated_sysfs`; `.sysfs.control` drives the thermal model).
     """
 
     def __init__(self, soc: str = "rk3588", workdir: str | Path | None = None, variant: str | Variant = "standard",
-                 *, root: str | Path | None = None, python: str | Path | None = None,
+                 *, root: str | Path | None = None, sysfs: str = "plain", python: str | Path | None = None,
                  env: dict[str, str] | None = None) -> None:
         try:
             self.profile = soc_profile(soc)
@@ -102,7 +104,12 @@ class EmulatedBoard:
             if variant not in VARIANTS:
                 raise InputError(f"emulator: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
             variant = VARIANTS[variant]
+        if sysfs not in ("plain", "fuse", "auto"):
+            raise InputError(f"emulator: sysfs backend {sysfs!r}: use plain, fuse or auto")
         self.variant = variant
+        self.sysfs_backend = sysfs
+        self.sysfs: Any = None  # rkdet.board.emulator.mount.EmulatedSysfs when served by mount.py
+        self._stack = contextlib.ExitStack()
         self.soc = self.profile.soc
         self._own_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="rkdet-emu-")) if workdir is None else Path(workdir).resolve()
@@ -145,6 +152,13 @@ class EmulatedBoard:
 
     def start(self) -> EmulatedBoard:
         """Create keys, user, tree and config; start sshd and wait for its banner."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> EmulatedBoard:
         users.require_root()
         if not SSHD.exists():
             raise BoardError(f"emulator: {SSHD} missing; install openssh-server (see .ci/setup)")
@@ -190,6 +204,7 @@ class EmulatedBoard:
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
+        self._stack.close()  # unmounts the FUSE tree, if any
         self._proc = None
         self._sudo_rule = None
         if self._own_board_dir and self.board_dir is not None:
@@ -220,9 +235,19 @@ class EmulatedBoard:
         bindir = self.board_dir / "bin"
         self.home.mkdir()
         bindir.mkdir()
-        if self._given_root is None:
+        if self._given_root is None and self.sysfs_backend == "plain":
             self.root = build_fake_tree(self.profile, self.board_dir / "root")
             users.chown_tree(self.root, entry)
+        elif self._given_root is None:
+            from rkdet.board.emulator.mount import emulated_sysfs
+
+            sysfs_dir = self.board_dir / "sysfs"
+            (sysfs_dir / "control").mkdir(parents=True)
+            users.chown_tree(sysfs_dir / "control", entry)  # the emulated runtime writes its load there
+            self.sysfs = self._stack.enter_context(emulated_sysfs(self.profile, sysfs_dir, self.sysfs_backend))
+            self.root = self.sysfs.root
+            if self.sysfs.backend == "plain":
+                users.chown_tree(self.root, entry)
         elif not users.traversable_by(self.root, entry):
             raise InputError(f"emulator: {self.root} is not reachable by user {self.user}; "
                              f"give a root under a world-searchable directory")
