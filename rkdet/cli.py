@@ -55,12 +55,15 @@ def _register() -> None:
     from rkdet.config_command import config_group
     from rkdet.convert.command import convert_command
     from rkdet.diff.command import diff_command
+    from rkdet.board.command import board_group, deploy_command
     from rkdet.board.emulator.command import emulator
 
     main.add_command(config_group)
     main.add_command(convert_command)
     main.add_command(diff_command)
     main.add_command(emulator)
+    main.add_command(deploy_command)
+    main.add_command(board_group)
 
 
 _register()

@@ -71,7 +71,7 @@ class SocProfile:
     thp_enabled: str = "always [madvise] never"
     rknpu_driver: str | None = "RKNPU driver: v0.9.8"
     runtime_library: str = "usr/lib/librknnrt.so"
-    runtime_version: str = "librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)"
+    runtime_version: str = "librknnrt version: 2.5.0 (be611e2c@2026-09-29T14:50:11)"
     npu_cores: int = 1
     cpuidle_states: tuple[str, ...] = ("WFI", "cpu-sleep")
     extra: dict[str, str] = field(default_factory=dict)

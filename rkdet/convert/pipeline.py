@@ -140,6 +140,10 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         progress(f"{platform}: building with {tk.name} {tk.version} (hermetic subprocess)")
         environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, stage_dir)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
+        _, _, h, w = model.input_shape_nchw
+        io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8", "layout": "nhwc"}],
+                   "outputs": list(model.output_names)}  # rkdet-run names outputs from it (RKNNLite cannot)
+        (stage_dir / "model.io.json").write_text(json.dumps(io_spec, indent=2) + "\n")
         progress(f"{platform}: golden references (onnxruntime FP32{', RKNN simulator' if sim else ''})")
         gold_inputs = {}
         for f in gold.files:

@@ -1,0 +1,201 @@
+"""`rkdet deploy` and `rkdet board info|pin|restore`: the click commands (parse, connect, call, report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+from rich.console import Console
+
+from rkdet.config import CORE_MASKS, load_config
+from rkdet.errors import EXIT_OK, InputError
+
+
+def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The SSH flags every board-facing command takes."""
+    options = [
+        click.option("--board", required=True, help="HOST[:PORT] or a Host alias from ~/.ssh/config."),
+        click.option("--user", default=None, help="Login user (default: ssh_config, else yours)."),
+        click.option("--port", type=int, default=None, help="SSH port (default: ssh_config, else 22)."),
+        click.option("--identity", "identity", type=click.Path(path_type=Path), default=None,
+                     help="Private key file (default: ssh_config IdentityFile, agent, ~/.ssh/id_*)."),
+        click.option("--known-hosts", type=click.Path(path_type=Path), default=None,
+                     help="rkdet's known_hosts (default ~/.config/rkdet/known_hosts; ~/.ssh/known_hosts is read too)."),
+        click.option("--ssh-config", type=click.Path(path_type=Path), default=None,
+                     help="ssh_config file (default ~/.ssh/config)."),
+        click.option("--accept-new-host-key", is_flag=True,
+                     help="Trust an unknown host key on first use and record it (never a changed one)."),
+        click.option("--sudo", is_flag=True, default=None, help="Run board-side work with `sudo -n` (non-root login)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def open_connection(board: str, user: str | None, port: int | None, identity: Path | None,
+                    known_hosts: Path | None, ssh_config: Path | None, accept_new_host_key: bool):
+    from rkdet.board.ssh import DEFAULT_RKDET_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, BoardConnection
+
+    return BoardConnection.open(board, user=user, port=port, identity=identity,
+                                known_hosts=known_hosts or DEFAULT_RKDET_KNOWN_HOSTS,
+                                ssh_config=ssh_config or DEFAULT_SSH_CONFIG,
+                                accept_new_host_key=accept_new_host_key)
+
+
+def _default_build(config_path: Path) -> tuple[Any, Path]:
+    cfg = load_config(config_path)
+    return cfg, Path("build") / f"{cfg.name}-{cfg.target.platforms[0]}"
+
+
+@click.command("deploy")
+@connection_options
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml",
+              show_default=True, help="Config whose run/board/tolerances sections apply.")
+@click.option("--build", type=click.Path(path_type=Path), default=None,
+              help="Build folder from rkdet convert (default build/<name>-<first platform>).")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Runs over the golden inputs (config run.repeats).")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unrecorded warm-up passes (config run.warmup).")
+@click.option("--core-mask", type=click.Choice(CORE_MASKS), default=None, help="NPU cores (config run.core_mask).")
+@click.option("--backend", type=click.Choice(["rknnlite", "onnxruntime"]), default=None,
+              help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="Results root: <out>/<board>/<fingerprint>/<run-id>/.")
+@click.option("--workdir", default=None, help="Remote work dir (default ~/.cache/rkdet or /tmp/rkdet-<user>).")
+@click.option("--state-dir", default=None, help="Remote pin state dir (default /run/rkdet as root, else <workdir>/state).")
+@click.option("--no-pin", is_flag=True, help="Run without pinning clocks (results say so).")
+@click.option("--keep", is_flag=True, help="Keep the run folder on the board after pulling it.")
+@click.option("--resume", is_flag=True, help="Re-attach to this board's unfinished run and pull it.")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for the run.")
+@click.option("--emulator-fault", default=None, metavar="JSON",
+              help="TEST CONTROL (emulated board only): flip one bit, e.g. "
+                   '\'{"occurrence": 5, "input_sha256": null, "output": "cls0", "index": 123, "bit": 0}\'.')
+@click.option("--json", "as_json", is_flag=True, help="Print the deploy record as JSON on stdout.")
+def deploy_command(board: str, user: str | None, port: int | None, identity: Path | None, known_hosts: Path | None,
+                   ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, config_path: Path,
+                   build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
+                   backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
+                   keep: bool, resume: bool, timeout: float, emulator_fault: str | None, as_json: bool) -> None:
+    """Run a build on a board, pinned, and judge the results: run against run and against golden.
+
+    Exit codes: 0 deterministic and within tolerance of golden, 1 divergence found,
+    2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
+    """
+    from rkdet.board.deploy import Deployment, RunSettings, board_label, latest_unfinished, pin_env_from_config
+
+    console = Console(stderr=True)
+    cfg, default_build = _default_build(config_path)
+    build = build or default_build
+    run = cfg.run
+    if emulator_fault is not None:
+        try:
+            json.loads(emulator_fault)
+        except ValueError:
+            raise InputError("--emulator-fault: not valid JSON") from None
+    settings = RunSettings(
+        repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
+        core_mask=core_mask or run.core_mask, backend=backend or run.backend, snapshot_every=run.snapshot_every,
+        cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None, pin=cfg.board.pin and not no_pin,
+        pin_env=pin_env_from_config(cfg.board), sudo=cfg.board.sudo if sudo is None else sudo,
+        workdir=workdir or cfg.board.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault,
+        timeout=timeout, tolerances=cfg.tolerances.model_dump())
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+        deployment = Deployment(conn, build, out, settings, log=console.log)
+        if resume:
+            outcome = deployment.resume(latest_unfinished(out, board_label(conn.target.label)))
+        else:
+            outcome = deployment.run()
+    for warning in outcome.warnings:
+        console.print(f"[yellow]warning[/]: {warning}")
+    if outcome.emulated:
+        console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
+    colour = "green" if outcome.exit_code == EXIT_OK else "red"
+    console.print(f"[{colour}]{outcome.verdict}[/]")
+    console.print(f"results: {outcome.folder}  (report.html, report.json)  "
+                  f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
+                  f"board restored: {outcome.restored}")
+    if as_json:
+        click.echo(json.dumps(outcome.record, indent=2, sort_keys=True))
+    raise SystemExit(outcome.exit_code)
+
+
+@click.group("board")
+def board_group() -> None:
+    """Inspect a board, or pin/restore its clocks by hand."""
+
+
+def _board_session(conn, workdir: str | None, sudo: bool, state_dir: str | None):
+    from rkdet.board.deploy import push_scripts
+
+    login_is_root = conn.run(["id", "-u"], timeout=30).out.strip() == "0"
+    wd = conn.abspath(workdir) if workdir else conn.default_workdir()
+    layout = {"workdir": wd, "scripts": f"{wd}/scripts"}
+    push_scripts(conn, layout)
+    env = {"RKDET_WORK_DIR": wd,
+           "RKDET_STATE_DIR": state_dir or ("/run/rkdet" if (login_is_root or sudo) else f"{wd}/state")}
+    return layout, env
+
+
+def _run_script(conn, name: str, layout: dict, env: dict, sudo: bool) -> tuple[int, list]:
+    from rkdet.board import scripts as board_scripts
+
+    line = board_scripts.board_command(name, layout["scripts"], env)
+    out = bytearray()
+    rc = conn.stream(f"sudo -n {line}" if sudo else line, stdout=out.extend, stderr=lambda b: None, what=f"{name}.sh")
+    return rc, board_scripts.parse_records(bytes(out))
+
+
+@board_group.command("info")
+@connection_options
+@click.option("--workdir", default=None, help="Remote work dir for the scripts.")
+def board_info(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, workdir) -> None:
+    """Probe the board and print what it is (JSON lines from probe.sh)."""
+    from rkdet.board import scripts as board_scripts
+
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+        layout, env = _board_session(conn, workdir, bool(sudo), None)
+        rc, records = _run_script(conn, "probe", layout, env, bool(sudo))
+        report = board_scripts.parse_probe(records)
+        report.raise_for_status(conn.target.label)
+    click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+
+
+@board_group.command("pin")
+@connection_options
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml", show_default=True)
+@click.option("--workdir", default=None)
+@click.option("--state-dir", default=None)
+def board_pin(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, config_path, workdir,
+              state_dir) -> None:
+    """Pin the board profile and leave it pinned (restore with `rkdet board restore`)."""
+    from rkdet.board import scripts as board_scripts
+    from rkdet.board.deploy import pin_env_from_config
+
+    cfg = load_config(config_path)
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+        layout, env = _board_session(conn, workdir, bool(sudo), state_dir)
+        rc, records = _run_script(conn, "pin", layout, {**env, **pin_env_from_config(cfg.board)}, bool(sudo))
+        report = board_scripts.parse_pin(records)
+        for knob in report.knobs:
+            click.echo(f"{knob.status:8} {knob.knob} {knob.actual or ''} {knob.reason or ''}".rstrip())
+        if report.exit_code not in (0, 1):
+            report.raise_for_status(conn.target.label)
+        click.echo(f"pinned; state saved on the board: run `rkdet board restore --board {board}` to undo", err=True)
+
+
+@board_group.command("restore")
+@connection_options
+@click.option("--workdir", default=None)
+@click.option("--state-dir", default=None)
+def board_restore(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, workdir,
+                  state_dir) -> None:
+    """Write back exactly the values saved by pin (idempotent)."""
+    from rkdet.board import scripts as board_scripts
+
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+        layout, env = _board_session(conn, workdir, bool(sudo), state_dir)
+        rc, records = _run_script(conn, "restore", layout, env, bool(sudo))
+        report = board_scripts.parse_restore(records)
+        report.raise_for_status(conn.target.label)
+    click.echo(report.note or f"restored {len(report.knobs)} value(s)")

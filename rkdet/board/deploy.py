@@ -1,0 +1,392 @@
+"""`rkdet deploy`: from a converted build to a verdict about a board, in one command.
+
+Order matters, and each step is recorded in `deploy.json` so a dropped connection can `--resume`:
+preflight (probe; nothing changes on the board), push (verified by sha256, unchanged files skipped),
+pin + run + restore as ONE detached board-side job (`run-pinned.sh` restores from a trap on exit,
+Ctrl-C, SIGTERM and hang-up, so the board is put back even when this host disappears), then pull
+the result set (distinct outputs only) and diff it run-to-run and against the golden reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rkdet.board import scripts as board_scripts
+from rkdet.board.preflight import BoardFit, check_board
+from rkdet.board.ssh import BoardConnection
+from rkdet.board.transfer import TransferStats
+from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError
+
+RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
+DEPLOY_SCHEMA = "rkdet.deploy/1"
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the board runs the model; defaults come from the config's `run` and `board` sections."""
+
+    repeats: int = 10
+    warmup: int = 2
+    core_mask: str = "auto"
+    backend: str = "rknnlite"
+    snapshot_every: int = 5
+    cpu_affinity: tuple[int, ...] | None = None
+    pin: bool = True
+    pin_env: dict[str, str] = field(default_factory=dict)
+    sudo: bool = False
+    workdir: str | None = None
+    state_dir: str | None = None
+    keep: bool = False
+    fault: str | None = None  # TEST CONTROL for the emulated runtime (RKDET_EMU_FAULT), never on real boards
+    timeout: float = 3600.0
+    tolerances: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DeployOutcome:
+    """What deploy did and found; `exit_code` is the command's."""
+
+    folder: Path
+    exit_code: int
+    verdict: str
+    emulated: bool
+    transfer: TransferStats
+    restored: bool | None
+    warnings: list[str] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def pin_env_from_config(board_section: Any) -> dict[str, str]:
+    """pin.sh settings (environment variables) from the config's `board` section."""
+    env = {
+        "RKDET_CPU_GOVERNOR": board_section.cpu_governor,
+        "RKDET_NPU_FREQ": str(board_section.npu_freq_hz or "max"),
+        "RKDET_GPU_FREQ": str(board_section.gpu_freq_hz or "max"),
+        "RKDET_DDR_FREQ": str(board_section.ddr_freq_hz or "max"),
+        "RKDET_COMPACTION": "0" if board_section.compaction_off else "keep",
+        "RKDET_THP": "never" if board_section.thp_never else "keep",
+        "RKDET_CPUIDLE_DEEP": "disable" if board_section.cpuidle_deep_off else "keep",
+    }
+    if board_section.cpu_freq_khz:
+        env["RKDET_CPU_FREQ"] = str(board_section.cpu_freq_khz)
+    return env
+
+
+def board_label(conn_label: str) -> str:
+    """A folder-safe name for the board (`user@host:port` -> `host_port`)."""
+    host = conn_label.split("@")[-1]
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host)
+
+
+def load_build(build: Path) -> dict[str, Any]:
+    manifest = build / "manifest.json"
+    try:
+        doc = json.loads(manifest.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{build}: no manifest.json; run `rkdet convert` first or pass --build with a build "
+                         "folder") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{manifest}: unreadable manifest ({exc}); re-run rkdet convert") from None
+    for name in ("model.rknn", "model.io.json", "golden/inputs"):
+        if not (build / name).exists():
+            raise InputError(f"{build}: {name} missing; the build folder is incomplete, re-run rkdet convert")
+    return doc
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _remote_layout(workdir: str, fingerprint: str, run_id: str) -> dict[str, str]:
+    fp = fingerprint[:16]
+    return {
+        "workdir": workdir,
+        "scripts": f"{workdir}/scripts",
+        "runner": f"{workdir}/rkdet-run.py",
+        "model_dir": f"{workdir}/models/{fp}",
+        "inputs": f"{workdir}/inputs/{fp}",
+        "run_dir": f"{workdir}/runs/{run_id}",
+        "result": f"{workdir}/runs/{run_id}/result",
+        "pidfile": f"{workdir}/runs/{run_id}/job.pid",
+        "logfile": f"{workdir}/runs/{run_id}/job.log",
+    }
+
+
+def _is_emulated_runtime(conn: BoardConnection) -> bool:
+    """True when the board's rknnlite declares itself a test double (the rkdet emulator's)."""
+    probe = "import rknnlite.api as a; print(bool(getattr(a, 'RKDET_EMULATED', '')))"
+    res = conn.run(["python3", "-c", probe], check=False, timeout=60)
+    return res.rc == 0 and res.out.strip() == "True"
+
+
+def probe_board(conn: BoardConnection, scripts_dir: str, env: dict[str, str], sudo: bool) -> board_scripts.ProbeReport:
+    line = board_scripts.board_command("probe", scripts_dir, env)
+    out, err = bytearray(), bytearray()
+    rc = conn.stream(f"sudo -n {line}" if sudo else line, stdout=out.extend, stderr=err.extend, what="probe.sh")
+    report = board_scripts.parse_probe(board_scripts.parse_records(bytes(out)))
+    if rc != 0 or not report.ok:
+        report.raise_for_status(conn.target.label)
+    return report
+
+
+def push_scripts(conn: BoardConnection, layout: dict[str, str]) -> TransferStats:
+    stats = TransferStats()
+    for path in board_scripts.deploy_files():
+        stats.add(conn.push(path, f"{layout['scripts']}/{path.name}"))
+    return stats
+
+
+def _push_build(conn: BoardConnection, build: Path, layout: dict[str, str], manifest: dict, emulated: bool,
+                progress: bool) -> TransferStats:
+    stats = TransferStats()
+    stats.add(conn.push(RUNNER, layout["runner"]))
+    stats.add(conn.push(build / "model.rknn", f"{layout['model_dir']}/model.rknn", progress=progress))
+    stats.add(conn.push(build / "model.io.json", f"{layout['model_dir']}/model.io.json"))
+    if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
+        stats.add(conn.push(build / "model.onnx", f"{layout['model_dir']}/model.onnx", progress=progress))
+        fed = manifest["fed_input"]
+        sidecar = build / ".model.emu.json"
+        sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
+        try:
+            stats.add(conn.push(sidecar, f"{layout['model_dir']}/model.emu.json"))
+        finally:
+            sidecar.unlink()
+    stats.add(conn.push(build / "golden" / "inputs", layout["inputs"], progress=progress))
+    return stats
+
+
+def _runner_argv(layout: dict[str, str], settings: RunSettings, model: str) -> list[str]:
+    argv = ["python3", layout["runner"], "--model", model, "--inputs", layout["inputs"],
+            "--repeats", str(settings.repeats), "--warmup", str(settings.warmup),
+            "--core-mask", settings.core_mask, "--backend", settings.backend,
+            "--snapshot-every", str(settings.snapshot_every), "--out", layout["result"]]
+    if settings.cpu_affinity:
+        argv += ["--cpu-affinity", ",".join(map(str, settings.cpu_affinity))]
+    return argv
+
+
+def _job_env(settings: RunSettings, layout: dict[str, str], login_is_root: bool) -> dict[str, str]:
+    env = dict(settings.pin_env)
+    env["RKDET_STATE_DIR"] = settings.state_dir or ("/run/rkdet" if (login_is_root or settings.sudo)
+                                                    else f"{layout['workdir']}/state")
+    env["RKDET_WORK_DIR"] = layout["workdir"]
+    if settings.fault:
+        env["RKDET_EMU_FAULT"] = settings.fault
+    return env
+
+
+class Deployment:
+    """One deploy to one board: created fresh, or re-attached with `resume`."""
+
+    def __init__(self, conn: BoardConnection, build: Path, results_root: Path, settings: RunSettings,
+                 log: Log = lambda msg: None, progress: bool = False) -> None:
+        self.conn = conn
+        self.build = build
+        self.manifest = load_build(build)
+        self.settings = settings
+        self.log = log
+        self.progress = progress
+        self.label = board_label(conn.target.label)
+        self.results = results_root / self.label / self.manifest["fingerprint"][:16]
+        self.record: dict[str, Any] = {}
+        self.folder = Path()
+
+    # -- the whole flow --
+
+    def run(self) -> DeployOutcome:
+        s = self.settings
+        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
+        self.folder = self.results / run_id
+        self.folder.mkdir(parents=True, exist_ok=False)
+        login_is_root = self.conn.run(["id", "-u"], timeout=30).out.strip() == "0"
+        workdir = self.conn.abspath(s.workdir) if s.workdir else self.conn.default_workdir()
+        layout = _remote_layout(workdir, self.manifest["fingerprint"], run_id)
+        env = _job_env(s, layout, login_is_root)
+        self.record = {"schema": DEPLOY_SCHEMA, "status": "preflight", "run_id": run_id, "board": self.conn.target.label,
+                       "build": str(self.build), "fingerprint": self.manifest["fingerprint"],
+                       "platform": self.manifest["platform"], "remote": layout, "job_env": env,
+                       "settings": {"repeats": s.repeats, "warmup": s.warmup, "core_mask": s.core_mask,
+                                    "backend": s.backend, "pin": s.pin, "sudo": s.sudo,
+                                    "snapshot_every": s.snapshot_every, "fault_injected": bool(s.fault)},
+                       "tolerances": dict(s.tolerances)}
+        self._save()
+        self.log(f"preflight on {self.conn.target.label}")
+        transfer = push_scripts(self.conn, layout)
+        probe = probe_board(self.conn, layout["scripts"], {"RKDET_WORK_DIR": workdir,
+                                                           "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
+        _write_json(self.folder / "board.json", probe.to_json())
+        emulated = _is_emulated_runtime(self.conn) if s.backend == "rknnlite" else False
+        fit = check_board(probe, self.manifest, host=self.conn.target.label, backend=s.backend, emulated=emulated,
+                          need_kb=self._need_kb())
+        if s.fault and not emulated:
+            raise InputError("--emulator-fault is a test control of the emulated runtime; this board is not emulated")
+        self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.manifest['fingerprint'][:16]}")
+        transfer.add(_push_build(self.conn, self.build, layout, self.manifest, emulated or s.backend == "onnxruntime",
+                                 self.progress))
+        self.record.update(status="running", emulated=emulated, warnings=list(fit.warnings),
+                           transfer={"bytes_sent": transfer.bytes_sent, "files_sent": transfer.files_sent,
+                                     "files_skipped": transfer.files_skipped})
+        self._save()
+        model = f"{layout['model_dir']}/model.onnx" if s.backend == "onnxruntime" else f"{layout['model_dir']}/model.rknn"
+        argv = _runner_argv(layout, s, model)
+        if s.pin:
+            argv = ["sh", f"{layout['scripts']}/run-pinned.sh", "--", *argv]
+        self.conn.run(["mkdir", "-p", layout["run_dir"]], timeout=30)
+        job = self.conn.start_detached(argv, layout["pidfile"], layout["logfile"], sudo=s.sudo, env=env,
+                                       keep_env=("RKDET_ROOT", "PYTHONPATH", "PATH") if s.sudo else ())
+        self.record.update(job_pid=job.pid)
+        self._save()
+        return self._finish(job, transfer, fit)
+
+    def resume(self, folder: Path) -> DeployOutcome:
+        """Re-attach to a run recorded in `folder/deploy.json`, wait for it, pull and judge it."""
+        self.folder = folder
+        self.record = json.loads((folder / "deploy.json").read_text())
+        layout = self.record["remote"]
+        job = self.conn.attach(layout["pidfile"], layout["logfile"], sudo=self.record["settings"]["sudo"])
+        fit = BoardFit(self.record.get("platform", "?"), None, bool(self.record.get("emulated")),
+                       tuple(self.record.get("warnings", ())))
+        self.log(f"resuming run {self.record['run_id']} on {self.conn.target.label}")
+        return self._finish(job, TransferStats(), fit)
+
+    # -- steps --
+
+    def _need_kb(self) -> int:
+        sizes = sum(p.stat().st_size for p in self.build.rglob("*") if p.is_file() and "golden" not in p.parts)
+        outputs = 0
+        for out in self.manifest["inputs"]["onnx_prepared"]["outputs"]:
+            count = 1
+            for d in out["shape"]:
+                count *= d
+            outputs += count * 4
+        golden_inputs = len(self.manifest["inputs"]["golden"])
+        return (sizes + outputs * golden_inputs * 4) // 1024 + 1024
+
+    def _wait(self, job: Any) -> int | None:
+        layout = self.record["remote"]
+        total = self.settings.repeats * len(self.manifest["inputs"]["golden"])
+        deadline = time.monotonic() + self.settings.timeout
+        last = -1
+        while self.conn.is_running(job):
+            if time.monotonic() > deadline:
+                raise BoardError(f"{self.conn.target.label}: run still going after {self.settings.timeout:g} s; "
+                                 "it continues on the board: rkdet deploy --resume later")
+            res = self.conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh", f"{layout['result']}/index.jsonl"],
+                                check=False, timeout=30)
+            done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
+            if done != last:
+                self.log(f"inference {done}/{total}")
+                last = done
+            time.sleep(0.3)
+        return self.conn.job_exit_code(job)
+
+    def _finish(self, job: Any, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
+        layout = self.record["remote"]
+        interrupted = False
+        try:
+            code = self._wait(job)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.log("interrupted: stopping the run on the board (it restores the board)")
+            self.conn.kill_job(job, grace=30)
+            code = self.conn.job_exit_code(job)
+        except BoardError:
+            self.record.update(status="disconnected")
+            self._save()
+            raise
+        log_text = self.conn.run(["cat", layout["logfile"]], check=False, timeout=60).out
+        (self.folder / "job.log").write_text(log_text)
+        records = board_scripts.parse_records(log_text)
+        pin = board_scripts.parse_pin(records) if self.settings.pin else None
+        restore = board_scripts.parse_restore(records) if self.settings.pin else None
+        _write_json(self.folder / "pin.json", {"schema": "rkdet.pin/1", "records": records})
+        restored = None if restore is None else restore.ok
+        warnings = list(fit.warnings) + (pin.warnings if pin else [])
+        if pin is not None:
+            for knob in pin.by_status("failed"):
+                warnings.append(f"pin: {knob.knob} wanted {knob.wanted} but reads {knob.actual}"
+                                + (f" ({knob.reason})" if knob.reason else ""))
+        result_local = self.folder / "result"
+        exists = self.conn.run(["test", "-e", f"{layout['result']}/run.json"], check=False, timeout=30).rc == 0
+        pulled = TransferStats()
+        if exists:
+            pulled = self.conn.pull(layout["result"], result_local, progress=self.progress)
+        if not self.settings.keep and not interrupted:
+            self.conn.run(["rm", "-rf", layout["run_dir"]], check=False, timeout=60)
+        self.record.update(status="interrupted" if interrupted else "complete", job_exit=code, restored=restored,
+                           warnings=warnings, pulled={"bytes": pulled.bytes_sent, "files": pulled.files_sent})
+        self._save()
+        if pin is not None and restore is not None and not restore.ok:
+            raise BoardError(f"{self.conn.target.label}: the board was NOT restored ({restore.reason or restore.status}); "
+                             f"run `rkdet board restore --board {self.conn.target.label}`")
+        if interrupted:
+            raise KeyboardInterrupt
+        if pin is not None and pin.exit_code not in (0, 1):
+            pin.raise_for_status(self.conn.target.label)
+        if not exists:
+            tail = (log_text.strip().splitlines() or ["no output"])[-1][:200]
+            raise BoardError(f"{self.conn.target.label}: the runner produced no results (exit {code}): {tail}")
+        if code not in (0, 1):
+            tail = [ln for ln in log_text.splitlines() if ln.startswith("rkdet-run")] or log_text.strip().splitlines()
+            raise BoardError(f"{self.conn.target.label}: rkdet-run exited {code}: {(tail or ['?'])[-1][:200]}")
+        return self._judge(result_local, transfer, restored, warnings, fit)
+
+    def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None, warnings: list[str],
+               fit: BoardFit) -> DeployOutcome:
+        from rkdet.diff.api import compare
+        from rkdet.diff.report import write_reports
+        from rkdet.diff.tolerance import Tolerance
+
+        run = json.loads((result_local / "run.json").read_text())
+        emulated = bool(run.get("emulated"))
+        golden = "onnx-fp32" if (emulated or run.get("backend") == "onnxruntime") else "simulator"
+        reference = self.build / "golden" / golden
+        if not reference.exists():
+            reference = self.build / "golden" / "onnx-fp32"
+        tolerance = Tolerance.from_mapping(self.record.get("tolerances"))
+        comparison = compare(result_local, reference, tolerance)
+        write_reports(comparison, self.folder)
+        self.record.update(verdict=comparison.verdict, diff_exit=comparison.exit_code, reference=str(reference))
+        self._save()
+        code = EXIT_OK if comparison.exit_code == 0 else EXIT_DIFFERENT
+        return DeployOutcome(self.folder, code, comparison.verdict, emulated, transfer, restored, warnings, self.record)
+
+    def _save(self) -> None:
+        _write_json(self.folder / "deploy.json", self.record)
+
+
+def latest_unfinished(results_root: Path, label: str) -> Path:
+    """The newest run folder of this board whose deploy did not complete (for --resume)."""
+    candidates = []
+    for record in (results_root / label).glob("*/*/deploy.json"):
+        try:
+            doc = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        if doc.get("status") in ("running", "disconnected"):
+            candidates.append(record.parent)
+    if not candidates:
+        raise InputError(f"{results_root / label}: no unfinished deploy to resume for this board")
+    return max(candidates, key=lambda p: p.name)
+
+
+def remove_partial(folder: Path) -> None:
+    """Drop a local run folder that never got past preflight (nothing worth keeping)."""
+    record = folder / "deploy.json"
+    try:
+        status = json.loads(record.read_text()).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status in (None, "preflight"):
+        shutil.rmtree(folder, ignore_errors=True)

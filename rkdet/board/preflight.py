@@ -1,0 +1,76 @@
+"""Preflight: does this board fit this build? Checked before anything on the board changes.
+
+Why each check: an RK3568 cannot run a model compiled for RK3588; an old librknnrt refuses model
+format 6 (toolkit2 >= 2.0); no Python or no rknnlite means the runner cannot start; and a full disk
+would fail halfway through a run of thousands of inferences.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rkdet.board.scripts import ProbeReport
+from rkdet.errors import BoardError
+
+# Platforms whose compiled models run on each other's NPU (same NPU IP and runtime target).
+_SAME_NPU = {"rk3566": "rk3568", "rk3568": "rk3568"}
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+@dataclass(frozen=True)
+class BoardFit:
+    """What preflight learned: labels for the report, and warnings that did not stop the run."""
+
+    soc: str
+    runtime_version: str | None
+    emulated: bool
+    warnings: tuple[str, ...]
+
+
+def _npu_family(platform: str) -> str:
+    return _SAME_NPU.get(platform, platform)
+
+
+def _version(text: str | None) -> tuple[int, int, int] | None:
+    match = _VERSION.search(text or "")
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
+
+
+def check_board(probe: ProbeReport, manifest: dict, *, host: str, backend: str, emulated: bool,
+                need_kb: int) -> BoardFit:
+    """Raise BoardError (exit 3) naming the host and the mismatch; return the fit otherwise."""
+    platform = manifest["platform"]
+    if not probe.soc:
+        raise BoardError(f"{host}: cannot tell the SoC (no rockchip compatible string in the device tree); "
+                         f"the build targets {platform}")
+    if _npu_family(probe.soc) != _npu_family(platform):
+        raise BoardError(f"{host}: board is {probe.soc} but the build targets {platform}; "
+                         f"convert for {probe.soc} (rkdet convert --target {probe.soc}) or pick another board")
+    warnings: list[str] = []
+    if backend == "rknnlite":
+        header = manifest.get("rknn", {}).get("header", {})
+        runtime = _version(probe.runtime_version)
+        toolkit = _version(header.get("toolkit_version"))
+        if runtime is None:
+            raise BoardError(f"{host}: no RKNN runtime library found (librknnrt.so); install the runtime that "
+                             f"matches rknn-toolkit2 {header.get('toolkit_version', '?')}")
+        if header.get("format_version", 0) >= 6 and runtime < (2, 0, 0):
+            raise BoardError(f"{host}: librknnrt {'.'.join(map(str, runtime))} cannot load model format "
+                             f"{header['format_version']} (built by toolkit {header.get('toolkit_version')}); "
+                             "update librknnrt to 2.x")
+        if toolkit and runtime[:2] < toolkit[:2]:
+            warnings.append(f"librknnrt {'.'.join(map(str, runtime))} is older than the toolkit "
+                            f"{'.'.join(map(str, toolkit))} that built the model; Rockchip recommends matching versions")
+        if not probe.rknnlite:
+            raise BoardError(f"{host}: python3 cannot import rknnlite; install rknn-toolkit-lite2 on the board "
+                             "(or run with --backend onnxruntime)")
+    if not probe.python_version:
+        raise BoardError(f"{host}: no python3 on the board; the runner needs Python >= 3.6 with numpy")
+    if probe.work_dir_free_kb is not None and probe.work_dir_free_kb < need_kb:
+        raise BoardError(f"{host}: not enough disk in the work dir: {probe.work_dir_free_kb // 1024} MiB free, "
+                         f"{need_kb // 1024 + 1} MiB needed; free space or pass --workdir elsewhere")
+    if probe.pinned_state:
+        warnings.append("a pin state from an earlier run was left on the board; pin keeps its original values "
+                        "and restore will bring them back")
+    return BoardFit(probe.soc, probe.runtime_version, emulated, tuple(warnings))
