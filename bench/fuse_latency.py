@@ -20,6 +20,7 @@ Needs root and /dev/fuse (like the tests); prints why not otherwise.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import subprocess
@@ -70,6 +71,7 @@ def main() -> int:
     if reason:
         print(f"fuse_latency: FUSE unavailable ({reason}); run as root with /dev/fuse", file=sys.stderr)
         return 2
+    load_before = os.getloadavg()[0]
     results: dict[str, list[dict[str, float]]] = {"fuse": [], "plain": []}
     with tempfile.TemporaryDirectory(prefix="rkdet-bench-fuse-") as tmp:
         for index in range(args.rounds):
@@ -89,8 +91,10 @@ def main() -> int:
         "",
         f"`bench/fuse_latency.py --soc {args.soc} --rounds {args.rounds} --iterations {args.iterations}`, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, Python {platform.python_version()}, "
-        f"kernel {platform.release()}. Median over rounds (min–max); shell figures are one dash process "
-        "looping the builtin, minus the empty loop.",
+        f"kernel {platform.release()}, {os.cpu_count()} CPUs, load average {load_before:.1f} before / "
+        f"{os.getloadavg()[0]:.1f} after (a shared machine: the spread shows it). Median over rounds (min–max); "
+        "shell figures are one dash process looping the builtin, minus the empty loop. The work dir is in "
+        "the default temp dir (ext4 here, slow to create files: that is most of the plain tree's ready time).",
         "",
         "| measure | FUSE | plain tree | FUSE / plain |",
         "|---|---|---|---|",
@@ -103,7 +107,9 @@ def main() -> int:
         "",
         "Reading: the FUSE daemon is single-threaded Python (mfusepy over libfuse3, direct_io, no attribute",
         "or entry caching so that set_freq can appear and vanish); every read evaluates the thermal model",
-        "and re-reads the control directory. A pin or restore touches a few dozen files, so even at a",
+        "and re-reads the control directory. dash's `read` builtin reads one byte per read(2), so a",
+        "10-byte value costs 11 round trips to the daemon; Python's `open().read()` costs 2.",
+        "A pin or restore touches a few dozen files, so even at a",
         "millisecond per access it costs well under a second; inference latency is not affected (the",
         "runtime reads cur_freq once per run, not per inference).",
         "",
