@@ -264,6 +264,21 @@ def _connect_socket(host: str, port: int, timeout: float, label: str) -> socket.
     return sock
 
 
+def _signal(chan: paramiko.Channel, name: str) -> None:
+    """Best effort: an RFC 4254 "signal" request; OpenSSH's sshd then kills the command's process
+    group (so a timed-out command does not linger). paramiko has no public call for it."""
+    try:
+        msg = paramiko.Message()
+        msg.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+        msg.add_int(chan.remote_chanid)
+        msg.add_string("signal")
+        msg.add_boolean(False)
+        msg.add_string(name)
+        chan.transport._send_user_message(msg)  # noqa: SLF001
+    except Exception:  # a dead channel/transport: nothing left to signal
+        pass
+
+
 _FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
@@ -487,6 +502,7 @@ class BoardConnection:
                 raise socket.timeout()
             return chan.exit_status
         except socket.timeout:
+            _signal(chan, "TERM")
             raise BoardError(f"{self.target.label}: `{what}` timed out after {limit:g} s") from None
         except (paramiko.SSHException, OSError, EOFError) as err:
             raise BoardError(f"{self.target.label}: connection lost during `{what}` ({err or type(err).__name__})") from None

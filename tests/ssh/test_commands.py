@@ -58,11 +58,17 @@ def test_nonzero_exit_raises_board_error_unless_unchecked(conn: BoardConnection)
     assert conn.run(["sh", "-c", "exit 3"], check=False).rc == 3
 
 
-def test_command_timeout_is_enforced(conn: BoardConnection) -> None:
+def test_command_timeout_is_enforced_and_the_command_killed(conn: BoardConnection, remote_tmp: str) -> None:
     t0 = time.monotonic()
     with pytest.raises(BoardError, match="timed out after 0.5 s") as info:
-        conn.run(["sleep", "10"], timeout=0.5)
+        conn.run(["sh", "-c", 'echo $$ > "$1"; sleep 30; echo late > "$1.late"', "sh", f"{remote_tmp}/pid"],
+                 timeout=0.5)
     assert info.value.exit_code == EXIT_BOARD and time.monotonic() - t0 < 3
+    pid = conn.run(["cat", f"{remote_tmp}/pid"]).out.strip()
+    deadline = time.monotonic() + 5
+    while conn.run(["test", "-e", f"/proc/{pid}"], check=False).rc == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert conn.run(["test", "-e", f"/proc/{pid}"], check=False).rc != 0  # the session was signalled
     assert conn.run(["echo", "still usable"]).out == "still usable\n"
 
 
