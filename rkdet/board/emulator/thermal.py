@@ -69,6 +69,10 @@ def _parse(name: str, text: str) -> int | float:
     return value
 
 
+def _is_knob(name: str) -> bool:
+    return name in _INT_KNOBS or name.startswith(("forced_millicelsius.", "load."))
+
+
 def knob_names(profile: SocProfile) -> set[str]:
     """Every control file name that means something for this profile."""
     names = set(_INT_KNOBS) | {f"load.{k}" for k in LOAD_KINDS}
@@ -89,8 +93,8 @@ class ControlReader:
         except FileNotFoundError:
             return Controls()
         for entry in entries:
-            if entry.name.startswith(".") or not entry.is_file():
-                continue
+            if not _is_knob(entry.name) or not entry.is_file():
+                continue  # temp files, and other parts' controls sharing the dir (fault.json)
             try:
                 text = Path(entry.path).read_text()
             except OSError:
