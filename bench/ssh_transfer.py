@@ -31,14 +31,17 @@ MODEL = REPO / "models" / "yolov8n-doclaynet.onnx"
 MiB = 1 << 20
 
 
-def best(fn: Callable[[int], object], repeats: int) -> float:
-    """Fastest wall time of `repeats` calls (each gets its attempt number, for fresh names)."""
-    times = []
+def race(fns: dict[str, Callable[[int], object]], repeats: int) -> dict[str, float]:
+    """Fastest wall time of each fn over `repeats` rounds; the order rotates every round so the
+    machine's background load falls on all contenders alike. Each call gets its round number."""
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
     for i in range(repeats):
-        t0 = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.perf_counter()
+            fns[name](i)
+            times[name].append(time.perf_counter() - t0)
+    return {n: min(t) for n, t in times.items()}
 
 
 def mux_options(control: Path) -> list[str]:
@@ -71,18 +74,38 @@ def main() -> None:
         sftp = conn.sftp()
         assert sftp is not None
         for path in (MODEL, big):
-            size = path.stat().st_size
-            t_scp = best(lambda i: scp(board, control, str(path), f"{alias}:{remote}/scp-{i}-{path.name}"), args.repeats)
-            t_put = best(lambda i: sftp.put(str(path), f"{remote}/put-{i}-{path.name}", confirm=False), args.repeats)
-            t_push = best(lambda i: conn.push(path, f"{remote}/push-{i}-{path.name}"), args.repeats)
-            label = f"upload {path.name} ({size / MiB:.1f} MiB)"
-            rows.append((label, f"scp {size / MiB / t_scp:.0f} MiB/s ({t_scp * 1000:.0f} ms)",
-                         f"push {size / MiB / t_push:.0f} MiB/s ({t_push * 1000:.0f} ms); raw SFTP put "
-                         f"{size / MiB / t_put:.0f} MiB/s", f"{t_scp / t_push:.2f}x"))
-        t_scp = best(lambda i: scp(board, control, f"{alias}:{remote}/push-0-{big.name}", f"{tmp}/scp-back-{i}"), args.repeats)
-        t_pull = best(lambda i: conn.pull(f"{remote}/push-0-{big.name}", Path(tmp) / f"pull-back-{i}"), args.repeats)
-        rows.append(("download 64 MiB", f"scp {64 / t_scp:.0f} MiB/s ({t_scp * 1000:.0f} ms)",
-                     f"pull {64 / t_pull:.0f} MiB/s ({t_pull * 1000:.0f} ms)", f"{t_scp / t_pull:.2f}x"))
+            size, name = path.stat().st_size / MiB, path.name
+            t = race({
+                "scp": lambda i: scp(board, control, str(path), f"{alias}:{remote}/scp-{i}-{name}"),
+                "put": lambda i: sftp.put(str(path), f"{remote}/put-{i}-{name}", confirm=False),
+                "push": lambda i: conn.push(path, f"{remote}/push-{i}-{name}"),
+            }, args.repeats)
+            rows.append((f"upload {name} ({size:.1f} MiB)", f"scp {size / t['scp']:.0f} MiB/s ({t['scp'] * 1000:.0f} ms)",
+                         f"raw SFTP put {size / t['put']:.0f} MiB/s ({t['put'] * 1000:.0f} ms); verified push "
+                         f"{size / t['push']:.0f} MiB/s ({t['push'] * 1000:.0f} ms)",
+                         f"put {t['scp'] / t['put']:.2f}x; push {t['scp'] / t['push']:.2f}x"))
+        src = f"{remote}/push-0-{big.name}"
+        t = race({
+            "scp": lambda i: scp(board, control, f"{alias}:{src}", f"{tmp}/scp-back-{i}"),
+            "get": lambda i: sftp.get(src, f"{tmp}/get-back-{i}"),
+            "pull": lambda i: conn.pull(src, Path(tmp) / f"pull-back-{i}"),
+        }, args.repeats)
+        rows.append(("download 64 MiB", f"scp {64 / t['scp']:.0f} MiB/s ({t['scp'] * 1000:.0f} ms)",
+                     f"raw SFTP get {64 / t['get']:.0f} MiB/s ({t['get'] * 1000:.0f} ms); verified pull "
+                     f"{64 / t['pull']:.0f} MiB/s ({t['pull'] * 1000:.0f} ms)",
+                     f"get {t['scp'] / t['get']:.2f}x; pull {t['scp'] / t['pull']:.2f}x"))
+
+        def fresh_push(i: int) -> None:
+            with board.connect() as c:
+                c.push(MODEL, f"{remote}/fresh-{i}-{MODEL.name}")
+
+        t = race({
+            "scp": lambda i: subprocess.run(["scp", "-q", "-F", str(board.ssh_config_file), str(MODEL),
+                                             f"{alias}:{remote}/fresh-scp-{i}"], check=True, env=env),
+            "push": fresh_push,
+        }, args.repeats)
+        rows.append(("model upload incl. a new connection", f"scp {t['scp'] * 1000:.0f} ms",
+                     f"open + verified push + close {t['push'] * 1000:.0f} ms", f"{t['scp'] / t['push']:.2f}x"))
         again = conn.push(big, f"{remote}/push-0-{big.name}")
         rows.append(("repeat push of unchanged 64 MiB", "scp: sends 64 MiB again",
                      f"sent {again.bytes_sent} B, skipped {again.files_skipped} file, {again.seconds * 1000:.0f} ms "
