@@ -50,7 +50,9 @@ _M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS = 12, 13, 20
 _G_TENSORS, _G_NODES, _G_INPUTS, _G_OUTPUTS = 0, 1, 2, 3
 _G_VOLATILE = frozenset({8, 9})
 
-_KIND_RUNTIME = 0x40  # tensor kind byte: 0x40 runtime-written buffer, 0x41 constant (weights)
+# Tensor kind byte: 0x40 runtime-written buffer, 0x41 constant. Role byte: 4 model weight or
+# internal buffer, 8 constant the toolkit synthesised (e.g. `*_rs_weight`, `*_ReduceMax_*_weight`).
+_KIND_RUNTIME, _KIND_CONST, _ROLE_SYNTH = 0x40, 0x41, 8
 # Internal tensor type codes seen in toolkit2 2.5.0 files -> (name, bytes per element).
 _DTYPES: dict[int, tuple[str, int]] = {
     1: ("float32", 4), 3: ("int8", 1), 5: ("int16", 2), 6: ("int32", 4),
@@ -396,20 +398,30 @@ def _buffers(fb: _Fb, m: Sequence[int | None]) -> list[tuple[int, int]]:
 
 
 def _buffer_digest(model: bytes, start: int, n: int, index: int, tensors: list[_Tensor]) -> dict[str, Any]:
-    """Hash a buffer's defined bytes only. A buffer owned by a runtime-written tensor (kind 0x40:
-    `tempMC*`, `*_BScfgTensor`, `fenceConv_*`) is allocated larger than its tensor and the toolkit
-    leaves the rest as uninitialised heap (0x5a under MALLOC_PERTURB_=165), so only the tensor's
-    bytes count. Constant tensors (kind 0x41) and untyped blobs are hashed whole."""
+    """Hash a buffer's defined bytes only (see `_tail_is_uninitialised`); the rest whole."""
     used = n
     for t in tensors:
         r = t.record
-        if r.get("buffer") != index or r.get("kind") != _KIND_RUNTIME or not r.get("native_shape"):
+        if r.get("buffer") != index or not _tail_is_uninitialised(r):
             continue
         itemsize = _DTYPES.get(r.get("type_code", -1), ("", 0))[1]
         need = math.prod(r["native_shape"]) * itemsize + int(r.get("offset", 0))
         if 0 < need <= n:
             used = need
     return {"size": n, "hashed": used, "sha256": _sha(model[start : start + used])}
+
+
+def _tail_is_uninitialised(r: dict[str, Any]) -> bool:
+    """True for tensors whose buffer is allocated larger than the tensor and whose tail the toolkit
+    never writes: runtime buffers (kind 0x40: `tempMC*`, `*_BScfgTensor`, `fenceConv_*`) and
+    synthesised constants (kind 0x41, role 8). In builds under MALLOC_PERTURB_=165 those tails are
+    0x5a (fresh heap) or stale heap; in plain builds they differ from build to build starting
+    exactly at native_shape x itemsize. Model weights (role 4) are hashed whole: on rk3576/rv1126b
+    their buffers carry data past native_shape x itemsize."""
+    if not r.get("native_shape"):
+        return False
+    kind = r.get("kind")
+    return kind == _KIND_RUNTIME or (kind == _KIND_CONST and r.get("role") == _ROLE_SYNTH)
 
 
 def _slot_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict[int, tuple[int, int]]:

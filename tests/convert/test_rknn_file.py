@@ -30,16 +30,29 @@ _BUILD = textwrap.dedent(
     """
     import sys, numpy as np, onnx
     from onnx import TensorProto, helper, numpy_helper
-    out, seed, target, quant, method, algo = sys.argv[1:7]
+    out, arch, seed, target, quant, method, algo = sys.argv[1:8]
     rng = np.random.default_rng(int(seed))
-    w = [rng.standard_normal(s).astype(np.float32) * 0.3 for s in ((8, 3, 3, 3), (8,), (4, 8, 1, 1), (4,))]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]), helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
-             helper.make_node("Sigmoid", ["c2"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 32, 32])],
-        [numpy_helper.from_array(a, n) for a, n in zip(w, ("w1", "b1", "w2", "b2"))])
+    def w(name, shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+    node = helper.make_node
+    if arch == "tiny":  # Conv 3->8 3x3, Relu, Conv 8->4 1x1, Sigmoid
+        inits = [w("w1", (8, 3, 3, 3)), w("b1", (8,)), w("w2", (4, 8, 1, 1)), w("b2", (4,))]
+        nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), node("Relu", ["c1"], ["r1"]),
+                 node("Conv", ["r1", "w2", "b2"], ["c2"]), node("Sigmoid", ["c2"], ["y"])]
+        outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 32, 32])]
+    else:  # "mix": strided conv, maxpool, concat, reshape+softmax head, sigmoid+transpose head
+        inits = [w("w1", (16, 3, 3, 3)), w("b1", (16,)), w("w2", (8, 32, 1, 1)), w("b2", (8,)),
+                 w("w3", (8, 16, 1, 1)), w("b3", (8,)), numpy_helper.from_array(np.array([1, 2, 4, -1]), "shape")]
+        nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+                 node("Relu", ["c1"], ["r1"]), node("MaxPool", ["r1"], ["p1"], kernel_shape=[5, 5], pads=[2] * 4),
+                 node("Concat", ["r1", "p1"], ["cat"], axis=1), node("Conv", ["cat", "w2", "b2"], ["c2"]),
+                 node("Reshape", ["c2", "shape"], ["rs"]), node("Softmax", ["rs"], ["y1"], axis=2),
+                 node("Conv", ["r1", "w3", "b3"], ["c3"]), node("Sigmoid", ["c3"], ["s3"]),
+                 node("Transpose", ["s3"], ["y2"], perm=[0, 2, 3, 1])]
+        outs = [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 2, 4, 256]),
+                helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 16, 16, 8])]
+    graph = helper.make_graph(nodes, arch, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              outs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
     model.ir_version = 7
     onnx.save(model, out + ".onnx")
@@ -58,15 +71,18 @@ _BUILD = textwrap.dedent(
     """
 )
 
-# name -> (seed, target, quantize, quantized_method, quantized_algorithm)
+# name -> (model, seed, target, quantize, quantized_method, quantized_algorithm)
 _VARIANTS = {
-    "base_a": (0, "rk3588", "1", "channel", "normal"),
-    "base_b": (0, "rk3588", "1", "channel", "normal"),
-    "seed1": (1, "rk3588", "1", "channel", "normal"),
-    "rk3568": (0, "rk3568", "1", "channel", "normal"),
-    "layer": (0, "rk3588", "1", "layer", "normal"),
-    "mmse": (0, "rk3588", "1", "channel", "mmse"),
-    "fp16": (0, "rk3588", "0", "channel", "normal"),
+    "base_a": ("tiny", 0, "rk3588", "1", "channel", "normal"),
+    "base_b": ("tiny", 0, "rk3588", "1", "channel", "normal"),
+    "seed1": ("tiny", 1, "rk3588", "1", "channel", "normal"),
+    "rk3568": ("tiny", 0, "rk3568", "1", "channel", "normal"),
+    "layer": ("tiny", 0, "rk3588", "1", "layer", "normal"),
+    "mmse": ("tiny", 0, "rk3588", "1", "channel", "mmse"),
+    "fp16": ("tiny", 0, "rk3588", "0", "channel", "normal"),
+    # rk3576 adds many config buffers with uninitialised tails, and weights with data past their shape
+    "mix_a": ("mix", 0, "rk3576", "1", "channel", "normal"),
+    "mix_b": ("mix", 0, "rk3576", "1", "channel", "normal"),
 }
 
 
@@ -78,10 +94,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     script.write_text(_BUILD)
 
     def build(name: str) -> Path:
-        seed, target, quant, method, algo = _VARIANTS[name]
+        arch, seed, target, quant, method, algo = _VARIANTS[name]
         out = root / f"{name}.rknn"
         proc = subprocess.run(
-            [sys.executable, str(script), str(out), str(seed), target, quant, method, algo],
+            [sys.executable, str(script), str(out), arch, str(seed), target, quant, method, algo],
             cwd=root, capture_output=True, text=True, timeout=300,
         )
         assert proc.returncode == 0 and out.is_file(), f"toolkit build {name} failed:\n{proc.stderr[-2000:]}"
@@ -155,15 +171,16 @@ def test_reading_does_not_need_the_toolkit(models: dict[str, Path]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pair", [("base_a", "base_b"), ("mix_a", "mix_b")])
 def test_identical_builds_same_fingerprint_and_differences_only_in_volatile_sections(
-    models: dict[str, Path],
+    models: dict[str, Path], pair: tuple[str, str],
 ) -> None:
-    a, b = models["base_a"], models["base_b"]
+    a, b = models[pair[0]], models[pair[1]]
     assert content_fingerprint(a) == content_fingerprint(b) == read_rknn(a).content_fingerprint
     da, db = a.read_bytes(), b.read_bytes()
     assert len(da) == len(db)
     volatile = [(s.offset, s.offset + s.size) for s in read_rknn(a).sections if s.volatile]
-    assert volatile, "rk3588 files carry pointer tables and uninitialised buffer tails"
+    assert volatile, "toolkit2 files carry pointer tables and uninitialised buffer tails"
     stray = [i for i, (x, y) in enumerate(zip(da, db)) if x != y and not any(lo <= i < hi for lo, hi in volatile)]
     assert stray == [], f"bytes differ outside the volatile sections at {stray[:10]}"
 
@@ -212,6 +229,22 @@ def test_undecoded_graph_slots_count_but_pointer_tables_do_not(models: dict[str,
         out = tmp_path / f"{name}.rknn"
         out.write_bytes(bytes(data))
         assert (content_fingerprint(out) == content_fingerprint(src)) is expect_same, name
+
+
+@pytest.mark.slow
+def test_weight_bytes_past_the_tensor_shape_still_count(models: dict[str, Path], tmp_path: Path) -> None:
+    """On rk3576 a model weight's buffer holds data beyond native_shape x itemsize: it must count."""
+    src = models["mix_a"]
+    info = read_rknn(src)
+    w1 = next(s for s in info.sections if s.name.endswith(":w1"))
+    assert not any(s.name.startswith(w1.name + ":") for s in info.sections)  # no tail carved out
+    data = bytearray(src.read_bytes())
+    beyond = w1.offset + 3 * 3 * 16 * 4 + 4  # native shape [1,1,3,3,16,4] int8 = 576 bytes, then more data
+    assert data[beyond - 4 : beyond + 12] != bytes(16)
+    data[beyond] ^= 0x01
+    out = tmp_path / "w1-tail.rknn"
+    out.write_bytes(bytes(data))
+    assert content_fingerprint(out) != info.content_fingerprint
 
 
 # --- bad input: one line naming the file, exit 2, never a traceback ----------------------------------
