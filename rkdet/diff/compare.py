@@ -200,15 +200,13 @@ class _Engine:
         firsts: dict[str, Record] = {}
         first_decisions: dict[str, Any] = {}
         ref_decisions: dict[str, Any] = {}
-        sized = False
         for rec in src.records():
             layout = self.layout_for(rec)
             analysis.records += 1
             analysis.runs = max(analysis.runs, rec.run + 1)
-            if not sized:  # bound the array cache: run 0's record + one candidate record
-                _size_cache(src, rec, 2)
-                sized = True
             ia = analysis.inputs.get(rec.input)
+            if ia is None:  # bound the array cache: run 0 of every input (one run) + one candidate record
+                _size_cache(src, rec, len(analysis.inputs) + 2)
             ref_rec: Record | None = None
             ref_src: Source | None = None
             if reference is not None:
@@ -344,9 +342,9 @@ def _size_cache(src: Source, rec: Record, records: int) -> None:
 def _reference_records(b: Source) -> dict[str, tuple[Source, Record]]:
     refs: dict[str, tuple[Source, Record]] = {}
     for rec in b.records():
-        if not refs:
-            _size_cache(b, rec, 1)
-        refs.setdefault(rec.input, (b, rec))
+        if rec.input not in refs:
+            refs[rec.input] = (b, rec)
+            _size_cache(b, rec, len(refs))
     if not refs:
         raise InputError(f"{b.label}: index.jsonl holds no complete inference record")
     return refs

@@ -178,26 +178,33 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshol
     """Indices kept by class-aware greedy NMS (boxes of different classes never suppress each other)."""
     if boxes.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
-    offset = boxes + (classes.astype(np.float64) * (float(np.abs(boxes).max()) + 1.0))[:, None]
+    shifted = boxes + (classes.astype(np.float64) * (float(np.abs(boxes).max()) + 1.0))[:, None]
+    x1, y1, x2, y2 = (np.ascontiguousarray(shifted[:, k]) for k in range(4))
+    areas = np.maximum(x2 - x1, 0) * np.maximum(y2 - y1, 0)
     order = np.argsort(-scores, kind="stable")
     keep: list[int] = []
     while order.size and len(keep) < max_det:
         i = int(order[0])
         keep.append(i)
         rest = order[1:]
-        order = rest[iou_matrix(offset[i:i + 1], offset[rest])[0] <= iou_threshold]
+        w = np.maximum(np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]), 0)
+        h = np.maximum(np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]), 0)
+        inter = w * h
+        union = areas[i] + areas[rest] - inter
+        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        order = rest[iou <= iou_threshold]
     return np.asarray(keep, dtype=np.int64)
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Pairwise IoU of xyxy boxes, shape (len(a), len(b))."""
-    tl = np.maximum(a[:, None, :2], b[None, :, :2])
-    br = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(br - tl, 0, None), axis=2)
-    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=1)
-    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
+    w = np.maximum(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0)
+    h = np.maximum(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0)
+    inter = w * h
+    area_a = np.maximum(a[:, 2] - a[:, 0], 0) * np.maximum(a[:, 3] - a[:, 1], 0)
+    area_b = np.maximum(b[:, 2] - b[:, 0], 0) * np.maximum(b[:, 3] - b[:, 1], 0)
     union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    return np.divide(inter, union, out=np.zeros_like(inter, dtype=np.float64), where=union > 0)
 
 
 def _finish(boxes: np.ndarray, cls_scores: np.ndarray, conf: float, iou: float) -> Detections:

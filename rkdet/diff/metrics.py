@@ -185,8 +185,13 @@ def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tole
         stats.rel_l2 = _finite_or_none(np.sqrt(diff2 / nr)) if nr > 0 else None
         stats.kl_kind = _probability_kind(ref, cand)
         if stats.kl_kind:
-            rows = n // ref.shape[-1] if stats.kl_kind == "categorical" else n
-            stats.kl = float(_kl_terms(stats.kl_kind, rd, cd).sum() / rows)
+            terms = _kl_terms(stats.kl_kind, rd, cd)
+            if stats.kl_kind == "categorical":  # KL >= 0 per row (distribution); rounding can dip below
+                width = ref.shape[-1]
+                row_kl = np.bincount(idx // width, weights=terms)
+                stats.kl = float(np.maximum(row_kl, 0.0).sum() / (n // width))
+            else:  # KL >= 0 per element (a Bernoulli distribution each)
+                stats.kl = float(np.maximum(terms, 0.0).sum() / n)
     _apply_tolerance(stats, absd, ulps, tolerance)
     return stats
 

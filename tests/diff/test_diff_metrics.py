@@ -118,6 +118,17 @@ def test_kl_for_probability_like_outputs() -> None:
     assert compare_arrays(np.float32([5.0, -1.0]), np.float32([5.0, -2.0])).kl is None
 
 
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 4), st.integers(2, 8)), elements=st.floats(0, 1, width=32)),
+       st.integers(0, 31))
+def test_kl_is_never_negative(p, i) -> None:
+    q = p.copy()
+    flat = q.reshape(-1)
+    flat[i % flat.size] = np.nextafter(flat[i % flat.size], np.float32(0.5))
+    s = compare_arrays(p, q)
+    assert s.kl is None or s.kl >= 0.0
+
+
 def test_tolerance_semantics() -> None:
     ref = np.zeros(10, dtype=np.float32)
     cand = ref.copy()
