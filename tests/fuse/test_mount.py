@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -166,3 +167,25 @@ def test_a_non_root_user_gets_the_other_mode_bits(tmp_path):
             assert sh(f'cat "$R/{POLICY0}/cpuinfo_cur_freq"', root).stdout == "1200000\n"  # root may
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_daemon_unmounts_when_its_parent_is_killed(tmp_path):
+    """A killed test run (SIGKILL, no cleanup) must not leave a mount or a daemon behind."""
+    require_fuse()
+    code = ("import sys, time; from pathlib import Path; from rkdet.board.emulator.mount import emulated_sysfs\n"
+            "ctx = emulated_sysfs('rk3568', Path(sys.argv[1])); h = ctx.__enter__()\n"
+            "print(h.process.pid, flush=True); time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        daemon_pid = int(parent.stdout.readline())  # type: ignore[union-attr]
+        assert mount_entry(tmp_path / "root") == "fuse.rkdet"
+    finally:
+        parent.kill()
+        parent.wait(timeout=5)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (mount_entry(tmp_path / "root") or Path(f"/proc/{daemon_pid}").exists()):
+        time.sleep(0.1)
+    assert mount_entry(tmp_path / "root") is None
+    assert not Path(f"/proc/{daemon_pid}").exists() or "zombie" in Path(f"/proc/{daemon_pid}/status").read_text()
+    log = (tmp_path / "sysfs.log").read_text()
+    assert "parent process" in log and "after the parent exited" in log and "Traceback" not in log

@@ -24,8 +24,10 @@ import errno
 import json
 import logging
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -240,6 +242,26 @@ def _load_profile(args: argparse.Namespace) -> SocProfile:
         raise SystemExit(f"rkdet-sysfs: unknown --soc {args.soc!r}; known: {', '.join(sorted(PROFILES))}") from None
 
 
+def _watch_parent(poll_s: float = 0.5) -> threading.Event:
+    """Unmount and exit when the parent dies (a killed test run must not leave mounts behind).
+
+    SIGTERM goes to the main thread, which sits in read() on /dev/fuse: libfuse's handler ends
+    the loop and fuse_main unmounts, as for a SIGTERM from outside.
+    """
+    parent, main_thread = os.getppid(), threading.main_thread().ident
+    stopping = threading.Event()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        log.warning("parent process %d is gone; unmounting", parent)
+        stopping.set()
+        signal.pthread_kill(main_thread, signal.SIGTERM)  # type: ignore[arg-type]
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    return stopping
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the daemon in the foreground until unmounted (fusermount3 -u) or SIGTERM."""
     parser = argparse.ArgumentParser(prog="rkdet-sysfs", description=__doc__.splitlines()[0])
@@ -268,7 +290,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     if os.geteuid() == 0:
         options["allow_other"] = True  # sessions of a non-root login user on the emulated board
     log.info("serving %s at %s (control %s)", profile.soc, args.mount, args.control)
-    mfusepy.FUSE(BoardFS(board), args.mount, **options)
+    stopping = _watch_parent()
+    try:
+        mfusepy.FUSE(BoardFS(board), args.mount, **options)
+    except RuntimeError as err:  # fuse_main's status: non-zero also when a signal ended the loop
+        if stopping.is_set():
+            log.info("unmounted %s after the parent exited (libfuse status %s)", args.mount, err)
+            return 0
+        log.error("libfuse exited with status %s (signal or mount failure); mount point %s", err, args.mount)
+        return 1
     log.info("unmounted %s", args.mount)
     return 0
 
