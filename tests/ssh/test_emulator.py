@@ -106,3 +106,18 @@ def test_fuse_sysfs_is_served_to_the_board_user(tmp_path: Path) -> None:
         assert (control / "load.npu").read_text() == "50\n"
         mounted = b.root
     assert not mounted.exists() or not any(mounted.iterdir())  # unmounted (and removed) on stop
+
+
+def test_stop_ends_sessions_and_detached_jobs(tmp_path: Path) -> None:
+    board = EmulatedBoard("rk3588", tmp_path / "w").start()
+    c = board.connect()
+    job = c.start_detached(["sleep", "300"], "~/j.pid", "~/j.log")
+    assert Path(f"/proc/{job.pid}").exists()
+    board.stop()
+    deadline = time.monotonic() + 5
+    while c._client.get_transport().is_active() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not c._client.get_transport().is_active()  # the session was ended with the board
+    stat = Path(f"/proc/{job.pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    c.close()

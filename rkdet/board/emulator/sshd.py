@@ -196,7 +196,8 @@ class EmulatedBoard:
             self.stop()
             raise
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._sudo_rule)
+        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._sudo_rule,
+                                           pwd.getpwnam(self.user).pw_uid, self.root)
         return self
 
     def stop(self) -> None:
@@ -379,10 +380,57 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _cleanup(proc: subprocess.Popen, sudo_rule: Path | None) -> None:
-    """Stop sshd (and the sessions it forked) and drop the sudo rule; runs at stop() or exit."""
+def _proc_stat(pid: str) -> tuple[int, int] | None:
+    """(ppid, uid) of a live process, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        uid = Path(f"/proc/{pid}").stat().st_uid
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1]), uid
+
+
+def board_processes(listener: int, uid: int, root: Path) -> list[int]:
+    """This board's processes: everything under sshd (connections, their privilege-separated
+    children, sessions), and the board user's processes whose environment carries this board's
+    RKDET_ROOT (detached jobs, reparented to init)."""
+    marker = f"RKDET_ROOT={root}".encode()
+    parents: dict[int, int] = {}
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        info = _proc_stat(entry)
+        if info is None:
+            continue
+        parents[int(entry)] = info[0]
+        if info[1] == uid:
+            try:
+                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker in env:
+                found.add(int(entry))
+    for pid in parents:
+        seen, cur = set(), pid
+        while cur in parents and cur not in seen and cur > 1:
+            seen.add(cur)
+            cur = parents[cur]
+            if cur == listener:
+                found.add(pid)
+                break
+    return sorted(found)
+
+
+def _cleanup(proc: subprocess.Popen, sudo_rule: Path | None, uid: int | None = None, root: Path | None = None) -> None:
+    """Power the board off: drop the sudo rule, end its sessions and detached jobs, stop sshd.
+    Runs at stop() or at interpreter exit."""
     if sudo_rule is not None:
         sudo_rule.unlink(missing_ok=True)
+    if uid is not None and root is not None:
+        for pid in board_processes(proc.pid, uid, root):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
