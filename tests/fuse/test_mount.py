@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import fuse_helpers
 import pytest
 from fuse_helpers import CLIENT_TIMEOUT_S, NPU, POLICY0, ops, read, require_fuse, sh
 
@@ -189,3 +190,13 @@ def test_the_daemon_unmounts_when_its_parent_is_killed(tmp_path):
     assert not Path(f"/proc/{daemon_pid}").exists() or "zombie" in Path(f"/proc/{daemon_pid}/status").read_text()
     log = (tmp_path / "sysfs.log").read_text()
     assert "parent process" in log and "after the parent exited" in log and "Traceback" not in log
+
+
+def test_ci_fails_instead_of_skipping_when_fuse_is_missing(monkeypatch):
+    monkeypatch.setattr(fuse_helpers, "fuse_unavailable_reason", lambda: "no /dev/fuse")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no /dev/fuse"):
+        require_fuse()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="no /dev/fuse"):
+        require_fuse()

@@ -129,6 +129,14 @@ def _daemon_argv(profile: SocProfile, mount: Path, control: Path, log_path: Path
     return argv + ["--mount", str(mount), "--control", str(control), "--log", str(log_path)]
 
 
+def _answers(path: Path) -> bool:
+    """Whether `path` is a directory, asked by a child process: a hung daemon must not hang us."""
+    try:
+        return subprocess.run(["test", "-d", str(path)], timeout=2, check=False).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
 def _wait_ready(proc: subprocess.Popen, mount: Path, log_path: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -136,7 +144,7 @@ def _wait_ready(proc: subprocess.Popen, mount: Path, log_path: Path) -> None:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.exists() else []
             raise BoardError(f"emulated sysfs daemon exited ({proc.returncode}) before mounting {mount}; "
                              f"log {log_path}: {' | '.join(tail) or 'empty'}")
-        if mount_entry(mount) and (mount / "sys").is_dir():
+        if mount_entry(mount) and _answers(mount / "sys"):
             return
         time.sleep(0.01)
     _stop(proc, mount)
