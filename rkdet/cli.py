@@ -57,6 +57,7 @@ def _register() -> None:
     from rkdet.diff.command import diff_command
     from rkdet.board.command import board_group, deploy_command
     from rkdet.board.emulator.command import emulator
+    from rkdet.board.emulator.demo import demo_command
 
     main.add_command(config_group)
     main.add_command(convert_command)
@@ -64,6 +65,7 @@ def _register() -> None:
     main.add_command(emulator)
     main.add_command(deploy_command)
     main.add_command(board_group)
+    main.add_command(demo_command)
 
 
 _register()

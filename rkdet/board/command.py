@@ -138,12 +138,9 @@ def _board_session(conn, workdir: str | None, sudo: bool, state_dir: str | None)
 
 
 def _run_script(conn, name: str, layout: dict, env: dict, sudo: bool) -> tuple[int, list]:
-    from rkdet.board import scripts as board_scripts
+    from rkdet.board.deploy import run_board_script
 
-    line = board_scripts.board_command(name, layout["scripts"], env)
-    out = bytearray()
-    rc = conn.stream(f"sudo -n {line}" if sudo else line, stdout=out.extend, stderr=lambda b: None, what=f"{name}.sh")
-    return rc, board_scripts.parse_records(bytes(out))
+    return run_board_script(conn, name, layout["scripts"], env, sudo)
 
 
 @board_group.command("info")

@@ -130,11 +130,23 @@ def _is_emulated_runtime(conn: BoardConnection) -> bool:
     return res.rc == 0 and res.out.strip() == "True"
 
 
+# Session variables board-side work must keep through `sudo` (which resets the environment): above all
+# RKDET_ROOT, without which a script under sudo on an emulated board would address the host's real /sys.
+SESSION_ENV = ("RKDET_ROOT", "PYTHONPATH", "PATH")
+
+
+def run_board_script(conn: BoardConnection, name: str, scripts_dir: str, env: dict[str, str],
+                     sudo: bool) -> tuple[int, list[dict[str, Any]]]:
+    """Run one board script (quoted, env applied after sudo); return its exit code and JSON records."""
+    board_scripts.check_board_env(env)
+    res = conn.run(["sh", f"{scripts_dir}/{name}.sh"], check=False, sudo=sudo, env=env,
+                   keep_env=SESSION_ENV if sudo else ())
+    return res.rc, board_scripts.parse_records(res.out)
+
+
 def probe_board(conn: BoardConnection, scripts_dir: str, env: dict[str, str], sudo: bool) -> board_scripts.ProbeReport:
-    line = board_scripts.board_command("probe", scripts_dir, env)
-    out, err = bytearray(), bytearray()
-    rc = conn.stream(f"sudo -n {line}" if sudo else line, stdout=out.extend, stderr=err.extend, what="probe.sh")
-    report = board_scripts.parse_probe(board_scripts.parse_records(bytes(out)))
+    rc, records = run_board_script(conn, "probe", scripts_dir, env, sudo)
+    report = board_scripts.parse_probe(records)
     if rc != 0 or not report.ok:
         report.raise_for_status(conn.target.label)
     return report
@@ -244,7 +256,7 @@ class Deployment:
             argv = ["sh", f"{layout['scripts']}/run-pinned.sh", "--", *argv]
         self.conn.run(["mkdir", "-p", layout["run_dir"]], timeout=30)
         job = self.conn.start_detached(argv, layout["pidfile"], layout["logfile"], sudo=s.sudo, env=env,
-                                       keep_env=("RKDET_ROOT", "PYTHONPATH", "PATH") if s.sudo else ())
+                                       keep_env=SESSION_ENV if s.sudo else ())
         self.record.update(job_pid=job.pid)
         self._save()
         return self._finish(job, transfer, fit)

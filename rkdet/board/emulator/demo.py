@@ -1,0 +1,92 @@
+"""`rkdet demo`: the whole pipeline on the shipped default model and an emulated board, in one command.
+
+Why it exists: anyone can rehearse convert -> deploy -> verdict without hardware, and see the board
+left exactly as it was. It converts (unless an up-to-date build exists), starts an emulated board
+(real sshd; FUSE sysfs with kernel semantics where this machine allows, else plain files), deploys
+with the config's run settings, prints the verdict, and compares the board's knobs before and after.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from rkdet.config import load_config
+from rkdet.errors import EXIT_BOARD, EXIT_OK, BoardError
+
+
+def knob_view(probe) -> dict:
+    """What pin changes and restore must bring back (not clocks/temperatures that move on their own)."""
+    return {
+        "cpu": {p.name: [p.governor, p.min_khz, p.max_khz] for p in probe.cpu_policies},
+        "devfreq": {d.name: [d.governor, d.min_hz, d.max_hz] for d in probe.devfreq},
+        "compaction_proactiveness": probe.compaction_proactiveness,
+        "thp": probe.thp,
+        "pinned_state": probe.pinned_state,
+    }
+
+
+def _build_folder(config_path: Path, out: Path, console: Console) -> Path:
+    from rkdet.convert.pipeline import convert
+
+    cfg = load_config(config_path)
+    console.log(f"converting {cfg.model.onnx.name} for {cfg.target.platforms[0]}")
+    result = convert(cfg, out, [cfg.target.platforms[0]], progress=console.log)[0]
+    console.log(f"built {result.folder} (fingerprint {result.fingerprint[:16]})")
+    return result.folder
+
+
+@click.command("demo")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml", show_default=True)
+@click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
+@click.option("--soc", default=None, help="Emulated SoC (default: the config's first platform).")
+@click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Override run.repeats.")
+def demo_command(config_path: Path, build_dir: Path, out: Path, soc: str | None, sysfs: str, repeats: int | None) -> None:
+    """Convert the default model, deploy it to an emulated board, print the verdict.
+
+    Exit codes as `rkdet deploy`: 0 deterministic and within tolerance, 1 divergence, 2 bad input, 3 board
+    problem (including a board not left exactly as it was).
+    """
+    from rkdet.board.command import open_connection
+    from rkdet.board.deploy import Deployment, RunSettings, pin_env_from_config, probe_board, push_scripts
+    from rkdet.board.emulator.sshd import EmulatedBoard
+
+    console = Console(stderr=True)
+    cfg = load_config(config_path)
+    build = _build_folder(config_path, build_dir, console)
+    soc = soc or cfg.target.platforms[0]
+    run = cfg.run
+    settings = RunSettings(repeats=repeats or run.repeats, warmup=run.warmup, core_mask=run.core_mask,
+                           backend=run.backend, snapshot_every=run.snapshot_every, pin=cfg.board.pin,
+                           pin_env=pin_env_from_config(cfg.board), tolerances=cfg.tolerances.model_dump())
+    # Like a real board, the emulated sysfs lets only root write its knobs: log in as a normal user and
+    # pin through `sudo -n`, as a non-root deploy to a real board does.
+    with EmulatedBoard(soc, variant="sudo", sysfs=sysfs) as board:
+        backend = board.sysfs.backend if board.sysfs is not None else "plain"
+        console.log(f"emulated {soc} board on {board.target} (sysfs: {backend})")
+        with open_connection(board.target, board.user, None, board.identity_file, board.known_hosts_file,
+                             Path("/dev/null"), False) as conn:
+            scripts = {"workdir": conn.default_workdir(), "scripts": f"{conn.default_workdir()}/scripts"}
+            push_scripts(conn, scripts)
+            state_env = {"RKDET_STATE_DIR": f"{scripts['workdir']}/state"}
+            settings = replace(settings, sudo=True, state_dir=state_env["RKDET_STATE_DIR"])
+            before = knob_view(probe_board(conn, scripts["scripts"], state_env, True))
+            outcome = Deployment(conn, build, out, settings, log=console.log).run()
+            after = knob_view(probe_board(conn, scripts["scripts"], state_env, True))
+    for warning in outcome.warnings:
+        console.print(f"[yellow]warning[/]: {warning}")
+    console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
+    console.print(f"[{'green' if outcome.exit_code == EXIT_OK else 'red'}]{outcome.verdict}[/]")
+    same = before == after
+    console.print(f"board knobs before == after: {'yes' if same else 'NO'}; report: {outcome.folder / 'report.html'}")
+    if not same:
+        (outcome.folder / "knobs.json").write_text(json.dumps({"before": before, "after": after}, indent=2))
+        raise BoardError(f"emulated board not left as it was (see {outcome.folder / 'knobs.json'})",
+                         exit_code=EXIT_BOARD)
+    raise SystemExit(outcome.exit_code)
