@@ -126,6 +126,17 @@ def main() -> None:
                      f"conn.run {t_run * 1000:.1f} ms", f"{t_ssh / t_run:.1f}x"))
         conn.run(["rm", "-rf", remote])
         conn.close()
+        with EmulatedBoard("rk3588", Path(tmp) / "w2", "nosftp") as plain, plain.connect() as c2:
+            dest = c2.default_workdir() + "/bench"
+            t = race({
+                "scp": lambda i: subprocess.run(["scp", "-q", "-O", "-F", str(plain.ssh_config_file), str(big),
+                                                 f"{plain.alias}:{dest}-scp-{i}"], check=True, env=env),
+                "push": lambda i: c2.push(big, f"{dest}/exec-{i}"),
+            }, args.repeats)
+            rows.append(("upload 64 MiB, board without SFTP (exec `cat` fallback)",
+                         f"scp -O (legacy scp protocol, new connection) {64 / t['scp']:.0f} MiB/s",
+                         f"verified push {64 / t['push']:.0f} MiB/s ({t['push'] * 1000:.0f} ms)",
+                         f"{t['scp'] / t['push']:.2f}x"))
     lines = [
         "# SSH layer vs OpenSSH (loopback, emulated board)",
         "",

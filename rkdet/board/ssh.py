@@ -184,7 +184,9 @@ def resolve_target(board: str, *, user: str | None = None, port: int | None = No
             if not p.is_file():
                 raise InputError(f"identity file {p} not found; pass an existing private key")
     if "userknownhostsfile" in conf:
-        known = tuple(Path(p).expanduser() for p in conf["userknownhostsfile"].split() if p != "/dev/null")
+        raw = conf["userknownhostsfile"]  # paramiko has stripped quotes: a whole existing path wins
+        parts = [raw] if Path(raw).expanduser().exists() else raw.split()
+        known = tuple(Path(p).expanduser() for p in parts if p != "/dev/null")
     else:
         known = (Path(system_known_hosts).expanduser(),) if system_known_hosts else ()
     accept_new = accept_new_host_key or conf.get("stricthostkeychecking", "").lower() == "accept-new"
