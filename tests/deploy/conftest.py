@@ -1,0 +1,42 @@
+"""Fixtures for `rkdet deploy` end to end: real sshd boards on 127.0.0.1, the real CLI in a subprocess.
+
+`fast_build` is a copy of the session's `default_build` (never converted again) whose golden/inputs
+holds only two pages, so tests whose point is not the verdict run 2 inferences per pass, not 8.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deploy_helpers import FAST_INPUTS
+
+from rkdet.board.emulator.sshd import EmulatedBoard
+
+
+@pytest.fixture(scope="session")
+def fast_build(default_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the default build with only the first two golden input pages (same model, same fingerprint)."""
+    dest = tmp_path_factory.mktemp("fast-build") / default_build.name
+    shutil.copytree(default_build, dest)
+    pages = sorted((dest / "golden" / "inputs").glob("*.npy"))
+    assert len(pages) > FAST_INPUTS
+    for page in pages[FAST_INPUTS:]:
+        page.unlink()
+    return dest
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedBoard]:
+    """One standard RK3588 emulated board per test module."""
+    with EmulatedBoard("rk3588", tmp_path_factory.mktemp("board")) as b:
+        yield b
+
+
+@pytest.fixture
+def fresh_board(tmp_path: Path) -> Iterator[EmulatedBoard]:
+    """A standard RK3588 board of this test's own (for tests that damage or reconfigure it)."""
+    with EmulatedBoard("rk3588", tmp_path / "board") as b:
+        yield b
