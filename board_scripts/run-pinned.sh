@@ -32,6 +32,7 @@ esac
 rk_check_env
 
 rp_child=
+rp_forked=
 rp_done=
 rp_restore_rc=0
 
@@ -40,6 +41,8 @@ rp_restore_rc=0
 rp_restore() {
     [ -z "$rp_done" ] || return 0
     rp_done=1
+    # A signal can land between the fork and `rp_child=$!`; the shell has set $! by then.
+    if [ -z "$rp_child" ] && [ -n "$rp_forked" ]; then rp_child=${!:-}; fi
     if [ -n "$rp_child" ]; then
         kill -TERM "$rp_child" 2>/dev/null || :
         (sleep "${RKDET_KILL_GRACE:-10}" && kill -KILL "$rp_child") >/dev/null 2>&1 &
@@ -80,6 +83,7 @@ fi
 
 # A background job would get /dev/null as stdin; hand it ours through fd 3.
 exec 3<&0
+rp_forked=1
 "$@" <&3 3<&- &
 rp_child=$!
 exec 3<&-
@@ -89,6 +93,7 @@ wait "$rp_child"
 rp_rc=$?
 set -e
 rp_child=
+rp_forked=
 rk_emit child "\"status\":\"exited\",\"exit\":$rp_rc"
 rp_restore
 trap - EXIT

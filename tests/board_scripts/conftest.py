@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from bs_helpers import SHELLS
+
 from rkdet.board.fake_tree import build_fake_tree
 from rkdet.board.socs import PROFILES
-
-SHELLS = ("dash", "busybox sh", "bash --posix")
-SOCS = tuple(sorted(PROFILES))  # rk3568, rk3588, rv1126
 
 
 def _require(shell: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SOCS
+from bs_helpers import SOCS
 
 from rkdet.board.emulator.mount import EmulatedSysfs, emulated_sysfs, fuse_unavailable_reason
 from rkdet.board.scripts import parse_pin, parse_restore, run_board_script, run_board_script_full

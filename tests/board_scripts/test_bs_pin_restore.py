@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SOCS
+from bs_helpers import SOCS
 
 from rkdet.board.fake_tree import build_fake_tree, tree_digest
 from rkdet.board.scripts import parse_pin, parse_restore, run_board_script, run_board_script_full

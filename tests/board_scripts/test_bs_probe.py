@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SOCS
+from bs_helpers import SOCS
 
 from rkdet.board.scripts import parse_probe, run_board_script_full
 from rkdet.board.socs import PROFILES
