@@ -78,8 +78,9 @@ def _keygen(path: Path, comment: str) -> str:
 
 
 def _config_value(text: str) -> str:
-    if '"' in text or "\n" in text:
-        raise InputError(f"emulator: path {text!r} contains a quote or newline; use a plainer --dir")
+    """A double-quoted sshd_config argument; sshd has no escape for quotes, and expands % tokens."""
+    if any(c in text for c in '"\n%'):
+        raise InputError(f"emulator: path {text!r} contains a quote, newline or %; use a plainer --dir")
     return f'"{text}"'
 
 
@@ -88,7 +89,8 @@ class EmulatedBoard:
 
     `workdir` keeps the sshd-side files (config, keys, log); files the board user must reach
     (home, PATH dir, fake tree, authorized_keys) go to `workdir/board` when the user can traverse
-    `workdir`, else to a private temp dir. `root` uses an existing tree instead of building one;
+    `workdir`, else to a private temp dir. Sessions see RKDET_ROOT, PATH (python3 first), PYTHONPATH
+    (runtime double), HOME (per instance) and RKDET_EMULATED=1. `root` uses an existing tree instead of building one;
     otherwise `sysfs` picks the tree: "plain" (files owned by the board user, fast), "fuse" or
     "auto" (kernel semantics via `mount.emulated_sysfs`; `.sysfs.control` drives the thermal model).
     """
