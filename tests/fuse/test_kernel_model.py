@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator.kernel import Board, opp_ceil, opp_floor, parse_uint
+from rkdet.board.emulator.kernel import Board, kernel_version, opp_ceil, opp_floor, parse_uint
 from rkdet.board.emulator.thermal import Control, ControlReader
 from rkdet.board.socs import RK3568, RK3588, RV1126
 
@@ -109,3 +109,21 @@ def test_control_reader_logs_a_bad_file_once(tmp_path, caplog):
     reader = ControlReader(Path(tmp_path))
     assert reader.read().load == {} and reader.read().load == {}
     assert sum("ignoring 'lots'" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_kernels_before_5_4_reject_min_above_max(tmp_path):
+    """RV1126's 4.19: devfreq and cpufreq refuse a crossing store (EINVAL) instead of letting max win."""
+    board = Board(RV1126, tmp_path)
+    npu = "sys/devices/platform/ffbc0000.npu/devfreq/ffbc0000.npu"
+    board.files[f"{npu}/max_freq"].store("500000000")  # type: ignore[misc]
+    assert _store_errno(board, f"{npu}/min_freq", "700000000") == errno.EINVAL
+    assert _show(board, f"{npu}/min_freq") == "200000000\n"
+    board.files[f"{npu}/min_freq"].store("400000000")  # type: ignore[misc]
+    assert _store_errno(board, f"{npu}/max_freq", "300000000") == errno.EINVAL
+    board.files[f"{npu}/max_freq"].store("0")  # type: ignore[misc]  # 0: back to the table's top
+    assert _show(board, f"{npu}/max_freq") == "934000000\n"
+    assert _store_errno(board, f"{POLICY0}/scaling_max_freq", "300000") == errno.EINVAL  # below min
+    assert _store_errno(board, f"{POLICY0}/scaling_max_freq", "500000") is None
+    assert _show(board, f"{POLICY0}/scaling_max_freq") == "500000\n"
+    assert _store_errno(board, f"{POLICY0}/scaling_min_freq", "600000") == errno.EINVAL
+    assert (kernel_version(RV1126.kernel), kernel_version(RK3588.kernel)) == ((4, 19), (5, 10))

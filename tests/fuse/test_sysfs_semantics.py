@@ -178,3 +178,12 @@ def test_symlinks_are_those_of_the_plain_tree(board):
         {"ok": "4 5\n"}]
     glob = sh('cat "$R"/sys/class/devfreq/*.npu/cur_freq', board.root)
     assert (glob.returncode, glob.stdout) == (0, "700000000\n")
+
+
+def test_rv1126_kernel_4_19_refuses_min_above_max_at_the_write(make_board):
+    board = make_board("rv1126")
+    npu = "sys/class/devfreq/ffbc0000.npu"
+    assert sh(f'echo 500000000 > "$R/{npu}/max_freq"', board.root).returncode == 0
+    assert sh(f'echo 700000000 > "$R/{npu}/min_freq"', board.root).returncode != 0
+    assert ops(board.root, ("write", f"{npu}/min_freq", "700000000\n"), ("read", f"{npu}/min_freq")) == \
+        [{"errno": "EINVAL"}, {"ok": "200000000\n"}]

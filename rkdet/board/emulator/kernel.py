@@ -75,16 +75,45 @@ def opp_floor(freqs: tuple[int, ...], target: float) -> int:
     return max(below) if below else min(freqs)
 
 
-class CpufreqPolicy:
-    """One cpufreq policy's state: governor, QoS requests, userspace set speed."""
+def kernel_version(release: str) -> tuple[int, int]:
+    """(major, minor) of a `uname -r` string such as '4.19.111' or '5.10.160-rockchip-rk3588'."""
+    match = re.match(r"(\d+)\.(\d+)", release)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
-    def __init__(self, policy: CpuPolicy) -> None:
+
+class CpufreqPolicy:
+    """One cpufreq policy's state: governor, QoS requests, userspace set speed.
+
+    `legacy` (kernels before 5.4, e.g. RV1126's 4.19): min/max are the policy's own values and a
+    store that would make min > max fails EINVAL (cpufreq_set_policy) instead of max winning.
+    """
+
+    def __init__(self, policy: CpuPolicy, legacy: bool = False) -> None:
         self.spec = policy
+        self.legacy = legacy
         self.freqs = tuple(sorted(policy.frequencies_khz))
         self.governor = policy.governor
         self.min_req = min(self.freqs)
         self.max_req = max(self.freqs)
         self.setspeed = 0
+
+    def store_min(self, text: str) -> None:
+        value = parse_uint(text)
+        if self.legacy:
+            lo, hi = self.limits()
+            if value > hi:
+                raise kernel_error(errno.EINVAL)
+            value = min(max(value, self.freqs[0]), hi)
+        self.min_req = value
+
+    def store_max(self, text: str) -> None:
+        value = parse_uint(text)
+        if self.legacy:
+            lo, _ = self.limits()
+            if value < lo:
+                raise kernel_error(errno.EINVAL)
+            value = min(max(value, self.freqs[0]), self.freqs[-1])
+        self.max_req = value
 
     def limits(self) -> tuple[int, int]:
         """policy->min/max: clamped to cpuinfo, then min clamped to max (max wins)."""
@@ -127,10 +156,16 @@ class CpufreqPolicy:
 
 
 class DevfreqDevice:
-    """One devfreq device's state: governor, PM-QoS requests, userspace data."""
+    """One devfreq device's state: governor, PM-QoS requests, userspace data.
 
-    def __init__(self, node: DevfreqNode) -> None:
+    `legacy` (kernels before 5.4): min_freq/max_freq hold Hz as written, a store that would cross
+    the other fails EINVAL, 0 resets to the table's end, and the shown values are not clamped to
+    each other (the target still is: max wins there).
+    """
+
+    def __init__(self, node: DevfreqNode, legacy: bool = False) -> None:
         self.spec = node
+        self.legacy = legacy
         self.freqs = tuple(sorted(node.frequencies_hz))
         self.governor = node.governor
         self.min_req_khz = 0
@@ -138,15 +173,18 @@ class DevfreqDevice:
         self.user_freq: Optional[int] = None  # userspace_data.valid/user_frequency
         self.previous = devfreq_initial_freq(node.frequencies_hz, node.governor)
         self.polling_ms = 50
+        self.min_hz, self.max_hz = self.freqs[0], self.freqs[-1]  # legacy user limits
 
     def freq_range(self, cap_hz: Optional[int]) -> tuple[int, int]:
         """get_freq_range(): OPP table, user QoS, thermal cap; min clamped to max (max wins)."""
         lo, hi = self.freqs[0], self.freqs[-1]
+        if cap_hz is not None:  # the cap: a QoS max (5.10) / disabled OPPs, scaling_max_freq (4.19)
+            hi = max(opp_floor(self.freqs, cap_hz), self.freqs[0])
+        if self.legacy:
+            return max(lo, self.min_hz), min(hi, self.max_hz)
         lo = max(lo, self.min_req_khz * 1000)
         if self.max_req_khz != S32_MAX:
             hi = min(hi, self.max_req_khz * 1000)
-        if cap_hz is not None:
-            hi = min(hi, max(opp_floor(self.freqs, cap_hz), self.freqs[0]))
         return min(lo, hi), hi
 
     def target(self, cap_hz: Optional[int], load: Optional[float]) -> int:
@@ -162,10 +200,11 @@ class DevfreqDevice:
             wish = devfreq_initial_freq(self.spec.frequencies_hz, self.spec.governor)
         else:
             wish = lo + load * (hi - lo)
-        inside = tuple(f for f in self.freqs if lo <= f <= hi) or self.freqs
-        if wish > hi:  # DEVFREQ_FLAG_LEAST_UPPER_BOUND: the OPP at or below max
-            return opp_floor(inside, hi)
-        return opp_ceil(inside, max(wish, lo))
+        freq, upper_bound = max(wish, lo), False
+        if freq > hi:  # DEVFREQ_FLAG_LEAST_UPPER_BOUND: the OPP at or below max (max wins)
+            freq, upper_bound = hi, True
+        inside = tuple(f for f in self.freqs if min(lo, hi) <= f <= hi) or self.freqs
+        return opp_floor(inside, freq) if upper_bound else opp_ceil(inside, freq)
 
     def store_governor(self, text: str) -> None:
         name = parse_word(text)
@@ -178,10 +217,21 @@ class DevfreqDevice:
         self.governor = name
 
     def store_min(self, text: str) -> None:
-        self.min_req_khz = parse_uint(text) // 1000  # "Round down to kHz for PM QoS"
+        value = parse_uint(text)
+        if self.legacy:
+            if value and value > self.max_hz:
+                raise kernel_error(errno.EINVAL)
+            self.min_hz = value or self.freqs[0]
+            return
+        self.min_req_khz = value // 1000  # "Round down to kHz for PM QoS"
 
     def store_max(self, text: str) -> None:
         value = parse_uint(text)
+        if self.legacy:
+            if value and value < self.min_hz:
+                raise kernel_error(errno.EINVAL)
+            self.max_hz = value or self.freqs[-1]
+            return
         self.max_req_khz = -(-value // 1000) if value else S32_MAX  # round up; 0 = no limit
 
 
@@ -211,8 +261,9 @@ class Board:
     def __init__(self, profile: SocProfile, control_dir: Path) -> None:
         self.profile = profile
         self.controls = ControlReader(control_dir)
-        self.cpufreq = {p.name: CpufreqPolicy(p) for p in profile.cpu_policies}
-        self.devfreq = {n.name: DevfreqDevice(n) for n in profile.devfreq}
+        legacy = kernel_version(profile.kernel) < (5, 4)  # before PM-QoS frequency limits
+        self.cpufreq = {p.name: CpufreqPolicy(p, legacy) for p in profile.cpu_policies}
+        self.devfreq = {n.name: DevfreqDevice(n, legacy) for n in profile.devfreq}
         self.zone_mode = {z.type: "enabled" for z in profile.thermal_zones}
         self.compaction = profile.compaction_proactiveness
         self.thp = profile.thp_enabled
@@ -307,9 +358,9 @@ class Board:
         self._set(f"{pdir}/scaling_governor", Attr(show=lambda: _line(pol.governor), mode=0o644,
                                                    store=lambda t: pol.store_governor(t, self.load("cpu"))))
         self._set(f"{pdir}/scaling_min_freq", Attr(show=lambda: _line(pol.limits()[0]), mode=0o644,
-                                                   store=lambda t: setattr(pol, "min_req", parse_uint(t))))
+                                                   store=pol.store_min))
         self._set(f"{pdir}/scaling_max_freq", Attr(show=lambda: _line(pol.limits()[1]), mode=0o644,
-                                                   store=lambda t: setattr(pol, "max_req", parse_uint(t))))
+                                                   store=pol.store_max))
         self._set(f"{pdir}/scaling_setspeed", Attr(
             show=lambda: cur() if pol.governor == USERSPACE else b"<unsupported>\n",
             store=pol.store_setspeed, mode=0o644))
