@@ -18,6 +18,8 @@ a show/store pair modelled on the kernel's own (Linux 5.10, the Rockchip BSP ker
   as written.
 * sysctl ``vm.compaction_proactiveness`` (mm/compaction.c, proc_dointvec_minmax 0..100): out of
   range or non-numeric is EINVAL; a write at a non-zero file offset is ignored (sysctl strict mode).
+* Kernels before 5.4 (RV1126's 4.19) had no frequency QoS: there a min/max store that would cross
+  the other fails EINVAL (cpufreq_set_policy, devfreq min_freq_store/max_freq_store).
 * Reads return ``value\\n``; every write() is one store. Files and layout come from the plain tree
   (`rkdet.board.fake_tree.build_fake_tree`), so both backends show the same paths and boot values.
 
