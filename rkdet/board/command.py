@@ -28,6 +28,8 @@ def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--accept-new-host-key", is_flag=True,
                      help="Trust an unknown host key on first use and record it (never a changed one)."),
         click.option("--sudo", is_flag=True, default=None, help="Run board-side work with `sudo -n` (non-root login)."),
+        click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+                     help="Seconds allowed for each of TCP connect, SSH banner and authentication."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -35,13 +37,16 @@ def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def open_connection(board: str, user: str | None, port: int | None, identity: Path | None,
-                    known_hosts: Path | None, ssh_config: Path | None, accept_new_host_key: bool):
-    from rkdet.board.ssh import DEFAULT_RKDET_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, BoardConnection
+                    known_hosts: Path | None, ssh_config: Path | None, accept_new_host_key: bool,
+                    connect_timeout: float = 10.0):
+    """Open the one SSH connection a command uses (strict host keys; BoardError, exit 3, on trouble)."""
+    from rkdet.board.ssh import DEFAULT_RKDET_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, BoardConnection, Timeouts
 
+    timeouts = Timeouts(connect=connect_timeout, banner=connect_timeout, auth=connect_timeout)
     return BoardConnection.open(board, user=user, port=port, identity=identity,
                                 known_hosts=known_hosts or DEFAULT_RKDET_KNOWN_HOSTS,
                                 ssh_config=ssh_config or DEFAULT_SSH_CONFIG,
-                                accept_new_host_key=accept_new_host_key)
+                                accept_new_host_key=accept_new_host_key, timeouts=timeouts)
 
 
 def _default_build(config_path: Path) -> tuple[Any, Path]:
@@ -73,7 +78,8 @@ def _default_build(config_path: Path) -> tuple[Any, Path]:
                    '\'{"occurrence": 5, "input_sha256": null, "output": "cls0", "index": 123, "bit": 0}\'.')
 @click.option("--json", "as_json", is_flag=True, help="Print the deploy record as JSON on stdout.")
 def deploy_command(board: str, user: str | None, port: int | None, identity: Path | None, known_hosts: Path | None,
-                   ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, config_path: Path,
+                   ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, connect_timeout: float,
+                   config_path: Path,
                    build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
                    backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
                    keep: bool, resume: bool, timeout: float, emulator_fault: str | None, as_json: bool) -> None:
@@ -100,7 +106,8 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
         pin_env=pin_env_from_config(cfg.board), sudo=cfg.board.sudo if sudo is None else sudo,
         workdir=workdir or cfg.board.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault,
         timeout=timeout, tolerances=cfg.tolerances.model_dump())
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
+                         connect_timeout) as conn:
         deployment = Deployment(conn, build, out, settings, log=console.log)
         if resume:
             outcome = deployment.resume(latest_unfinished(out, board_label(conn.target.label)))
@@ -146,11 +153,13 @@ def _run_script(conn, name: str, layout: dict, env: dict, sudo: bool) -> tuple[i
 @board_group.command("info")
 @connection_options
 @click.option("--workdir", default=None, help="Remote work dir for the scripts.")
-def board_info(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, workdir) -> None:
+def board_info(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
+               workdir) -> None:
     """Probe the board and print what it is (JSON lines from probe.sh)."""
     from rkdet.board import scripts as board_scripts
 
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
+                         connect_timeout) as conn:
         layout, env = _board_session(conn, workdir, bool(sudo), None)
         rc, records = _run_script(conn, "probe", layout, env, bool(sudo))
         report = board_scripts.parse_probe(records)
@@ -163,14 +172,15 @@ def board_info(board, user, port, identity, known_hosts, ssh_config, accept_new_
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml", show_default=True)
 @click.option("--workdir", default=None)
 @click.option("--state-dir", default=None)
-def board_pin(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, config_path, workdir,
-              state_dir) -> None:
+def board_pin(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
+              config_path, workdir, state_dir) -> None:
     """Pin the board profile and leave it pinned (restore with `rkdet board restore`)."""
     from rkdet.board import scripts as board_scripts
     from rkdet.board.deploy import pin_env_from_config
 
     cfg = load_config(config_path)
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
+                         connect_timeout) as conn:
         layout, env = _board_session(conn, workdir, bool(sudo), state_dir)
         rc, records = _run_script(conn, "pin", layout, {**env, **pin_env_from_config(cfg.board)}, bool(sudo))
         report = board_scripts.parse_pin(records)
@@ -185,12 +195,13 @@ def board_pin(board, user, port, identity, known_hosts, ssh_config, accept_new_h
 @connection_options
 @click.option("--workdir", default=None)
 @click.option("--state-dir", default=None)
-def board_restore(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, workdir,
-                  state_dir) -> None:
+def board_restore(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
+                  workdir, state_dir) -> None:
     """Write back exactly the values saved by pin (idempotent)."""
     from rkdet.board import scripts as board_scripts
 
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key) as conn:
+    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
+                         connect_timeout) as conn:
         layout, env = _board_session(conn, workdir, bool(sudo), state_dir)
         rc, records = _run_script(conn, "restore", layout, env, bool(sudo))
         report = board_scripts.parse_restore(records)
