@@ -200,3 +200,14 @@ def test_ci_fails_instead_of_skipping_when_fuse_is_missing(monkeypatch):
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception, match="no /dev/fuse"):
         require_fuse()
+
+
+def test_daemon_bad_arguments_are_one_line_usage_errors(tmp_path):
+    bad_json = tmp_path / "profile.json"
+    bad_json.write_text("{not json")
+    for extra in (["--soc", "rk9999"], ["--profile", str(bad_json)]):
+        done = subprocess.run([sys.executable, "-m", "rkdet.board.emulator.sysfs_fuse", *extra, "--mount",
+                               str(tmp_path / "m"), "--control", str(tmp_path / "c"), "--log", str(tmp_path / "log")],
+                              capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("rkdet-sysfs: error:")

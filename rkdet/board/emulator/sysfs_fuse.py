@@ -35,6 +35,7 @@ from typing import Any, Optional
 
 from rkdet.board.emulator.kernel import Board, kernel_error
 from rkdet.board.socs import PROFILES, CpuPolicy, DevfreqNode, SocProfile, ThermalCap, ThermalZone
+from rkdet.errors import EXIT_BOARD
 
 log = logging.getLogger("rkdet.emulator.sysfs")
 _NESTED = {"cpu_policies": CpuPolicy, "devfreq": DevfreqNode, "thermal_zones": ThermalZone, "thermal_caps": ThermalCap}
@@ -233,13 +234,16 @@ class BoardFS:
         raise kernel_error(errno.EPERM)
 
 
-def _load_profile(args: argparse.Namespace) -> SocProfile:
+def _load_profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SocProfile:
+    """The profile asked for; a bad one is a one-line usage error (exit 2), never a traceback."""
     if args.profile:
-        return profile_from_json(Path(args.profile).read_text())
-    try:
-        return PROFILES[args.soc.lower()]
-    except KeyError:
-        raise SystemExit(f"rkdet-sysfs: unknown --soc {args.soc!r}; known: {', '.join(sorted(PROFILES))}") from None
+        try:
+            return profile_from_json(Path(args.profile).read_text())
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            parser.error(f"--profile {args.profile}: not a profile written by profile_to_json ({err})")
+    if args.soc.lower() not in PROFILES:
+        parser.error(f"unknown --soc {args.soc!r}; known: {', '.join(sorted(PROFILES))}")
+    return PROFILES[args.soc.lower()]
 
 
 def _watch_parent(poll_s: float = 0.5) -> threading.Event:
@@ -263,7 +267,10 @@ def _watch_parent(poll_s: float = 0.5) -> threading.Event:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """Run the daemon in the foreground until unmounted (fusermount3 -u) or SIGTERM."""
+    """Run the daemon in the foreground until unmounted (fusermount3 -u), SIGTERM or its parent exits.
+
+    Exit codes: 0 unmounted, 2 bad arguments, 3 libfuse failed (mount refused, or ended by a signal).
+    """
     parser = argparse.ArgumentParser(prog="rkdet-sysfs", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--soc", help="profile name: " + ", ".join(sorted(PROFILES)))
@@ -276,7 +283,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     logging.captureWarnings(True)
     sys.excepthook = lambda *exc: log.critical("uncaught exception", exc_info=exc)  # type: ignore[assignment]
-    profile = _load_profile(args)
+    profile = _load_profile(args, parser)
     Path(args.control).mkdir(parents=True, exist_ok=True)
     board = Board(profile, Path(args.control))
 
@@ -298,7 +305,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             log.info("unmounted %s after the parent exited (libfuse status %s)", args.mount, err)
             return 0
         log.error("libfuse exited with status %s (signal or mount failure); mount point %s", err, args.mount)
-        return 1
+        return EXIT_BOARD
     log.info("unmounted %s", args.mount)
     return 0
 
