@@ -463,6 +463,8 @@ rk_restore_precheck() {
 
 # rk_pin_main: plan, check, save, apply, read back, report. Exit codes: see pin.sh.
 rk_pin_main() {
+    # A dropped connection must not cut a pin or restore in half: finish, then report (or not).
+    trap '' HUP PIPE
     rk_check_env
     RK_PLAN=
     RK_WERR=
@@ -542,6 +544,7 @@ EOF
 
 # rk_restore_main: put back exactly what pin saved. Exit codes: see restore.sh.
 rk_restore_main() {
+    trap '' HUP PIPE
     rk_check_env
     rm -f "$RK_STATE_DIR"/.pin.state.* 2>/dev/null || :
     if [ ! -f "$RK_STATE_FILE" ]; then

@@ -3,8 +3,9 @@
 # run-pinned.sh - pin the board, run a command, and always restore afterwards.
 #
 # Usage: run-pinned.sh [--] COMMAND [ARG...]
-# This is what `rkdet deploy` runs on the board. Restore runs from a trap on EXIT, INT, TERM and
-# HUP, so Ctrl-C, a kill or a dropped SSH connection still put the board back; the command gets
+# This is what `rkdet deploy` runs on the board. Restore runs from a trap on EXIT, INT, TERM, HUP
+# and PIPE, so Ctrl-C, a kill or a dropped SSH connection (SIGHUP with a pty; without one, SIGPIPE
+# at the next write to the dead channel) still put the board back; the command gets
 # SIGTERM first (then SIGKILL after RKDET_KILL_GRACE seconds, default 10). Only SIGKILL of this
 # wrapper skips the restore: the saved state stays in $RKDET_STATE_DIR and restore.sh repairs.
 # Output: pin's JSON lines (script "pin"), the command's own output, run-pinned's lines (script
@@ -15,7 +16,7 @@
 # Exit codes:
 #   the command's exit status, when pin succeeded and restore verified
 #   125  pin refused (nothing ran) or restore failed (the board may still be pinned)
-#   129 / 130 / 143  interrupted by SIGHUP / SIGINT / SIGTERM (restored)
+#   129 / 130 / 141 / 143  stopped by SIGHUP / SIGINT / SIGPIPE / SIGTERM (restored)
 #   2    usage error
 
 set -eu
@@ -52,14 +53,14 @@ rp_restore() {
         rp_child=
     fi
     set +e
-    (trap '' INT TERM HUP; RK_SCRIPT=restore; set -e; rk_restore_main)
+    (trap '' INT TERM HUP PIPE; RK_SCRIPT=restore; set -e; rk_restore_main)
     rp_restore_rc=$?
     set -e
 }
 
 # shellcheck disable=SC2317  # called from the traps below
 rp_on_signal() {
-    trap '' INT TERM HUP
+    trap '' INT TERM HUP PIPE
     rk_emit signal "\"signal\":\"$1\",\"note\":\"stopping the command and restoring\""
     rp_restore
     trap - EXIT
@@ -70,9 +71,10 @@ trap 'rp_restore' EXIT
 trap 'rp_on_signal HUP 129' HUP
 trap 'rp_on_signal INT 130' INT
 trap 'rp_on_signal TERM 143' TERM
+trap 'rp_on_signal PIPE 141' PIPE
 
 set +e
-(trap '' INT TERM HUP; RK_SCRIPT=pin; set -e; rk_pin_main)
+(trap '' INT TERM HUP PIPE; RK_SCRIPT=pin; set -e; rk_pin_main)
 rp_pin_rc=$?
 set -e
 if [ "$rp_pin_rc" -ge 2 ] || { [ "$rp_pin_rc" -eq 1 ] && [ "${RKDET_PIN_STRICT:-0}" = 1 ]; }; then

@@ -205,3 +205,24 @@ def test_usage_error(tmp_path: Path) -> None:
     done = subprocess.run(local_command("run-pinned", "dash"), env=script_env(tmp_path, tmp_path),
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "usage: run-pinned.sh" in done.stderr
+
+
+@pytest.mark.parametrize("shell_name", ["dash", "busybox sh", "bash --posix"])
+def test_dropped_output_channel_still_restores(shell_name: str, make_tree, state_dir: Path, tmp_path: Path,
+                                               wrappers: list) -> None:
+    """An SSH session without a pty gives no SIGHUP: the dead channel shows as SIGPIPE on a write."""
+    root = make_tree("rk3588")
+    before = tree_digest(root)
+    marker = tmp_path / "started"
+    child = ["sh", "-c", 'echo $$ > "$1"; while :; do echo tick || exit 9; sleep 0.1; done', "c", str(marker)]
+    w = Wrapper.__new__(Wrapper)
+    w.out, w.err = tmp_path / "unused", tmp_path / "err"
+    with w.err.open("wb") as stderr:
+        w.proc = subprocess.Popen(local_command("run-pinned", shell_name, child), env=script_env(root, state_dir),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                  start_new_session=True)
+    wrappers.append(w)
+    wait_for(marker)
+    w.proc.stdout.close()  # the connection drops
+    assert w.wait(timeout=60) in (9, 141), w.stderr  # child noticed first (exit 9), or the wrapper did
+    assert tree_digest(root) == before and not (state_dir / "pin.state").exists()
