@@ -104,6 +104,7 @@ class RknnFileInfo:
     toolkit_version: str
     compiler_version: str
     source_framework: str
+    graph_count: int  # >1 for dynamic-shape models (one graph per shape); inputs/outputs: graph 0
     inputs: tuple[TensorAttr, ...]
     outputs: tuple[TensorAttr, ...]
     sections: tuple[Section, ...]
@@ -249,12 +250,6 @@ def _opt(slots: Sequence[int | None], i: int, read: Callable[[int], Any], defaul
 # --- model ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Tensor:
-    index: int
-    record: dict[str, Any]  # every decoded field, JSON-able (used for the fingerprint)
-
-
 _TENSOR_FIELDS: dict[int, tuple[str, str]] = {
     0: ("type_code", "u8"), 1: ("kind", "u8"), 2: ("role", "u8"), 3: ("native_shape", "vi32"),
     4: ("shape", "vi32"), 5: ("name", "str"), 6: ("qnt_method", "str"), 7: ("qnt_dtype", "str"),
@@ -291,6 +286,32 @@ def _decode(fb: _Fb, table: int, spec: dict[int, tuple[str, str]]) -> dict[str, 
     return out
 
 
+@dataclass(frozen=True)
+class _Graph:
+    """One graph of the model (toolkit2 writes one per input shape of a dynamic-shape model)."""
+
+    tensors: list[dict[str, Any]]  # every decoded field, JSON-able (used for the fingerprint)
+    nodes: list[dict[str, Any]]
+    inputs: list[int]
+    outputs: list[int]
+    spans: dict[int, tuple[int, int]]  # subtree span of every slot after the outputs
+
+
+def _read_graph(fb: _Fb, table: int, anchors: set[int]) -> _Graph:
+    g = fb.slots(table)
+    ints = lambda p: [int(v) for v in fb.array(p, "<i4")]  # noqa: E731
+    graph = _Graph(
+        tensors=[_decode(fb, t, _TENSOR_FIELDS) for t in _opt(g, _G_TENSORS, fb.tables, [])],
+        nodes=[_decode(fb, t, _NODE_FIELDS) for t in _opt(g, _G_NODES, fb.tables, [])],
+        inputs=_opt(g, _G_INPUTS, ints, []), outputs=_opt(g, _G_OUTPUTS, ints, []),
+        spans=_slot_spans(fb, g, anchors),
+    )
+    for k in graph.inputs + graph.outputs:
+        if not 0 <= k < len(graph.tensors):
+            raise _FbError(f"graph refers to tensor {k} of {len(graph.tensors)}")
+    return graph
+
+
 def _parse_model(
     path: Path, data: bytes, version: int, model: bytes, json_at: int, json_size: int,
     metadata: dict[str, Any],
@@ -302,56 +323,39 @@ def _parse_model(
     def text(slot: int) -> str:
         return str(_opt(m, slot, fb.string, ""))
 
-    graphs = _opt(m, _M_GRAPHS, fb.tables, [])
-    if len(graphs) != 1:
-        raise _FbError(f"expected one graph, found {len(graphs)}")
-    g = fb.slots(graphs[0])
-    tensors = [_Tensor(i, _decode(fb, t, _TENSOR_FIELDS)) for i, t in enumerate(_opt(g, _G_TENSORS, fb.tables, []))]
-    nodes = [_decode(fb, t, _NODE_FIELDS) for t in _opt(g, _G_NODES, fb.tables, [])]
-    in_idx = [int(v) for v in _opt(g, _G_INPUTS, lambda p: fb.array(p, "<i4"), [])]
-    out_idx = [int(v) for v in _opt(g, _G_OUTPUTS, lambda p: fb.array(p, "<i4"), [])]
-
+    tables = _opt(m, _M_GRAPHS, fb.tables, [])
+    if not tables:
+        raise _FbError("the model has no graph")
+    anchors = _anchors(fb, root, m, tables)
+    graphs = [_read_graph(fb, t, anchors) for t in tables]
+    all_tensors = [r for gr in graphs for r in gr.tensors]
     buffers = _buffers(fb, m)
+    digests = [_buffer_digest(model, start, n, i, all_tensors) for i, (start, n) in enumerate(buffers)]
     io_json = {k: _json_or_empty(text(s)) for k, s in (("input", _M_INPUT_JSON), ("output", _M_OUTPUT_JSON))}
-    build_info = _literal_or_empty(text(_M_BUILD_INFO))
     compiler_raw = text(_M_COMPILER)
     match = re.search(r"compiler version:\s*(.+)\)\s*$", compiler_raw)
-    compiler_version = match.group(1).strip() if match else compiler_raw
-
-    def attrs(indices: list[int], layouts: dict[str, Any]) -> tuple[TensorAttr, ...]:
-        result = []
-        for k in indices:
-            if not 0 <= k < len(tensors):
-                raise _FbError(f"graph refers to tensor {k} of {len(tensors)}")
-            r = tensors[k].record
-            code_name = _DTYPES.get(r.get("type_code", -1), (f"type{r.get('type_code')}", 0))[0]
-            name = r.get("name", "")
-            lay = layouts.get(name, {}) if isinstance(layouts, dict) else {}
-            result.append(TensorAttr(
-                index=k, name=name, shape=tuple(r.get("shape", ())), native_shape=tuple(r.get("native_shape", ())),
-                dtype=str(r.get("qnt_dtype") or (lay.get("dtype") if isinstance(lay, dict) else None) or code_name),
-                layout=lay.get("layout") if isinstance(lay, dict) else None, qnt_method=r.get("qnt_method"),
-                scale=tuple(r.get("scale", ())), zero_point=tuple(r.get("zero_point", ())),
-                size_bytes=int(r.get("size", 0)),
-            ))
-        return tuple(result)
 
     sections = [Section("header", 0, _HEADER_SIZE, _sha(data[:_HEADER_SIZE])),
                 Section("model", _HEADER_SIZE, len(model), _sha(model))]
-    spans = _slot_spans(fb, root, graphs[0], g)
-    volatile_spans = {k: v for k, v in spans.items() if k in _G_VOLATILE}
-    digests = [_buffer_digest(model, start, n, i, tensors) for i, (start, n) in enumerate(buffers)]
     for i, ((start, n), digest) in enumerate(zip(buffers, digests)):
-        owner = next((t.record.get("name", "") for t in tensors if t.record.get("buffer") == i), "")
+        owner = next((r.get("name", "") for r in all_tensors if r.get("buffer") == i), "")
         name = f"model.buffer[{i}]{':' + owner if owner else ''}"
         sections.append(Section(name, _HEADER_SIZE + start, n, _sha(model[start : start + n])))
         if digest["hashed"] < n:
             tail = slice(start + digest["hashed"], start + n)
             sections.append(Section(name + ":uninitialised_tail", _HEADER_SIZE + tail.start,
                                     n - digest["hashed"], _sha(model[tail]), volatile=True))
-    for slot, (start, end) in spans.items():
-        if slot > _G_OUTPUTS:
-            sections.append(Section(f"model.graph.slot{slot}", _HEADER_SIZE + start, end - start,
+    root_spans = _root_spans(fb, m, anchors)
+    for slot, (start, end) in root_spans.items():  # 18: name order varies, content normalised
+        sections.append(Section(f"model.slot{slot}", _HEADER_SIZE + start, end - start, _sha(model[start:end]),
+                                volatile=slot == _M_NAME_SET))
+    for k, (start, end) in enumerate(_name_set_strings(fb, m)):
+        sections.append(Section(f"model.slot{_M_NAME_SET}[{k}]", _HEADER_SIZE + start, end - start,
+                                _sha(model[start:end]), volatile=True))
+    for k, gr in enumerate(graphs):
+        prefix = "model.graph" if k == 0 else f"model.graph[{k}]"
+        for slot, (start, end) in gr.spans.items():
+            sections.append(Section(f"{prefix}.slot{slot}", _HEADER_SIZE + start, end - start,
                                     _sha(model[start:end]), volatile=slot in _G_VOLATILE))
     sections.append(Section("metadata_json", json_at + 8, json_size, _sha(data[json_at + 8 : json_at + 8 + json_size])))
 
@@ -360,32 +364,51 @@ def _parse_model(
         "format_version": version,
         "header_reserved": data[24:_HEADER_SIZE].hex(),
         "model": {
-            "revision": _opt(m, _M_REVISION, lambda p: int(fb._unpack("<i", p)), None),
             "format": text(_M_FORMAT), "compiler": compiler_raw, "target": text(_M_TARGET),
             "source": text(_M_SOURCE), "io_json": io_json,
             "build_info": _canonical_literal(text(_M_BUILD_INFO)),
-            "other_slots": _other_model_slots(fb, m),
+            "other_slots": _other_model_slots(fb, m, root_spans),
         },
         "metadata": metadata,
-        "graph": {
-            "tensors": [t.record for t in tensors], "nodes": nodes, "inputs": in_idx, "outputs": out_idx,
+        "graphs": [{
+            "tensors": gr.tensors, "nodes": gr.nodes, "inputs": gr.inputs, "outputs": gr.outputs,
             # slots we do not decode (memory plan, op groups, ...): their subtree bytes, which are
             # stable across identical builds; the pointer-carrying slots are left out entirely
-            "other_slots": {str(i): _sha(model[lo:hi]) for i, (lo, hi) in spans.items()
-                            if i > _G_OUTPUTS and i not in _G_VOLATILE},
-            "volatile_slots_skipped": sorted(volatile_spans),
-        },
+            "other_slots": {str(i): _sha(model[lo:hi]) for i, (lo, hi) in gr.spans.items() if i not in _G_VOLATILE},
+            "volatile_slots_skipped": sorted(i for i in gr.spans if i in _G_VOLATILE),
+        } for gr in graphs],
         "buffers": digests,
     }
+    first = graphs[0]
     return RknnFileInfo(
         path=str(path), file_size=len(data), file_sha256=_sha(data), format_version=version,
         model_format=text(_M_FORMAT), target_platform=text(_M_TARGET),
-        toolkit_version=str(metadata.get("version", "")), compiler_version=compiler_version,
-        source_framework=text(_M_SOURCE),
-        inputs=attrs(in_idx, io_json["input"]), outputs=attrs(out_idx, io_json["output"]),
+        toolkit_version=str(metadata.get("version", "")),
+        compiler_version=match.group(1).strip() if match else compiler_raw,
+        source_framework=text(_M_SOURCE), graph_count=len(graphs),
+        inputs=_io_attrs(first, first.inputs, io_json["input"]),
+        outputs=_io_attrs(first, first.outputs, io_json["output"]),
         sections=tuple(sections), content_fingerprint=_fingerprint(canonical), metadata=metadata,
-        build_info=build_info,
+        build_info=_literal_or_empty(text(_M_BUILD_INFO)),
     )
+
+
+def _io_attrs(graph: _Graph, indices: list[int], io_json: Any) -> tuple[TensorAttr, ...]:
+    """Input/output attributes from the tensor table, layout from the model's io JSON."""
+    result = []
+    for k in indices:
+        r = graph.tensors[k]
+        name = str(r.get("name", ""))
+        lay = io_json.get(name) if isinstance(io_json, dict) else None
+        lay = lay if isinstance(lay, dict) else {}
+        code_name = _DTYPES.get(r.get("type_code", -1), (f"type{r.get('type_code')}", 0))[0]
+        result.append(TensorAttr(
+            index=k, name=name, shape=tuple(r.get("shape", ())), native_shape=tuple(r.get("native_shape", ())),
+            dtype=str(r.get("qnt_dtype") or lay.get("dtype") or code_name), layout=lay.get("layout"),
+            qnt_method=r.get("qnt_method") or None, scale=tuple(r.get("scale", ())),
+            zero_point=tuple(r.get("zero_point", ())), size_bytes=int(r.get("size", 0)),
+        ))
+    return tuple(result)
 
 
 def _buffers(fb: _Fb, m: Sequence[int | None]) -> list[tuple[int, int]]:
@@ -397,11 +420,10 @@ def _buffers(fb: _Fb, m: Sequence[int | None]) -> list[tuple[int, int]]:
     return out
 
 
-def _buffer_digest(model: bytes, start: int, n: int, index: int, tensors: list[_Tensor]) -> dict[str, Any]:
+def _buffer_digest(model: bytes, start: int, n: int, index: int, tensors: list[dict[str, Any]]) -> dict[str, Any]:
     """Hash a buffer's defined bytes only (see `_tail_is_uninitialised`); the rest whole."""
     used = n
-    for t in tensors:
-        r = t.record
+    for r in tensors:
         if r.get("buffer") != index or not _tail_is_uninitialised(r):
             continue
         itemsize = _DTYPES.get(r.get("type_code", -1), ("", 0))[1]
@@ -424,16 +446,15 @@ def _tail_is_uninitialised(r: dict[str, Any]) -> bool:
     return kind == _KIND_RUNTIME or (kind == _KIND_CONST and r.get("role") == _ROLE_SYNTH)
 
 
-def _slot_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict[int, tuple[int, int]]:
-    """Approximate byte span of each graph slot's subtree: from the slot's vector to the next
-    object we know of. FlatBuffers builders write a subtree contiguously (children first), and in
-    toolkit2 files the graph slots' subtrees sit one after another, so the span covers the slot's
-    nested tables. Used to hash slots we cannot decode and to report the volatile ones."""
-    anchors = {len(fb.buf), root, graph}
-    anchors.update(fb.target(p) for p in g if p is not None)
+def _slot_spans(fb: _Fb, g: Sequence[int | None], anchors: set[int]) -> dict[int, tuple[int, int]]:
+    """Approximate byte span of each graph slot's subtree after the outputs slot: from the slot's
+    vector to the next object we know of (`_anchors`). In toolkit2 files each graph slot's nested
+    tables follow its vector, so the span covers them (checked: every byte that differs between
+    identical builds falls in a volatile span). Used to hash slots we cannot decode and to
+    report the volatile ones."""
     spans = {}
     for slot, pos in enumerate(g):
-        if pos is None:
+        if pos is None or slot <= _G_OUTPUTS:
             continue
         start = fb.target(pos)
         if not 0 <= start < len(fb.buf):
@@ -442,29 +463,82 @@ def _slot_spans(fb: _Fb, root: int, graph: int, g: Sequence[int | None]) -> dict
     return spans
 
 
-# Root-table slots we do not name, by the kind seen in 2.5.0 files: 6 is an int (20500 in every
-# file), 10 a byte, the rest offsets to strings/byte vectors ("0", "static_shape", 8-10 bytes).
-_M_OTHER_KINDS = {6: "i32", 10: "u8", 11: "bytes", 14: "bytes", 15: "bytes", 16: "bytes", 17: "bytes",
-                  18: "bytes", 19: "bytes", 21: "bytes"}
+# Root-table slots we do not name, by what 2.5.0 files hold there: 6 an int (20500 in every file),
+# 10 a byte, 14/16/19 strings or bytes ("0", "static_shape"/"dynamic_shape", 8-10 bytes), 18 a
+# list of constant names whose order follows the toolkit's hash seed (a set: sorted here).
+# Anything else (17: one table per dynamic shape; 11, 15, 21: empty so far) counts by its
+# subtree bytes, bounded like the graph slots.
+_M_SCALARS = {_M_REVISION: "<i", 6: "<i", 10: "<B"}
+_M_BYTES = frozenset({14, 16, 19})
+_M_NAME_SET = 18
 
 
-def _other_model_slots(fb: _Fb, m: Sequence[int | None]) -> dict[str, Any]:
-    """Root-table slots we do not name, by value (stable across identical builds). A slot this
-    reader has never seen is kept by its first inline byte so it still counts."""
-    named = {_M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO, _M_COMPILER, _M_TARGET, _M_SOURCE,
-             _M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS}
+_M_NAMED = frozenset({_M_FORMAT, _M_GRAPHS, _M_BUILD_INFO, _M_COMPILER, _M_TARGET, _M_SOURCE,
+                      _M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS})
+
+
+def _name_set_strings(fb: _Fb, m: Sequence[int | None]) -> list[tuple[int, int]]:
+    """(start, end) of each string in the constant-name list (slot 18), in file order."""
+    pos = _get(m, _M_NAME_SET)
+    if pos is None:
+        return []
+    start, n = fb.vector(pos, 4)
+    out = []
+    for k in range(n):
+        s_start, s_len = fb.vector(start + 4 * k, 1)
+        out.append((s_start - 4, s_start + s_len + 1))  # length prefix .. NUL terminator
+    return out
+
+
+def _anchors(fb: _Fb, root: int, m: Sequence[int | None], graphs: list[int]) -> set[int]:
+    """Start (and, where known, end) of every object we can locate: spans end at the next one.
+    The builder does not nest subtrees strictly (slot 18's strings follow slot 19's vector), so
+    exact ends of byte vectors and strings matter."""
+    anchors = {len(fb.buf), root, *graphs}
+    for i, p in enumerate(m):
+        if p is None or i in _M_SCALARS:
+            continue
+        anchors.add(fb.target(p))
+        if i in _M_BYTES:
+            start, n = fb.vector(p, 1)
+            anchors.add(start + n)
+    for start, end in _name_set_strings(fb, m):
+        anchors.update((start, end))
+    for t in graphs:
+        anchors.update(fb.target(p) for p in fb.slots(t) if p is not None)
+    return anchors
+
+
+def _root_spans(fb: _Fb, m: Sequence[int | None], anchors: set[int]) -> dict[int, tuple[int, int]]:
+    """Span of each unnamed, non-scalar root slot: to the next anchor (`_anchors`)."""
+    spans = {}
+    for i, pos in enumerate(m):
+        if pos is None or i in _M_NAMED or i in _M_SCALARS:
+            continue
+        start = fb.target(pos)
+        if not 0 <= start < len(fb.buf):
+            raise _FbError(f"model slot {i} points outside the payload")
+        spans[i] = (start, min(a for a in anchors if a > start))
+    return spans
+
+
+def _other_model_slots(fb: _Fb, m: Sequence[int | None], spans: dict[int, tuple[int, int]]) -> dict[str, Any]:
+    """Root-table slots we do not name, by value, stable across identical builds."""
     out: dict[str, Any] = {}
     for i, pos in enumerate(m):
-        if pos is None or i in named:
+        if pos is None or i in _M_NAMED:
             continue
-        kind = _M_OTHER_KINDS.get(i)
-        if kind == "i32":
-            out[str(i)] = int(fb._unpack("<i", pos))
-        elif kind == "bytes":
+        if i in _M_SCALARS:
+            out[str(i)] = int(fb._unpack(_M_SCALARS[i], pos))
+        elif i in _M_BYTES:
             start, n = fb.vector(pos, 1)
             out[str(i)] = fb.buf[start : start + n].hex()
+        elif i == _M_NAME_SET:
+            start, n = fb.vector(pos, 4)
+            out[str(i)] = sorted(fb.string(start + 4 * k) for k in range(n))  # order follows hash seed
         else:
-            out[str(i)] = int(fb._unpack("<B", pos))
+            start, end = spans[i]
+            out[str(i)] = _sha(fb.buf[start:end])
     return out
 
 

@@ -35,11 +35,15 @@ _BUILD = textwrap.dedent(
     def w(name, shape):
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
     node = helper.make_node
-    if arch == "tiny":  # Conv 3->8 3x3, Relu, Conv 8->4 1x1, Sigmoid
+    dims, side, extra = [1, 3, 32, 32], 32, {}
+    if arch in ("tiny", "dyn"):  # Conv 3->8 3x3, Relu, Conv 8->4 1x1, Sigmoid
         inits = [w("w1", (8, 3, 3, 3)), w("b1", (8,)), w("w2", (4, 8, 1, 1)), w("b2", (4,))]
         nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), node("Relu", ["c1"], ["r1"]),
                  node("Conv", ["r1", "w2", "b2"], ["c2"]), node("Sigmoid", ["c2"], ["y"])]
         outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 32, 32])]
+        if arch == "dyn":  # two input shapes -> two graphs; calibration at the largest shape
+            dims, side, outs = [1, 3, "h", "w"], 64, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+            extra = {"dynamic_input": [[[1, 3, 64, 64]], [[1, 3, 32, 32]]]}
     else:  # "mix": strided conv, maxpool, concat, reshape+softmax head, sigmoid+transpose head
         inits = [w("w1", (16, 3, 3, 3)), w("b1", (16,)), w("w2", (8, 32, 1, 1)), w("b2", (8,)),
                  w("w3", (8, 16, 1, 1)), w("b3", (8,)), numpy_helper.from_array(np.array([1, 2, 4, -1]), "shape")]
@@ -51,7 +55,7 @@ _BUILD = textwrap.dedent(
                  node("Transpose", ["s3"], ["y2"], perm=[0, 2, 3, 1])]
         outs = [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 2, 4, 256]),
                 helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 16, 16, 8])]
-    graph = helper.make_graph(nodes, arch, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+    graph = helper.make_graph(nodes, arch, [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
                               outs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
     model.ir_version = 7
@@ -59,12 +63,12 @@ _BUILD = textwrap.dedent(
     cal = np.random.default_rng(1234)
     with open(out + ".ds.txt", "w") as f:
         for i in range(4):
-            np.save(f"{out}.cal{i}.npy", cal.integers(0, 256, (1, 3, 32, 32)).astype(np.float32))
+            np.save(f"{out}.cal{i}.npy", cal.integers(0, 256, (1, 3, side, side)).astype(np.float32))
             f.write(f"{out}.cal{i}.npy\\n")
     from rknn.api import RKNN
     r = RKNN(verbose=False)
     r.config(mean_values=[[0, 0, 0]], std_values=[[255, 255, 255]], target_platform=target,
-             quantized_dtype="w8a8", quantized_algorithm=algo, quantized_method=method, optimization_level=0)
+             quantized_dtype="w8a8", quantized_algorithm=algo, quantized_method=method, optimization_level=0, **extra)
     assert r.load_onnx(out + ".onnx") == 0
     assert r.build(do_quantization=quant == "1", dataset=out + ".ds.txt") == 0
     assert r.export_rknn(out) == 0
@@ -83,6 +87,8 @@ _VARIANTS = {
     # rk3576 adds many config buffers with uninitialised tails, and weights with data past their shape
     "mix_a": ("mix", 0, "rk3576", "1", "channel", "normal"),
     "mix_b": ("mix", 0, "rk3576", "1", "channel", "normal"),
+    "dyn_a": ("dyn", 0, "rk3588", "1", "channel", "normal"),
+    "dyn_b": ("dyn", 0, "rk3588", "1", "channel", "normal"),
 }
 
 
@@ -136,6 +142,10 @@ def test_input_output_attrs_carry_quant_params(models: dict[str, Path]) -> None:
     # the toolkit widens the calibrated range to include 0 before quantizing
     lo, hi = min(qy["min"][0], 0.0), max(qy["max"][0], 0.0)
     assert y.scale == pytest.approx(((hi - lo) / 255,), rel=1e-5) and y.zero_point == (-128,)
+    dyn = read_rknn(models["dyn_a"])
+    assert dyn.graph_count == 2 and info.graph_count == 1
+    assert dyn.build_info["dynamic_shapes"]["x"] == [[1, 3, 64, 64], [1, 3, 32, 32]]
+    assert dyn.inputs[0].shape == (1, 3, 64, 64)  # attributes of graph 0
     fp16 = read_rknn(models["fp16"])
     assert fp16.inputs[0].scale == () and fp16.inputs[0].zero_point == ()
 
@@ -171,7 +181,7 @@ def test_reading_does_not_need_the_toolkit(models: dict[str, Path]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", [("base_a", "base_b"), ("mix_a", "mix_b")])
+@pytest.mark.parametrize("pair", [("base_a", "base_b"), ("mix_a", "mix_b"), ("dyn_a", "dyn_b")])
 def test_identical_builds_same_fingerprint_and_differences_only_in_volatile_sections(
     models: dict[str, Path], pair: tuple[str, str],
 ) -> None:
