@@ -29,6 +29,7 @@ import os
 import platform
 import signal
 import sys
+import threading
 import time
 
 try:
@@ -72,8 +73,9 @@ class RunnerError(Exception):
         self.exit_code = exit_code
 
 
-class Interrupted(Exception):
-    """Raised from the SIGTERM handler so the run is closed like a Ctrl-C."""
+class Interrupted(BaseException):
+    """Raised from the SIGTERM handler so the run is closed like a Ctrl-C (a BaseException, like
+    KeyboardInterrupt, so no `except Exception` around a runtime call swallows it)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,36 +154,82 @@ def save_array_atomic(path, array):
 class JsonlAppender(object):
     """Append-only JSON Lines: one write() of one whole line, then fsync.
 
-    If a write fails (ENOSPC), the file is cut back to its last complete line, so the index
-    never holds a half record that a later append would glue onto.
+    The write is synchronous, so a record is complete on disk for any reader (and survives
+    SIGKILL) as soon as append() returns. The fsync, which only matters for power loss, runs on a
+    background thread (coalescing records), because on an SD card or eMMC it can take longer than
+    the inference being recorded; an fsync error is raised by the next append() or close().
+    If a write fails (ENOSPC), the file is cut back to its last complete line, so the index never
+    holds a half record that a later append would glue onto.
     """
 
     def __init__(self, path):
         # type: (str) -> None
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._cond = threading.Condition()
+        self._dirty = False
+        self._closing = False
+        self._error = None  # type: Optional[BaseException]
+        self._syncer = threading.Thread(target=self._sync_loop, name="rkdet-fsync")
+        self._syncer.daemon = True
+        self._syncer.start()
+
+    def _sync_loop(self):
+        # type: () -> None
+        while True:
+            with self._cond:
+                while not self._dirty and not self._closing:
+                    self._cond.wait()
+                if not self._dirty:
+                    return
+                self._dirty = False
+            try:
+                os.fsync(self._fd)
+            except OSError as err:
+                with self._cond:
+                    self._error = err
+
+    def _raise_pending(self):
+        # type: () -> None
+        with self._cond:
+            err, self._error = self._error, None
+        if err is not None:
+            raise err
 
     def append(self, record):
         # type: (Dict[str, Any]) -> None
+        self._raise_pending()
         data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
         size = os.fstat(self._fd).st_size
         try:
             written = os.write(self._fd, data)
             if written != len(data):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (short write)", self.path)
-            os.fsync(self._fd)
         except BaseException:
             try:
                 os.ftruncate(self._fd, size)
             except OSError:
                 pass
             raise
+        with self._cond:
+            self._dirty = True
+            self._cond.notify()
 
     def close(self):
         # type: () -> None
-        if self._fd >= 0:
+        """Stop the syncer, fsync what is left, close; raises a pending fsync error."""
+        if self._fd < 0:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._syncer.join()
+        try:
+            os.fsync(self._fd)
+        finally:
             os.close(self._fd)
             self._fd = -1
+        self._raise_pending()
 
 
 def read_jsonl(path):
@@ -734,8 +782,10 @@ class ResultWriter(object):
 
     def close(self):
         # type: () -> None
-        self.index.close()
-        self.snapshots.close()
+        try:
+            self.index.close()
+        finally:
+            self.snapshots.close()
 
 
 def _make_backend(args):
@@ -745,8 +795,19 @@ def _make_backend(args):
     return RknnLiteBackend(args.model, core_mask=args.core_mask, io_spec=load_io_spec(args.model))
 
 
-def _on_sigterm(signum, frame):
-    raise Interrupted("terminated by signal %d" % signum)
+_STOP = []  # type: List[int]
+
+
+def _on_stop_signal(signum, frame):
+    """Only note the signal: raising here could leave a lock held mid-`with` (and hang the close);
+    the loop checks `_STOP` between inferences, so a run stops cleanly within one inference."""
+    _STOP.append(signum)
+
+
+def _check_stop():
+    # type: () -> None
+    if _STOP:
+        raise Interrupted("stopped by signal %d" % _STOP[0])
 
 
 def execute(args):
@@ -787,9 +848,11 @@ def _run(args, samples, backend, affinity):
         writer.snapshots.append(board_snapshot("before"))
         for _ in range(args.warmup):
             for sample in samples:
+                _check_stop()
                 backend.infer(sample.feed)
         records = _measure(args, samples, backend, writer, record)
         writer.snapshots.append(board_snapshot("after", args.repeats - 1))
+        writer.close()  # waits for the last fsync, so its error fails the run instead of vanishing
         summary = summarize(records, backend.name)
         write_json_atomic(os.path.join(args.out, "summary.json"), summary)
         record.update(status="complete", finished_unix=time.time())
@@ -804,7 +867,10 @@ def _run(args, samples, backend, affinity):
         raise
     finally:
         if writer is not None:
-            writer.close()
+            try:
+                writer.close()
+            except OSError:
+                pass  # already failing: the first error is the one reported
 
 
 def _measure(args, samples, backend, writer, record):
@@ -814,6 +880,7 @@ def _measure(args, samples, backend, writer, record):
     names = backend.output_names
     for run in range(args.repeats):
         for sample in samples:
+            _check_stop()
             start = time.perf_counter()
             raw = backend.infer(sample.feed)
             elapsed = time.perf_counter() - start
@@ -853,7 +920,13 @@ def main(argv=None):
     # type: (Optional[Sequence[str]]) -> int
     """Console entry point (`rkdet-run`): returns the exit code; errors are one line on stderr."""
     args = parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    del _STOP[:]
+    previous = {}
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, _on_stop_signal)
+    except ValueError:  # not the main thread (embedded use): keep the default handlers
+        pass
     try:
         return execute(args)
     except RunnerError as err:
@@ -872,7 +945,8 @@ def main(argv=None):
         sys.stderr.write("rkdet-run: internal error %s: %s; please report it\n" % (type(err).__name__, " ".join(str(err).split())))
         return EXIT_BAD_INPUT
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

@@ -87,3 +87,27 @@ def test_summarize_counts_distinct_sets_and_names_the_first_divergence():
     assert summary["inputs"]["b"]["distinct"] == 3
     assert summary["inputs"]["b"]["first_divergence"] == {"run": 3, "output": "cls"}
     assert summary["deterministic"] is False
+
+
+def test_appender_records_are_readable_at_once_and_fsync_errors_surface(tmp_path, monkeypatch):
+    path = tmp_path / "i.jsonl"
+    appender = JsonlAppender(str(path))
+    for n in range(50):
+        appender.append({"n": n})
+        assert read_jsonl(str(path))[-1] == {"n": n}  # written before append() returns
+    import os as _os
+    import time as _time
+
+    def failing_fsync(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(_os, "fsync", failing_fsync)
+    appender.append({"n": 50})
+    deadline = _time.monotonic() + 10
+    with pytest.raises(OSError, match="Input/output"):
+        while _time.monotonic() < deadline:  # the background fsync fails; the next append reports it
+            appender.append({"n": "more"})
+            _time.sleep(0.01)
+    monkeypatch.undo()
+    appender.close()
+    assert read_jsonl(str(path))[:51] == [{"n": n} for n in range(51)]

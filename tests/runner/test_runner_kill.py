@@ -57,7 +57,7 @@ def test_sigterm_closes_the_run_as_failed(tmp_path):
         time.sleep(0.05)
     proc.terminate()
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
+    assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr, stderr
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "failed" and run["error"].startswith("interrupted")
     assert len(read_index(str(out))) > 0
