@@ -12,6 +12,7 @@ import pytest
 from rkdet.board.scripts import SCRIPT_FILES, SCRIPT_NAMES, board_scripts_dir, deploy_files, script_path
 
 
+@pytest.mark.slow  # shellcheck -x follows the sourced helpers: ~5 s on 2 busy cores
 def test_shellcheck_posix_sh_clean() -> None:
     if shutil.which("shellcheck") is None:
         pytest.fail("shellcheck not installed; run .ci/setup (apt package shellcheck)")
