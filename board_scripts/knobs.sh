@@ -449,12 +449,25 @@ EOF
     rm -f "$RK_STATE_FILE"
 }
 
+# rk_why_not_writable SCRIPT: RK_V := what kind of refusal, RK_ERR := what to do about it. Root
+# is refused only by a read-only mount (containers often mount /proc/sys so).
+rk_why_not_writable() {
+    if [ "$(id -u 2>/dev/null)" = 0 ]; then
+        RK_V="read-only"
+        RK_ERR="a read-only mount even for root; remount it read-write"
+    else
+        RK_V="permission denied"
+        RK_ERR="run $1 as root"
+    fi
+}
+
 # rk_restore_precheck: die (exit 3, nothing changed) when a saved file is not writable.
 rk_restore_precheck() {
     while IFS="$RK_TAB" read -r rk_rp_rel _; do
         case $rk_rp_rel in '#'* | '') continue ;; esac
         if [ -e "$RK_ROOT/$rk_rp_rel" ] && [ ! -w "$RK_ROOT/$rk_rp_rel" ]; then
-            rk_die 3 "permission denied: cannot write $RK_ROOT/$rk_rp_rel (run restore.sh as root); nothing was changed, state kept in $RK_STATE_FILE"
+            rk_why_not_writable restore.sh
+            rk_die 3 "$RK_V: cannot write $RK_ROOT/$rk_rp_rel ($RK_ERR); nothing was changed, state kept in $RK_STATE_FILE"
         fi
     done <"$RK_STATE_FILE"
 }
@@ -478,7 +491,8 @@ rk_pin_main() {
         for rk_pm_f in $RK_V; do
             if [ ! -w "$RK_ROOT/$rk_pm_f" ]; then
                 if [ -e "$RK_ROOT/$rk_pm_f" ]; then
-                    rk_die 3 "permission denied: cannot write $RK_ROOT/$rk_pm_f (run pin.sh as root); nothing was changed"
+                    rk_why_not_writable pin.sh
+                    rk_die 3 "$RK_V: cannot write $RK_ROOT/$rk_pm_f ($RK_ERR); nothing was changed"
                 fi
                 rk_die 3 "$RK_ROOT/$rk_pm_f is missing; nothing was changed"
             fi

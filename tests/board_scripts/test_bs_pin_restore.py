@@ -279,3 +279,21 @@ rk_write() {
     records = parse_records(done.stdout)
     assert parse_pin(records).rolled_back
     assert tree_digest(root) == before and not (state_dir / "pin.state").exists()
+
+
+def test_read_only_mount_is_named_as_such_for_root(make_tree, state_dir: Path) -> None:
+    """Containers often mount /proc/sys read-only: root is refused there, and the message says why."""
+    from rkdet.board.scripts import local_command, script_env
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.fail("needs root and unshare (util-linux) for a private mount namespace")
+    root = make_tree("rk3588")
+    knob = root / "proc/sys/vm/compaction_proactiveness"
+    before = tree_digest(root)
+    inner = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", inner, "ns", str(knob),
+            *local_command("pin", "dash")]
+    done = subprocess.run(argv, env=script_env(root, state_dir), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert f"read-only: cannot write {knob}" in done.stderr and "remount" in done.stderr
+    assert tree_digest(root) == before and not (state_dir / "pin.state").exists()
