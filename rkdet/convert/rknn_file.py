@@ -233,6 +233,14 @@ class _Fb:
         start, n = self.vector(pos, dt.itemsize)
         return np.frombuffer(self.buf, dtype=dt, count=n, offset=start)
 
+    def inline(self, table: int) -> str:
+        """A table's vtable and inline fields as hex (for tables we do not decode further)."""
+        vtable = table - self._unpack("<i", table)
+        vsize, tsize = self._unpack("<H", vtable), self._unpack("<H", vtable + 2)
+        if vtable < 0 or vtable + vsize > len(self.buf) or tsize < 4 or table + tsize > len(self.buf):
+            raise _FbError(f"bad table at {table}")
+        return (self.buf[vtable : vtable + vsize] + self.buf[table + 4 : table + tsize]).hex()
+
     def tables(self, pos: int) -> list[int]:
         start, n = self.vector(pos, 4)
         return [self.target(start + 4 * i) for i in range(n)]
@@ -254,13 +262,13 @@ _TENSOR_FIELDS: dict[int, tuple[str, str]] = {
     0: ("type_code", "u8"), 1: ("kind", "u8"), 2: ("role", "u8"), 3: ("native_shape", "vi32"),
     4: ("shape", "vi32"), 5: ("name", "str"), 6: ("qnt_method", "str"), 7: ("qnt_dtype", "str"),
     8: ("min", "vf32"), 9: ("max", "vf32"), 10: ("scale", "vf32"), 11: ("zero_point", "vi32"),
-    12: ("size", "i32"), 13: ("offset", "i32"), 14: ("f14", "i32"), 18: ("buffer", "i32"),
-    19: ("f19", "i32"), 20: ("f20", "vi32"),
+    12: ("size", "i32"), 13: ("offset", "i32"), 14: ("f14", "i32"), 15: ("f15", "vi32"), 16: ("f16", "vi32"),
+    17: ("f17", "vi32"), 18: ("buffer", "i32"), 19: ("f19", "i32"), 20: ("f20", "vi32"),
 }
 _NODE_FIELDS: dict[int, tuple[str, str]] = {
     0: ("f0", "i32"), 1: ("type", "str"), 2: ("name", "str"), 3: ("f3", "u8"), 4: ("inputs", "vi32"),
-    5: ("outputs", "vi32"), 7: ("f7", "u8"), 9: ("f9", "vi32"), 10: ("f10", "vi32"),
-    11: ("f11", "vi32"), 12: ("f12", "vi32"), 13: ("f13", "u8"),
+    5: ("outputs", "vi32"), 6: ("f6", "vi32"), 7: ("f7", "u8"), 8: ("params", "table"), 9: ("f9", "vi32"),
+    10: ("f10", "vi32"), 11: ("f11", "vi32"), 12: ("f12", "vi32"), 13: ("f13", "u8"),
 }
 
 
@@ -274,6 +282,7 @@ def _decode(fb: _Fb, table: int, spec: dict[int, tuple[str, str]]) -> dict[str, 
         "str": fb.string,
         "vi32": lambda p: [int(v) for v in fb.array(p, "<i4")],
         "vf32": lambda p: [float(v) for v in fb.array(p, "<f4")],
+        "table": lambda p: fb.inline(fb.target(p)),
     }
     for i, pos in enumerate(slots):
         if pos is None:
