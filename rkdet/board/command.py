@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,6 +43,8 @@ def open_connection(board: str, user: str | None, port: int | None, identity: Pa
     """Open the one SSH connection a command uses (strict host keys; BoardError, exit 3, on trouble)."""
     from rkdet.board.ssh import DEFAULT_RKDET_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, BoardConnection, Timeouts
 
+    # paramiko logs transport-thread failures with tracebacks; with no handler they reach stderr (lastResort)
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
     timeouts = Timeouts(connect=connect_timeout, banner=connect_timeout, auth=connect_timeout)
     return BoardConnection.open(board, user=user, port=port, identity=identity,
                                 known_hosts=known_hosts or DEFAULT_RKDET_KNOWN_HOSTS,

@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from rkdet.board import scripts as board_scripts
 from rkdet.board.preflight import BoardFit, check_board
 from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats
-from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError
+from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError, RkdetError
 
 RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 DEPLOY_SCHEMA = "rkdet.deploy/1"
@@ -161,6 +162,9 @@ def push_scripts(conn: BoardConnection, layout: dict[str, str]) -> TransferStats
 
 def _push_build(conn: BoardConnection, build: Path, layout: dict[str, str], manifest: dict, emulated: bool,
                 progress: bool) -> TransferStats:
+    """Runner, model and inputs to the board (unchanged files skipped). The remote inputs folder ends
+    up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
+    run and judged too."""
     stats = TransferStats()
     stats.add(conn.push(RUNNER, layout["runner"]))
     stats.add(conn.push(build / "model.rknn", f"{layout['model_dir']}/model.rknn", progress=progress))
@@ -168,14 +172,24 @@ def _push_build(conn: BoardConnection, build: Path, layout: dict[str, str], mani
     if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
         stats.add(conn.push(build / "model.onnx", f"{layout['model_dir']}/model.onnx", progress=progress))
         fed = manifest["fed_input"]
-        sidecar = build / ".model.emu.json"
-        sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
-        try:
+        with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
+            sidecar = Path(tmp) / "model.emu.json"
+            sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
             stats.add(conn.push(sidecar, f"{layout['model_dir']}/model.emu.json"))
-        finally:
-            sidecar.unlink()
-    stats.add(conn.push(build / "golden" / "inputs", layout["inputs"], progress=progress))
+    inputs = build / "golden" / "inputs"
+    stats.add(conn.push(inputs, layout["inputs"], progress=progress))
+    keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
+    _prune_remote(conn, layout["inputs"], keep)
     return stats
+
+
+def _prune_remote(conn: BoardConnection, remote_dir: str, keep: set[str]) -> None:
+    """Delete files under `remote_dir` whose relative path is not in `keep`."""
+    listing = conn.run(["find", remote_dir, "-type", "f"], timeout=60).out.splitlines()
+    prefix = remote_dir.rstrip("/") + "/"
+    extra = [line for line in listing if line.startswith(prefix) and line[len(prefix):] not in keep]
+    if extra:
+        conn.run(["rm", "-f", "--", *extra], timeout=60)
 
 
 def _runner_argv(layout: dict[str, str], settings: RunSettings, model: str) -> list[str]:
@@ -217,10 +231,36 @@ class Deployment:
     # -- the whole flow --
 
     def run(self) -> DeployOutcome:
+        """Preflight, push, start the pinned run, wait, pull, judge. Nothing on the board changes
+        before preflight passed, and a run folder that never got past preflight is removed again."""
         s = self.settings
         run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
         self.folder = self.results / run_id
         self.folder.mkdir(parents=True, exist_ok=False)
+        try:
+            layout, env, transfer, fit = self._prepare(run_id)
+        except BaseException:
+            remove_partial(self.folder)
+            raise
+        model = f"{layout['model_dir']}/model.onnx" if s.backend == "onnxruntime" else f"{layout['model_dir']}/model.rknn"
+        argv = _runner_argv(layout, s, model)
+        if s.pin:
+            argv = ["sh", f"{layout['scripts']}/run-pinned.sh", "--", *argv]
+        try:
+            self.conn.run(["mkdir", "-p", layout["run_dir"]], timeout=30)
+            job = self.conn.start_detached(argv, layout["pidfile"], layout["logfile"], sudo=s.sudo, env=env,
+                                           keep_env=SESSION_ENV if s.sudo else ())
+        except BoardError as err:
+            self.record.update(status="failed", error=str(err))
+            self._save()
+            raise
+        self.record.update(job_pid=job.pid)
+        self._save()
+        return self._finish(job, transfer, fit)
+
+    def _prepare(self, run_id: str) -> tuple[dict[str, str], dict[str, str], TransferStats, BoardFit]:
+        """Preflight (probe and fit; nothing changes) and the verified push; status becomes "running"."""
+        s = self.settings
         login_is_root = self.conn.run(["id", "-u"], timeout=30).out.strip() == "0"
         workdir = self.conn.abspath(s.workdir) if s.workdir else self.conn.default_workdir()
         layout = _remote_layout(workdir, self.manifest["fingerprint"], run_id)
@@ -250,16 +290,7 @@ class Deployment:
                            transfer={"bytes_sent": transfer.bytes_sent, "files_sent": transfer.files_sent,
                                      "files_skipped": transfer.files_skipped})
         self._save()
-        model = f"{layout['model_dir']}/model.onnx" if s.backend == "onnxruntime" else f"{layout['model_dir']}/model.rknn"
-        argv = _runner_argv(layout, s, model)
-        if s.pin:
-            argv = ["sh", f"{layout['scripts']}/run-pinned.sh", "--", *argv]
-        self.conn.run(["mkdir", "-p", layout["run_dir"]], timeout=30)
-        job = self.conn.start_detached(argv, layout["pidfile"], layout["logfile"], sudo=s.sudo, env=env,
-                                       keep_env=SESSION_ENV if s.sudo else ())
-        self.record.update(job_pid=job.pid)
-        self._save()
-        return self._finish(job, transfer, fit)
+        return layout, env, transfer, fit
 
     def resume(self, folder: Path) -> DeployOutcome:
         """Re-attach to a run recorded in `folder/deploy.json`, wait for it, pull and judge it."""
@@ -338,21 +369,37 @@ class Deployment:
             self.conn.run(["rm", "-rf", layout["run_dir"]], check=False, timeout=60)
         self.record.update(status="interrupted" if interrupted else "complete", job_exit=code, restored=restored,
                            warnings=warnings, pulled={"bytes": pulled.bytes_sent, "files": pulled.files_sent})
-        self._save()
+        try:
+            self._raise_for_job(pin, restore, interrupted, exists, code, log_text)
+        except RkdetError as err:
+            self.record.update(status="failed", error=str(err))
+            raise
+        finally:
+            self._save()
+        return self._judge(result_local, transfer, restored, warnings, fit)
+
+    def _raise_for_job(self, pin: board_scripts.PinReport | None, restore: board_scripts.RestoreReport | None,
+                       interrupted: bool, exists: bool, code: int | None, log_text: str) -> None:
+        """The one error that explains a run that did not produce a result set worth judging."""
+        label = self.conn.target.label
         if pin is not None and restore is not None and not restore.ok:
-            raise BoardError(f"{self.conn.target.label}: the board was NOT restored ({restore.reason or restore.status}); "
-                             f"run `rkdet board restore --board {self.conn.target.label}`")
+            raise BoardError(f"{label}: the board was NOT restored ({restore.reason or restore.status}); "
+                             f"run `rkdet board restore --board {label}`")
         if interrupted:
             raise KeyboardInterrupt
         if pin is not None and pin.exit_code not in (0, 1):
-            pin.raise_for_status(self.conn.target.label)
+            try:
+                pin.raise_for_status(label)
+            except RkdetError as err:
+                if "permission denied" in str(err) and not self.settings.sudo:
+                    raise type(err)(f"{err}; or deploy with --sudo") from None
+                raise
         if not exists:
             tail = (log_text.strip().splitlines() or ["no output"])[-1][:200]
-            raise BoardError(f"{self.conn.target.label}: the runner produced no results (exit {code}): {tail}")
+            raise BoardError(f"{label}: the runner produced no results (exit {code}): {tail}")
         if code not in (0, 1):
             tail = [ln for ln in log_text.splitlines() if ln.startswith("rkdet-run")] or log_text.strip().splitlines()
-            raise BoardError(f"{self.conn.target.label}: rkdet-run exited {code}: {(tail or ['?'])[-1][:200]}")
-        return self._judge(result_local, transfer, restored, warnings, fit)
+            raise BoardError(f"{label}: rkdet-run exited {code}: {(tail or ['?'])[-1][:200]}")
 
     def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None, warnings: list[str],
                fit: BoardFit) -> DeployOutcome:

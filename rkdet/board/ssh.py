@@ -386,7 +386,9 @@ class BoardConnection:
                 key_filename=[str(p) for p in tgt.identities] or None,
                 allow_agent=allow_agent and not (tgt.identities_only and tgt.identities),
                 look_for_keys=not tgt.identities,
-                timeout=timeouts.connect, banner_timeout=timeouts.banner, auth_timeout=timeouts.auth,
+                # paramiko's `timeout` also bounds banner + key exchange (start_client), and when it ends
+                # first it goes on silently to auth ('No existing session'): give it the banner's time too
+                timeout=timeouts.connect + timeouts.banner, banner_timeout=timeouts.banner, auth_timeout=timeouts.auth,
                 channel_timeout=timeouts.connect, transport_factory=_fast_transport,
             )
         except _UnknownHostKey as err:
