@@ -8,6 +8,8 @@ B's run 0 per input (B is the reference: golden data or another board).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +18,7 @@ import numpy as np
 from rkdet.diff.correlate import correlate, run_setting_differences
 from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.diff.decode import Detections, Layout, class_scores, decode_yolov8, detect_layout
-from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays
+from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
 from rkdet.diff.resultset import OutputRef, Record, Source
 from rkdet.diff.tolerance import Tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
@@ -164,6 +166,7 @@ class _Engine:
         self.hist = np.zeros(len(HIST_EDGES) + 1, dtype=np.int64)
         self.overlay: dict[str, Any] | None = None
         self.notes: list[str] = []
+        self.norms: dict[tuple[str, str], float] = {}  # |reference|^2 per reference hash
 
     # -- layout ----------------------------------------------------------------------------
     def layout_for(self, record: Record) -> Layout:
@@ -180,7 +183,10 @@ class _Engine:
         r, c = ref_src.load(ref), cand_src.load(cand)
         if r.dtype != c.dtype:
             r, c = r.astype(np.float64), c.astype(np.float64)
-        stats = compare_arrays(r, c, self.tolerance)
+        key = (ref.hash, str(r.dtype))
+        if key not in self.norms:
+            self.norms[key] = reference_norm2(r)
+        stats = compare_arrays(r, c, self.tolerance, ref_norm2=self.norms[key])
         slices = {}
         assert self.layout is not None
         for slice_name, index in self.layout.slices.get(cand.name, {}).items():
@@ -188,11 +194,13 @@ class _Engine:
         self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
         return stats, slices
 
-    def decisions(self, src: Source, record: Record) -> Detections | np.ndarray | None:
+    def decisions(self, src: Source, record: Record, *, pin: bool = False) -> Detections | np.ndarray | None:
+        """Decode a record; `pin` marks it as a reference whose arrays stay loaded (one run's worth)."""
         assert self.layout is not None
+        arrays = {o.name: src.load(o, pin=pin) for o in record.outputs}
         if self.layout.kind == "none":
             return None
-        return _decide(self.layout, {o.name: src.load(o) for o in record.outputs})
+        return _decide(self.layout, arrays)
 
     # -- one set -----------------------------------------------------------------------------
     def analyse(self, analysis: SetAnalysis, reference: dict[str, tuple[Source, Record]] | None) -> None:
@@ -200,13 +208,13 @@ class _Engine:
         firsts: dict[str, Record] = {}
         first_decisions: dict[str, Any] = {}
         ref_decisions: dict[str, Any] = {}
-        for rec in src.records():
+        for rec in self._prefetching(src, analysis):
             layout = self.layout_for(rec)
             analysis.records += 1
             analysis.runs = max(analysis.runs, rec.run + 1)
             ia = analysis.inputs.get(rec.input)
-            if ia is None:  # bound the array cache: run 0 of every input (one run) + one candidate record
-                _size_cache(src, rec, len(analysis.inputs) + 2)
+            if ia is None:  # run 0 of each input is pinned; the LRU holds the record being compared
+                _size_cache(src, rec, 1)
             ref_rec: Record | None = None
             ref_src: Source | None = None
             if reference is not None:
@@ -224,9 +232,9 @@ class _Engine:
                         ref_hash = next(x.hash for x in ref_rec.outputs if x.name == o.name)
                     ia.outputs[o.name] = OutputAnalysis(o.name, o.shape, o.dtype, layout.roles.get(o.name, "output"),
                                                         o.hash, ref_hash)
-                first_decisions[rec.input] = self.decisions(src, rec)
+                first_decisions[rec.input] = self.decisions(src, rec, pin=True)
                 if ref_rec is not None and ref_src is not None:
-                    ref_decisions[rec.input] = self.decisions(ref_src, ref_rec)
+                    ref_decisions[rec.input] = self.decisions(ref_src, ref_rec, pin=True)
                 ia.reference_decision = _decision_summary(ref_decisions.get(rec.input, first_decisions[rec.input]))
             first = firsts[rec.input]
             if [o.name for o in rec.outputs] != [o.name for o in first.outputs]:
@@ -249,6 +257,34 @@ class _Engine:
                      if sig != firsts[ia.name].signature for r in g.runs}
         analysis.snapshots = src.snapshots()
         analysis.correlation = correlate(divergent, analysis.runs, analysis.snapshots)
+
+    @staticmethod
+    def _prefetching(src: Source, analysis: SetAnalysis) -> Iterator[Record]:
+        """Yield `src`'s records while a worker thread loads and hash-verifies the *next* record's unseen
+        outputs, so file reads and sha256 (both release the GIL) overlap the metrics of this one."""
+
+        def unseen(rec: Record) -> list[OutputRef]:
+            ia = analysis.inputs.get(rec.input)
+            if ia is None:
+                return []  # a new input: its run 0 is loaded (and pinned) on the main thread
+            return [o for o in rec.outputs if o.name in ia.outputs and o.hash not in ia.outputs[o.name].variants]
+
+        def fetch(refs: list[OutputRef]) -> list[tuple[OutputRef, np.ndarray]]:
+            return [(ref, src.load_fresh(ref)) for ref in refs]
+
+        pending: tuple[Record, Future] | None = None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rkdet-diff-prefetch") as pool:
+            for rec in src.records():
+                future = pool.submit(fetch, unseen(rec))
+                if pending is not None:
+                    for ref, arr in pending[1].result():
+                        src.cache.put(ref.hash, arr)
+                    yield pending[0]
+                pending = (rec, future)
+            if pending is not None:
+                for ref, arr in pending[1].result():
+                    src.cache.put(ref.hash, arr)
+                yield pending[0]
 
     def _new_group(self, analysis: SetAnalysis, src: Source, rec: Record, first: Record, ref_src: Source | None,
                    ref_rec: Record | None, ia: InputAnalysis, group: Group, first_dec: Any, ref_dec: Any) -> None:
@@ -344,7 +380,7 @@ def _reference_records(b: Source) -> dict[str, tuple[Source, Record]]:
     for rec in b.records():
         if rec.input not in refs:
             refs[rec.input] = (b, rec)
-            _size_cache(b, rec, len(refs))
+            _size_cache(b, rec, 1)
     if not refs:
         raise InputError(f"{b.label}: index.jsonl holds no complete inference record")
     return refs

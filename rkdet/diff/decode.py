@@ -235,23 +235,23 @@ def decode_yolov8(layout: Layout, arrays: dict[str, np.ndarray], conf: float = C
     all_boxes: list[np.ndarray] = []
     all_cls: list[np.ndarray] = []
     for b in layout.branches:
-        box = np.asarray(arrays[b.box], dtype=np.float64)[0]
-        cls = np.asarray(arrays[b.cls], dtype=np.float64)[0]
+        box = np.asarray(arrays[b.box])[0]  # native dtype: only the candidates are converted
+        cls = np.asarray(arrays[b.cls])[0]
         if b.channels_last:
             box, cls = box.transpose(2, 0, 1), cls.transpose(2, 0, 1)
         h, w = b.size
         cls = cls.reshape(cls.shape[0], h * w).T  # (HW, nc)
         if cls.size and (cls.min() < 0 or cls.max() > 1):
-            cls = _sigmoid(cls)
+            cls = _sigmoid(cls.astype(np.float64))
         candidates = np.flatnonzero(cls.max(axis=1) > conf)  # DFL only where a class could survive
-        bins = box.reshape(4, REG_MAX, h * w)[:, :, candidates]
+        bins = box.reshape(4, REG_MAX, h * w)[:, :, candidates].astype(np.float64)
         bins = np.exp(bins - bins.max(axis=1, keepdims=True))
         dist = (bins * np.arange(REG_MAX)[None, :, None]).sum(axis=1) / bins.sum(axis=1)  # (4, K)
         ax = (candidates % w) + 0.5
         ay = (candidates // w) + 0.5
         xyxy = np.stack([ax - dist[0], ay - dist[1], ax + dist[2], ay + dist[3]], axis=1) * b.stride
         all_boxes.append(xyxy)
-        all_cls.append(cls[candidates])
+        all_cls.append(cls[candidates].astype(np.float64))
     return _finish(np.concatenate(all_boxes), np.concatenate(all_cls), conf, iou)
 
 

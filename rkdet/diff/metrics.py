@@ -136,12 +136,20 @@ def _kl_terms(kind: str, p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))
 
 
-def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance | None = None) -> NumericStats:
+def reference_norm2(reference: np.ndarray) -> float:
+    """|reference|^2 in float64: compare_arrays accepts it precomputed, since references repeat."""
+    flat = np.asarray(reference).reshape(-1)
+    return float(np.einsum("i,i->", flat, flat, dtype=np.float64))
+
+
+def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance | None = None,
+                   ref_norm2: float | None = None) -> NumericStats:
     """All metrics of `candidate` against `reference` (same shape and dtype) and the tolerance check.
 
-    Memory-light on purpose: besides three buffered float64 passes for the norms and the dot product
-    (no full-size copies), all work and every temporary is proportional to the number of differing
-    elements; |c - r|^2 for the relative L2 is summed over the differing elements only (exact).
+    Memory-light on purpose: besides one buffered float64 pass for |r|^2 (skipped when `ref_norm2` is
+    given), all work and every temporary is proportional to the number of differing elements:
+    |c|^2 = |r|^2 + sum_d(c^2 - r^2) and r.c = |r|^2 + sum_d r(c - r); when those come out small
+    against |r|^2 (cancellation), both are recomputed over the full arrays.
     """
     tolerance = tolerance or Tolerance()
     ref = np.asarray(reference)
@@ -175,9 +183,13 @@ def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tole
     stats.abs_hist = np.bincount(np.searchsorted(HIST_EDGES, absd[np.isfinite(absd)], side="right"),
                                  minlength=len(HIST_EDGES) + 1).tolist()
     with np.errstate(all="ignore"):
-        nr = float(np.einsum("i,i->", r_flat, r_flat, dtype=np.float64))
-        nc = float(np.einsum("i,i->", c_flat, c_flat, dtype=np.float64))
-        dot = float(np.einsum("i,i->", r_flat, c_flat, dtype=np.float64))
+        nr = float(np.einsum("i,i->", r_flat, r_flat, dtype=np.float64)) if ref_norm2 is None else ref_norm2
+        # Only the differing elements change |c|^2 and r.c; exact unless cancellation looms, then recompute.
+        nc = nr + float(np.sum(c64 * c64 - r64 * r64))
+        dot = nr + float(np.sum(r64 * signed))
+        if not (nc >= nr / 4 and dot >= nr / 4):
+            nc = float(np.einsum("i,i->", c_flat, c_flat, dtype=np.float64))
+            dot = float(np.einsum("i,i->", r_flat, c_flat, dtype=np.float64))
         diff2 = float(np.sum(signed * signed))
         stats.cosine = _finite_or_none(dot / np.sqrt(nr * nc)) if nr > 0 and nc > 0 else None
         if stats.cosine is not None:

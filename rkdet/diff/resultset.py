@@ -53,15 +53,26 @@ class ArrayCache:
         self.max_bytes = max_bytes
         self._items: OrderedDict[str, np.ndarray] = OrderedDict()
         self._bytes = 0
+        self._pinned: dict[str, np.ndarray] = {}
 
     def get(self, key: str) -> np.ndarray | None:
+        arr = self._pinned.get(key)
+        if arr is not None:
+            return arr
         arr = self._items.get(key)
         if arr is not None:
             self._items.move_to_end(key)
         return arr
 
+    def pin(self, key: str, arr: np.ndarray) -> None:
+        """Keep a reference array (run 0 of an input) outside the LRU budget until the end."""
+        self._pinned[key] = arr
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._bytes -= old.nbytes
+
     def put(self, key: str, arr: np.ndarray) -> None:
-        if key in self._items or arr.nbytes > self.max_bytes:
+        if key in self._items or key in self._pinned or arr.nbytes > self.max_bytes:
             return
         self._items[key] = arr
         self._bytes += arr.nbytes
@@ -148,17 +159,27 @@ class Source:
     def single_file(self) -> bool:
         return self.kind in ("npy", "npz")
 
-    def load(self, ref: OutputRef) -> np.ndarray:
-        """The array of one output; shape and dtype are checked against the index record."""
-        cached = self.cache.get(ref.hash)
-        if cached is not None:
-            return cached
+    def load_fresh(self, ref: OutputRef) -> np.ndarray:
+        """Load and check one output without touching the cache (safe from a prefetch thread)."""
         arr = self._load_uncached(ref)
         if tuple(arr.shape) != ref.shape or arr.dtype != np.dtype(ref.dtype):
-            raise InputError(f"{self.label}: output {ref.hash[:12]} is {arr.dtype}{list(arr.shape)} but the index says "
-                             f"{ref.dtype}{list(ref.shape)}; the result set is inconsistent")
-        self.cache.put(ref.hash, arr)
+            raise InputError(f"{self.label}: output {ref.hash[:12]} is {arr.dtype}{list(arr.shape)} but the "
+                             f"index says {ref.dtype}{list(ref.shape)}; the result set is inconsistent")
         return arr
+
+    def load(self, ref: OutputRef, *, pin: bool = False) -> np.ndarray:
+        """The array of one output; shape and dtype are checked against the index record.
+
+        `pin` keeps it for the whole comparison (references); others live in the bounded LRU cache.
+        """
+        cached = self.cache.get(ref.hash)
+        if cached is None:
+            cached = self.load_fresh(ref)
+            if not pin:
+                self.cache.put(ref.hash, cached)
+        if pin:
+            self.cache.pin(ref.hash, cached)
+        return cached
 
 
 class ResultSetDir(Source):
