@@ -140,7 +140,7 @@ rk_check_env() {
 
 # rk_usage SCRIPT_PATH: print the script's header comment (its documentation) and exit 0.
 rk_usage() {
-    sed -n '2,/^$/s/^# \{0,1\}//p' "$1"
+    sed -n -e '/^# shellcheck /d' -e '2,/^$/s/^# \{0,1\}//p' "$1"
     exit 0
 }
 

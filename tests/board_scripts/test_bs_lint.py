@@ -44,7 +44,8 @@ def test_deploy_list_is_complete() -> None:
 def test_help_prints_the_header(name: str) -> None:
     done = subprocess.run(["dash", str(script_path(name)), "--help"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0
-    assert "Exit codes:" in done.stdout and "#" not in done.stdout.splitlines()[0]
+    assert done.stdout.startswith(f"{name}.sh - ") and "Exit codes:" in done.stdout
+    assert not any(line.startswith("#") for line in done.stdout.splitlines())
 
 
 @pytest.mark.parametrize("name", ["probe", "pin", "restore"])
