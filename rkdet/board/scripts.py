@@ -158,7 +158,8 @@ class _ScriptReport:
         raise BoardError(message)
 
 
-def _result(records: Sequence[Mapping[str, Any]], script: str) -> tuple[str, int | None, str | None, str | None]:
+def _result(records: Sequence[Mapping[str, Any]]) -> tuple[str, int | None, str | None, str | None]:
+    """(status, exit code, reason, note) of the last result record; "incomplete" without one."""
     res = [r for r in records if r.get("record") == "result"]
     if not res:
         return "incomplete", None, None, None
@@ -203,7 +204,7 @@ class RestoreReport(_ScriptReport):
 def parse_pin(records: Sequence[Mapping[str, Any]]) -> PinReport:
     """Typed view of pin.sh's records (pass run-pinned output through as is)."""
     own = records_of(records, "pin")
-    status, code, reason, note = _result(own, "pin")
+    status, code, reason, note = _result(own)
     states = [r.get("status") for r in own if r.get("record") == "state"]
     return PinReport(script="pin", status=status, exit_code=code, reason=reason, note=note,
                      knobs=tuple(KnobResult.from_record(r) for r in own if r.get("record") == "knob"),
@@ -214,7 +215,7 @@ def parse_pin(records: Sequence[Mapping[str, Any]]) -> PinReport:
 def parse_restore(records: Sequence[Mapping[str, Any]]) -> RestoreReport:
     """Typed view of restore.sh's records."""
     own = records_of(records, "restore")
-    status, code, reason, note = _result(own, "restore")
+    status, code, reason, note = _result(own)
     return RestoreReport(script="restore", status=status, exit_code=code, reason=reason, note=note,
                          knobs=tuple(KnobResult.from_record(r) for r in own if r.get("record") == "knob"))
 
@@ -279,7 +280,7 @@ class ProbeReport(_ScriptReport):
 def parse_probe(records: Sequence[Mapping[str, Any]]) -> ProbeReport:
     """Typed view of probe.sh's records."""
     own = records_of(records, "probe")
-    status, code, reason, note = _result(own, "probe")
+    status, code, reason, note = _result(own)
     one: dict[str, Mapping[str, Any]] = {}
     for r in own:
         one.setdefault(str(r["record"]), r)
