@@ -334,6 +334,22 @@ class Deployment:
             time.sleep(0.3)
         return self.conn.job_exit_code(job)
 
+    def _stop_job(self, job: Any, timeout: float = 120.0) -> None:
+        """SIGTERM the job's process group, then wait until every process of it is gone.
+
+        Not `kill_job`: the group's leader (the detach wrapper) dies at once while run-pinned.sh is
+        still restoring from its TERM trap, so its log is complete only when the group is empty; and
+        never SIGKILL, which would cut the restore in half.
+        """
+        group = ['kill -"$1" -"$2" 2>/dev/null', "sh"]
+        self.conn.run(["sh", "-c", *group, "TERM", str(job.pid)], check=False, sudo=job.sudo, timeout=30)
+        deadline = time.monotonic() + timeout
+        while self.conn.run(["sh", "-c", *group, "0", str(job.pid)], check=False, sudo=job.sudo, timeout=30).rc == 0:
+            if time.monotonic() > deadline:
+                self.log(f"the board job {job.pid} still runs {timeout:g} s after SIGTERM; leaving it to finish")
+                return
+            time.sleep(0.2)
+
     def _finish(self, job: Any, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
         layout = self.record["remote"]
         interrupted = False
@@ -342,7 +358,7 @@ class Deployment:
         except KeyboardInterrupt:
             interrupted = True
             self.log("interrupted: stopping the run on the board (it restores the board)")
-            self.conn.kill_job(job, grace=30)
+            self._stop_job(job)
             code = self.conn.job_exit_code(job)
         except BoardError:
             self.record.update(status="disconnected")

@@ -1,0 +1,105 @@
+"""A deploy cut off mid-run: the SSH connection dies (the detached board job goes on, `--resume` pulls and
+judges it), or the user presses Ctrl-C (exit 130, the run is stopped and the board restored)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from deploy_helpers import REPO, assert_untouched, deploy, deploy_args, error_line, kill_sessions, run_folders
+
+from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.board.fake_tree import tree_digest
+from rkdet.errors import EXIT_BOARD, EXIT_INTERRUPTED
+
+
+def _start(board: EmulatedBoard, build: Path, out: Path, log: Path, repeats: int) -> subprocess.Popen:
+    with open(log, "wb") as err:
+        return subprocess.Popen([sys.executable, "-m", "rkdet.cli", *deploy_args(board, build, out, repeats=repeats)],
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
+
+
+def _wait_for(predicate, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"deploy ended early ({proc.returncode}): {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+
+
+def _job_running(out: Path) -> int | None:
+    """The board job's pid once deploy recorded it (the pinned run has started)."""
+    folders = run_folders(out)
+    if not folders:
+        return None
+    return json.loads((folders[-1] / "deploy.json").read_text()).get("job_pid")  # written by rename: never partial
+
+
+def _inferences_logged(log: Path, at_least: int) -> bool:
+    text = log.read_text(errors="replace")
+    counts = [int(part.split("/")[0]) for part in text.split("inference ")[1:] if part.split("/")[0].isdigit()]
+    return bool(counts) and max(counts) >= at_least
+
+
+@pytest.mark.slow
+def test_connection_killed_mid_run_then_resume(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
+    before = tree_digest(board.root)
+    out, log = tmp_path / "r", tmp_path / "deploy.log"
+    proc = _start(board, fast_build, out, log, repeats=5)
+    try:
+        _wait_for(lambda: _job_running(out) is not None, proc, log)
+        job_pid = _job_running(out)
+        assert kill_sessions(board) >= 1  # the sshd processes of that connection, not the job
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == EXIT_BOARD, text[-3000:]
+    assert "Traceback" not in text and "connection" in text.splitlines()[-1].lower()
+    [folder] = run_folders(out)
+    assert json.loads((folder / "deploy.json").read_text())["status"] == "disconnected"
+    assert Path(f"/proc/{job_pid}").exists(), "the detached board job died with the connection"
+
+    resumed = deploy(board, fast_build, out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "SAME (bitwise)" in resumed.stderr and "resuming run" in resumed.stderr
+    record = json.loads((folder / "deploy.json").read_text())
+    assert record["status"] == "complete" and record["restored"] is True and record["job_exit"] == 0
+    assert len((folder / "result" / "index.jsonl").read_text().splitlines()) == 5 * 2
+    assert run_folders(out) == [folder]  # resumed in place, no new run
+    assert_untouched(board, before)
+
+    again = deploy(board, fast_build, out, "--resume")  # nothing left to resume: a clear one-liner
+    assert again.returncode == 2 and "no unfinished deploy to resume" in error_line(again)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_run_and_restores_the_board(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
+    before = tree_digest(board.root)
+    out, log = tmp_path / "r", tmp_path / "deploy.log"
+    proc = _start(board, fast_build, out, log, repeats=20)
+    try:
+        _wait_for(lambda: _inferences_logged(log, 1), proc, log)
+        pinned = tree_digest(board.root)
+        assert pinned != before  # the board really is pinned while the run goes on
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == EXIT_INTERRUPTED, text[-3000:]
+    assert "Traceback" not in text and text.strip().splitlines()[-1] == "rkdet: interrupted"
+    assert_untouched(board, before)
+    [folder] = run_folders(out)
+    record = json.loads((folder / "deploy.json").read_text())
+    assert record["status"] == "interrupted" and record["restored"] is True
+    restore = [r for r in json.loads((folder / "pin.json").read_text())["records"]
+               if r.get("script") == "restore" and r.get("record") == "result"]
+    assert restore and restore[-1]["status"] == "ok"
