@@ -10,7 +10,7 @@ import pytest
 
 from rkdet.board.emulator.sshd import EmulatedBoard
 from rkdet.board.ssh import BoardConnection, Timeouts
-from rkdet.board.transfer import _COMMIT, remote_hashes
+from rkdet.board.transfer import _COMMIT, remote_hashes, request_size
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -40,6 +40,7 @@ def test_push_file_into_nasty_dir_then_second_push_sends_nothing(conn: BoardConn
     target = f"{remote_tmp}/{NASTY}/w.bin"
     first = conn.push(local, target)
     assert (first.files_sent, first.files_skipped, first.bytes_sent, first.method) == (1, 0, 2_500_000, "sftp")
+    assert request_size(conn.sftp()) > 32768  # OpenSSH's limits@openssh.com was read: big requests used
     assert _board_sha(conn, target) == hashlib.sha256(local.read_bytes()).hexdigest()
     second = conn.push(local, target)
     assert (second.files_sent, second.files_skipped, second.bytes_sent, second.bytes_skipped) == (0, 1, 0, 2_500_000)
