@@ -26,10 +26,12 @@ from rkdet.errors import InputError
 
 __all__ = [
     "FINGERPRINT_SCHEME",
+    "RknnComparison",
     "RknnFileInfo",
     "RknnFormatError",
     "Section",
     "TensorAttr",
+    "compare_rknn",
     "content_fingerprint",
     "read_rknn",
 ]
@@ -122,6 +124,30 @@ def read_rknn(path: str | Path) -> RknnFileInfo:
 def content_fingerprint(path: str | Path) -> str:
     """sha256 (hex) over the behaviour-defining content of `path`, stable across identical builds."""
     return read_rknn(path).content_fingerprint
+
+
+@dataclass(frozen=True)
+class RknnComparison:
+    """Two builds side by side: byte identity, fingerprint identity, and where the bytes differ."""
+
+    bytes_identical: bool
+    fingerprint_identical: bool
+    differing_sections: tuple[str, ...]  # leaf sections whose bytes differ (or exist in one file only)
+    differing_stable_sections: tuple[str, ...]  # of those, the ones not known to be volatile
+
+
+def compare_rknn(a: RknnFileInfo, b: RknnFileInfo) -> RknnComparison:
+    """Explain a rebuild: when bytes differ but fingerprints match, `differing_stable_sections`
+    is normally empty (only pointer tables and uninitialised tails moved)."""
+    sa = {s.name: s for s in a.sections if s.name != "model"}
+    sb = {s.name: s for s in b.sections if s.name != "model"}
+    differing = sorted(n for n in sa.keys() | sb.keys() if n not in sa or n not in sb or sa[n].sha256 != sb[n].sha256)
+    stable = [n for n in differing if not (n in sa and sa[n].volatile) and not (n in sb and sb[n].volatile)]
+    return RknnComparison(
+        bytes_identical=a.file_sha256 == b.file_sha256,
+        fingerprint_identical=a.content_fingerprint == b.content_fingerprint,
+        differing_sections=tuple(differing), differing_stable_sections=tuple(stable),
+    )
 
 
 def _fingerprint(canonical: dict[str, Any]) -> str:
@@ -349,8 +375,9 @@ def _parse_model(
     for i, ((start, n), digest) in enumerate(zip(buffers, digests)):
         owner = next((r.get("name", "") for r in all_tensors if r.get("buffer") == i), "")
         name = f"model.buffer[{i}]{':' + owner if owner else ''}"
-        sections.append(Section(name, _HEADER_SIZE + start, n, _sha(model[start : start + n])))
-        if digest["hashed"] < n:
+        used = digest["hashed"]  # the defined bytes; an uninitialised tail gets its own section
+        sections.append(Section(name, _HEADER_SIZE + start, used, _sha(model[start : start + used])))
+        if used < n:
             tail = slice(start + digest["hashed"], start + n)
             sections.append(Section(name + ":uninitialised_tail", _HEADER_SIZE + tail.start,
                                     n - digest["hashed"], _sha(model[tail]), volatile=True))
@@ -366,6 +393,8 @@ def _parse_model(
         for slot, (start, end) in gr.spans.items():
             sections.append(Section(f"{prefix}.slot{slot}", _HEADER_SIZE + start, end - start,
                                     _sha(model[start:end]), volatile=slot in _G_VOLATILE))
+    sections += _structure_sections(model, sections)
+    sections.append(Section("metadata_json_size", json_at, 8, _sha(data[json_at : json_at + 8])))
     sections.append(Section("metadata_json", json_at + 8, json_size, _sha(data[json_at + 8 : json_at + 8 + json_size])))
 
     canonical = {
@@ -400,6 +429,20 @@ def _parse_model(
         sections=tuple(sections), content_fingerprint=_fingerprint(canonical), metadata=metadata,
         build_info=_literal_or_empty(text(_M_BUILD_INFO)),
     )
+
+
+def _structure_sections(model: bytes, leaves: list[Section]) -> list[Section]:
+    """The payload bytes no other section covers (tables, vtables, strings, padding), one
+    section per gap, so that the leaf sections tile the file and a comparison sees every byte."""
+    covered = sorted((s.offset - _HEADER_SIZE, s.offset - _HEADER_SIZE + s.size)
+                     for s in leaves if s.name != "model" and s.offset >= _HEADER_SIZE and s.size)
+    out, pos = [], 0
+    for start, end in covered + [(len(model), len(model))]:
+        if start > pos:
+            out.append(Section(f"model.structure[{len(out)}]", _HEADER_SIZE + pos, start - pos,
+                               _sha(model[pos:start])))
+        pos = max(pos, end)
+    return out
 
 
 def _io_attrs(graph: _Graph, indices: list[int], io_json: Any) -> tuple[TensorAttr, ...]:

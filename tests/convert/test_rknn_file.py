@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from rkdet.convert.rknn_file import (
     RknnFormatError,
+    compare_rknn,
     content_fingerprint,
     read_rknn,
 )
@@ -160,8 +161,10 @@ def test_sections_tile_the_file_and_hash_their_bytes(models: dict[str, Path]) ->
         assert hashlib.sha256(data[s.offset : s.offset + s.size]).hexdigest() == s.sha256, s.name
     names = {s.name.split(":")[-1] for s in info.sections}
     assert {"header", "model", "metadata_json", "regcmd", "task", "w1", "b1", "w2", "b2"} <= names
-    top = sorted((s.offset, s.size) for s in info.sections if s.name in ("header", "model", "metadata_json"))
-    assert top[0][0] == 0 and top[-1][0] + top[-1][1] == len(data)
+    # leaf sections (all but the "model" aggregate) tile the file: no gap, no overlap
+    leaves = sorted((s.offset, s.offset + s.size) for s in info.sections if s.name != "model" and s.size)
+    assert leaves[0][0] == 0 and leaves[-1][1] == len(data)
+    assert all(end == nxt for (_, end), (nxt, _) in zip(leaves, leaves[1:]))
 
 
 @pytest.mark.slow
@@ -193,6 +196,16 @@ def test_identical_builds_same_fingerprint_and_differences_only_in_volatile_sect
     assert volatile, "toolkit2 files carry pointer tables and uninitialised buffer tails"
     stray = [i for i, (x, y) in enumerate(zip(da, db)) if x != y and not any(lo <= i < hi for lo, hi in volatile)]
     assert stray == [], f"bytes differ outside the volatile sections at {stray[:10]}"
+
+
+@pytest.mark.slow
+def test_compare_explains_a_rebuild_and_a_real_change(models: dict[str, Path]) -> None:
+    same = compare_rknn(read_rknn(models["base_a"]), read_rknn(models["base_b"]))
+    assert same.fingerprint_identical and same.differing_stable_sections == ()
+    assert same.bytes_identical == (same.differing_sections == ())
+    other = compare_rknn(read_rknn(models["base_a"]), read_rknn(models["seed1"]))
+    assert not other.bytes_identical and not other.fingerprint_identical
+    assert {"model.buffer[2]:w1", "model.buffer[8]:regcmd"} <= set(other.differing_stable_sections)
 
 
 @pytest.mark.slow
