@@ -121,3 +121,13 @@ def test_stop_ends_sessions_and_detached_jobs(tmp_path: Path) -> None:
     stat = Path(f"/proc/{job.pid}/stat")
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
     c.close()
+
+
+def test_restart_in_the_same_dir_keeps_the_host_key(tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    with EmulatedBoard("rk3588", tmp_path / "w") as b, b.connect(known_hosts=known, accept_new_host_key=True):
+        first_key = (b.workdir / "ssh_host_ed25519_key.pub").read_text()
+    with EmulatedBoard("rk3588", tmp_path / "w") as b:
+        assert (b.workdir / "ssh_host_ed25519_key.pub").read_text() == first_key
+        with b.connect() as c:  # its fresh known_hosts names the new port with the same key
+            assert c.run(["true"]).rc == 0

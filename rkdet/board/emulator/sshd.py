@@ -219,7 +219,12 @@ class EmulatedBoard:
     # -- pieces --
 
     def _fresh_key(self, path: Path, comment: str) -> str:
-        for p in (path, path.with_name(path.name + ".pub")):
+        """The key pair at `path`, generated unless a previous start in this workdir left one: a
+        board keeps its host key across reboots, so known_hosts entries stay valid."""
+        pub = path.with_name(path.name + ".pub")
+        if path.is_file() and pub.is_file():
+            return pub.read_text().strip()
+        for p in (path, pub):
             p.unlink(missing_ok=True)
         return _keygen(path, comment)
 
