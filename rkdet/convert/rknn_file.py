@@ -219,30 +219,30 @@ class _Fb:
     def __init__(self, buf: bytes) -> None:
         self.buf = buf
 
-    def _unpack(self, fmt: str, pos: int) -> Any:
+    def scalar(self, fmt: str, pos: int) -> Any:
         size = struct.calcsize(fmt)
         if pos < 0 or pos + size > len(self.buf):
             raise _FbError(f"read of {size} bytes at {pos} outside the {len(self.buf)}-byte payload")
         return struct.unpack_from(fmt, self.buf, pos)[0]
 
     def root(self) -> int:
-        return int(self._unpack("<I", 0))
+        return int(self.scalar("<I", 0))
 
     def slots(self, table: int) -> list[int | None]:
         """Absolute position of each field of `table` (None where absent)."""
-        vtable = table - self._unpack("<i", table)
-        vsize = self._unpack("<H", vtable)
+        vtable = table - self.scalar("<i", table)
+        vsize = self.scalar("<H", vtable)
         if vsize < 4 or vsize % 2:
             raise _FbError(f"bad vtable size {vsize} at {vtable}")
         count = (vsize - 4) // 2
-        return [table + o if o else None for o in (self._unpack("<H", vtable + 4 + 2 * i) for i in range(count))]
+        return [table + o if o else None for o in (self.scalar("<H", vtable + 4 + 2 * i) for i in range(count))]
 
     def target(self, pos: int) -> int:
-        return pos + int(self._unpack("<I", pos))
+        return pos + int(self.scalar("<I", pos))
 
     def vector(self, pos: int, itemsize: int) -> tuple[int, int]:
         start = self.target(pos)
-        n = int(self._unpack("<I", start))
+        n = int(self.scalar("<I", start))
         if start + 4 + n * itemsize > len(self.buf):
             raise _FbError(f"vector of {n} x {itemsize} bytes at {start} runs past the payload")
         return start + 4, n
@@ -261,8 +261,8 @@ class _Fb:
 
     def inline(self, table: int) -> str:
         """A table's vtable and inline fields as hex (for tables we do not decode further)."""
-        vtable = table - self._unpack("<i", table)
-        vsize, tsize = self._unpack("<H", vtable), self._unpack("<H", vtable + 2)
+        vtable = table - self.scalar("<i", table)
+        vsize, tsize = self.scalar("<H", vtable), self.scalar("<H", vtable + 2)
         if vtable < 0 or vtable + vsize > len(self.buf) or tsize < 4 or table + tsize > len(self.buf):
             raise _FbError(f"bad table at {table}")
         return (self.buf[vtable : vtable + vsize] + self.buf[table + 4 : table + tsize]).hex()
@@ -303,8 +303,8 @@ def _decode(fb: _Fb, table: int, spec: dict[int, tuple[str, str]]) -> dict[str, 
     slots = fb.slots(table)
     out: dict[str, Any] = {}
     readers: dict[str, Callable[[int], Any]] = {
-        "u8": lambda p: int(fb._unpack("<B", p)),
-        "i32": lambda p: int(fb._unpack("<i", p)),
+        "u8": lambda p: int(fb.scalar("<B", p)),
+        "i32": lambda p: int(fb.scalar("<i", p)),
         "str": fb.string,
         "vi32": lambda p: [int(v) for v in fb.array(p, "<i4")],
         "vf32": lambda p: [float(v) for v in fb.array(p, "<f4")],
@@ -581,7 +581,7 @@ def _other_model_slots(fb: _Fb, m: Sequence[int | None], spans: dict[int, tuple[
         if pos is None or i in _M_NAMED:
             continue
         if i in _M_SCALARS:
-            out[str(i)] = int(fb._unpack(_M_SCALARS[i], pos))
+            out[str(i)] = int(fb.scalar(_M_SCALARS[i], pos))
         elif i in _M_BYTES:
             start, n = fb.vector(pos, 1)
             out[str(i)] = fb.buf[start : start + n].hex()
