@@ -405,9 +405,14 @@ def run_comparison(a: Source, b: Source | None, tolerance: Tolerance, decoder: s
         if missing:
             notes.append(f"B has input(s) A lacks: {', '.join(missing)} (not compared)")
         notes.extend(run_setting_differences(a.run_info, b.run_info))
+    for role, src in (("A", a), ("B", b)):
+        if src is not None and src.run_info.get("emulated"):
+            notes.append(f"{role} results are EMULATED: {src.run_info.get('backend_detail') or src.run_info.get('backend')}")
     engine.analyse(a_analysis, reference)
     if b_analysis is not None:
         engine.analyse(b_analysis, None)
+        if b is not None and any(f.against == "B" for f in engine.failures):
+            a_analysis.correlation += [f"A differs from B, and {d}" for d in run_setting_differences(a.run_info, b.run_info)]
     layout = engine.layout or detect_layout([], "none")
     notes.append(f"decoder: {layout.detail}")
     comparison = Comparison(a_analysis, b_analysis, tolerance, layout, engine.failures, notes + engine.notes,
@@ -456,8 +461,8 @@ def verdict_line(c: Comparison) -> str:
     s = f.stats
     bad_runs = {(x.set, x.input, r) for x in c.failures for r in x.runs}
     where = s.first_index
-    shape = next(ia.outputs[f.output].shape for ia in (c.a.inputs if f.set == "A" else c.b.inputs).values()  # type: ignore[union-attr]
-                 if ia.name == f.input)
+    owner = c.a if f.set == "A" or c.b is None else c.b
+    shape = owner.inputs[f.input].outputs[f.output].shape
     why = "; ".join(s.reasons) if s.reasons else "; ".join(f"{k}: {', '.join(v)}" for k, v in f.slice_reasons.items())
     return (f"DIFFERENT ({tol}): set {f.set} run {f.first_run}, input {f.input}, output {f.output}, element "
             f"{_where(where, shape)}: {s.first_reference!r} vs {s.first_candidate!r} at {f.against} "

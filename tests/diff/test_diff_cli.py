@@ -164,9 +164,12 @@ def test_build_folder_uses_simulator_set_and_says_so(tmp_path: Path) -> None:
     arrays = {"p": default_outputs(5)}
     repeated_set(build / "golden" / "simulator", arrays, 1, DEFAULT_NAMES, backend="rknn-simulator").close()
     repeated_set(build / "golden" / "onnx-fp32", arrays, 1, DEFAULT_NAMES).close()
-    board = repeated_set(tmp_path / "board", arrays, 5, DEFAULT_NAMES, core_mask="0_1_2").close()
+    board_builder = repeated_set(tmp_path / "board", arrays, 5, DEFAULT_NAMES, core_mask="0_1_2")
+    board_builder.run.update(emulated=True, backend_detail="rknnlite 2.3.2 (EMULATED: onnxruntime on x86_64)")
+    board = board_builder.close()
     c = compare(board, build)
     assert c.exit_code == 0
+    assert any(n.startswith("A results are EMULATED") for n in c.notes)
     assert any("golden/simulator" in n and "build folder" in n for n in c.notes)
     assert any("core_mask differs" in n for n in c.notes)
 
