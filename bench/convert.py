@@ -230,13 +230,13 @@ def main() -> int:
             prefix, pinned_env = pinned_peer_prefix(work)
             sides["bare script, pinned like rkdet"] = []
             bare_phases["bare script, pinned like rkdet"] = []
-        same_outputs, fingerprints = [], set()
+        same_outputs, fingerprints = [], []
         for r in range(args.rounds):
             out = work / f"a{r}"
             print(f"round {r + 1}/{args.rounds}: rkdet convert ...", flush=True)
             s = measure([rkdet_bin, "convert", "--config", str(cfg_path), "--out", str(out), "--json"])
             sides["rkdet convert"].append(s)
-            fingerprints.add(last_json(s.stdout)["builds"][0]["fingerprint"])
+            fingerprints.append(last_json(s.stdout)["builds"][0]["fingerprint"])
             shutil.rmtree(out)
             for side in bare_phases:
                 out = work / f"b{r}"
@@ -303,8 +303,9 @@ def main() -> int:
         lines.append(f"Against the bare script under rkdet's hermetic constraints (one CPU, no ASLR, 1-thread "
                      f"BLAS): {pin_ratio:.2f} (median).")
     lines += ["", f"Same work on both sides: the peers' simulator outputs hashed identically to rkdet's golden "
-              f"simulator outputs in {sum(same_outputs)}/{len(same_outputs)} runs; all rkdet runs gave "
-              f"{len(fingerprints | {fingerprint})} distinct fingerprint(s)."]
+              f"simulator outputs in {sum(same_outputs)}/{len(same_outputs)} runs. Build fingerprints (first 12 hex): "
+              f"warm-up {fingerprint[:12]}, timed runs {', '.join(f[:12] for f in fingerprints)}"
+              + (f", verify {last_json(verify.stdout)['builds'][0]['fingerprint'][:12]}" if verify else "") + "."]
 
     lines += ["", "## Where rkdet's time goes (instrumented warm-up run, in-process timers around the real functions)",
               "", "| phase | s |", "|---|---|"]
