@@ -1,9 +1,13 @@
 """Run a toolkit worker in a hermetic subprocess: fixed env, locale, TZ, cwd, seeds, no ASLR, one CPU.
 
-Measured on rknn-toolkit2 2.5.0: `.rknn` bytes differ between plain identical builds (leaked pointers
-and uninitialised memory), while `PYTHONHASHSEED=0`, `setarch -R`, `taskset -c 0`, `MALLOC_PERTURB_`
-and an identical environment and cwd made builds byte-identical. The work folder's path is part of
-that environment, so it is derived from the build's input fingerprint, and locked while in use.
+Measured on rknn-toolkit2 2.5.0 (docs/RKNN_FORMAT.md): plain identical builds differ in bytes (host
+pointers in per-task tables, uninitialised buffer tails). With ASLR off (`setarch -R`),
+`PYTHONHASHSEED=0` and an identical environment and cwd, 24 of 26 builds were byte-identical: the
+essentials are those three; `MALLOC_PERTURB_` is kept because it makes uninitialised tails a
+recognisable pattern, `taskset -c 0` and one-thread BLAS because they cost nothing and remove a source
+of scheduling variance. It is not a guarantee, which is why builds are compared by fingerprint.
+The work folder's path is part of the environment, so it is derived from the build's input
+fingerprint, and locked while in use.
 """
 
 from __future__ import annotations

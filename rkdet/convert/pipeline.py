@@ -204,6 +204,9 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
     try:
         _, sim2, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, second)
         rknn2 = second / "model.rknn"
+        from rkdet.convert.rknn_file import compare_rknn, read_rknn
+
+        diff = compare_rknn(read_rknn(stage_dir / "model.rknn"), read_rknn(rknn2))
         content2 = manifest.rknn_content_fingerprint(rknn2)
         sim_hashes2 = {n: {o: golden.output_hash(a) for o, a in outs.items()} for n, outs in sim2.items()}
         fp2 = manifest.combine_fingerprint(inputs_fp, content2, sim_hashes2 or None)
@@ -214,6 +217,8 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
             "content_fingerprint_identical": content2 == doc["rknn"]["content_fingerprint"],
             "simulator_outputs_identical": sim_hashes2 == golden_hashes.get("simulator", {}),
             "fingerprint_identical": fp2 == doc["fingerprint"],
+            "differing_sections": [str(x) for x in diff.differing_sections],
+            "differing_stable_sections": [str(x) for x in diff.differing_stable_sections],
             "second_fingerprint": fp2,
         }
     finally:

@@ -107,6 +107,7 @@ def test_verify_reports_bytes_and_fingerprint_separately(tiny_config, tmp_path):
     assert verify["fingerprint_identical"] is True
     assert verify["simulator_outputs_identical"] is True
     assert verify["content_fingerprint_identical"] is True
+    assert verify["differing_stable_sections"] == []
     assert isinstance(verify["rknn_bytes_identical"], bool)
     saved = json.loads((Path(build["folder"]) / "verify.json").read_text())
     assert saved == verify
