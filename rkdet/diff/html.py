@@ -62,6 +62,8 @@ def _decision(d: dict[str, Any] | None) -> str:
     if not d:
         return "–"
     if d["kind"] == "detection":
+        if not d["changed"] and not d["matched"]:
+            return "no boxes either side"
         if not d["changed"]:
             return f"same {d['matched']} boxes, min IoU {_num(d['min_iou'], '.3f')}, |Δscore| ≤ {_num(d['max_abs_score_delta'])}"
         return (f'<span class="bad">{len(d["class_flips"])} class flip(s), {len(d["missing"])} missing, '

@@ -29,8 +29,10 @@ def _decision_text(ia, attr: str) -> str:
         if d["kind"] == "detection":
             if d["changed"]:
                 parts.append(f"{len(d['class_flips'])} flip/{len(d['missing'])} miss/{len(d['extra'])} extra")
+            elif d["matched"]:
+                parts.append(f"same {d['matched']} boxes (IoU>={_fmt(d['min_iou'], '.3f')})")
             else:
-                parts.append(f"same boxes (IoU>={_fmt(d['min_iou'], '.3f')})")
+                parts.append("no boxes either side")
         else:
             parts.append("top-1 flip" if d["top1_flip"] else ("top-k changed" if d["topk_changed"] else "same top-k"))
     return "; ".join(dict.fromkeys(parts)) or "-"
@@ -49,7 +51,7 @@ def _rows(table: Table, s: SetAnalysis, attr: str, against: str) -> None:
         for oa, (var, st) in rows:
             diverged = sum(len(v.runs) for v in oa.variants.values() if getattr(v, attr) is not None)
             status = "[green]within[/]" if st.within else "[red]OUT[/]"
-            table.add_row(s.role, against, ia.name, f"{oa.name} ({oa.role})", f"{k}/{n} ({diverged} runs)",
+            table.add_row(s.role, against, ia.name, f"{oa.name} ({oa.role})", f"{k}/{n} ({diverged} differ)",
                           str(st.max_ulp), _fmt(st.max_abs), _fmt(st.cosine, ".6f"), _fmt(st.rel_l2), _fmt(st.kl),
                           st.direction, decision, status)
             for name, sl in getattr(var, "slices_" + attr).items():
