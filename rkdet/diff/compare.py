@@ -408,6 +408,11 @@ def run_comparison(a: Source, b: Source | None, tolerance: Tolerance, decoder: s
     for role, src in (("A", a), ("B", b)):
         if src is not None and src.run_info.get("emulated"):
             notes.append(f"{role} results are EMULATED: {src.run_info.get('backend_detail') or src.run_info.get('backend')}")
+        status = src.run_info.get("status") if src is not None else None
+        if status not in (None, "complete"):
+            error = src.run_info.get("error") if src is not None else None
+            notes.append(f"{role} run status is {status!r}{f' ({error})' if error else ''}: only its completed "
+                         f"inferences are compared")
     engine.analyse(a_analysis, reference)
     if b_analysis is not None:
         engine.analyse(b_analysis, None)

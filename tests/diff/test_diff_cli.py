@@ -138,8 +138,10 @@ def test_mismatched_shapes_and_names_exit_2(tmp_path: Path) -> None:
 def test_torn_last_index_line_is_ignored(tmp_path: Path) -> None:
     b = repeated_set(tmp_path / "torn", {"p": default_outputs(1)}, 4, DEFAULT_NAMES)
     b.close(torn_tail='{"run": 4, "input": "p", "outp')
+    (tmp_path / "torn" / "run.json").write_text(json.dumps({"status": "failed", "error": "interrupted: SIGINT"}))
     c = compare(tmp_path / "torn")
     assert c.exit_code == 0 and c.a.records == 4
+    assert any("status is 'failed' (interrupted: SIGINT)" in n for n in c.notes)
 
 
 def test_npy_and_npz_files(tmp_path: Path) -> None:
