@@ -62,9 +62,10 @@ def doc_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     opts.intra_op_num_threads = 2
     full = ort.InferenceSession(str(MODEL), opts, providers=["CPUExecutionProvider"])
     (single,) = full.run(None, {"images": x})
-    split_sess = ort.InferenceSession(_split_model(), opts, providers=["CPUExecutionProvider"])
+    split_model = _split_model()
+    split_sess = ort.InferenceSession(split_model, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in split_sess.get_outputs()]
     split = dict(zip(names, split_sess.run(None, {"images": x})))
-    return {"image": image, "x": x, "single": single, "split": split, "names": names}
+    return {"image": image, "x": x, "single": single, "split": split, "names": names, "split_model": split_model}
 
 
