@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from diff_helpers import DEFAULT_NAMES, ResultSetBuilder, default_outputs, one_ulp_up, repeated_set
+from diff_helpers import DEFAULT_NAMES, default_outputs, one_ulp_up, repeated_set
 
 from rkdet.cli import main
 from rkdet.diff.api import compare
