@@ -938,7 +938,8 @@ def main(argv=None):
     except (OSError, IOError) as err:  # the result folder or an input went away under us
         code = EXIT_BOARD if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG) else EXIT_BAD_INPUT
         where = getattr(err, "filename", None) or args.out
-        hint = "free space on the board and run again" if code == EXIT_BOARD else "check the path and permissions"
+        hint = {errno.EIO: "check the board's storage (I/O error)"}.get(
+            err.errno, "free space on the board and run again" if code == EXIT_BOARD else "check the path and permissions")
         sys.stderr.write("rkdet-run: %s: %s; completed runs stay readable; %s\n" % (where, err.strerror or err, hint))
         return code
     except Exception as err:  # a bug: still one line, still the run record closed as failed
