@@ -292,8 +292,10 @@ def main() -> int:
         lines.append(f"| {side} | {len(samples)} | {wm} ({wn}) | {cm} | {rm} ({rn}) | {pm} | {ratio:.2f} |")
     ratio = statistics.median(x.wall_s for x in a) / base_med
     ratio_min = min(x.wall_s for x in a) / min(x.wall_s for x in base)
+    met = [ratio <= 1.10, ratio_min <= 1.10]
+    verdict = "met" if all(met) else "NOT met" if not any(met) else "met by one statistic only (load noise)"
     lines += ["", f"**Wall ratio rkdet / bare: {ratio:.2f} (median), {ratio_min:.2f} (min); target <= 1.10: "
-              f"{'met' if ratio <= 1.10 else 'NOT met'}.** Peak tree RSS ratio (median): "
+              f"{verdict}.** Peak tree RSS ratio (median): "
               f"{statistics.median(x.tree_peak_mb for x in a) / statistics.median(x.tree_peak_mb for x in base):.2f}; "
               f"CPU time ratio (median, less sensitive to other load): "
               f"{statistics.median(x.cpu_s for x in a) / statistics.median(x.cpu_s for x in base):.2f}."]
@@ -311,6 +313,8 @@ def main() -> int:
               "", "| phase | s |", "|---|---|"]
     for label, secs in phases.items():
         lines.append(f"| {label} | {secs:.2f} |")
+    lines.append(f"| interpreter start, imports, exit (process wall {phases_sample.wall_s:.2f} s minus in-process) | "
+                 f"{phases_sample.wall_s - phases['process total (in-process, after imports)']:.2f} |")
     lines += ["", "Bare peer's own phases (median s): " + "; ".join(
         f"{side}: " + ", ".join(f"{k} {statistics.median(p[k] for p in ph):.2f}" for k in ph[0])
         for side, ph in bare_phases.items())]
