@@ -346,7 +346,7 @@ def main() -> int:
         sentence += f"; `--verify` adds a second build (+{verify.wall_s - statistics.median(x.wall_s for x in a):.0f} s)"
     lines += ["", "## Benchmarks (paragraph for the README)", "", sentence + ".", "",
               *lines[table_start:table_start + 2 + len(sides)],
-              "", "Reproduce: `.venv/bin/python bench/convert.py` (full tables: bench/results/convert.md)."]
+              "", f"Reproduce: `.venv/bin/python bench/convert.py --rounds {args.rounds}` (full tables: bench/results/convert.md)."]
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(f".{args.out.name}.tmp-{os.getpid()}")
