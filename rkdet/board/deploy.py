@@ -288,7 +288,8 @@ class Deployment:
                                  self.progress))
         self.record.update(status="running", emulated=emulated, warnings=list(fit.warnings),
                            transfer={"bytes_sent": transfer.bytes_sent, "files_sent": transfer.files_sent,
-                                     "files_skipped": transfer.files_skipped})
+                                     "files_skipped": transfer.files_skipped, "method": transfer.method,
+                                     "seconds": round(transfer.seconds, 3)})
         self._save()
         return layout, env, transfer, fit
 
@@ -381,6 +382,7 @@ class Deployment:
         pulled = TransferStats()
         if exists:
             pulled = self.conn.pull(layout["result"], result_local, progress=self.progress)
+            warnings += clock_changes(result_local / "snapshots.jsonl")
         if not self.settings.keep and not interrupted:
             self.conn.run(["rm", "-rf", layout["run_dir"]], check=False, timeout=60)
         self.record.update(status="interrupted" if interrupted else "complete", job_exit=code, restored=restored,
@@ -439,6 +441,36 @@ class Deployment:
 
     def _save(self) -> None:
         _write_json(self.folder / "deploy.json", self.record)
+
+
+def clock_changes(snapshots: Path) -> list[str]:
+    """One warning per clock that moved away from its value at the start of the run (a thermal cap,
+    a governor someone changed): pin checked the clocks once, the runner's snapshots saw the rest."""
+    try:
+        shots = [json.loads(line) for line in snapshots.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+    def clocks(shot: dict[str, Any]) -> dict[str, tuple[int, str]]:
+        found = {f"cpufreq/{name}": (v.get("cur_khz"), "kHz") for name, v in (shot.get("cpu") or {}).items()}
+        found.update({f"devfreq/{name}": (v.get("cur_hz"), "Hz") for name, v in (shot.get("devfreq") or {}).items()})
+        return found
+
+    if len(shots) < 2:
+        return []
+    start = clocks(shots[0])
+    warnings: list[str] = []
+    for name, (first, unit) in sorted(start.items()):
+        for shot in shots[1:]:
+            now = clocks(shot).get(name, (first, unit))[0]
+            if now != first:
+                hottest = max((shot.get("thermal") or {}).values(), default=None)
+                where = f"run {shot.get('run')}" if shot.get("run") is not None else str(shot.get("at", "?"))
+                warnings.append(f"{name}: clock moved during the run, {first} -> {now} {unit} by {where}"
+                                + (f" (hottest zone {hottest / 1000:g} C)" if isinstance(hottest, (int, float)) else "")
+                                + "; latency and results after that point ran at another clock")
+                break
+    return warnings
 
 
 def latest_unfinished(results_root: Path, label: str) -> Path:
