@@ -16,6 +16,7 @@ import fcntl
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 from contextlib import contextmanager
@@ -57,8 +58,8 @@ def _wrappers() -> tuple[str, ...]:
     prefix: list[str] = []
     if shutil.which("setarch"):
         prefix += ["setarch", platform.machine(), "-R"]
-    if shutil.which("taskset"):
-        prefix += ["taskset", "-c", "0"]
+    if shutil.which("taskset"):  # the lowest CPU this process may use (a cpuset may exclude CPU 0)
+        prefix += ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
     return tuple(prefix)
 
 
@@ -76,8 +77,12 @@ def hermetic_env(home: Path, python: str) -> dict[str, str]:
 @contextmanager
 def work_folder(key: str) -> Iterator[Path]:
     """An empty, locked folder at a path that depends only on `key` (the input fingerprint)."""
-    base = Path(tempfile.gettempdir()) / "rkdet-hermetic"
+    base = Path(tempfile.gettempdir()) / f"rkdet-hermetic-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(base)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise ConversionError(f"{base}: hermetic build folder is not a private directory of this user; "
+                              "remove it (another user may have created it)")
     folder = base / key[:24]
     with open(base / f"{key[:24]}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -136,9 +137,17 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
     inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
     final = out / f"{cfg.name}-{platform}"
     stage_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=out))
+    umask = os.umask(0)
+    os.umask(umask)
+    stage_dir.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the build folder is for everyone the umask allows
     try:
         progress(f"{platform}: building with {tk.name} {tk.version} (hermetic subprocess)")
-        environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, stage_dir)
+        # The build is pinned to one CPU; the FP32 reference needs none of it, so it runs meanwhile.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
+                                    cfg.preprocess.mean, cfg.preprocess.std)
+            environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, stage_dir)
+            ref, ref_detail = reference.result()
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
         io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8", "layout": "nhwc"}],
@@ -150,8 +159,6 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             _save(stage_dir / "golden" / "inputs" / f"{f.name}.npy", gold.tensors[f.name])
             gold_inputs[f.name] = (f"{f.name}.npy", manifest.sha256_file(stage_dir / "golden" / "inputs" / f"{f.name}.npy"),
                                    gold.tensors[f.name])
-        ref, ref_detail = golden.onnxruntime_reference(model.onnx_bytes, gold.tensors, model.input_name,
-                                                       cfg.preprocess.mean, cfg.preprocess.std)
         onnx_sha = manifest.sha256_bytes(model.onnx_bytes)
         rknn_sha = manifest.sha256_file(stage_dir / "model.rknn")
         golden_hashes = {"onnx-fp32": golden.write_result_set(
