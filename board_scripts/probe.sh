@@ -36,10 +36,11 @@ rk_check_env
 missing() { rk_emit missing "\"what\":$(rk_js "$1"),\"reason\":$(rk_js "$2")"; }
 
 # SoC: NUL-separated compatible strings, board first, SoC last ("rockchip,rk3588").
+# Octal ranges, not `tr -c '[:print:]'`: busybox 1.35 tr mangles printable bytes with -c and a class.
 probe_soc() {
     for ps_rel in proc/device-tree/compatible sys/firmware/devicetree/base/compatible; do
         [ -r "$RK_ROOT/$ps_rel" ] || continue
-        ps_list=$(tr '\000' '\n' <"$RK_ROOT/$ps_rel" | tr -c '[:print:]\n' ' ' | tr '\n' ' ')
+        ps_list=$(tr '\000' '\n' <"$RK_ROOT/$ps_rel" | tr '\001-\011\013-\037\177-\377' ' ' | tr '\n' ' ')
         ps_soc=
         for ps_c in $ps_list; do
             case $ps_c in rockchip,*) ps_soc=${ps_c#rockchip,} ;; esac
@@ -166,7 +167,7 @@ probe_runtime() {
     for pu_rel in usr/lib/librknnrt.so usr/lib64/librknnrt.so usr/lib/aarch64-linux-gnu/librknnrt.so \
         usr/lib/librknn_runtime.so usr/lib/arm-linux-gnueabihf/librknn_runtime.so; do
         [ -f "$RK_ROOT/$pu_rel" ] || continue
-        pu_v=$(tr -c '[:print:]' '\n' <"$RK_ROOT/$pu_rel" | grep -E 'librknnrt version|librknn_runtime version' | head -n 1) || pu_v=
+        pu_v=$(tr '\000-\037\177-\377' '\n' <"$RK_ROOT/$pu_rel" | grep -E 'librknnrt version|librknn_runtime version' | head -n 1) || pu_v=
         rk_emit runtime "\"library\":$(rk_js "/$pu_rel"),\"version\":$(if [ -n "$pu_v" ]; then rk_js "$pu_v"; else printf null; fi)"
         return 0
     done
