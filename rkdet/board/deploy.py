@@ -336,16 +336,20 @@ class Deployment:
         return self.conn.job_exit_code(job)
 
     def _stop_job(self, job: Any, timeout: float = 120.0) -> None:
-        """SIGTERM the job's process group, then wait until every process of it is gone.
+        """SIGTERM the job's process group, then wait until the board is restored (or the group is gone).
 
         Not `kill_job`: the group's leader (the detach wrapper) dies at once while run-pinned.sh is
-        still restoring from its TERM trap, so its log is complete only when the group is empty; and
+        still restoring from its TERM trap, so its log is complete only when restore's result record
+        is in it (run-pinned's kill-timer `sleep` may outlive it, so an empty group comes later); and
         never SIGKILL, which would cut the restore in half.
         """
-        group = ['kill -"$1" -"$2" 2>/dev/null', "sh"]
-        self.conn.run(["sh", "-c", *group, "TERM", str(job.pid)], check=False, sudo=job.sudo, timeout=30)
+        signal = ['kill -"$1" -"$2" 2>/dev/null', "sh"]
+        self.conn.run(["sh", "-c", *signal, "TERM", str(job.pid)], check=False, sudo=job.sudo, timeout=30)
+        done = ('kill -0 -"$1" 2>/dev/null || exit 0; '
+                'grep -qF \'"record":"result","script":"restore"\' "$2" 2>/dev/null && exit 0; exit 1')
         deadline = time.monotonic() + timeout
-        while self.conn.run(["sh", "-c", *group, "0", str(job.pid)], check=False, sudo=job.sudo, timeout=30).rc == 0:
+        while self.conn.run(["sh", "-c", done, "sh", str(job.pid), job.logfile], check=False, sudo=job.sudo,
+                            timeout=30).rc != 0:
             if time.monotonic() > deadline:
                 self.log(f"the board job {job.pid} still runs {timeout:g} s after SIGTERM; leaving it to finish")
                 return
