@@ -46,10 +46,18 @@ rp_restore() {
     if [ -z "$rp_child" ] && [ -n "$rp_forked" ]; then rp_child=${!:-}; fi
     if [ -n "$rp_child" ]; then
         kill -TERM "$rp_child" 2>/dev/null || :
-        (sleep "${RKDET_KILL_GRACE:-10}" && kill -KILL "$rp_child") >/dev/null 2>&1 &
-        rp_killer=$!
+        # Poll (no timer process: a killed timer subshell left its `sleep` behind in the job's group)
+        # until the child is gone or a zombie, then SIGKILL it only if the grace period ran out.
+        rp_ticks=$((${RKDET_KILL_GRACE:-10} * 10))
+        while [ "$rp_ticks" -gt 0 ]; do
+            rp_state=Z
+            read -r _ _ rp_state _ <"/proc/$rp_child/stat" 2>/dev/null || rp_state=Z
+            [ "$rp_state" != Z ] || break
+            sleep 0.1 2>/dev/null || sleep 1
+            rp_ticks=$((rp_ticks - 1))
+        done
+        [ "$rp_ticks" -gt 0 ] || kill -KILL "$rp_child" 2>/dev/null || :
         wait "$rp_child" 2>/dev/null || :
-        kill "$rp_killer" 2>/dev/null || :
         rp_child=
     fi
     set +e

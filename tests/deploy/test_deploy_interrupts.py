@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from deploy_helpers import REPO, assert_untouched, deploy, deploy_args, error_line, kill_sessions, run_folders
+from deploy_helpers import (REPO, assert_untouched, deploy, deploy_args, error_line, kill_sessions, run_folders,
+                            wait_no_board_processes)
 
 from rkdet.board.emulator.sshd import EmulatedBoard
 from rkdet.board.fake_tree import tree_digest
@@ -96,6 +97,7 @@ def test_ctrl_c_stops_the_run_and_restores_the_board(board: EmulatedBoard, fast_
     text = log.read_text()
     assert proc.returncode == EXIT_INTERRUPTED, text[-3000:]
     assert "Traceback" not in text and text.strip().splitlines()[-1] == "rkdet: interrupted"
+    assert wait_no_board_processes(board, timeout=3.0) == []  # nothing of the job outlives it (no stray timer)
     assert_untouched(board, before)
     [folder] = run_folders(out)
     record = json.loads((folder / "deploy.json").read_text())
