@@ -95,7 +95,7 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
 
     console = Console(stderr=True)
     cfg, default_build = _default_build(config_path)
-    build = build or default_build
+    given_build, build = build, build or default_build
     run = cfg.run
     if emulator_fault is not None:
         try:
@@ -111,11 +111,13 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
         timeout=timeout, tolerances=cfg.tolerances.model_dump())
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout) as conn:
-        deployment = Deployment(conn, build, out, settings, log=console.log)
-        if resume:
-            outcome = deployment.resume(latest_unfinished(out, board_label(conn.target.label)))
+        if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
+            folder = latest_unfinished(out, board_label(conn.target.label))
+            if given_build is None:
+                build = Path(json.loads((folder / "deploy.json").read_text()).get("build") or build)
+            outcome = Deployment(conn, build, out, settings, log=console.log).resume(folder)
         else:
-            outcome = deployment.run()
+            outcome = Deployment(conn, build, out, settings, log=console.log).run()
     for warning in outcome.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
     if outcome.emulated:

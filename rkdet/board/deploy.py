@@ -297,6 +297,10 @@ class Deployment:
         """Re-attach to a run recorded in `folder/deploy.json`, wait for it, pull and judge it."""
         self.folder = folder
         self.record = json.loads((folder / "deploy.json").read_text())
+        if self.record.get("fingerprint") != self.manifest["fingerprint"]:
+            raise InputError(f"{folder}: that run is of build {str(self.record.get('fingerprint'))[:16]} but "
+                             f"{self.build} is {self.manifest['fingerprint'][:16]}; resume without --build, or pass "
+                             f"the build it ran ({self.record.get('build')})")
         layout = self.record["remote"]
         job = self.conn.attach(layout["pidfile"], layout["logfile"], sudo=self.record["settings"]["sudo"])
         fit = BoardFit(self.record.get("platform", "?"), None, bool(self.record.get("emulated")),

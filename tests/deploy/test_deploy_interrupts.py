@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from deploy_helpers import (REPO, assert_untouched, deploy, deploy_args, error_line, kill_sessions, run_folders,
-                            wait_no_board_processes)
+from deploy_helpers import (CONFIG, REPO, assert_untouched, board_args, deploy, deploy_args, error_line, kill_sessions,
+                            rkdet, run_folders, wait_no_board_processes)
 
 from rkdet.board.emulator.sshd import EmulatedBoard
 from rkdet.board.fake_tree import tree_digest
@@ -67,7 +67,8 @@ def test_connection_killed_mid_run_then_resume(board: EmulatedBoard, fast_build:
     assert json.loads((folder / "deploy.json").read_text())["status"] == "disconnected"
     assert Path(f"/proc/{job_pid}").exists(), "the detached board job died with the connection"
 
-    resumed = deploy(board, fast_build, out, "--resume")
+    resumed = rkdet(["deploy", *board_args(board), "--config", str(CONFIG), "--out", str(out), "--resume"])
+    # no --build: the run is judged against the build recorded in its deploy.json
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "SAME (bitwise)" in resumed.stderr and "resuming run" in resumed.stderr
     record = json.loads((folder / "deploy.json").read_text())
