@@ -91,7 +91,8 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
     Exit codes: 0 deterministic and within tolerance of golden, 1 divergence found,
     2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
     """
-    from rkdet.board.deploy import Deployment, RunSettings, board_label, latest_unfinished, pin_env_from_config
+    from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build,
+                                    pin_env_from_config)
 
     console = Console(stderr=True)
     cfg, default_build = _default_build(config_path)
@@ -109,6 +110,8 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
         pin_env=pin_env_from_config(cfg.board), sudo=cfg.board.sudo if sudo is None else sudo,
         workdir=workdir or cfg.board.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault,
         timeout=timeout, tolerances=cfg.tolerances.model_dump())
+    if not resume:
+        load_build(build)  # a wrong --build is exit 2 before any connection
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise

@@ -378,9 +378,13 @@ class Deployment:
         records = board_scripts.parse_records(log_text)
         pin = board_scripts.parse_pin(records) if self.settings.pin else None
         restore = board_scripts.parse_restore(records) if self.settings.pin else None
+        warnings = list(fit.warnings) + (pin.warnings if pin else [])
+        if restore is not None and restore.status == "incomplete":
+            restore, note, again = self._confirm_restore()
+            warnings.append(note)
+            records += again
         _write_json(self.folder / "pin.json", {"schema": "rkdet.pin/1", "records": records})
         restored = None if restore is None else restore.ok
-        warnings = list(fit.warnings) + (pin.warnings if pin else [])
         if pin is not None:
             for knob in pin.by_status("failed"):
                 warnings.append(f"pin: {knob.knob} wanted {knob.wanted} but reads {knob.actual}"
@@ -404,6 +408,26 @@ class Deployment:
             self._save()
         return self._judge(result_local, transfer, restored, warnings, fit)
 
+    def _confirm_restore(self) -> tuple[board_scripts.RestoreReport, str, list[dict[str, Any]]]:
+        """The job log lacks restore's result (its disk filled up, or the job was killed): run restore.sh
+        again over the SSH channel, which needs no disk. It is idempotent: "nothing to restore" means
+        the job's restore had finished; otherwise it finishes the job's work now."""
+        env = {k: v for k, v in self.record["job_env"].items() if k in ("RKDET_STATE_DIR", "RKDET_WORK_DIR")}
+        rc, records = run_board_script(self.conn, "restore", self.record["remote"]["scripts"], env,
+                                       self.settings.sudo)
+        report = board_scripts.parse_restore(records)
+        free = self._free_kb(self.record["remote"]["workdir"])
+        why = f"the board's work dir is full ({free} KiB free)" if free is not None and free < 1024 else "cut off"
+        what = ("its restore had finished" if report.nothing_to_restore else
+                "restored now" if report.ok else f"restore failed ({report.reason or report.status})")
+        return report, f"the job's log is incomplete ({why}); ran restore.sh again: {what}", records
+
+    def _free_kb(self, path: str) -> int | None:
+        res = self.conn.run(["df", "-Pk", path], check=False, timeout=30)
+        lines = res.out.strip().splitlines()
+        fields = lines[-1].split() if res.rc == 0 and len(lines) >= 2 else []
+        return int(fields[3]) if len(fields) >= 4 and fields[3].isdigit() else None
+
     def _raise_for_job(self, pin: board_scripts.PinReport | None, restore: board_scripts.RestoreReport | None,
                        interrupted: bool, exists: bool, code: int | None, log_text: str) -> None:
         """The one error that explains a run that did not produce a result set worth judging."""
@@ -425,7 +449,8 @@ class Deployment:
             raise BoardError(f"{label}: the runner produced no results (exit {code}): {tail}")
         if code not in (0, 1):
             tail = [ln for ln in log_text.splitlines() if ln.startswith("rkdet-run")] or log_text.strip().splitlines()
-            raise BoardError(f"{label}: rkdet-run exited {code}: {(tail or ['?'])[-1][:200]}")
+            how = f"exited {code}" if code is not None else "failed (no exit status: killed, or no disk to write it)"
+            raise BoardError(f"{label}: rkdet-run {how}: {(tail or ['?'])[-1][:200]}")
 
     def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None, warnings: list[str],
                fit: BoardFit) -> DeployOutcome:

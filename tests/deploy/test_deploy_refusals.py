@@ -8,12 +8,14 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from deploy_helpers import assert_untouched, deploy, error_line, rkdet, run_folders
+from deploy_helpers import REPO, assert_untouched, deploy, deploy_args, error_line, rkdet, run_folders
 
 from rkdet.board.emulator.sshd import EmulatedBoard, free_port
 from rkdet.board.fake_tree import tree_digest
@@ -181,3 +183,58 @@ def test_workdir_with_spaces_and_shell_metacharacters(board: EmulatedBoard, fast
     assert [p.name for p in board_tmp.iterdir()] == [name]  # nothing else was created beside it
     assert (workdir / "scripts" / "pin.sh").is_file() and list(workdir.glob("runs/*/result/run.json"))
     assert_untouched(board, before)
+
+
+def test_not_a_build_folder_fails_before_connecting(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    port = free_port()  # nobody listens: the command must not even try
+    proc = rkdet(["deploy", "--board", f"127.0.0.1:{port}", "--ssh-config", "/dev/null", "--build", str(tmp_path),
+                  "--out", str(out)], timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    line = error_line(proc)
+    assert str(tmp_path) in line and "no manifest.json" in line and "rkdet convert" in line
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tmp_path: Path, board_tmp: Path) -> None:
+    """A tmpfs work dir with room for preflight, filled by someone else once the run started: the
+    runner fails with ENOSPC, the board is restored, and the deploy says so in one line (exit 3)."""
+    mnt = board_tmp / "filling"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "rkdet-test-fill", str(mnt)], check=True)
+    proc = None
+    try:
+        before = tree_digest(board.root)
+        out, log = tmp_path / "r", tmp_path / "deploy.log"
+        with open(log, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "rkdet.cli",
+                                     *deploy_args(board, fast_build, out, "--workdir", str(mnt / "wd"), repeats=40)],
+                                    stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
+        deadline = time.monotonic() + 120
+        while "inference 1/" not in log.read_text() and "inference 2/" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        with open(mnt / "ballast", "wb") as f:  # the rest of the disk, as another process would
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        proc.wait(timeout=120)
+        text = log.read_text()
+        assert proc.returncode == EXIT_BOARD, text[-3000:]
+        line = [ln for ln in text.splitlines() if ln.startswith("rkdet: ")]
+        assert len(line) == 1 and "Traceback" not in text, text[-3000:]
+        assert "rkdet-run failed" in line[0] and "No space left on device" in line[0], line
+        (mnt / "ballast").unlink()
+        assert_untouched(board, before)
+        [folder] = run_folders(out)
+        record = json.loads((folder / "deploy.json").read_text())
+        assert record["status"] == "failed" and record["restored"] is True
+        # the job's own restore records were lost with the disk: deploy re-ran restore.sh to know
+        assert any("work dir is full" in w and "ran restore.sh again" in w for w in record["warnings"]), record
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        subprocess.run(["umount", str(mnt)], check=True)
