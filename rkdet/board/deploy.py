@@ -109,14 +109,15 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def _remote_layout(workdir: str, fingerprint: str, run_id: str) -> dict[str, str]:
+def _remote_layout(workdir: str, fingerprint: str, run_id: str, backend: str = "rknnlite") -> dict[str, str]:
     fp = fingerprint[:16]
+    fed = "" if backend == "rknnlite" else "-fp32"  # onnxruntime takes the model's float input, not the NPU's
     return {
         "workdir": workdir,
         "scripts": f"{workdir}/scripts",
         "runner": f"{workdir}/rkdet-run.py",
         "model_dir": f"{workdir}/models/{fp}",
-        "inputs": f"{workdir}/inputs/{fp}",
+        "inputs": f"{workdir}/inputs/{fp}{fed}",
         "run_dir": f"{workdir}/runs/{run_id}",
         "result": f"{workdir}/runs/{run_id}/result",
         "pidfile": f"{workdir}/runs/{run_id}/job.pid",
@@ -176,11 +177,31 @@ def _push_build(conn: BoardConnection, build: Path, layout: dict[str, str], mani
             sidecar = Path(tmp) / "model.emu.json"
             sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
             stats.add(conn.push(sidecar, f"{layout['model_dir']}/model.emu.json"))
-    inputs = build / "golden" / "inputs"
-    stats.add(conn.push(inputs, layout["inputs"], progress=progress))
-    keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
+    with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:
+        inputs = build / "golden" / "inputs"
+        if layout["inputs"].endswith("-fp32"):
+            inputs = _model_inputs(inputs, manifest, Path(tmp))
+        stats.add(conn.push(inputs, layout["inputs"], progress=progress))
+        keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
     _prune_remote(conn, layout["inputs"], keep)
     return stats
+
+
+def _model_inputs(fed_dir: Path, manifest: dict, dest: Path) -> Path:
+    """The golden inputs as the prepared ONNX takes them (float32 NCHW, mean/std applied), for the
+    onnxruntime backend: the very transform the build's FP32 golden reference was computed with,
+    so a board's onnxruntime can be compared with it bit for bit."""
+    import numpy as np
+
+    from rkdet.convert.golden import to_model_input
+
+    fed = manifest["fed_input"]
+    if fed.get("layout") != "NHWC":
+        raise InputError(f"{fed_dir.parent.parent}: --backend onnxruntime needs NHWC golden inputs, "
+                         f"the build has {fed.get('layout')}")
+    for src in sorted(fed_dir.glob("*.npy")):
+        np.save(dest / src.name, to_model_input(np.load(src), tuple(fed["mean"]), tuple(fed["std"])))
+    return dest
 
 
 def _prune_remote(conn: BoardConnection, remote_dir: str, keep: set[str]) -> None:
@@ -263,7 +284,7 @@ class Deployment:
         s = self.settings
         login_is_root = self.conn.run(["id", "-u"], timeout=30).out.strip() == "0"
         workdir = self.conn.abspath(s.workdir) if s.workdir else self.conn.default_workdir()
-        layout = _remote_layout(workdir, self.manifest["fingerprint"], run_id)
+        layout = _remote_layout(workdir, self.manifest["fingerprint"], run_id, s.backend)
         env = _job_env(s, layout, login_is_root)
         self.record = {"schema": DEPLOY_SCHEMA, "status": "preflight", "run_id": run_id, "board": self.conn.target.label,
                        "build": str(self.build), "fingerprint": self.manifest["fingerprint"],
@@ -444,11 +465,12 @@ class Deployment:
                 if "permission denied" in str(err) and not self.settings.sudo:
                     raise type(err)(f"{err}; or deploy with --sudo") from None
                 raise
+        said = [ln for ln in log_text.splitlines() if ln.strip() and not ln.startswith("{")]  # not JSON records
         if not exists:
-            tail = (log_text.strip().splitlines() or ["no output"])[-1][:200]
+            tail = ([ln for ln in said if ln.startswith("rkdet-run")] or said or ["no output"])[-1][:200]
             raise BoardError(f"{label}: the runner produced no results (exit {code}): {tail}")
         if code not in (0, 1):
-            tail = [ln for ln in log_text.splitlines() if ln.startswith("rkdet-run")] or log_text.strip().splitlines()
+            tail = [ln for ln in said if ln.startswith("rkdet-run")] or said
             how = f"exited {code}" if code is not None else "failed (no exit status: killed, or no disk to write it)"
             raise BoardError(f"{label}: rkdet-run {how}: {(tail or ['?'])[-1][:200]}")
 

@@ -238,3 +238,41 @@ def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tm
         if proc is not None and proc.poll() is None:
             proc.kill()
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.mark.parametrize("library, expected", [
+    (b"\x7fELF\x02\x01\x01\0librknnrt version: 1.6.0 (2de554906@2023-11-21T17:26:33)\0",
+     "librknnrt 1.6.0 cannot load model format 6"),
+    (None, "no RKNN runtime library found"),
+])
+def test_board_runtime_that_cannot_run_the_model(fresh_board: EmulatedBoard, fast_build: Path, tmp_path: Path,
+                                                 library: bytes | None, expected: str) -> None:
+    lib = fresh_board.root / "usr/lib/librknnrt.so"
+    if library is None:
+        lib.unlink()
+    else:
+        lib.write_bytes(library)
+    before = tree_digest(fresh_board.root)
+    out = tmp_path / "r"
+    line = _refused(deploy(fresh_board, fast_build, out), out)
+    assert expected in line and fresh_board.user in line
+    assert_untouched(fresh_board, before)
+
+
+@pytest.mark.slow
+def test_board_without_rknnlite_refused_then_onnxruntime_backend_runs(fast_build: Path, tmp_path: Path) -> None:
+    """No rknn-toolkit-lite2 on the board: refused with the way out, and that way out works."""
+    with EmulatedBoard("rk3588", tmp_path / "board", env={"PYTHONPATH": str(tmp_path / "nothing")}) as bare:
+        before = tree_digest(bare.root)
+        out = tmp_path / "r"
+        line = _refused(deploy(bare, fast_build, out), out)
+        assert "cannot import rknnlite" in line and "--backend onnxruntime" in line
+        assert_untouched(bare, before)
+
+        proc = deploy(bare, fast_build, out, "--backend", "onnxruntime", repeats=1)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "SAME (bitwise)" in proc.stderr and "EMULATED" not in proc.stderr
+        [folder] = run_folders(out)
+        run = json.loads((folder / "result" / "run.json").read_text())
+        assert run["backend"] == "onnxruntime" and not run["emulated"]
+        assert_untouched(bare, before)
