@@ -332,7 +332,10 @@ class Deployment:
     # -- steps --
 
     def _need_kb(self) -> int:
+        """Disk the board needs for this deploy (generous: model files, inputs, every output distinct)."""
         sizes = sum(p.stat().st_size for p in self.build.rglob("*") if p.is_file() and "golden" not in p.parts)
+        widen = 4 if self.settings.backend == "onnxruntime" else 1  # uint8 pixels become float32
+        sizes += widen * sum(p.stat().st_size for p in (self.build / "golden" / "inputs").glob("*") if p.is_file())
         outputs = 0
         for out in self.manifest["inputs"]["onnx_prepared"]["outputs"]:
             count = 1
