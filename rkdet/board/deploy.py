@@ -16,7 +16,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -322,8 +322,11 @@ class Deployment:
             raise InputError(f"{folder}: that run is of build {str(self.record.get('fingerprint'))[:16]} but "
                              f"{self.build} is {self.manifest['fingerprint'][:16]}; resume without --build, or pass "
                              f"the build it ran ({self.record.get('build')})")
+        ran = self.record["settings"]  # the run's own settings, not today's flags
+        self.settings = replace(self.settings, pin=ran["pin"], sudo=ran["sudo"], repeats=ran["repeats"],
+                                warmup=ran["warmup"], backend=ran["backend"])
         layout = self.record["remote"]
-        job = self.conn.attach(layout["pidfile"], layout["logfile"], sudo=self.record["settings"]["sudo"])
+        job = self.conn.attach(layout["pidfile"], layout["logfile"], sudo=self.settings.sudo)
         fit = BoardFit(self.record.get("platform", "?"), None, bool(self.record.get("emulated")),
                        tuple(self.record.get("warnings", ())))
         self.log(f"resuming run {self.record['run_id']} on {self.conn.target.label}")
