@@ -276,3 +276,11 @@ def test_board_without_rknnlite_refused_then_onnxruntime_backend_runs(fast_build
         run = json.loads((folder / "result" / "run.json").read_text())
         assert run["backend"] == "onnxruntime" and not run["emulated"]
         assert_untouched(bare, before)
+
+
+def test_malformed_fault_control_fails_before_connecting(fast_build: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    proc = rkdet(["deploy", "--board", f"127.0.0.1:{free_port()}", "--ssh-config", "/dev/null", "--build",
+                  str(fast_build), "--out", str(out), "--emulator-fault", "{occurrence: 1"], timeout=60)
+    assert proc.returncode == 2 and "--emulator-fault: not valid JSON" in error_line(proc)
+    assert not out.exists()
