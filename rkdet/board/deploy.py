@@ -304,6 +304,7 @@ class Deployment:
                           need_kb=self._need_kb())
         if s.fault and not emulated:
             raise InputError("--emulator-fault is a test control of the emulated runtime; this board is not emulated")
+        self._refuse_if_busy(workdir)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.manifest['fingerprint'][:16]}")
         transfer.add(_push_build(self.conn, self.build, layout, self.manifest, emulated or s.backend == "onnxruntime",
                                  self.progress))
@@ -313,6 +314,22 @@ class Deployment:
                                      "seconds": round(transfer.seconds, 3)})
         self._save()
         return layout, env, transfer, fit
+
+    # a live job: its pid file's process exists, is no zombie, and leads its own session (pid reuse guard)
+    _LIVE_JOBS = ('for f in "$1"/runs/*/job.pid; do [ -f "$f" ] || continue; p=$(cat "$f") || continue; '
+                  '[ -r "/proc/$p/stat" ] || continue; read -r _ _ s _ _ sid _ < "/proc/$p/stat" || continue; '
+                  'if [ "$s" != Z ] && [ "$sid" = "$p" ]; then echo "$f $p"; fi; done; exit 0')
+
+    def _refuse_if_busy(self, workdir: str) -> None:
+        """Two pinned runs on one board would restore each other's clocks and share the NPU: refuse
+        while another rkdet job of this work dir still runs."""
+        res = self.conn.run(["sh", "-c", self._LIVE_JOBS, "sh", workdir], check=False, timeout=30)
+        live = [line.rsplit(" ", 1) for line in res.out.splitlines() if " " in line]
+        if live:
+            path, pid = live[0]
+            run_id = path.rsplit("/", 2)[-2]
+            raise BoardError(f"{self.conn.target.label}: busy: run {run_id} (pid {pid}) is still running in "
+                             f"{workdir}; wait for it, or `rkdet deploy --resume` it with the --out it was started with")
 
     def resume(self, folder: Path) -> DeployOutcome:
         """Re-attach to a run recorded in `folder/deploy.json`, wait for it, pull and judge it."""

@@ -106,3 +106,25 @@ def test_ctrl_c_stops_the_run_and_restores_the_board(board: EmulatedBoard, fast_
     restore = [r for r in json.loads((folder / "pin.json").read_text())["records"]
                if r.get("script") == "restore" and r.get("record") == "result"]
     assert restore and restore[-1]["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_second_deploy_while_one_runs_is_refused(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
+    before = tree_digest(board.root)
+    out, log = tmp_path / "r", tmp_path / "deploy.log"
+    first = _start(board, fast_build, out, log, repeats=12)
+    try:
+        _wait_for(lambda: _inferences_logged(log, 1), first, log)
+        other = tmp_path / "other"
+        second = deploy(board, fast_build, other)
+        assert second.returncode == EXIT_BOARD, second.stderr[-3000:]
+        line = error_line(second)
+        assert "busy: run " in line and "is still running" in line and "--resume" in line
+        assert run_folders(other) == []  # refused in preflight: nothing kept
+        first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, log.read_text()[-3000:]  # the running deploy was not disturbed
+    assert "SAME (bitwise)" in log.read_text()
+    assert_untouched(board, before)
