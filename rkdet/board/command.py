@@ -177,9 +177,10 @@ def board_info(board, user, port, identity, known_hosts, ssh_config, accept_new_
 
 @board_group.command("pin")
 @connection_options
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml", show_default=True)
-@click.option("--workdir", default=None)
-@click.option("--state-dir", default=None)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml", show_default=True,
+              help="Config whose board section says what to pin.")
+@click.option("--workdir", default=None, help="Remote work dir for the scripts (default as for deploy).")
+@click.option("--state-dir", default=None, help="Remote pin state dir; restore must be given the same one.")
 def board_pin(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
               config_path, workdir, state_dir) -> None:
     """Pin the board profile and leave it pinned (restore with `rkdet board restore`)."""
@@ -201,8 +202,8 @@ def board_pin(board, user, port, identity, known_hosts, ssh_config, accept_new_h
 
 @board_group.command("restore")
 @connection_options
-@click.option("--workdir", default=None)
-@click.option("--state-dir", default=None)
+@click.option("--workdir", default=None, help="Remote work dir for the scripts (default as for deploy).")
+@click.option("--state-dir", default=None, help="Remote pin state dir, as given to `rkdet board pin`.")
 def board_restore(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
                   workdir, state_dir) -> None:
     """Write back exactly the values saved by pin (idempotent)."""
