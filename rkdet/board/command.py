@@ -118,9 +118,9 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
             folder = latest_unfinished(out, board_label(conn.target.label))
             if given_build is None:
                 build = Path(json.loads((folder / "deploy.json").read_text()).get("build") or build)
-            outcome = Deployment(conn, build, out, settings, log=console.log).resume(folder)
+            outcome = Deployment(conn, build, out, settings, log=console.log, progress=console.is_terminal).resume(folder)
         else:
-            outcome = Deployment(conn, build, out, settings, log=console.log).run()
+            outcome = Deployment(conn, build, out, settings, log=console.log, progress=console.is_terminal).run()
     for warning in outcome.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
     if outcome.emulated:

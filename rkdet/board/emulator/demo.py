@@ -77,7 +77,7 @@ def demo_command(config_path: Path, build_dir: Path, out: Path, soc: str | None,
             state_env = {"RKDET_STATE_DIR": f"{scripts['workdir']}/state"}
             settings = replace(settings, sudo=True, state_dir=state_env["RKDET_STATE_DIR"])
             before = knob_view(probe_board(conn, scripts["scripts"], state_env, True))
-            outcome = Deployment(conn, build, out, settings, log=console.log).run()
+            outcome = Deployment(conn, build, out, settings, log=console.log, progress=console.is_terminal).run()
             after = knob_view(probe_board(conn, scripts["scripts"], state_env, True))
     for warning in outcome.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
