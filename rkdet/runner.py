@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import platform
+import queue
 import signal
 import sys
 import threading
@@ -788,6 +789,73 @@ class ResultWriter(object):
             self.snapshots.close()
 
 
+class Recorder(object):
+    """Hashes, keeps and indexes each inference's outputs on a worker thread, in submission order,
+    while the main thread already runs the next inference.
+
+    Why: hashing a few MB of outputs costs about as much as 2-3 % of a YOLOv8n inference; the
+    runtime call releases the GIL (and on a board mostly waits for the NPU), so on a second core
+    that work is off the measured path. At most `depth` inferences are in flight: a SIGKILL loses
+    only those (never a half record), and memory stays bounded. A worker error (ENOSPC) is raised
+    in the main thread at the next submit() or at finish().
+    """
+
+    def __init__(self, writer, backend_name, depth=2):
+        # type: (ResultWriter, str, int) -> None
+        self.records = []  # type: List[Dict[str, Any]]
+        self._writer = writer
+        self._backend = backend_name
+        self._queue = queue.Queue(maxsize=depth)  # type: Any
+        self._error = None  # type: Optional[BaseException]
+        self._thread = threading.Thread(target=self._work, name="rkdet-record")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def _work(self):
+        # type: () -> None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is None:  # after a failure keep draining so submit() never blocks
+                try:
+                    self._record(*item)
+                except BaseException as err:
+                    self._error = err
+
+    def _record(self, run, sample, latency, t_unix, names, outputs):
+        # type: (int, str, float, float, List[str], List[Any]) -> None
+        described = []
+        for name, array in zip(names, outputs):
+            digest = output_hash(array)
+            self._writer.keep_output(digest, array)  # the file exists before the line naming it
+            described.append({"name": name, "hash": digest, "shape": [int(d) for d in array.shape],
+                              "dtype": array.dtype.name})
+        line = {"run": run, "input": sample, "latency_ms": round(latency * 1000.0, 4),
+                "t_unix": t_unix, "backend": self._backend, "outputs": described}
+        self._writer.index.append(line)
+        self.records.append(line)
+
+    def _raise_pending(self):
+        # type: () -> None
+        if self._error is not None:
+            raise self._error
+
+    def submit(self, run, sample, latency, t_unix, names, outputs):
+        # type: (int, str, float, float, List[str], List[Any]) -> None
+        self._raise_pending()
+        self._queue.put((run, sample, latency, t_unix, names, outputs))
+
+    def finish(self):
+        # type: () -> List[Dict[str, Any]]
+        """Wait until every submitted inference is recorded; raise the worker's error if any."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self._raise_pending()
+        return self.records
+
+
 def _make_backend(args):
     # type: (argparse.Namespace) -> Any
     if args.backend == "onnxruntime":
@@ -875,36 +943,36 @@ def _run(args, samples, backend, affinity):
 
 def _measure(args, samples, backend, writer, record):
     # type: (argparse.Namespace, List[Sample], Any, ResultWriter, Dict[str, Any]) -> List[Dict[str, Any]]
-    """The measured loop: `for run in range(N): for input in inputs:` with only the backend call timed."""
-    records = []
+    """The measured loop: `for run in range(N): for input in inputs:` with only the backend call
+    timed; hashing and writing happen on the Recorder's thread."""
+    recorder = Recorder(writer, backend.name)
     names = backend.output_names
-    for run in range(args.repeats):
-        for sample in samples:
-            _check_stop()
-            start = time.perf_counter()
-            raw = backend.infer(sample.feed)
-            elapsed = time.perf_counter() - start
-            outputs = backend.own(raw)
-            if names is None:  # rknnlite without io.json: name outputs by position, once
-                names = backend.output_names = ["output%d" % i for i in range(len(outputs))]
-                record["outputs"] = names
-                write_json_atomic(os.path.join(args.out, "run.json"), record)
-            if len(outputs) != len(names):
-                raise RunnerError("%s run %d: the runtime returned %d outputs, expected %d (%s)"
-                                  % (sample.name, run, len(outputs), len(names), ", ".join(names)), EXIT_BOARD)
-            described = []
-            for name, array in zip(names, outputs):
-                digest = output_hash(array)
-                writer.keep_output(digest, array)
-                described.append({"name": name, "hash": digest, "shape": [int(d) for d in array.shape],
-                                  "dtype": array.dtype.name})
-            line = {"run": run, "input": sample.name, "latency_ms": round(elapsed * 1000.0, 4),
-                    "t_unix": time.time(), "backend": backend.name, "outputs": described}
-            writer.index.append(line)
-            records.append(line)
-        if args.snapshot_every and (run + 1) % args.snapshot_every == 0 and run + 1 < args.repeats:
-            writer.snapshots.append(board_snapshot("periodic", run))
-    return records
+    try:
+        for run in range(args.repeats):
+            for sample in samples:
+                _check_stop()
+                start = time.perf_counter()
+                raw = backend.infer(sample.feed)
+                elapsed = time.perf_counter() - start
+                t_unix = time.time()
+                outputs = backend.own(raw)  # before the next call may overwrite reused buffers
+                if names is None:  # rknnlite without io.json: name outputs by position, once
+                    names = backend.output_names = ["output%d" % i for i in range(len(outputs))]
+                    record["outputs"] = names
+                    write_json_atomic(os.path.join(args.out, "run.json"), record)
+                if len(outputs) != len(names):
+                    raise RunnerError("%s run %d: the runtime returned %d outputs, expected %d (%s)"
+                                      % (sample.name, run, len(outputs), len(names), ", ".join(names)), EXIT_BOARD)
+                recorder.submit(run, sample.name, elapsed, t_unix, names, outputs)
+            if args.snapshot_every and (run + 1) % args.snapshot_every == 0 and run + 1 < args.repeats:
+                writer.snapshots.append(board_snapshot("periodic", run))
+    except BaseException:
+        try:
+            recorder.finish()  # record the inferences that did complete, then report the first error
+        except BaseException:
+            pass
+        raise
+    return recorder.finish()
 
 
 def _describe_failure(err):
