@@ -23,10 +23,25 @@
 # rest (userspace/set_freq, scaling_setspeed, plain files). A value the kernel refuses to take back
 # verbatim (e.g. "<unsupported>" in scaling_setspeed, "always [madvise] never" in a choice file) is
 # retried in its selected form and counts as restored when it reads back equal.
+#
+# Thermal caps. On Linux >= 5.5 a devfreq node's max_freq (and min_freq, which max wins over)
+# shows the *effective* limit: the user's PM-QoS request combined with the thermal one. Saved
+# as read under a cap, it would come back as a user limit that outlives the heat. A thermal cap
+# is told from a user limit by the node's devfreq cooling device (type "devfreq-<node>", see
+# rk_cooling_of): cur_state k > 0 means the cap holds the node k OPPs below the top. Then pin saves
+# the top OPP ("no user limit") instead of the capped max_freq, and says so in the node's knob
+# record ("thermal_cap_at_save") and the state record ("thermal_capped"). Limitation: a user limit
+# set *below* a simultaneous cap reads as the cap and is not seen, so it is not restored (the
+# node comes back unlimited). On restore, a node with a cooling device gets its saved values
+# verbatim (no top-OPP probe, which exists for boards without one); a min_freq/max_freq that then
+# reads lower than saved, exactly at the OPP its cooling device's cur_state caps at, counts as
+# restored ("restored (thermal cap active: reads X)"), since the kernel drops the cap by itself
+# once the board cools. pin never writes cur_state (root may: that is a user override).
 
 RK_PLAN=
 RK_WERR=
 RK_PERM=
+RK_CAPPED=
 
 rk_plan_add() {
     RK_PLAN="$RK_PLAN$1$RK_TAB$2$RK_TAB$3$RK_TAB$4$RK_TAB$5
@@ -215,11 +230,17 @@ rk_set_range() {
     return "$rk_sr_ok"
 }
 
-# rk_restore_range REL_DIR MIN MAX: put a devfreq node's saved min/max back. On kernels >= 5.5
-# max_freq reads as the *effective* limit (user request, thermal cap): a saved value below the top
-# OPP may be a thermal cap over "no user limit". So try the top OPP first: if max_freq then reads
-# the saved value, that value came from the cap and writing it would leave a user limit behind.
+# rk_restore_range REL_DIR MIN MAX: put a devfreq node's saved min/max back. A node with a devfreq
+# cooling device had its cap told apart at pin time (see the header): its values go back verbatim.
+# Without one (no way to tell): on kernels >= 5.5 max_freq reads as the *effective* limit (user
+# request, thermal cap), so a saved value below the top OPP may be a thermal cap over "no user
+# limit". So try the top OPP first: if max_freq then reads the saved value, that value came from
+# the cap and writing it would leave a user limit behind.
 rk_restore_range() {
+    if rk_cooling_of "${1##*/}"; then  # pin saved the un-capped limit: write it back as it is
+        rk_set_range "$1" "$2" "$3"
+        return
+    fi
     rk_read "$1/available_frequencies" || RK_V=
     rk_max_of "$RK_V"
     rk_rr_top=$RK_V
@@ -311,8 +332,15 @@ rk_report() {
             rk_read "$4/available_governors" || RK_V=
             if rk_in_list performance "$RK_V" && [ "$rk_rp_gov" != performance ]; then rk_rp_status=failed; fi
             rk_rp_extra=",\"device\":$(rk_js "${4##*/}"),\"governor\":$(rk_js "$rk_rp_gov"),\"wanted_hz\":$(rk_jn "$5"),\"min_hz\":$(rk_jn "$rk_rp_min"),\"max_hz\":$(rk_jn "$rk_rp_max"),\"cur_hz\":$(rk_jn "$rk_rp_cur")"
+            rk_rp_why="thermal limit?"
+            if rk_capped "${4##*/}"; then
+                rk_rp_why="thermal limit: $RK_CDEV cur_state $RK_V"
+                rk_rp_extra="$rk_rp_extra,\"cooling_state\":$RK_V"
+            fi
+            rk_capped_at_save "${4##*/}"
+            rk_rp_extra="$rk_rp_extra$RK_V"
             if [ "$rk_rp_cur" != "$5" ]; then
-                rk_rp_warn="cur_freq $rk_rp_cur Hz differs from pinned $5 Hz (thermal limit?)"
+                rk_rp_warn="cur_freq $rk_rp_cur Hz differs from pinned $5 Hz ($rk_rp_why)"
             fi ;;
         file | choice)
             rk_read "$4" || RK_V=
@@ -350,10 +378,56 @@ rk_state_check() {
     fi
 }
 
+# rk_uncapped_max REL VALUE: RK_V := the max_freq to save for a value read from REL: the top OPP
+# when the node's cooling device shows a thermal cap (see the header; noted in RK_CAPPED), else VALUE.
+rk_uncapped_max() {
+    rk_um_read=$2
+    rk_um_dir=${1%/max_freq}
+    if ! rk_capped "${rk_um_dir##*/}"; then
+        RK_V=$rk_um_read
+        return 0
+    fi
+    rk_um_state=$RK_V
+    rk_read "$rk_um_dir/available_frequencies" || RK_V=
+    rk_max_of "$RK_V"
+    [ -n "$RK_V" ] || RK_V=$rk_um_read
+    RK_CAPPED="$RK_CAPPED${rk_um_dir##*/}$RK_TAB$RK_CDEV$RK_TAB$rk_um_state$RK_TAB$rk_um_read$RK_TAB$RK_V
+"
+}
+
+# rk_capped_at_save NODE: RK_V := ',"thermal_cap_at_save":{...}' when pin saved NODE's max_freq
+# under a thermal cap (what it read, what it saved instead), else empty.
+rk_capped_at_save() {
+    RK_V=
+    while IFS="$RK_TAB" read -r rk_cs_n rk_cs_d rk_cs_s rk_cs_r rk_cs_v; do
+        [ "$rk_cs_n" = "$1" ] || continue
+        RK_V=",\"thermal_cap_at_save\":{\"cooling_device\":$(rk_js "$rk_cs_d"),\"cur_state\":$(rk_jn "$rk_cs_s"),\"max_freq_read\":$(rk_jn "$rk_cs_r"),\"max_freq_saved\":$(rk_jn "$rk_cs_v")}"
+    done <<EOF
+$RK_CAPPED
+EOF
+}
+
+# rk_cap_explains REL SAVED GOT: succeed when REL is a devfreq min_freq/max_freq that reads GOT,
+# lower than SAVED, exactly at the OPP its node's cooling device caps at now; RK_V := the JSON
+# fields that say so.
+rk_cap_explains() {
+    case $1 in sys/class/devfreq/*/max_freq | sys/class/devfreq/*/min_freq) ;; *) return 1 ;; esac
+    case $2$3 in '' | *[!0-9]*) return 1 ;; esac
+    [ "$3" -lt "$2" ] || return 1
+    rk_ce_dir=${1%/*}
+    rk_capped "${rk_ce_dir##*/}" || return 1
+    rk_ce_state=$RK_V
+    rk_read "$rk_ce_dir/available_frequencies" || return 1
+    rk_state_freq "$RK_V" "$rk_ce_state" || return 1
+    [ "$RK_V" = "$3" ] || return 1
+    RK_V=",\"note\":$(rk_js "restored (thermal cap active: reads $3)"),\"thermal_cap\":{\"cooling_device\":$(rk_js "$RK_CDEV"),\"cur_state\":$rk_ce_state,\"cap_hz\":$3}"
+}
+
 # rk_state_save: save the current value of every file the plan may change, atomically (temp, mv).
 # With a state file already present (a second pin), keep every saved value and add only new files.
 rk_state_save() {
     rk_ss_tmp="$RK_STATE_DIR/.pin.state.$$"
+    RK_CAPPED=
     rk_ss_had=
     [ -f "$RK_STATE_FILE" ] && rk_ss_had=1
     {
@@ -368,6 +442,7 @@ rk_state_save() {
                 [ -f "$RK_ROOT/$rk_ss_f" ] || continue
                 if [ -n "$rk_ss_had" ] && rk_state_get "$rk_ss_f"; then continue; fi
                 rk_read "$rk_ss_f" || RK_V=
+                case $rk_ss_f in sys/class/devfreq/*/max_freq) rk_uncapped_max "$rk_ss_f" "$RK_V" ;; esac
                 printf '%s\t%s\n' "$rk_ss_f" "$RK_V"
             done
         done <<EOF
@@ -423,8 +498,9 @@ EOF
     done <<EOF
 $rk_rc_lines
 EOF
-    # 4. verify.
+    # 4. verify (a value held lower by an active thermal cap counts as restored, see the header).
     rk_rc_bad=0
+    rk_rc_capped=0
     while IFS="$RK_TAB" read -r rk_rc_rel rk_rc_val; do
         [ -n "$rk_rc_rel" ] || continue
         rk_canon "$rk_rc_rel" "$rk_rc_val"
@@ -438,6 +514,9 @@ EOF
         fi
         if [ "$RK_V" = "$rk_rc_want" ]; then
             rk_emit knob "\"knob\":$(rk_js "$rk_rc_rel"),\"status\":\"restored\",\"wanted\":$(rk_js "$rk_rc_val"),\"actual\":$(rk_js "$rk_rc_got")"
+        elif rk_cap_explains "$rk_rc_rel" "$rk_rc_val" "$rk_rc_got"; then
+            rk_rc_capped=$((rk_rc_capped + 1))
+            rk_emit knob "\"knob\":$(rk_js "$rk_rc_rel"),\"status\":\"restored\",\"wanted\":$(rk_js "$rk_rc_val"),\"actual\":$(rk_js "$rk_rc_got")$RK_V"
         else
             rk_rc_bad=$((rk_rc_bad + 1))
             rk_emit knob "\"knob\":$(rk_js "$rk_rc_rel"),\"status\":\"failed\",\"wanted\":$(rk_js "$rk_rc_val"),\"actual\":$(rk_js "$rk_rc_got"),\"reason\":$(rk_js "read back $rk_rc_got, saved $rk_rc_val")"
@@ -512,7 +591,12 @@ EOF
     if [ -n "$rk_pm_kept" ]; then
         rk_emit state "\"status\":\"kept\",\"path\":$(rk_js "$RK_STATE_FILE"),\"note\":\"a saved state existed: its original values are kept, only new files were added\""
     else
-        rk_emit state "\"status\":\"saved\",\"path\":$(rk_js "$RK_STATE_FILE")"
+        rk_pm_capped=$(printf '%s' "$RK_CAPPED" | sed -n "s/$RK_TAB.*//p" | tr '\n' ' ')
+        rk_pm_note=
+        if [ -n "$rk_pm_capped" ]; then
+            rk_pm_note=",\"thermal_capped\":$(rk_jarr "$rk_pm_capped"),\"note\":\"a thermal cap was active: the top OPP was saved as max_freq of the capped node(s), not the capped value\""
+        fi
+        rk_emit state "\"status\":\"saved\",\"path\":$(rk_js "$RK_STATE_FILE")$rk_pm_note"
     fi
 
     while IFS="$RK_TAB" read -r rk_pm_unit rk_pm_class rk_pm_knob rk_pm_rel rk_pm_want; do
@@ -568,7 +652,11 @@ rk_restore_main() {
     rk_state_check
     rk_restore_precheck
     if rk_restore_core; then
-        rk_emit result "\"status\":\"ok\",\"exit\":0,\"note\":\"every saved value read back; state file removed\""
+        rk_rm_note="every saved value read back; state file removed"
+        if [ "$rk_rc_capped" -gt 0 ]; then
+            rk_rm_note="every saved value read back ($rk_rc_capped held lower by an active thermal cap, which the kernel lifts when the board cools); state file removed"
+        fi
+        rk_emit result "\"status\":\"ok\",\"exit\":0,\"note\":$(rk_js "$rk_rm_note")"
         exit 0
     fi
     rk_emit result "\"status\":\"partial\",\"exit\":1,\"reason\":$(rk_js "$rk_rc_bad value(s) did not read back; state kept in $RK_STATE_FILE, run restore.sh again")"

@@ -21,6 +21,7 @@ RK_STATE_MAGIC='#rkdet-pin-state 1'
 RK_SCRIPT=${RK_SCRIPT:-rkdet}
 RK_V=
 RK_ERR=
+RK_CDEV=
 
 # ---- JSON -------------------------------------------------------------------------------------
 
@@ -179,4 +180,45 @@ rk_cpu_policies() {
         RK_V="$RK_V sys/devices/system/cpu/cpufreq/${rk_cp_p##*/}"
     done
     RK_V=${RK_V# }
+}
+
+# rk_cooling_of NODE: RK_V := cur_state of the devfreq cooling device of devfreq node NODE,
+# RK_CDEV := its directory name (cooling_deviceN). Found by type, never by index: the kernel types
+# it "devfreq-<device name>" (drivers/thermal/devfreq_cooling.c since 5.13, backported by vendor
+# BSP kernels). Fails when the node has none, or only an older "thermal-devfreq-<n>" that cannot
+# be tied to a node: the callers then behave as on a board without cooling devices.
+rk_cooling_of() {
+    RK_CDEV=
+    for rk_co_d in "$RK_ROOT"/sys/class/thermal/cooling_device*; do
+        [ -d "$rk_co_d" ] || continue
+        rk_read "sys/class/thermal/${rk_co_d##*/}/type" || continue
+        [ "$RK_V" = "devfreq-$1" ] || continue
+        RK_CDEV=${rk_co_d##*/}
+        rk_read "sys/class/thermal/$RK_CDEV/cur_state" || RK_V=
+        case $RK_V in '' | *[!0-9]*) RK_V=0 ;; esac
+        return 0
+    done
+    RK_V=
+    return 1
+}
+
+# rk_capped NODE: succeed when NODE's cooling device shows a thermal cap (cur_state > 0); then
+# RK_V := cur_state and RK_CDEV := the device.
+rk_capped() {
+    rk_cooling_of "$1" && [ "$RK_V" -gt 0 ]
+}
+
+# rk_state_freq LIST STATE: RK_V := the frequency a cooling state caps at: the STATE-th of LIST
+# counted down from the top (state 0 is the top OPP), as devfreq cooling indexes its table.
+rk_state_freq() {
+    rk_sf_hit=
+    for rk_sf_f in $1; do
+        rk_sf_n=0
+        for rk_sf_g in $1; do
+            if [ "$rk_sf_g" -gt "$rk_sf_f" ]; then rk_sf_n=$((rk_sf_n + 1)); fi
+        done
+        if [ "$rk_sf_n" -eq "$2" ]; then rk_sf_hit=$rk_sf_f; fi
+    done
+    RK_V=$rk_sf_hit
+    [ -n "$RK_V" ]
 }

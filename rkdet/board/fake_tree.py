@@ -11,7 +11,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from rkdet.board.socs import SocProfile
+from rkdet.board.socs import DevfreqNode, SocProfile
 
 
 def _write(path: Path, text: str | bytes) -> None:
@@ -38,6 +38,27 @@ def devfreq_initial_freq(freqs: tuple[int, ...], governor: str) -> int:
     if governor == "powersave":
         return min(freqs)
     return freqs[len(freqs) // 2]
+
+
+def cooling_type(node: str) -> str:
+    """The ``type`` of a devfreq node's cooling device: ``devfreq-<parent device name>``.
+
+    drivers/thermal/devfreq_cooling.c names it so since "Use device name instead of an
+    auto-numbering" (mainline 5.13, seen on RK3588 BSP boards as ``devfreq-fb000000.gpu``); older
+    kernels say ``thermal-devfreq-<n>``, which cannot be tied to a node.
+    """
+    return f"devfreq-{node}"
+
+
+def cooling_nodes(profile: SocProfile) -> tuple[DevfreqNode, ...]:
+    """Devfreq nodes with a devfreq cooling device: those a thermal cap of the profile throttles.
+
+    Ordered as the caps are (not as the devfreq nodes are), so ``cooling_deviceN`` indices differ
+    from devfreq order and a script that finds devices by index rather than by type fails a test.
+    """
+    by_name = {node.name: node for node in profile.devfreq}
+    names = dict.fromkeys(cap.node for cap in profile.thermal_caps if cap.node in by_name)
+    return tuple(by_name[name] for name in names)
 
 
 def build_fake_tree(profile: SocProfile, root: Path) -> Path:
@@ -109,6 +130,11 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
         _write(zdir / "type", zone.type + "\n")
         _write(zdir / "temp", f"{zone.millicelsius}\n")
         _write(zdir / "mode", "enabled\n")
+    for index, node in enumerate(cooling_nodes(profile)):  # cur_state: k = k OPPs below the top
+        cdir = root / "sys/class/thermal" / f"cooling_device{index}"
+        _write(cdir / "type", cooling_type(node.name) + "\n")
+        _write(cdir / "max_state", f"{len(node.frequencies_hz) - 1}\n")
+        _write(cdir / "cur_state", "0\n")
 
     if profile.rknpu_driver:
         load = ", ".join(f"Core{i}:  0%" for i in range(profile.npu_cores))

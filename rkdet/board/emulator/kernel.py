@@ -20,6 +20,11 @@ a show/store pair modelled on the kernel's own (Linux 5.10, the Rockchip BSP ker
   range or non-numeric is EINVAL; a write at a non-zero file offset is ignored (sysctl strict mode).
 * Kernels before 5.4 (RV1126's 4.19) had no frequency QoS: there a min/max store that would cross
   the other fails EINVAL (cpufreq_set_policy, devfreq min_freq_store/max_freq_store).
+* devfreq cooling devices (drivers/thermal/devfreq_cooling.c, thermal_sysfs.c): one
+  ``cooling_deviceN`` per capped devfreq node, ``type`` ``devfreq-<node>``; ``cur_state`` is the
+  number of OPPs the thermal cap removes from the top (0: not throttled), ``max_state`` the OPP
+  count - 1. Root may write ``cur_state`` (sscanf ``%ld``, 0..max_state, else EINVAL): the state's
+  OPP becomes the cap until the thermal model's own state changes (the governor's next decision).
 * Reads return ``value\\n``; every write() is one store. Files and layout come from the plain tree
   (`rkdet.board.fake_tree.build_fake_tree`), so both backends show the same paths and boot values.
 
@@ -37,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rkdet.board.emulator.thermal import ControlReader, Controls, active_caps, zone_temperatures
-from rkdet.board.fake_tree import build_fake_tree, devfreq_initial_freq
+from rkdet.board.fake_tree import build_fake_tree, cooling_nodes, devfreq_initial_freq
 from rkdet.board.socs import CpuPolicy, DevfreqNode, SocProfile
 
 S32_MAX = 2**31 - 1  # PM QoS "no limit"
@@ -237,6 +242,49 @@ class DevfreqDevice:
         self.max_req_khz = -(-value // 1000) if value else S32_MAX  # round up; 0 = no limit
 
 
+class CoolingDevice:
+    """A devfreq cooling device: its state mirrors the cap on its node; root may override it.
+
+    set_cur_state puts the QoS max at freq_table[state] (OPPs in descending order). The thermal
+    framework only re-applies the governor's target when that target changes (thermal_cdev_update
+    runs for a changed instance), so a written state holds until the model's own state moves.
+    """
+
+    def __init__(self, node: DevfreqNode) -> None:
+        self.node = node.name
+        self.table = tuple(sorted(node.frequencies_hz, reverse=True))  # state k -> table[k]
+        self.max_state = len(self.table) - 1
+        self.override: Optional[int] = None
+        self.override_base = 0  # the model's state when the override was written
+
+    def model_state(self, cap_hz: Optional[int]) -> int:
+        """The state the thermal governor would set for a cap (OPPs above the capped top)."""
+        if cap_hz is None:
+            return 0
+        top = max(opp_floor(self.table, cap_hz), self.table[-1])
+        return sum(1 for f in self.table if f > top)
+
+    def effective(self, cap_hz: Optional[int]) -> int:
+        """The shown and applied state: the override while the model's state is unchanged."""
+        state = self.model_state(cap_hz)
+        if self.override is not None and state != self.override_base:
+            self.override = None  # the governor decided again
+        return state if self.override is None else self.override
+
+    def store(self, text: str, cap_hz: Optional[int]) -> None:
+        match = re.match(r"\s*([+-]?\d+)", text)  # cur_state_store: sscanf("%ld")
+        if not match:
+            raise kernel_error(errno.EINVAL)
+        value = int(match.group(1))
+        if value < 0 or value > self.max_state:  # devfreq_cooling_set_cur_state: state > max_state
+            raise kernel_error(errno.EINVAL)
+        self.override, self.override_base = value, self.model_state(cap_hz)
+
+    def cap_of(self, state: int) -> Optional[int]:
+        """The QoS max a state puts on the node (None: state 0, no limit)."""
+        return self.table[state] if state > 0 else None
+
+
 @dataclass
 class Attr:
     """A sysfs/procfs attribute: show() gives the bytes read; store(text) is one write()."""
@@ -255,6 +303,7 @@ class Snapshot:
     controls: Controls
     temps: dict[str, int]
     caps: dict[str, int]
+    cooling: dict[str, int]  # node -> cooling device cur_state
 
 
 class Board:
@@ -266,6 +315,7 @@ class Board:
         legacy = kernel_version(profile.kernel) < (5, 4)  # before PM-QoS frequency limits
         self.cpufreq = {p.name: CpufreqPolicy(p, legacy) for p in profile.cpu_policies}
         self.devfreq = {n.name: DevfreqDevice(n, legacy) for n in profile.devfreq}
+        self.cooling = {n.name: CoolingDevice(n) for n in cooling_nodes(profile)}
         self.zone_mode = {z.type: "enabled" for z in profile.thermal_zones}
         self.compaction = profile.compaction_proactiveness
         self.thp = profile.thp_enabled
@@ -279,9 +329,8 @@ class Board:
     def load(self, kind: str, controls: Optional[Controls] = None) -> Optional[float]:
         return (controls or self.controls.read()).load.get(kind)
 
-    def evaluate(self) -> Snapshot:
-        """Read the controls, compute every zone's temperature and which caps are active."""
-        controls = self.controls.read()
+    def _demand(self, controls: Controls) -> dict[str, float]:
+        """(f / f_max) * load per heat source, from the governors' demanded clocks (before any cap)."""
         demand: dict[str, float] = {}
         for dev in self.devfreq.values():
             load = controls.load.get(dev.spec.kind)
@@ -291,9 +340,27 @@ class Board:
         if cpu_load and self.cpufreq:
             ratio = sum(p.cur(cpu_load) / p.freqs[-1] for p in self.cpufreq.values()) / len(self.cpufreq)
             demand["cpu"] = ratio * cpu_load
-        temps = zone_temperatures(self.profile, demand, controls)
+        return demand
+
+    def _model(self, controls: Controls) -> tuple[dict[str, int], dict[str, int]]:
+        """Zone temperatures and the thermal model's caps (before any cooling-state override)."""
+        temps = zone_temperatures(self.profile, self._demand(controls), controls)
         disabled = {z for z, mode in self.zone_mode.items() if mode != "enabled"}
-        return Snapshot(controls, temps, active_caps(self.profile, temps, controls, disabled))
+        return temps, active_caps(self.profile, temps, controls, disabled)
+
+    def evaluate(self) -> Snapshot:
+        """Read the controls, compute every zone's temperature and which caps are active."""
+        controls = self.controls.read()
+        temps, caps = self._model(controls)
+        states: dict[str, int] = {}
+        for name, cdev in self.cooling.items():  # a capped node's cap is its cooling device's state
+            states[name] = cdev.effective(caps.get(name))
+            cap = cdev.cap_of(states[name])
+            if cap is None:
+                caps.pop(name, None)
+            else:
+                caps[name] = cap
+        return Snapshot(controls, temps, caps, states)
 
     def devfreq_cur(self, name: str) -> int:
         snap = self.evaluate()
@@ -341,6 +408,8 @@ class Board:
             self._set(f"{zdir}/temp", Attr(show=lambda z=zone.type: _line(self.evaluate().temps[z])))
             self._set(f"{zdir}/mode", Attr(show=lambda z=zone.type: _line(self.zone_mode[z]),
                                            store=lambda t, z=zone.type: self._store_zone_mode(z, t), mode=0o644))
+        for index, node in enumerate(cooling_nodes(self.profile)):
+            self._overlay_cooling(f"sys/class/thermal/cooling_device{index}", self.cooling[node.name])
         for rel in [r for r in self.files if re.fullmatch(r"sys/devices/system/cpu/cpu\d+/cpuidle/state\d+/disable", r)]:
             state = {"value": 0}
             self._set(rel, Attr(show=lambda s=state: _line(s["value"]),
@@ -384,6 +453,12 @@ class Board:
         self._set(f"{ddir}/userspace/set_freq", Attr(
             show=lambda: b"undefined\n" if dev.user_freq is None else _line(dev.user_freq),
             store=lambda t: setattr(dev, "user_freq", parse_uint(t)), mode=0o644, present=is_user))
+
+    def _overlay_cooling(self, cdir: str, cdev: CoolingDevice) -> None:
+        def store(text: str) -> None:
+            cdev.store(text, self._model(self.controls.read())[1].get(cdev.node))
+        self._set(f"{cdir}/cur_state", Attr(show=lambda: _line(self.evaluate().cooling[cdev.node]), store=store,
+                                            mode=0o644))
 
     def _devfreq_governor_store(self, dev: DevfreqDevice) -> Callable[[str], None]:
         def store(text: str) -> None:
