@@ -115,3 +115,43 @@ def test_rk3568_listed_frequency_on_the_kernel_model(fuse_board, tmp_path: Path)
     knob = parse_pin(records).knob("devfreq/fde40000.npu")
     assert rc == 0 and knob.status == "set" and knob.detail["cur_hz"] == 594000000
     assert run_board_script("restore", board.root, tmp_path / "state")[0] == 0
+
+
+def _stores(board: EmulatedSysfs) -> list[str]:
+    """The attributes written so far, from the daemon's store log."""
+    text = board.log_path.read_text(errors="replace") if board.log_path else ""
+    return [line.split(" store ", 1)[1].split(" ", 1)[0] for line in text.splitlines() if " store " in line]
+
+
+def test_restore_while_still_capped_is_restored_under_the_cap(fuse_board, tmp_path: Path) -> None:
+    board = fuse_board("rk3588")
+    before = digest(board.root)
+    assert run_board_script("pin", board.root, tmp_path / "state", shell="busybox sh")[0] == 0  # a cool pin
+    board.control.force_temperature(90000)  # the run heated the board: NPU and GPU held at 800 MHz
+    run = run_board_script_full("restore", board.root, tmp_path / "state", shell="busybox sh")
+    rep = parse_restore(run.records)
+    assert run.returncode == 0 and rep.ok, run.stdout  # not a false "NOT restored"
+    for node in ("fdab0000.npu", "fb000000.gpu"):
+        knob = next(k for k in rep.knobs if k.knob == f"sys/class/devfreq/{node}/max_freq")
+        assert (knob.status, knob.wanted, knob.actual) == ("restored", "1000000000", "800000000")
+        assert knob.detail["note"] == "restored (thermal cap active: reads 800000000)"
+        assert knob.detail["thermal_cap"]["cur_state"] == 2
+    assert "2 held lower by an active thermal cap" in (rep.note or "")
+    assert not (tmp_path / "state" / "pin.state").exists()
+    board.control.force_temperature(None)  # cooled: exactly the board before the pin
+    assert digest(board.root) == before
+    assert not [s for s in _stores(board) if "cooling_device" in s]  # pin and restore never write cur_state
+
+
+def test_pin_while_capped_then_cooled_restores_no_user_limit(fuse_board, tmp_path: Path) -> None:
+    board = fuse_board("rk3588")
+    before = digest(board.root)
+    board.control.force_temperature(95000)
+    run = run_board_script_full("pin", board.root, tmp_path / "state", shell="bash --posix")
+    assert run.returncode == 1 and parse_pin(run.records).knob("devfreq/fdab0000.npu").detail["cooling_state"] == 2
+    board.control.force_temperature(None)
+    run = run_board_script_full("restore", board.root, tmp_path / "state", shell="bash --posix")
+    assert run.returncode == 0 and parse_restore(run.records).ok, run.stdout
+    assert digest(board.root) == before  # max_freq reads 1 GHz again: no 800 MHz user limit left behind
+    assert sh(f'cat "$R/{NPU}/max_freq" "$R/{GPU}/max_freq"', board.root) == "1000000000\n1000000000"
+    assert not [s for s in _stores(board) if "cooling_device" in s]

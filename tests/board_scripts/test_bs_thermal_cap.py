@@ -1,0 +1,115 @@
+"""pin/restore under a thermal cap, on plain trees (every shell): the cooling device tells a cap
+from a user limit.
+
+On the plain tree a "cap" is written by hand (cooling device cur_state and max_freq, as a hot
+kernel shows them); test_bs_fuse.py and tests/deploy repeat the essentials with the kernel model,
+where the cap really comes and goes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from rkdet.board.fake_tree import tree_digest
+from rkdet.board.scripts import board_scripts_dir, parse_pin, parse_restore, run_board_script_full
+
+NPU = "sys/class/devfreq/fdab0000.npu"
+TOP, CAP = "1000000000", "800000000"
+
+
+def _cooling(root: Path, node: str) -> Path:
+    for cdir in sorted((root / "sys/class/thermal").glob("cooling_device*")):
+        if (cdir / "type").read_text() == f"devfreq-{node}\n":
+            return cdir
+    raise AssertionError(f"no cooling device for {node}")
+
+
+def _heat_by_hand(root: Path, state: int = 2, cap: str = CAP) -> None:
+    """What a hot 5.10 kernel shows: the NPU's cooling device at `state`, max_freq at the cap."""
+    (_cooling(root, "fdab0000.npu") / "cur_state").write_text(f"{state}\n")
+    (root / NPU / "max_freq").write_text(cap + "\n")
+
+
+def _saved(state_dir: Path) -> dict[str, str]:
+    lines = (state_dir / "pin.state").read_text().splitlines()[2:]
+    return dict(line.split("\t", 1) for line in lines)
+
+
+def test_pin_under_a_cap_saves_no_user_limit_and_says_so(shell: str, make_tree, state_dir: Path) -> None:
+    root = make_tree("rk3588")
+    _heat_by_hand(root)
+    run = run_board_script_full("pin", root, state_dir, shell=shell)
+    assert run.returncode == 0, run.stderr
+    assert _saved(state_dir)[f"{NPU}/max_freq"] == TOP  # the top OPP, not the capped 800 MHz
+    assert _saved(state_dir)["sys/class/devfreq/fb000000.gpu/max_freq"] == TOP  # (uncapped: as read)
+    rep = parse_pin(run.records)
+    [state] = [r for r in run.records if r.get("record") == "state"]
+    assert state["thermal_capped"] == ["fdab0000.npu"], state
+    npu = rep.knob("devfreq/fdab0000.npu")
+    assert npu.detail["thermal_cap_at_save"] == {"cooling_device": "cooling_device1", "cur_state": 2,
+                                                 "max_freq_read": int(CAP), "max_freq_saved": int(TOP)}
+    assert "thermal_cap_at_save" not in rep.knob("devfreq/fb000000.gpu").detail
+    assert (_cooling(root, "fdab0000.npu") / "cur_state").read_text() == "2\n"  # pin never writes it
+    run = run_board_script_full("restore", root, state_dir, shell=shell)
+    assert run.returncode == 0 and parse_restore(run.records).ok, run.stdout
+    assert (root / NPU / "max_freq").read_text() == TOP + "\n"  # "no user limit" came back
+
+
+def test_without_cooling_devices_pin_saves_what_it_reads(shell: str, make_tree, state_dir: Path) -> None:
+    root = make_tree("rk3588")
+    _heat_by_hand(root)
+    for cdir in (root / "sys/class/thermal").glob("cooling_device*"):
+        shutil.rmtree(cdir)
+    run = run_board_script_full("pin", root, state_dir, shell=shell)
+    assert run.returncode == 0, run.stderr
+    assert _saved(state_dir)[f"{NPU}/max_freq"] == CAP  # as before cooling devices: nothing to tell it by
+    assert "thermal_capped" not in [r for r in run.records if r.get("record") == "state"][0]
+
+
+def test_a_cooling_device_is_found_by_type_not_by_index(make_tree, state_dir: Path) -> None:
+    root = make_tree("rk3588")
+    _heat_by_hand(root)
+    cdev = _cooling(root, "fdab0000.npu")
+    (cdev / "type").write_text("thermal-devfreq-1\n")  # older kernels: cannot be tied to a node
+    run = run_board_script_full("pin", root, state_dir, shell="dash")
+    assert run.returncode == 0 and _saved(state_dir)[f"{NPU}/max_freq"] == CAP
+    run_board_script_full("restore", root, state_dir, shell="dash")
+    (cdev / "type").write_text("devfreq-fdab0000.npu\n")
+    cdev.rename(cdev.parent / "cooling_device7")  # any index will do
+    _heat_by_hand(root)
+    run = run_board_script_full("pin", root, state_dir, shell="dash")
+    assert run.returncode == 0 and _saved(state_dir)[f"{NPU}/max_freq"] == TOP
+    assert parse_pin(run.records).knob("devfreq/fdab0000.npu").detail["thermal_cap_at_save"]["cooling_device"] \
+        == "cooling_device7"
+
+
+def _cap_explains(shell: str, root: Path, rel: str, saved: str, got: str) -> str:
+    lib, knobs = board_scripts_dir() / "lib.sh", board_scripts_dir() / "knobs.sh"
+    script = (f". {shlex.quote(str(lib))}; . {shlex.quote(str(knobs))}; "
+              f'if rk_cap_explains "$1" "$2" "$3"; then echo "yes$RK_V"; else echo no; fi')
+    done = subprocess.run([*shlex.split(shell), "-c", script, "sh", rel, saved, got], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "RKDET_ROOT": str(root)}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_restore_accepts_only_a_read_back_held_at_the_caps_opp(shell: str, make_tree) -> None:
+    root = make_tree("rk3588")
+    before = tree_digest(root)
+    assert _cap_explains(shell, root, f"{NPU}/max_freq", TOP, CAP) == "no"  # cur_state 0: no cap
+    _heat_by_hand(root)  # state 2: the cap is the 800 MHz OPP
+    got = _cap_explains(shell, root, f"{NPU}/max_freq", TOP, CAP)
+    assert got == ('yes,"note":"restored (thermal cap active: reads 800000000)","thermal_cap":'
+                   '{"cooling_device":"cooling_device1","cur_state":2,"cap_hz":800000000}')
+    assert _cap_explains(shell, root, f"{NPU}/min_freq", TOP, CAP).startswith("yes")  # max wins over min
+    assert _cap_explains(shell, root, f"{NPU}/max_freq", TOP, "600000000") == "no"  # not the cap's OPP
+    assert _cap_explains(shell, root, f"{NPU}/max_freq", "700000000", CAP) == "no"  # not lower than saved
+    assert _cap_explains(shell, root, f"{NPU}/governor", TOP, CAP) == "no"
+    assert _cap_explains(shell, root, "sys/class/devfreq/fb000000.gpu/max_freq", TOP, CAP) == "no"  # GPU uncapped
+    assert {k for k in before if before[k] != tree_digest(root).get(k)} == {
+        f"{_cooling(root, 'fdab0000.npu').relative_to(root)}/cur_state",
+        "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"}  # the check itself wrote nothing
