@@ -9,6 +9,9 @@
 # per knob: status "set", "skipped" (not present / not asked for, with a reason) or "failed"
 # (write refused, or read back differs from what was pinned: thermal tables can lower a clock).
 # Devfreq clocks are fixed with governor `performance` plus min_freq = max_freq (see knobs.sh).
+# Under a thermal cap (the node's devfreq cooling device shows cur_state > 0) max_freq reads the
+# cap, so the top OPP ("no user limit") is saved instead and the state and knob records say so
+# ("thermal_capped", "thermal_cap_at_save"); a user limit below a simultaneous cap is not seen.
 #
 # Environment:
 #   RKDET_ROOT          prefix of /sys and /proc (empty on a real board; a fake tree in tests)

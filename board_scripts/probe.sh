@@ -5,7 +5,8 @@
 # Usage: probe.sh [-h]
 # Prints one JSON line per finding: soc (device-tree compatible), kernel, cpu_policy (governors,
 # frequencies, current), devfreq (NPU/GPU/DDR found by name: *.npu, *.gpu, dmc; devfreq0 as the
-# NPU when nothing is named so), thermal (zones by type), cpuidle, rknpu (driver version and load
+# NPU when nothing is named so; with its devfreq cooling device and cur_state, > 0 while a thermal
+# cap holds it down), thermal (zones by type), cpuidle, rknpu (driver version and load
 # from /sys/kernel/debug/rknpu when readable), runtime (librknnrt.so / librknn_runtime.so version
 # string), python (python3 and whether `import rknnlite` works), vm (compaction_proactiveness,
 # transparent hugepages), disk (free space of the work directory), state (a pin state left by a
@@ -106,6 +107,9 @@ probe_devfreq() {
             rk_read "$pd_rel/${pd_f%:*}" || RK_V=
             pd_body="$pd_body,\"${pd_f#*:}\":$(rk_jn "$RK_V")"
         done
+        if rk_cooling_of "$pd_name"; then  # cooling_state > 0: a thermal cap holds max_freq down now
+            pd_body="$pd_body,\"cooling_device\":$(rk_js "$RK_CDEV"),\"cooling_state\":$(rk_jn "$RK_V")"
+        fi
         rk_emit devfreq "$pd_body"
     done
     for pd_kind in npu gpu ddr; do

@@ -6,7 +6,10 @@
 # Idempotent: without a saved state it says so and exits 0. Works after a crash, a killed run or
 # a dropped connection, because pin.sh saved the state before changing anything. Writes happen in
 # the kernel's order (devfreq min/max without crossing, then governors, then set_freq and the rest);
-# every value is read back, one JSON line per file (status "restored" or "failed").
+# every value is read back, one JSON line per file (status "restored" or "failed"). A devfreq
+# min/max held lower by a thermal cap that is still active (read back exactly at the OPP its
+# cooling device's cur_state caps at) counts as restored, with a note: the kernel lifts the cap
+# when the board cools.
 #
 # Environment: RKDET_ROOT, RKDET_STATE_DIR (as pin.sh; the state records the RKDET_ROOT it was
 # saved for and restore refuses another one).

@@ -113,3 +113,13 @@ def test_restore_accepts_only_a_read_back_held_at_the_caps_opp(shell: str, make_
     assert {k for k in before if before[k] != tree_digest(root).get(k)} == {
         f"{_cooling(root, 'fdab0000.npu').relative_to(root)}/cur_state",
         "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu/max_freq"}  # the check itself wrote nothing
+
+
+def test_probe_shows_each_nodes_cooling_state(make_tree, state_dir: Path) -> None:
+    root = make_tree("rk3588")
+    _heat_by_hand(root)
+    run = run_board_script_full("probe", root, state_dir, shell="busybox sh")
+    devs = {r["name"]: r for r in run.records if r.get("record") == "devfreq"}
+    assert (devs["fdab0000.npu"]["cooling_device"], devs["fdab0000.npu"]["cooling_state"]) == ("cooling_device1", 2)
+    assert (devs["fb000000.gpu"]["cooling_device"], devs["fb000000.gpu"]["cooling_state"]) == ("cooling_device0", 0)
+    assert "cooling_state" not in devs["dmc"]  # no cap in the profile, no cooling device
