@@ -412,7 +412,8 @@ EOF
 # fields that say so.
 rk_cap_explains() {
     case $1 in sys/class/devfreq/*/max_freq | sys/class/devfreq/*/min_freq) ;; *) return 1 ;; esac
-    case $2$3 in '' | *[!0-9]*) return 1 ;; esac
+    case $2 in '' | *[!0-9]*) return 1 ;; esac
+    case $3 in '' | *[!0-9]*) return 1 ;; esac
     [ "$3" -lt "$2" ] || return 1
     rk_ce_dir=${1%/*}
     rk_capped "${rk_ce_dir##*/}" || return 1
