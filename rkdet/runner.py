@@ -155,82 +155,37 @@ def save_array_atomic(path, array):
 class JsonlAppender(object):
     """Append-only JSON Lines: one write() of one whole line, then fsync.
 
-    The write is synchronous, so a record is complete on disk for any reader (and survives
-    SIGKILL) as soon as append() returns. The fsync, which only matters for power loss, runs on a
-    background thread (coalescing records), because on an SD card or eMMC it can take longer than
-    the inference being recorded; an fsync error is raised by the next append() or close().
-    If a write fails (ENOSPC), the file is cut back to its last complete line, so the index never
-    holds a half record that a later append would glue onto.
+    If the write or the fsync fails (ENOSPC, EIO), the file is cut back to its last complete line,
+    so the index never holds a half record that a later append would glue onto. (rkdet-run calls
+    it for index lines from its Recorder thread, so a slow SD card's fsync never delays inference.)
     """
 
     def __init__(self, path):
         # type: (str) -> None
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._cond = threading.Condition()
-        self._dirty = False
-        self._closing = False
-        self._error = None  # type: Optional[BaseException]
-        self._syncer = threading.Thread(target=self._sync_loop, name="rkdet-fsync")
-        self._syncer.daemon = True
-        self._syncer.start()
-
-    def _sync_loop(self):
-        # type: () -> None
-        while True:
-            with self._cond:
-                while not self._dirty and not self._closing:
-                    self._cond.wait()
-                if not self._dirty:
-                    return
-                self._dirty = False
-            try:
-                os.fsync(self._fd)
-            except OSError as err:
-                with self._cond:
-                    self._error = err
-
-    def _raise_pending(self):
-        # type: () -> None
-        with self._cond:
-            err, self._error = self._error, None
-        if err is not None:
-            raise err
 
     def append(self, record):
         # type: (Dict[str, Any]) -> None
-        self._raise_pending()
         data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
         size = os.fstat(self._fd).st_size
         try:
             written = os.write(self._fd, data)
             if written != len(data):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (short write)", self.path)
+            os.fsync(self._fd)
         except BaseException:
             try:
                 os.ftruncate(self._fd, size)
             except OSError:
                 pass
             raise
-        with self._cond:
-            self._dirty = True
-            self._cond.notify()
 
     def close(self):
         # type: () -> None
-        """Stop the syncer, fsync what is left, close; raises a pending fsync error."""
-        if self._fd < 0:
-            return
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        self._syncer.join()
-        try:
-            os.fsync(self._fd)
-        finally:
+        if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        self._raise_pending()
 
 
 def read_jsonl(path):
@@ -920,7 +875,7 @@ def _run(args, samples, backend, affinity):
                 backend.infer(sample.feed)
         records = _measure(args, samples, backend, writer, record)
         writer.snapshots.append(board_snapshot("after", args.repeats - 1))
-        writer.close()  # waits for the last fsync, so its error fails the run instead of vanishing
+        writer.close()
         summary = summarize(records, backend.name)
         write_json_atomic(os.path.join(args.out, "summary.json"), summary)
         record.update(status="complete", finished_unix=time.time())

@@ -96,18 +96,14 @@ def test_appender_records_are_readable_at_once_and_fsync_errors_surface(tmp_path
         appender.append({"n": n})
         assert read_jsonl(str(path))[-1] == {"n": n}  # written before append() returns
     import os as _os
-    import time as _time
 
     def failing_fsync(fd):
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(_os, "fsync", failing_fsync)
-    appender.append({"n": 50})
-    deadline = _time.monotonic() + 10
     with pytest.raises(OSError, match="Input/output"):
-        while _time.monotonic() < deadline:  # the background fsync fails; the next append reports it
-            appender.append({"n": "more"})
-            _time.sleep(0.01)
+        appender.append({"n": "not durable"})
     monkeypatch.undo()
+    appender.append({"n": 50})
     appender.close()
-    assert read_jsonl(str(path))[:51] == [{"n": n} for n in range(51)]
+    assert read_jsonl(str(path)) == [{"n": n} for n in range(51)]  # the failed record was cut back
