@@ -211,38 +211,56 @@ def read_index(result_dir):
     return read_jsonl(os.path.join(result_dir, "index.jsonl"))
 
 
-def summarize(records, backend=None):
-    # type: (Sequence[Dict[str, Any]], Optional[str]) -> Dict[str, Any]
-    """summary.json from index records: distinct output sets per input and the first divergence.
+class Summary(object):
+    """summary.json built one index record at a time, so memory does not grow with the run count
+    (a 100k-run soak on a 2 GB board must not keep every record).
 
     A run "diverges" when its output hashes differ from that input's run 0; the output named is
     the first (in model order) whose hash differs.
     """
-    inputs = {}  # type: Dict[str, Dict[str, Any]]
-    reference = {}  # type: Dict[str, List[Tuple[str, str]]]
-    distinct = {}  # type: Dict[str, set]
-    for record in records:
+
+    def __init__(self, backend=None):
+        # type: (Optional[str]) -> None
+        self.backend = backend
+        self.inputs = {}  # type: Dict[str, Dict[str, Any]]
+        self._reference = {}  # type: Dict[str, List[Tuple[str, str]]]
+        self._distinct = {}  # type: Dict[str, set]
+
+    def add(self, record):
+        # type: (Dict[str, Any]) -> None
         name = record["input"]
         outs = [(o["name"], o["hash"]) for o in record["outputs"]]
-        entry = inputs.setdefault(name, {"distinct": 0, "runs": 0, "first_divergence": None})
+        entry = self.inputs.setdefault(name, {"distinct": 0, "runs": 0, "first_divergence": None})
         entry["runs"] += 1
-        distinct.setdefault(name, set()).add(tuple(outs))
-        entry["distinct"] = len(distinct[name])
-        if name not in reference:
-            reference[name] = outs
-        elif entry["first_divergence"] is None and outs != reference[name]:
-            first = [n for (n, h), (rn, rh) in zip(outs, reference[name]) if h != rh or n != rn]
+        self._distinct.setdefault(name, set()).add(tuple(outs))
+        entry["distinct"] = len(self._distinct[name])
+        if name not in self._reference:
+            self._reference[name] = outs
+        elif entry["first_divergence"] is None and outs != self._reference[name]:
+            first = [n for (n, h), (rn, rh) in zip(outs, self._reference[name]) if h != rh or n != rn]
             entry["first_divergence"] = {"run": record["run"], "output": first[0] if first else None}
-    runs = max([e["runs"] for e in inputs.values()] or [0])
-    summary = {
-        "schema": SUMMARY_SCHEMA,
-        "runs": runs,
-        "inputs": inputs,
-        "deterministic": all(e["distinct"] == 1 for e in inputs.values()),
-    }
-    if backend is not None:
-        summary["backend"] = backend
-    return summary
+
+    def result(self):
+        # type: () -> Dict[str, Any]
+        summary = {
+            "schema": SUMMARY_SCHEMA,
+            "runs": max([e["runs"] for e in self.inputs.values()] or [0]),
+            "inputs": self.inputs,
+            "deterministic": all(e["distinct"] == 1 for e in self.inputs.values()),
+        }
+        if self.backend is not None:
+            summary["backend"] = self.backend
+        return summary
+
+
+def summarize(records, backend=None):
+    # type: (Sequence[Dict[str, Any]], Optional[str]) -> Dict[str, Any]
+    """summary.json from index records (e.g. `read_index` of an interrupted run): distinct output
+    sets per input and the first divergence."""
+    summary = Summary(backend)
+    for record in records:
+        summary.add(record)
+    return summary.result()
 
 
 # --------------------------------------------------------------------------------------------
@@ -757,7 +775,7 @@ class Recorder(object):
 
     def __init__(self, writer, backend_name, depth=2):
         # type: (ResultWriter, str, int) -> None
-        self.records = []  # type: List[Dict[str, Any]]
+        self.summary = Summary(backend_name)
         self._writer = writer
         self._backend = backend_name
         self._queue = queue.Queue(maxsize=depth)  # type: Any
@@ -789,7 +807,7 @@ class Recorder(object):
         line = {"run": run, "input": sample, "latency_ms": round(latency * 1000.0, 4),
                 "t_unix": t_unix, "backend": self._backend, "outputs": described}
         self._writer.index.append(line)
-        self.records.append(line)
+        self.summary.add(line)
 
     def _raise_pending(self):
         # type: () -> None
@@ -802,13 +820,13 @@ class Recorder(object):
         self._queue.put((run, sample, latency, t_unix, names, outputs))
 
     def finish(self):
-        # type: () -> List[Dict[str, Any]]
+        # type: () -> Dict[str, Any]
         """Wait until every submitted inference is recorded; raise the worker's error if any."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
         self._raise_pending()
-        return self.records
+        return self.summary.result()
 
 
 def _make_backend(args):
@@ -873,10 +891,9 @@ def _run(args, samples, backend, affinity):
             for sample in samples:
                 _check_stop()
                 backend.infer(sample.feed)
-        records = _measure(args, samples, backend, writer, record)
+        summary = _measure(args, samples, backend, writer, record)
         writer.snapshots.append(board_snapshot("after", args.repeats - 1))
         writer.close()
-        summary = summarize(records, backend.name)
         write_json_atomic(os.path.join(args.out, "summary.json"), summary)
         record.update(status="complete", finished_unix=time.time())
         write_json_atomic(run_path, record)
@@ -897,7 +914,7 @@ def _run(args, samples, backend, affinity):
 
 
 def _measure(args, samples, backend, writer, record):
-    # type: (argparse.Namespace, List[Sample], Any, ResultWriter, Dict[str, Any]) -> List[Dict[str, Any]]
+    # type: (argparse.Namespace, List[Sample], Any, ResultWriter, Dict[str, Any]) -> Dict[str, Any]
     """The measured loop: `for run in range(N): for input in inputs:` with only the backend call
     timed; hashing and writing happen on the Recorder's thread."""
     recorder = Recorder(writer, backend.name)
