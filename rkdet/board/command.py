@@ -140,38 +140,34 @@ def board_group() -> None:
     """Inspect a board, or pin/restore its clocks by hand."""
 
 
-def _board_session(conn, workdir: str | None, sudo: bool, state_dir: str | None):
-    from rkdet.board.deploy import push_scripts
+def _board_script(conn_opts: dict[str, Any], name: str, workdir: str | None, state_dir: str | None,
+                  extra_env: dict[str, str] | None = None) -> tuple[str, list]:
+    """Connect, push the board scripts, run one of them; return the board's label and the script's records."""
+    from rkdet.board.deploy import push_scripts, run_board_script
 
-    login_is_root = conn.run(["id", "-u"], timeout=30).out.strip() == "0"
-    wd = conn.abspath(workdir) if workdir else conn.default_workdir()
-    layout = {"workdir": wd, "scripts": f"{wd}/scripts"}
-    push_scripts(conn, layout)
-    env = {"RKDET_WORK_DIR": wd,
-           "RKDET_STATE_DIR": state_dir or ("/run/rkdet" if (login_is_root or sudo) else f"{wd}/state")}
-    return layout, env
-
-
-def _run_script(conn, name: str, layout: dict, env: dict, sudo: bool) -> tuple[int, list]:
-    from rkdet.board.deploy import run_board_script
-
-    return run_board_script(conn, name, layout["scripts"], env, sudo)
+    opts = dict(conn_opts)
+    sudo = bool(opts.pop("sudo"))
+    with open_connection(**opts) as conn:
+        login_is_root = conn.run(["id", "-u"], timeout=30).out.strip() == "0"
+        wd = conn.abspath(workdir) if workdir else conn.default_workdir()
+        push_scripts(conn, {"workdir": wd, "scripts": f"{wd}/scripts"})
+        env = {"RKDET_WORK_DIR": wd,
+               "RKDET_STATE_DIR": state_dir or ("/run/rkdet" if (login_is_root or sudo) else f"{wd}/state"),
+               **(extra_env or {})}
+        _, records = run_board_script(conn, name, f"{wd}/scripts", env, sudo)
+        return conn.target.label, records
 
 
 @board_group.command("info")
 @connection_options
 @click.option("--workdir", default=None, help="Remote work dir for the scripts.")
-def board_info(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
-               workdir) -> None:
+def board_info(workdir: str | None, **conn_opts: Any) -> None:
     """Probe the board and print what it is (JSON lines from probe.sh)."""
     from rkdet.board import scripts as board_scripts
 
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
-                         connect_timeout) as conn:
-        layout, env = _board_session(conn, workdir, bool(sudo), None)
-        rc, records = _run_script(conn, "probe", layout, env, bool(sudo))
-        report = board_scripts.parse_probe(records)
-        report.raise_for_status(conn.target.label)
+    label, records = _board_script(conn_opts, "probe", workdir, None)
+    report = board_scripts.parse_probe(records)
+    report.raise_for_status(label)
     click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
 
 
@@ -181,38 +177,31 @@ def board_info(board, user, port, identity, known_hosts, ssh_config, accept_new_
               help="Config whose board section says what to pin.")
 @click.option("--workdir", default=None, help="Remote work dir for the scripts (default as for deploy).")
 @click.option("--state-dir", default=None, help="Remote pin state dir; restore must be given the same one.")
-def board_pin(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
-              config_path, workdir, state_dir) -> None:
+def board_pin(config_path: Path, workdir: str | None, state_dir: str | None, **conn_opts: Any) -> None:
     """Pin the board profile and leave it pinned (restore with `rkdet board restore`)."""
     from rkdet.board import scripts as board_scripts
     from rkdet.board.deploy import pin_env_from_config
 
     cfg = load_config(config_path)
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
-                         connect_timeout) as conn:
-        layout, env = _board_session(conn, workdir, bool(sudo), state_dir)
-        rc, records = _run_script(conn, "pin", layout, {**env, **pin_env_from_config(cfg.board)}, bool(sudo))
-        report = board_scripts.parse_pin(records)
-        for knob in report.knobs:
-            click.echo(f"{knob.status:8} {knob.knob} {knob.actual or ''} {knob.reason or ''}".rstrip())
-        if report.exit_code not in (0, 1):
-            report.raise_for_status(conn.target.label)
-        click.echo(f"pinned; state saved on the board: run `rkdet board restore --board {board}` to undo", err=True)
+    label, records = _board_script(conn_opts, "pin", workdir, state_dir, pin_env_from_config(cfg.board))
+    report = board_scripts.parse_pin(records)
+    for knob in report.knobs:
+        click.echo(f"{knob.status:8} {knob.knob} {knob.actual or ''} {knob.reason or ''}".rstrip())
+    if report.exit_code not in (0, 1):
+        report.raise_for_status(label)
+    click.echo(f"pinned; state saved on the board: run `rkdet board restore --board {conn_opts['board']}` to undo",
+               err=True)
 
 
 @board_group.command("restore")
 @connection_options
 @click.option("--workdir", default=None, help="Remote work dir for the scripts (default as for deploy).")
 @click.option("--state-dir", default=None, help="Remote pin state dir, as given to `rkdet board pin`.")
-def board_restore(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key, sudo, connect_timeout,
-                  workdir, state_dir) -> None:
+def board_restore(workdir: str | None, state_dir: str | None, **conn_opts: Any) -> None:
     """Write back exactly the values saved by pin (idempotent)."""
     from rkdet.board import scripts as board_scripts
 
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
-                         connect_timeout) as conn:
-        layout, env = _board_session(conn, workdir, bool(sudo), state_dir)
-        rc, records = _run_script(conn, "restore", layout, env, bool(sudo))
-        report = board_scripts.parse_restore(records)
-        report.raise_for_status(conn.target.label)
+    label, records = _board_script(conn_opts, "restore", workdir, state_dir)
+    report = board_scripts.parse_restore(records)
+    report.raise_for_status(label)
     click.echo(report.note or f"restored {len(report.knobs)} value(s)")
