@@ -16,9 +16,10 @@ import secrets
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rkdet.board import scripts as board_scripts
 from rkdet.board.preflight import BoardFit, check_board
@@ -64,6 +65,21 @@ class DeployOutcome:
     restored: bool | None
     warnings: list[str] = field(default_factory=list)
     record: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def _progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | None]:
+    """A live bar of inferences done on a terminal; None (plain log lines) otherwise."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("inference"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("run", total=total)
+        yield lambda done: bar.update(task, completed=done)
 
 
 def pin_env_from_config(board_section: Any) -> dict[str, str]:
@@ -370,17 +386,21 @@ class Deployment:
         total = self.settings.repeats * len(list((self.build / "golden" / "inputs").glob("*.npy")))
         deadline = time.monotonic() + self.settings.timeout
         last = -1
-        while self.conn.is_running(job):
-            if time.monotonic() > deadline:
-                raise BoardError(f"{self.conn.target.label}: run still going after {self.settings.timeout:g} s; "
-                                 "it continues on the board: rkdet deploy --resume later")
-            res = self.conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh", f"{layout['result']}/index.jsonl"],
-                                check=False, timeout=30)
-            done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
-            if done != last:
-                self.log(f"inference {done}/{total}")
-                last = done
-            time.sleep(0.3)
+        with _progress_bar(self.progress, total) as advance:
+            while self.conn.is_running(job):
+                if time.monotonic() > deadline:
+                    raise BoardError(f"{self.conn.target.label}: run still going after {self.settings.timeout:g} s; "
+                                     "it continues on the board: rkdet deploy --resume later")
+                res = self.conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh",
+                                     f"{layout['result']}/index.jsonl"], check=False, timeout=30)
+                done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
+                if done != last:
+                    if advance is None:
+                        self.log(f"inference {done}/{total}")
+                    else:
+                        advance(done)
+                    last = done
+                time.sleep(0.3)
         return self.conn.job_exit_code(job)
 
     def _stop_job(self, job: Any, timeout: float = 120.0) -> None:
