@@ -122,34 +122,31 @@ def _remove_quietly(path):
         pass
 
 
-def write_json_atomic(path, obj):
-    # type: (str, Any) -> None
-    """Write JSON (sorted keys, indent 2) to a temp name in the same folder, fsync, rename."""
+def _write_atomic(path, mode, write):
+    # type: (str, str, Any) -> None
+    """write(handle) to a temp name in the same folder, fsync, rename: readers never see half a file."""
     tmp = "%s.tmp-%d" % (path, os.getpid())
     try:
-        with open(tmp, "w") as handle:
-            handle.write(json.dumps(obj, sort_keys=True, indent=2) + "\n")
+        with open(tmp, mode) as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         _remove_quietly(tmp)
         raise
+
+
+def write_json_atomic(path, obj):
+    # type: (str, Any) -> None
+    """Write JSON (sorted keys, indent 2) atomically."""
+    _write_atomic(path, "w", lambda handle: handle.write(json.dumps(obj, sort_keys=True, indent=2) + "\n"))
 
 
 def save_array_atomic(path, array):
     # type: (str, Any) -> None
-    """np.save to a temp name, fsync, rename: a reader never sees a half-written .npy."""
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    try:
-        with open(tmp, "wb") as handle:
-            np.save(handle, array, allow_pickle=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
+    """np.save atomically: a reader never sees a half-written .npy."""
+    _write_atomic(path, "wb", lambda handle: np.save(handle, array, allow_pickle=False))
 
 
 class JsonlAppender(object):
