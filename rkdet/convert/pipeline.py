@@ -132,8 +132,9 @@ def _install(stage_dir: Path, final: Path) -> None:
 
 
 def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
-                   out: Path, verify: bool, progress: Progress, keep_failed: bool = False) -> BuildResult:
-    tk = find_toolkit(platform, cfg)
+                   out: Path, verify: bool, progress: Progress, keep_failed: bool = False,
+                   tk: Toolkit | None = None) -> BuildResult:
+    tk = tk or find_toolkit(platform, cfg)
     inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
     final = out / f"{cfg.name}-{platform}"
     stage_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=out))
@@ -237,6 +238,7 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     """Convert for every configured (or given) platform; returns one result per platform."""
     targets = platforms or cfg.target.platforms
     check_writable(out)
+    toolkits = {p: find_toolkit(p, cfg) for p in targets}  # a missing toolkit fails before any heavy work
     progress("checking the ONNX model and preparing its graph")
     model = prepare_model(cfg.model)
     if not cfg.quantize.force_fp16 and cfg.quantize.enabled is False:
@@ -251,4 +253,4 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
     cal = materialize(cal_files, model, cfg)
     gold = materialize(gold_files, model, cfg)
-    return [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed) for p in targets]
+    return [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p]) for p in targets]
