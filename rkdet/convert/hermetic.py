@@ -19,7 +19,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -76,7 +76,7 @@ def hermetic_env(home: Path, python: str) -> dict[str, str]:
 
 @contextmanager
 def work_folder(key: str) -> Iterator[Path]:
-    """An empty, locked folder at a path that depends only on `key` (the input fingerprint)."""
+    """An empty, locked folder at a path that depends only on `key` (a digest of the build's inputs)."""
     base = Path(tempfile.gettempdir()) / f"rkdet-hermetic-{os.getuid()}"
     base.mkdir(mode=0o700, exist_ok=True)
     info = os.lstat(base)
@@ -95,21 +95,78 @@ def work_folder(key: str) -> Iterator[Path]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_worker(folder: Path, python: str, script: Path, job_file: str, timeout: float = 3600) -> HermeticRun:
-    """Run `python script job_file` in `folder` hermetically; the log is stdout+stderr combined.
+class Worker:
+    """A toolkit worker started early, in its hermetic folder: it imports the toolkit (torch, ~2 s)
+    while the host still prepares the job, then builds when `go()` says the job file is complete.
 
-    The worker is a standalone script (it imports nothing from rkdet), so the toolkit may live in
-    another interpreter than rkdet's (RKDET_TOOLKIT2_PYTHON, or toolkit1's Python 3.6 for RV1126).
+    The worker blocks on one line from stdin (no polling, so its heap history does not depend on how
+    long it waited); EOF without "go" makes it exit 2 without building. Its output goes to
+    `worker.log` in the folder (a pipe could fill up and stall it).
     """
-    env = hermetic_env(folder / "home", python)
-    prefix = _wrappers()
-    argv = [*prefix, python, str(script), job_file]
-    try:
-        proc = subprocess.run(argv, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise ConversionError(f"toolkit build timed out after {timeout:.0f} s") from None
-    except OSError as exc:
-        raise ConversionError(f"cannot start the toolkit worker ({argv[len(prefix)]}): {exc.strerror}") from None
-    log = proc.stdout.decode("utf-8", errors="replace")
-    return HermeticRun(proc.returncode, log, env, prefix)
+
+    def __init__(self, folder: Path, python: str, script: Path, job_file: str) -> None:
+        self.env = hermetic_env(folder / "home", python)
+        self.prefix = _wrappers()
+        self.folder = folder
+        self._log_path = folder / "worker.log"
+        argv = [*self.prefix, python, str(script), job_file]
+        self._log = open(self._log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(argv, cwd=folder, env=self.env, stdin=subprocess.PIPE, stdout=self._log,
+                                         stderr=subprocess.STDOUT)
+        except OSError as exc:
+            self._log.close()
+            raise ConversionError(f"cannot start the toolkit worker ({python}): {exc.strerror}") from None
+
+    def go(self, timeout: float = 3600) -> HermeticRun:
+        """Tell the worker its job is written; wait for it; return its exit code and log."""
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"go\n")
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it already exited (e.g. the toolkit failed to import): its log says why
+        try:
+            returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.cancel()
+            raise ConversionError(f"toolkit build timed out after {timeout:.0f} s") from None
+        self._log.close()
+        log = self._log_path.read_text(encoding="utf-8", errors="replace")
+        return HermeticRun(returncode, log, self.env, self.prefix)
+
+    def cancel(self) -> None:
+        """Stop a worker whose job will never come (the host failed or was interrupted)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def run_worker(folder: Path, python: str, script: Path, job_file: str, timeout: float = 3600) -> HermeticRun:
+    """Start a worker and let it build at once (the job file must already be written)."""
+    return Worker(folder, python, script, job_file).go(timeout)
+
+
+class ToolkitSession:
+    """A locked hermetic folder with a worker already importing the toolkit in it; `close()` stops an
+    unused worker and removes the folder (idempotent)."""
+
+    def __init__(self, key: str, python: str, script: Path) -> None:
+        self._stack = ExitStack()
+        try:
+            self.folder = self._stack.enter_context(work_folder(key))
+            self.worker = Worker(self.folder, python, script, "job.json")
+            self._stack.callback(self.worker.cancel)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> "ToolkitSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -34,7 +34,7 @@ SCHEMA = "rkdet.manifest/1"
 _NOT_IN_BUILD = ("run", "board", "tolerances", "name")
 _VERSIONED = ("rknn-toolkit2", "onnx", "onnxruntime", "numpy", "opencv-python-headless", "torch", "protobuf")
 
-__all__ = ["sha256_file", "sha256_bytes", "input_fingerprint", "build_manifest", "write_manifest",
+__all__ = ["sha256_file", "sha256_bytes", "input_fingerprint", "folder_key", "build_manifest", "write_manifest",
            "rknn_content_fingerprint", "combine_fingerprint"]
 
 
@@ -81,6 +81,19 @@ def input_fingerprint(cfg: RkdetConfig, platform: str, model: PreparedModel, cal
         "golden": _image_records(gold),
         "toolkit": {"name": tk.name, "version": tk.version},
         "libraries": {k: v for k, v in library_versions().items() if k != "rkdet"},
+    }
+    return sha256_bytes(_canonical(doc).encode())
+
+
+def folder_key(cfg: RkdetConfig, platform: str, cal_files: list, gold_files: list, tk: Toolkit) -> str:
+    """Names the hermetic work folder before any image is decoded (so the worker can start early):
+    the same inputs as the input fingerprint, taken as file hashes instead of fed tensors."""
+    doc = {
+        "onnx": sha256_file(Path(cfg.model.onnx)),
+        "config": build_config(cfg, platform),
+        "calibration": [f.sha256 for f in cal_files],
+        "golden": [f.sha256 for f in gold_files],
+        "toolkit": {"name": tk.name, "version": tk.version},
     }
     return sha256_bytes(_canonical(doc).encode())
 

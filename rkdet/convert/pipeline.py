@@ -20,7 +20,7 @@ import numpy as np
 
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest
-from rkdet.convert.hermetic import run_worker, work_folder
+from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, preprocess
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
@@ -97,12 +97,16 @@ def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, mod
 
 
 def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
-                 gold: Materialized, key: str, stage_dir: Path) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
-    """Build in the hermetic folder; copy model.rknn and toolkit.log into `stage_dir`; return sim outputs."""
-    with work_folder(key) as folder:
+                 gold: Materialized, session: ToolkitSession, stage_dir: Path
+                 ) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
+    """Build in the session's hermetic folder; copy model.rknn and toolkit.log into `stage_dir`; return
+    the simulator outputs. The session is closed (worker reaped, folder removed) on the way out."""
+    with session:
+        folder = session.folder
         job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold)
-        (folder / "job.json").write_text(json.dumps(job, sort_keys=True))
-        run = run_worker(folder, tk.python, tk.worker, "job.json")
+        (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
+        os.rename(folder / ".job.json", folder / "job.json")
+        run = session.worker.go()
         (stage_dir / "toolkit.log").write_text(run.log)
         result_file = folder / "result.json"
         result = json.loads(result_file.read_text()) if result_file.exists() else None
@@ -133,11 +137,17 @@ def _install(stage_dir: Path, final: Path) -> None:
 
 def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
                    out: Path, verify: bool, progress: Progress, keep_failed: bool = False,
-                   tk: Toolkit | None = None) -> BuildResult:
+                   tk: Toolkit | None = None, session: ToolkitSession | None = None) -> BuildResult:
     tk = tk or find_toolkit(platform, cfg)
+    key = manifest.folder_key(cfg, platform, cal.files, gold.files, tk)
+    session = session or ToolkitSession(key, tk.python, tk.worker)
     inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
     final = out / f"{cfg.name}-{platform}"
-    stage_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=out))
+    try:
+        stage_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=out))
+    except BaseException:
+        session.close()
+        raise
     umask = os.umask(0)
     os.umask(umask)
     stage_dir.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the build folder is for everyone the umask allows
@@ -147,7 +157,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         with ThreadPoolExecutor(max_workers=1) as pool:
             reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
                                     cfg.preprocess.mean, cfg.preprocess.std)
-            environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, stage_dir)
+            environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir)
             ref, ref_detail = reference.result()
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
@@ -185,7 +195,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         verify_report = None
         if verify:
             progress(f"{platform}: --verify: rebuilding to check reproducibility")
-            verify_report = _verify(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, doc, golden_hashes)
+            verify_report = _verify(cfg, platform, model, cal, gold, tk, inputs_fp, key, stage_dir, doc,
+                                    golden_hashes)
             (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
         manifest.write_manifest(stage_dir / "manifest.json", doc)
         (stage_dir / "config.resolved.json").write_text(json.dumps(cfg.resolved_dict(), indent=2, sort_keys=True) + "\n")
@@ -196,6 +207,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         _install(stage_dir, final)
         return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report)
     except BaseException:
+        session.close()
         if keep_failed and stage_dir.exists():
             failed = out / f"{final.name}.failed"
             shutil.rmtree(failed, ignore_errors=True)
@@ -206,11 +218,12 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
 
 def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
-            tk: Toolkit, inputs_fp: str, stage_dir: Path, doc: dict, golden_hashes: dict) -> dict:
+            tk: Toolkit, inputs_fp: str, key: str, stage_dir: Path, doc: dict, golden_hashes: dict) -> dict:
     """Rebuild in a fresh hermetic folder; report byte identity and fingerprint identity separately."""
     second = Path(tempfile.mkdtemp(prefix=".verify-", dir=stage_dir.parent))
     try:
-        _, sim2, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, inputs_fp, second)
+        _, sim2, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, ToolkitSession(key, tk.python, tk.worker),
+                                  second)
         rknn2 = second / "model.rknn"
         from rkdet.convert.rknn_file import compare_rknn, read_rknn
 
@@ -239,10 +252,10 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     targets = platforms or cfg.target.platforms
     check_writable(out)
     toolkits = {p: find_toolkit(p, cfg) for p in targets}  # a missing toolkit fails before any heavy work
-    progress("checking the ONNX model and preparing its graph")
-    model = prepare_model(cfg.model)
     if not cfg.quantize.force_fp16 and cfg.quantize.enabled is False:
         raise InputError("quantize.enabled is false: set quantize.force_fp16: true to build FP16 explicitly")
+    if not Path(cfg.model.onnx).is_file():
+        raise InputError(f"{cfg.model.onnx}: ONNX model not found; set model.onnx to an existing .onnx file")
     cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
     gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
     overlap = {f.sha256 for f in cal_files} & {f.sha256 for f in gold_files}
@@ -250,7 +263,16 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
         names = sorted(f.path.name for f in gold_files if f.sha256 in overlap)
         raise InputError(f"{cfg.golden.inputs}: golden inputs must be held out of calibration; also in "
                          f"quantize.dataset: {', '.join(names)}")
-    progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
-    cal = materialize(cal_files, model, cfg)
-    gold = materialize(gold_files, model, cfg)
-    return [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p]) for p in targets]
+    first, tk = targets[0], toolkits[targets[0]]
+    # The first build's worker starts now and imports the toolkit while the model and images are prepared.
+    early = ToolkitSession(manifest.folder_key(cfg, first, cal_files, gold_files, tk), tk.python, tk.worker)
+    try:
+        progress("checking the ONNX model and preparing its graph")
+        model = prepare_model(cfg.model)
+        progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
+        cal = materialize(cal_files, model, cfg)
+        gold = materialize(gold_files, model, cfg)
+        return [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
+                               early if p == first else None) for p in targets]
+    finally:
+        early.close()

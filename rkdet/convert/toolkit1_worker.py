@@ -52,7 +52,11 @@ def run_job(job):
 
 def main(argv):
     if len(argv) != 2:
-        sys.stderr.write("usage: toolkit1_worker.py job.json\n")
+        sys.stderr.write("usage: toolkit1_worker.py job.json  (then 'go' on stdin once job.json is complete)\n")
+        return 2
+    from rknn.api import RKNN  # noqa: F401  imported while the host still prepares the job
+    if sys.stdin.readline().strip() != "go":
+        sys.stderr.write("the host did not start the job (stdin closed)\n")
         return 2
     try:
         with open(argv[1]) as fh:

@@ -1,12 +1,14 @@
 """The rknn-toolkit2 build, run alone in a hermetic subprocess (see hermetic.py).
 
-Why a separate process: the toolkit leaks heap pointers and uninitialised memory into the `.rknn`
-command region, so byte identity needs a fixed environment, no ASLR and one CPU; and its simulator can
-only run a model built in the same process, so the golden simulator outputs are made here too.
+Why a separate process: the toolkit leaks heap pointers and uninitialised buffer tails into the `.rknn`
+(docs/RKNN_FORMAT.md), so byte identity needs a fixed environment, cwd and no ASLR; and its simulator
+can only run a model built in the same process, so the golden simulator outputs are made here too.
 
-Protocol: `python toolkit2_worker.py job.json` (a standalone script: imports only numpy and rknn) in the job's folder; all paths in the job
-are relative to it. Writes `result.json` ({"ok": true, ...} or {"ok": false, "stage": ..., "error": ...}).
-Exit 0 on success, 4 on a toolkit failure, 2 on a bad job.
+Protocol: `python toolkit2_worker.py job.json` in the job's folder (a standalone script: imports only
+numpy and rknn); it imports the toolkit at once, then waits for `go` on stdin, sent when job.json is
+complete (so the slow import overlaps the host's preparation). All paths in the job are relative to
+the folder. Writes `result.json` ({"ok": true, ...} or {"ok": false, "stage": ..., "error": ...}).
+Exit 0 on success, 4 on a toolkit failure, 2 on a bad job or no "go".
 """
 
 from __future__ import annotations
@@ -81,7 +83,13 @@ def run_job(job: dict) -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: toolkit2_worker.py job.json", file=sys.stderr)
+        print("usage: toolkit2_worker.py job.json  (then 'go' on stdin once job.json is complete)", file=sys.stderr)
+        return 2
+    import numpy  # noqa: F401  the heavy imports happen while the host still prepares the job
+    from rknn.api import RKNN  # noqa: F401
+
+    if sys.stdin.readline().strip() != "go":
+        print("the host did not start the job (stdin closed)", file=sys.stderr)
         return 2
     try:
         job = json.loads(Path(argv[1]).read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,8 @@ def _assert_clean_failure(proc, code: int, *needles: str, out: Path | None = Non
         assert needle in error_lines[0], error_lines[0]
     if out is not None and out.exists():
         assert list(out.iterdir()) == [], f"left behind: {list(out.iterdir())}"
+    workers = subprocess.run(["pgrep", "-f", "toolkit2_worker.py"], capture_output=True, text=True).stdout.split()
+    assert workers == [], "a toolkit worker started early outlived the failed convert"
 
 
 def _convert(config: Path, out: Path, *extra: str, env: dict | None = None):

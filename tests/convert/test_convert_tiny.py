@@ -133,3 +133,5 @@ def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()[-2000:]
     assert list(out.iterdir()) == []
+    workers = subprocess.run(["pgrep", "-f", "toolkit2_worker.py"], capture_output=True, text=True).stdout.split()
+    assert workers == [], "an early-started toolkit worker outlived the interrupted convert"
