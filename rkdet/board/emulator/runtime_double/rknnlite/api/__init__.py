@@ -228,7 +228,7 @@ class RKNNLite(object):
         return list(self._buffers)
 
     def get_sdk_version(self):
-        return "rknn-toolkit-lite2 version: 2.3.2 (EMULATED: %s)" % RKDET_EMULATED
+        return "rknn-toolkit-lite2 version: 2.5.0 (EMULATED: %s)" % RKDET_EMULATED
 
     def list_support_target_platform(self, rknn_model=None):
         return {"emulated": ["rk3588", "rk3568", "rk3566", "rk3562", "rk3576"]}
