@@ -28,12 +28,12 @@ from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
 
 from rkdet.board.ssh import remote_command
 from rkdet.errors import BoardError, InputError
+from rkdet.runner import file_sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     from rkdet.board.ssh import BoardConnection
 
 PROGRESS_MIN_BYTES = 8 << 20  # progress bars only for files at least this big
-_HASH_CHUNK = 1 << 20
 
 # one line per argument, in order: "<sha256>" or "-" when the file does not exist
 _HASHES = ('while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; done; shift; '
@@ -66,12 +66,8 @@ class TransferStats:
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a local file, streamed."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """Hex sha256 of a local file, streamed (the runner's one definition)."""
+    return file_sha256(str(path))
 
 
 def _local_files(local: Path) -> list[tuple[Path, str]]:

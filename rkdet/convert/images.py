@@ -7,7 +7,6 @@ tensors used for calibration and the golden inputs must be byte-for-byte what th
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from rkdet.config import PreprocessSection
 from rkdet.errors import InputError
+from rkdet.runner import file_sha256
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 MIN_SIDE = 32
@@ -45,14 +45,6 @@ class Letterbox:
     source_size: tuple[int, int]  # (H, W)
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def list_images(folder: Path, key: str, limit: int | None = None) -> list[ImageFile]:
     """Images in `folder`, sorted by file name (bytewise), hashed; errors name the config key."""
     folder = Path(folder)
@@ -68,7 +60,7 @@ def list_images(folder: Path, key: str, limit: int | None = None) -> list[ImageF
         raise InputError(f"{folder}: {key} has images sharing a name stem: {', '.join(dupes)}; rename them")
     if limit is not None:
         files = files[:limit]
-    return [ImageFile(p, sha256_file(p)) for p in files]
+    return [ImageFile(p, file_sha256(str(p))) for p in files]
 
 
 def decode_rgb(path: Path) -> np.ndarray:

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rkdet import __version__
-from rkdet.convert.images import sha256_file
-from rkdet.runner import output_hash
+from rkdet.runner import file_sha256, output_hash
 
 if TYPE_CHECKING:
     from rkdet.config import RkdetConfig
@@ -36,6 +35,10 @@ _VERSIONED = ("rknn-toolkit2", "onnx", "onnxruntime", "numpy", "opencv-python-he
 
 __all__ = ["sha256_file", "sha256_bytes", "input_fingerprint", "folder_key", "build_manifest", "write_manifest",
            "rknn_content_fingerprint", "combine_fingerprint"]
+
+
+def sha256_file(path: Path) -> str:
+    return file_sha256(str(path))
 
 
 def sha256_bytes(data: bytes) -> str:
