@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rkdet.runner import output_hash
+from rkdet.runner import output_hash, summarize, write_json_atomic
 
 
 def to_model_input(tensor_nhwc: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
@@ -43,10 +43,6 @@ def onnxruntime_reference(onnx_bytes: bytes, inputs: dict[str, np.ndarray], inpu
     return results, f"onnxruntime {ort.__version__} CPU, 1 thread, sequential, ORT_ENABLE_ALL"
 
 
-def _dump(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
 def write_result_set(folder: Path, *, backend: str, backend_detail: str, model_path: str, model_sha256: str,
                      inputs: dict[str, tuple[str, str, np.ndarray]], outputs: dict[str, dict[str, np.ndarray]],
                      output_names: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -57,20 +53,21 @@ def write_result_set(folder: Path, *, backend: str, backend_detail: str, model_p
     """
     (folder / "outputs").mkdir(parents=True, exist_ok=True)
     hashes: dict[str, dict[str, str]] = {}
-    with open(folder / "index.jsonl", "w", encoding="utf-8") as index:
-        for name in sorted(inputs):
-            records, hashes[name] = [], {}
-            for out_name in output_names:
-                array = np.ascontiguousarray(outputs[name][out_name])
-                digest = output_hash(array)
-                hashes[name][out_name] = digest
-                target = folder / "outputs" / f"{digest}.npy"
-                if not target.exists():
-                    np.save(target, array, allow_pickle=False)
-                records.append({"name": out_name, "hash": digest, "shape": list(array.shape), "dtype": str(array.dtype)})
-            index.write(json.dumps({"run": 0, "input": name, "latency_ms": None, "t_unix": None,
-                                    "outputs": records}, sort_keys=True) + "\n")
-    _dump(folder / "run.json", {
+    index = []
+    for name in sorted(inputs):
+        records, hashes[name] = [], {}
+        for out_name in output_names:
+            array = np.ascontiguousarray(outputs[name][out_name])
+            digest = output_hash(array)
+            hashes[name][out_name] = digest
+            target = folder / "outputs" / f"{digest}.npy"
+            if not target.exists():
+                np.save(target, array, allow_pickle=False)
+            records.append({"name": out_name, "hash": digest, "shape": list(array.shape), "dtype": str(array.dtype)})
+        index.append({"run": 0, "input": name, "latency_ms": None, "t_unix": None, "backend": backend,
+                      "outputs": records})
+    (folder / "index.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in index), encoding="utf-8")
+    write_json_atomic(str(folder / "run.json"), {
         "schema": "rkdet.run/1", "backend": backend, "backend_detail": backend_detail, "emulated": False,
         "model": {"path": model_path, "sha256": model_sha256},
         "inputs": [{"name": n, "file": f, "sha256": h, "shape": list(t.shape), "dtype": str(t.dtype)}
@@ -79,8 +76,5 @@ def write_result_set(folder: Path, *, backend: str, backend_detail: str, model_p
         "python": platform.python_version(), "platform": f"{sys.platform}-{platform.machine()}",
         "started_unix": None, "finished_unix": None, "status": "complete", "error": None,
     })
-    _dump(folder / "summary.json", {
-        "schema": "rkdet.summary/1", "runs": 1, "deterministic": True,
-        "inputs": {n: {"distinct": 1, "runs": 1, "first_divergence": None} for n in sorted(inputs)},
-    })
+    write_json_atomic(str(folder / "summary.json"), summarize(index, backend))
     return hashes

@@ -1,9 +1,7 @@
-"""Fixtures for the converter tests: tiny models, image folders, and a CLI runner."""
+"""Fixtures for the converter tests: tiny models and image folders (CLI helpers: convert_helpers.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,16 +9,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import conv_model, image_folder, write_config  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
-RKDET = [sys.executable, "-m", "rkdet.cli"]
-
-
-def run_rkdet(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):
-    """Run the real CLI in a subprocess (exit codes and stderr exactly as a user sees them)."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([*RKDET, *args], capture_output=True, text=True, env=full_env, cwd=cwd or REPO,
-                          timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_rkdet
+from convert_helpers import REPO, run_rkdet
 from rkdet.config import load_config
 from rkdet.errors import ConfigError
 

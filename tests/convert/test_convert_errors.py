@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_rkdet
+from convert_helpers import run_rkdet
 from tiny_models import conv_model, image_folder
 
 

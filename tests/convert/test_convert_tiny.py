@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import RKDET, REPO, run_rkdet
+from convert_helpers import RKDET, REPO, run_rkdet
 
 pytestmark = pytest.mark.slow
 
