@@ -3,13 +3,13 @@
 Why a strict schema: a determinism claim is only as good as the record of what was asked for. So every
 key is known (unknown keys are rejected with a "did you mean" hint), every rknn-toolkit2 option that can
 change the result has an explicit rkdet default (never the toolkit's), paths are resolved relative to the
-config file, and `resolved_dict()` is the canonical form that the manifest hashes.
+config file, and `resolved_dict()` is the canonical form the manifest records (and hashes, without
+machine paths).
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -207,11 +207,6 @@ class RkdetConfig(_Strict):
     def resolved_dict(self) -> dict[str, Any]:
         """Canonical JSON-able form with every default filled in (what the manifest hashes)."""
         return json.loads(self.model_dump_json())
-
-    def sha256(self) -> str:
-        """Hash of the canonical resolved config, paths as given relative to nothing (absolute)."""
-        blob = json.dumps(self.resolved_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
 
 
 _PATH_KEYS = (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs"), ("target", "toolkit1_python"))

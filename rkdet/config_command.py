@@ -28,7 +28,7 @@ def show_command(config_path: Path, as_json: bool) -> None:
         click.echo(json.dumps(resolved, indent=2, sort_keys=True))
         return
     given = explicit_keys(config_path)
-    click.echo(f"# {config_path} resolved (sha256 {cfg.sha256()[:16]})")
+    click.echo(f"# {config_path} resolved")
     for section, value in resolved.items():
         mark = "" if section in given else "  # default"
         if not isinstance(value, dict):
