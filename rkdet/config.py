@@ -95,6 +95,13 @@ class QuantizeSection(_Strict):
     max_images: Optional[int] = Field(None, ge=1)
     force_fp16: bool = False
 
+    @model_validator(mode="after")
+    def _explicit_float(self) -> "QuantizeSection":
+        if not self.enabled and not self.force_fp16:
+            raise ValueError("enabled is false but force_fp16 is false: an unquantized build runs in float16; "
+                             "say so explicitly with force_fp16: true")
+        return self
+
 
 class ToolkitSection(_Strict):
     """Every rknn-toolkit2 `config()`/`build()` option that can change the result, pinned by rkdet.

@@ -43,11 +43,15 @@ def _has_stock_head(model) -> bool:
         n.name.endswith("/dfl/conv/Conv") for n in model.graph.node)
 
 
+def require_onnx_file(path: Path) -> None:
+    if not path.is_file():
+        raise InputError(f"{path}: ONNX model not found; set model.onnx to an existing .onnx file")
+
+
 def _load(path: Path):
     import onnx
 
-    if not path.is_file():
-        raise InputError(f"{path}: ONNX model not found; set model.onnx to an existing .onnx file")
+    require_onnx_file(path)
     try:
         model = onnx.load(str(path))
     except Exception as exc:  # onnx raises DecodeError, ValueError... for corrupt files

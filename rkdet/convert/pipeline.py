@@ -22,7 +22,7 @@ from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, preprocess
-from rkdet.convert.onnx_graph import PreparedModel, prepare_model
+from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 
@@ -252,10 +252,7 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     targets = platforms or cfg.target.platforms
     check_writable(out)
     toolkits = {p: find_toolkit(p, cfg) for p in targets}  # a missing toolkit fails before any heavy work
-    if not cfg.quantize.force_fp16 and cfg.quantize.enabled is False:
-        raise InputError("quantize.enabled is false: set quantize.force_fp16: true to build FP16 explicitly")
-    if not Path(cfg.model.onnx).is_file():
-        raise InputError(f"{cfg.model.onnx}: ONNX model not found; set model.onnx to an existing .onnx file")
+    require_onnx_file(Path(cfg.model.onnx))  # hashed below, before the graph is prepared
     cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
     gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
     overlap = {f.sha256 for f in cal_files} & {f.sha256 for f in gold_files}

@@ -108,11 +108,7 @@ def toolkit2_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], d
         "compiler_control_file": None,
     }
     build = {"rknn_batch_size": tk.rknn_batch_size, "auto_hybrid": tk.auto_hybrid}
-    do_quantization = q.enabled and not q.force_fp16
-    if not q.enabled and not q.force_fp16:
-        raise InputError("quantize.enabled is false but quantize.force_fp16 is false: an unquantized build runs in "
-                         "float16; say so explicitly with quantize.force_fp16: true")
-    return config, build, do_quantization
+    return config, build, q.enabled and not q.force_fp16
 
 
 def toolkit1_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
