@@ -143,17 +143,14 @@ def board_group() -> None:
 def _board_script(conn_opts: dict[str, Any], name: str, workdir: str | None, state_dir: str | None,
                   extra_env: dict[str, str] | None = None) -> tuple[str, list]:
     """Connect, push the board scripts, run one of them; return the board's label and the script's records."""
-    from rkdet.board.deploy import push_scripts, run_board_script
+    from rkdet.board.deploy import push_scripts, run_board_script, state_dir_for
 
     opts = dict(conn_opts)
     sudo = bool(opts.pop("sudo"))
     with open_connection(**opts) as conn:
-        login_is_root = conn.run(["id", "-u"], timeout=30).out.strip() == "0"
         wd = conn.abspath(workdir) if workdir else conn.default_workdir()
         push_scripts(conn, {"workdir": wd, "scripts": f"{wd}/scripts"})
-        env = {"RKDET_WORK_DIR": wd,
-               "RKDET_STATE_DIR": state_dir or ("/run/rkdet" if (login_is_root or sudo) else f"{wd}/state"),
-               **(extra_env or {})}
+        env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, state_dir), **(extra_env or {})}
         _, records = run_board_script(conn, name, f"{wd}/scripts", env, sudo)
         return conn.target.label, records
 

@@ -239,10 +239,18 @@ def _runner_argv(layout: dict[str, str], settings: RunSettings, model: str) -> l
     return argv
 
 
-def _job_env(settings: RunSettings, layout: dict[str, str], login_is_root: bool) -> dict[str, str]:
+def state_dir_for(conn: BoardConnection, workdir: str, sudo: bool, given: str | None = None) -> str:
+    """Where pin keeps its saved state: as given, else /run/rkdet for root (survives a dropped
+    connection, cleared by a reboot that resets the knobs anyway), else the user's own work dir."""
+    if given:
+        return given
+    login_is_root = conn.run(["id", "-u"], timeout=30).out.strip() == "0"
+    return board_scripts.DEFAULT_STATE_DIR if (login_is_root or sudo) else f"{workdir}/state"
+
+
+def _job_env(settings: RunSettings, layout: dict[str, str], state_dir: str) -> dict[str, str]:
     env = dict(settings.pin_env)
-    env["RKDET_STATE_DIR"] = settings.state_dir or ("/run/rkdet" if (login_is_root or settings.sudo)
-                                                    else f"{layout['workdir']}/state")
+    env["RKDET_STATE_DIR"] = state_dir
     env["RKDET_WORK_DIR"] = layout["workdir"]
     if settings.fault:
         env["RKDET_EMU_FAULT"] = settings.fault
@@ -298,10 +306,9 @@ class Deployment:
     def _prepare(self, run_id: str) -> tuple[dict[str, str], dict[str, str], TransferStats, BoardFit]:
         """Preflight (probe and fit; nothing changes) and the verified push; status becomes "running"."""
         s = self.settings
-        login_is_root = self.conn.run(["id", "-u"], timeout=30).out.strip() == "0"
         workdir = self.conn.abspath(s.workdir) if s.workdir else self.conn.default_workdir()
         layout = _remote_layout(workdir, self.manifest["fingerprint"], run_id, s.backend)
-        env = _job_env(s, layout, login_is_root)
+        env = _job_env(s, layout, state_dir_for(self.conn, workdir, s.sudo, s.state_dir))
         self.record = {"schema": DEPLOY_SCHEMA, "status": "preflight", "run_id": run_id, "board": self.conn.target.label,
                        "build": str(self.build), "fingerprint": self.manifest["fingerprint"],
                        "platform": self.manifest["platform"], "remote": layout, "job_env": env,
