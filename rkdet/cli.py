@@ -14,6 +14,7 @@ import click
 
 from rkdet import __version__
 from rkdet.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RkdetError
+from rkdet.log import VERBOSE_KEY
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -45,8 +46,11 @@ class RkdetGroup(click.Group):
 
 @click.group(cls=RkdetGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rkdet")
-def main() -> None:
+@click.option("-v", "--verbose", is_flag=True, help="Timestamps on the progress log lines.")
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
     """Deterministic, provable inference on Rockchip NPUs."""
+    ctx.meta[VERBOSE_KEY] = verbose
 
 
 def _register() -> None:

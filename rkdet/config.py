@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rkdet.errors import ConfigError
 
+# What --config means when it is not given: relative to the current folder (a source checkout).
+DEFAULT_CONFIG = Path("configs/yolov8.yaml")
+
 # Platforms rknn-toolkit2 2.5.0 accepts, and the one it rejects (legacy RKNN-Toolkit 1.x only).
 TOOLKIT2_PLATFORMS = ("rk3562", "rk3566", "rk3568", "rk3576", "rk3588", "rv1126b")
 TOOLKIT1_PLATFORMS = ("rv1126", "rv1109")
@@ -267,6 +270,9 @@ def load_config(path: str | Path, overrides: Optional[dict[str, Any]] = None) ->
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if path == DEFAULT_CONFIG:  # the commands' default: an installed rkdet run outside its repository
+            raise ConfigError(f"no config: ./{DEFAULT_CONFIG} (the default) is not in {Path.cwd()}; pass "
+                              "--config FILE (rkdet's source repository has configs/yolov8.yaml to start from)") from None
         raise ConfigError(f"{path}: config file not found; pass --config with an existing YAML file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.__class__.__name__}: {exc})") from None

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import yaml
 
-from rkdet.config import explicit_keys, load_config
+from rkdet.config import DEFAULT_CONFIG, explicit_keys, load_config
 
 
 @click.group("config")
@@ -17,7 +17,7 @@ def config_group() -> None:
 
 
 @config_group.command("show")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml",
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=DEFAULT_CONFIG,
               show_default=True, help="YAML config file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved config as JSON.")
 def show_command(config_path: Path, as_json: bool) -> None:

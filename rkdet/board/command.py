@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
-from rich.console import Console
 
 from rkdet.config import CORE_MASKS, load_config
 from rkdet.errors import EXIT_OK, InputError
+from rkdet.log import log_console
 
 
 def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -94,7 +94,7 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
     from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build,
                                     pin_env_from_config)
 
-    console = Console(stderr=True)
+    console = log_console()
     cfg, default_build = _default_build(config_path)
     given_build, build = build, build or default_build
     run = cfg.run

@@ -32,14 +32,14 @@ DEFAULT_STATE_DIR = "/run/rkdet"
 
 
 def board_scripts_dir() -> Path:
-    """The repository's ``board_scripts/`` directory (found relative to this package)."""
-    here = Path(__file__).resolve()
-    for top in here.parents:
-        candidate = top / "board_scripts"
+    """Where the board scripts are: inside the installed package (a wheel packages the repository's
+    ``board_scripts/`` as ``rkdet/board_scripts/`` at build time), else the source checkout's copy."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "board_scripts", package.parent / "board_scripts"):
         if (candidate / "pin.sh").is_file():
             return candidate
-    raise InputError(f"board_scripts/ not found above {here.parent}; run rkdet from its source checkout "
-                     "(pip install -e .)")
+    raise InputError(f"board scripts not found in {package / 'board_scripts'} or {package.parent / 'board_scripts'}; "
+                     "reinstall rkdet from its wheel, or run it from a source checkout")
 
 
 def script_path(name: str) -> Path:

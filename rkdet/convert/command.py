@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from rkdet.config import PLATFORMS, load_config
+from rkdet.log import log_console
 
 
 @click.command("convert")
@@ -29,7 +29,7 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     """
     from rkdet.convert.pipeline import convert
 
-    console = Console(stderr=True)
+    console = log_console()
     cfg = load_config(config_path)
     with console.status("converting") as status:
         results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,

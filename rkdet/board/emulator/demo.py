@@ -15,8 +15,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from rkdet.config import load_config
-from rkdet.errors import EXIT_BOARD, EXIT_OK, BoardError
+from rkdet.config import DEFAULT_CONFIG, load_config
+from rkdet.errors import EXIT_BOARD, EXIT_OK, BoardError, InputError
+from rkdet.log import log_console
 
 
 def knob_view(probe) -> dict:
@@ -40,14 +41,33 @@ def _build_folder(config_path: Path, out: Path, console: Console) -> Path:
     return result.folder
 
 
+def demo_config(config_path: Path | None, data: Path | None) -> Path:
+    """The demo's config. The shipped model and pages stay in the source repository (their own licenses),
+    so an installed rkdet finds them in --data DIR, the current folder, or the checkout it runs from."""
+    if config_path is not None:
+        return config_path
+    checkout = Path(__file__).resolve().parents[3]  # rkdet/board/emulator/demo.py -> the source checkout
+    for folder in ([data] if data is not None else [Path.cwd(), checkout]):
+        if (folder / DEFAULT_CONFIG).is_file():
+            return folder / DEFAULT_CONFIG
+    where = f"--data {data}" if data is not None else f"{Path.cwd()}"
+    raise InputError(f"demo data not found ({where} has no {DEFAULT_CONFIG}): the demo's model and pages are not "
+                     "installed with rkdet; pass --data DIR with a checkout of rkdet's source repository")
+
+
 @click.command("demo")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml", show_default=True)
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+              help=f"Config file (default: {DEFAULT_CONFIG} under --data).")
+@click.option("--data", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder with the demo's configs/, models/ and calibration_data/ (a checkout of rkdet's "
+                   "repository; default: the current folder, else the checkout rkdet runs from).")
 @click.option("--build-dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
 @click.option("--soc", default=None, help="Emulated SoC (default: the config's first platform).")
 @click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Override run.repeats.")
-def demo_command(config_path: Path, build_dir: Path, out: Path, soc: str | None, sysfs: str, repeats: int | None) -> None:
+def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, out: Path, soc: str | None, sysfs: str,
+                 repeats: int | None) -> None:
     """Convert the default model, deploy it to an emulated board, print the verdict.
 
     Exit codes as `rkdet deploy`: 0 deterministic and within tolerance, 1 divergence, 2 bad input, 3 board
@@ -57,7 +77,8 @@ def demo_command(config_path: Path, build_dir: Path, out: Path, soc: str | None,
     from rkdet.board.deploy import Deployment, RunSettings, pin_env_from_config, probe_board, push_scripts
     from rkdet.board.emulator.sshd import EmulatedBoard
 
-    console = Console(stderr=True)
+    console = log_console()
+    config_path = demo_config(config_path, data)
     cfg = load_config(config_path)
     build = _build_folder(config_path, build_dir, console)
     soc = soc or cfg.target.platforms[0]
