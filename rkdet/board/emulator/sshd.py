@@ -261,6 +261,9 @@ class EmulatedBoard:
                              f"give a root under a world-searchable directory")
         if not self.python.exists():
             raise InputError(f"emulator: python {self.python} not found")
+        if not users.traversable_by(RUNTIME_DOUBLE, entry):  # e.g. rkdet installed in a venv under a 0700 home
+            raise InputError(f"emulator: {RUNTIME_DOUBLE} (the emulated runtime) is not readable by the board user "
+                             f"{entry.pw_name}; install rkdet in a venv under a world-readable folder (e.g. /opt)")
         board_python = _board_python(self.python, self.board_dir, entry)
         wrapper = bindir / "python3"
         wrapper.write_text(f"#!/bin/sh\nexec {_sh_quote(str(board_python))} \"$@\"\n")
