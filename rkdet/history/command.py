@@ -25,6 +25,13 @@ def _when(t: float | None) -> str:
     return "unknown" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def _short(digest: str | None) -> str:
+    """A hash cut to 12 digits for the terminal; other text (a note) as is."""
+    if digest is None:
+        return "none"
+    return digest[:12] if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else digest
+
+
 def _unknown(value: str | None) -> str:
     return "unknown" if value is None else value
 
@@ -132,8 +139,7 @@ def drift_command(results: Path, board: str | None, build: str | None, as_json: 
             first = d.outputs[0] if d.outputs else None
             if first is not None:
                 console.print(f"  outputs: {len(d.outputs)} differ; first: input {for_rich(first.input)} output "
-                              f"{for_rich(first.output)} {(first.baseline or 'none')[:12]} -> "
-                              f"{for_rich((first.now or 'none')[:40])}")
+                              f"{for_rich(first.output)} {_short(first.baseline)} -> {for_rich(_short(first.now))}")
         boards = len({r.board.key for r in runs})
         console.print(f"{len(drifts)} drifted (board, build, cell) of {boards} board{'s' if boards != 1 else ''}, "
                       f"{len(runs)} runs" if drifts else f"no drift: {len(runs)} runs of {boards} "
