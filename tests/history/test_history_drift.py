@@ -179,3 +179,15 @@ def test_history_without_a_database_says_what_to_do(tmp_path: Path) -> None:
     assert not (tmp_path / "rkdet.db").exists()
     code, out = cli("history", "import", "--results", str(tmp_path / "nope"))
     assert code == 2 and "no such results folder" in out
+
+
+def test_history_tables_print_board_text_literally(tmp_path: Path, pages) -> None:
+    res = tmp_path / "results"
+    marked = probe_records(tmp_path, runtime="librknnrt version: [red]2.3.3[/red]", kernel="6.1[bold]")
+    make_run(res, "127.0.0.1_2201", "r1", marked, pages, started=T0)
+    make_run(res, "127.0.0.1_2201", "r2", probe_records(tmp_path), moved(pages), started=T0 + 60)
+    cli("history", "import", "--results", str(res))
+    code, out = cli("history", "--results", str(res))
+    assert code == 0 and "[red]2.3.3[/red]" in out and "6.1[bold]" in out
+    code, out = cli("history", "drift", "--results", str(res))
+    assert code == 1 and "librknnrt: librknnrt version: [red]2.3.3[/red] ->" in out and "kernel: 6.1[bold] ->" in out
