@@ -35,6 +35,7 @@ MAX_NAME = 255
 NULL_TAG = "tag:yaml.org,2002:null"
 GROUP_KEYS = ("hosts", "vars", "children")
 _SOC_RE = re.compile(r"^[a-z0-9]{2,16}$")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same events, nodes, marks
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -176,7 +177,7 @@ def _compose(path: Path, text: str) -> Node | None:
     """The document as nodes (with line marks); aliases and oversized documents refused first."""
     try:
         count = 0
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, yaml.AliasEvent):
                 raise _fail(path, _line(event), f"YAML alias *{printable(event.anchor)}: aliases are not "
                                                 "accepted in an inventory (they can expand without bound); "
@@ -186,7 +187,7 @@ def _compose(path: Path, text: str) -> Node | None:
                 if count > MAX_YAML_NODES:
                     raise _fail(path, _line(event), f"more than {MAX_YAML_NODES} YAML nodes; "
                                                     "is this really an inventory?")
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)

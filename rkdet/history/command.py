@@ -17,8 +17,16 @@ from rkdet.history.drift import Drift, find_drift, verdict_against_baseline
 from rkdet.history.ingest import RunRecord
 from rkdet.safe_text import for_rich
 
-RESULTS_OPTION = click.option("--results", type=click.Path(path_type=Path, file_okay=False), default=Path("results"),
-                              show_default=True, help="Results folder holding rkdet.db.")
+RESULTS_OPTION = click.option("--results", type=click.Path(path_type=Path, file_okay=False), default=None,
+                              help="Results folder holding rkdet.db (default: results).")
+
+
+def _results(given: Path | None) -> Path:
+    """--results of the subcommand, else of `rkdet history` itself, else ./results."""
+    if given is not None:
+        return given
+    parent = click.get_current_context().parent
+    return (parent.params.get("results") if parent is not None else None) or Path("results")
 
 
 def _when(t: float | None) -> str:
@@ -73,7 +81,7 @@ def _run_json(r: RunRecord, verdict: str | None = None) -> dict[str, Any]:
 @click.option("--build", default=None, help="Only this build: a fingerprint prefix (>= 4 hex digits).")
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (schema rkdet.history.runs/1).")
 @click.pass_context
-def history_group(ctx: click.Context, results: Path, board: str | None, build: str | None, as_json: bool) -> None:
+def history_group(ctx: click.Context, results: Path | None, board: str | None, build: str | None, as_json: bool) -> None:
     """Recorded runs, oldest first per board, build and cell, each against its baseline.
 
     The first accepted run of a (board, build, cell) is its baseline; later runs are compared by
@@ -81,6 +89,7 @@ def history_group(ctx: click.Context, results: Path, board: str | None, build: s
     """
     if ctx.invoked_subcommand is not None:
         return
+    results = results or Path("results")
     runs = _filtered(results, board, build)
     verdicts = verdict_against_baseline(runs)
     if as_json:
@@ -114,11 +123,12 @@ def _drift_json(d: Drift) -> dict[str, Any]:
 @click.option("--board", default=None, help="Only this board: its key, results label or serial (globs work).")
 @click.option("--build", default=None, help="Only this build: a fingerprint prefix (>= 4 hex digits).")
 @click.option("--json", "as_json", is_flag=True, help="Print the drift as JSON (schema rkdet.history.drift/1).")
-def drift_command(results: Path, board: str | None, build: str | None, as_json: bool) -> None:
+def drift_command(results: Path | None, board: str | None, build: str | None, as_json: bool) -> None:
     """Name every board whose outputs moved from its baseline: since when, and what changed on it.
 
     Exit 0 when no board drifted, 1 when one did.
     """
+    results = _results(results)
     runs = _filtered(results, board, build)
     drifts = find_drift(runs)
     if as_json:
@@ -150,11 +160,12 @@ def drift_command(results: Path, board: str | None, build: str | None, as_json: 
 
 @history_group.command("import")
 @RESULTS_OPTION
-def import_command(results: Path) -> None:
+def import_command(results: Path | None) -> None:
     """Index every completed run folder under RESULTS into RESULTS/rkdet.db (importing twice adds nothing)."""
     from rkdet.history.db import connect, is_recorded, record_run
     from rkdet.history.ingest import deploy_status, read_run, run_folders
 
+    results = _results(results)
     if not results.is_dir():
         raise InputError(f"{results}: no such results folder")
     conn = connect(results)
