@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -171,17 +172,19 @@ def import_command(results: Path | None) -> None:
     conn = connect(results)
     added = known = skipped = 0
     try:
-        for folder in run_folders(results):
+        for folder in run_folders(results):  # one transaction per run: an error keeps the runs before it
             if is_recorded(conn, folder.relative_to(results).as_posix()):
                 known += 1
                 continue
             if deploy_status(folder) != "complete":
                 skipped += 1
                 continue
-            if record_run(conn, read_run(results, folder)):
-                added += 1
-            else:
-                known += 1
+            try:
+                fresh = record_run(conn, read_run(results, folder))
+            except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full
+                raise InputError(f"{results / 'rkdet.db'}: {err} while recording {folder}; rerun "
+                                 "`rkdet history import` (it adds only what is missing)") from None
+            added, known = (added + 1, known) if fresh else (added, known + 1)
     finally:
         conn.close()
     click.echo(f"imported {added} run{'s' if added != 1 else ''} into {results / 'rkdet.db'} ({known} already there, "

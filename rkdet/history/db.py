@@ -116,13 +116,20 @@ def connect(results: Path, *, create: bool = True) -> sqlite3.Connection:
             raise InputError(f"{path}: no history database yet; run `rkdet history import --results {results}`")
         if not Path(results).is_dir():
             raise InputError(f"{results}: no such results folder")
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as err:
+        raise InputError(f"{path}: cannot open ({err}); check the folder's permissions") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, path)
+    except sqlite3.OperationalError as err:  # locked past the busy timeout, read-only, disk full
+        conn.close()
+        raise InputError(f"{path}: {err}; check that the folder is writable and no process holds the database") \
+            from None
     except sqlite3.DatabaseError as err:
         conn.close()
         raise InputError(f"{path}: not a usable SQLite database ({err}); move it away and run "
