@@ -191,3 +191,14 @@ def test_history_tables_print_board_text_literally(tmp_path: Path, pages) -> Non
     assert code == 0 and "[red]2.3.3[/red]" in out and "6.1[bold]" in out
     code, out = cli("history", "drift", "--results", str(res))
     assert code == 1 and "librknnrt: librknnrt version: [red]2.3.3[/red] ->" in out and "kernel: 6.1[bold] ->" in out
+
+
+def test_record_folder_is_the_one_call_a_deploy_needs(tmp_path: Path, pages, probes) -> None:
+    from rkdet.history.record import record_folder
+
+    res = tmp_path / "results"
+    folder = make_run(res, "127.0.0.1_2201", "r1", probes["rk3588"], pages, started=T0)
+    assert record_folder(res, folder) is True
+    assert record_folder(res, folder) is False
+    code, out = cli("history", "import", "--results", str(res))
+    assert "imported 0 runs" in out and "(1 already there" in out
