@@ -62,6 +62,8 @@ def _register() -> None:
     from rkdet.board.command import board_group, deploy_command
     from rkdet.board.emulator.command import emulator
     from rkdet.board.emulator.demo import demo_command
+    from rkdet.fleet.command import fleet_group
+    from rkdet.history.command import history_group
 
     main.add_command(config_group)
     main.add_command(convert_command)
@@ -70,6 +72,8 @@ def _register() -> None:
     main.add_command(deploy_command)
     main.add_command(board_group)
     main.add_command(demo_command)
+    main.add_command(fleet_group)
+    main.add_command(history_group)
 
 
 _register()

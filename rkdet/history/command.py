@@ -1,0 +1,191 @@
+"""`rkdet history [list] | drift | import`: the results database from the command line."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from rkdet.errors import EXIT_DIFFERENT, InputError
+from rkdet.history.drift import Drift, find_drift, verdict_against_baseline
+from rkdet.history.ingest import RunRecord
+from rkdet.safe_text import for_rich
+
+RESULTS_OPTION = click.option("--results", type=click.Path(path_type=Path, file_okay=False), default=None,
+                              help="Results folder holding rkdet.db (default: results).")
+
+
+def _results(given: Path | None) -> Path:
+    """--results of the subcommand, else of `rkdet history` itself, else ./results."""
+    if given is not None:
+        return given
+    parent = click.get_current_context().parent
+    return (parent.params.get("results") if parent is not None else None) or Path("results")
+
+
+def _when(t: float | None) -> str:
+    return "unknown" if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _short(digest: str | None) -> str:
+    """A hash cut to 12 digits for the terminal; other text (a note) as is."""
+    if digest is None:
+        return "none"
+    return digest[:12] if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else digest
+
+
+def _unknown(value: str | None) -> str:
+    return "unknown" if value is None else value
+
+
+def _filtered(results: Path, board: str | None, build: str | None) -> list[RunRecord]:
+    from rkdet.history.db import connect, load_runs
+
+    if build is not None and len(build) < 4:
+        raise InputError("--build: give at least 4 hex digits of the build fingerprint")
+    conn = connect(results, create=False)
+    try:
+        runs = load_runs(conn)
+    finally:
+        conn.close()
+
+    def keep(r: RunRecord) -> bool:
+        names = (r.board.key, r.board.label, r.board.serial or "", r.board.machine_id or "")
+        return ((board is None or any(fnmatch.fnmatchcase(n, board) for n in names))
+                and (build is None or r.build.startswith(build.lower())))
+    return [r for r in runs if keep(r)]
+
+
+def _run_json(r: RunRecord, verdict: str | None = None) -> dict[str, Any]:
+    doc = {"folder": r.folder, "run_id": r.run_id, "board": r.board.key, "label": r.board.label, "soc": r.board.soc,
+           "serial": r.board.serial, "machine_id": r.board.machine_id, "identified_by": r.board.identified_by,
+           "build": r.build, "core_mask": r.core_mask, "backend": r.backend, "started_unix": r.started_unix,
+           "status": r.status, "accepted": r.accepted, "deterministic": r.deterministic, "emulated": r.emulated,
+           "kernel": r.state.kernel, "driver": r.state.driver, "runtime": r.state.runtime,
+           "board_model": r.state.model, "clocks": dict(r.state.clocks), "inferences": r.inferences,
+           "inputs": len({o.input for o in r.outputs})}
+    if verdict is not None:
+        doc["vs_baseline"] = verdict
+    return doc
+
+
+@click.group("history", invoke_without_command=True)
+@RESULTS_OPTION
+@click.option("--board", default=None, help="Only this board: its key, results label or serial (globs work).")
+@click.option("--build", default=None, help="Only this build: a fingerprint prefix (>= 4 hex digits).")
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (schema rkdet.history.runs/1).")
+@click.pass_context
+def history_group(ctx: click.Context, results: Path | None, board: str | None, build: str | None, as_json: bool) -> None:
+    """Recorded runs, oldest first per board, build and cell, each against its baseline.
+
+    The first accepted run of a (board, build, cell) is its baseline; later runs are compared by
+    output hash. Subcommands: `drift` (which boards moved, since when, what changed), `import`.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    results = results or Path("results")
+    runs = _filtered(results, board, build)
+    verdicts = verdict_against_baseline(runs)
+    if as_json:
+        click.echo(json.dumps({"schema": "rkdet.history.runs/1", "runs": [_run_json(r, verdicts[r.folder])
+                                                                           for r in runs]}, indent=2, sort_keys=True))
+        return
+    table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {for_rich(results)}", title_justify="left")
+    for col in ("started (UTC)", "board", "soc", "build", "cell", "run", "vs baseline", "kernel", "librknnrt"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        mark = verdicts[r.folder]
+        if not r.accepted and mark != "differs":
+            mark += " (not accepted: " + ("incomplete" if r.status != "complete" else "not deterministic") + ")"
+        table.add_row(_when(r.started_unix), for_rich(r.board.label), for_rich(_unknown(r.board.soc)), r.build[:16],
+                      for_rich(r.cell), for_rich(r.run_id), mark, for_rich(_unknown(r.state.kernel)),
+                      for_rich(_unknown(r.state.runtime)))
+    Console(soft_wrap=False).print(table)
+
+
+def _drift_json(d: Drift) -> dict[str, Any]:
+    return {"board": d.board, "label": d.label, "build": d.build, "cell": d.cell,
+            "baseline": _run_json(d.baseline), "since": _run_json(d.since), "previous": _run_json(d.previous),
+            "changes": [{"what": c.what, "before": c.before, "after": c.after} for c in d.changes],
+            "outputs": [{"input": o.input, "output": o.output, "baseline": o.baseline, "now": o.now}
+                        for o in d.outputs],
+            "differing_runs": d.differing_runs, "later_runs": d.later_runs, "latest_matches": d.latest_matches}
+
+
+@history_group.command("drift")
+@RESULTS_OPTION
+@click.option("--board", default=None, help="Only this board: its key, results label or serial (globs work).")
+@click.option("--build", default=None, help="Only this build: a fingerprint prefix (>= 4 hex digits).")
+@click.option("--json", "as_json", is_flag=True, help="Print the drift as JSON (schema rkdet.history.drift/1).")
+def drift_command(results: Path | None, board: str | None, build: str | None, as_json: bool) -> None:
+    """Name every board whose outputs moved from its baseline: since when, and what changed on it.
+
+    Exit 0 when no board drifted, 1 when one did.
+    """
+    results = _results(results)
+    runs = _filtered(results, board, build)
+    drifts = find_drift(runs)
+    if as_json:
+        click.echo(json.dumps({"schema": "rkdet.history.drift/1", "runs": len(runs),
+                               "drift": [_drift_json(d) for d in drifts]}, indent=2, sort_keys=True))
+    else:
+        console = Console(soft_wrap=True, highlight=False)
+        for d in drifts:
+            console.print(f"[bold]DRIFT[/bold] {for_rich(d.label)} ({for_rich(_unknown(d.baseline.board.soc))}) "
+                          f"build {d.build[:16]} cell {for_rich(d.cell)}: outputs differ from baseline "
+                          f"{for_rich(d.baseline.run_id)} ({_when(d.baseline.started_unix)}) since run "
+                          f"{for_rich(d.since.run_id)} ({_when(d.since.started_unix)}); "
+                          f"{d.differing_runs} of {d.later_runs} later runs differ"
+                          f"{', the latest matches again' if d.latest_matches else ''}")
+            what = "; ".join(f"{for_rich(c.what)}: {for_rich(_unknown(c.before))} -> {for_rich(_unknown(c.after))}"
+                             for c in d.changes) or "nothing recorded changed on the board"
+            console.print(f"  changed at that run: {what}")
+            first = d.outputs[0] if d.outputs else None
+            if first is not None:
+                console.print(f"  outputs: {len(d.outputs)} differ; first: input {for_rich(first.input)} output "
+                              f"{for_rich(first.output)} {_short(first.baseline)} -> {for_rich(_short(first.now))}")
+        boards = len({r.board.key for r in runs})
+        console.print(f"{len(drifts)} drifted (board, build, cell) of {boards} board{'s' if boards != 1 else ''}, "
+                      f"{len(runs)} runs" if drifts else f"no drift: {len(runs)} runs of {boards} "
+                      f"board{'s' if boards != 1 else ''} match their baselines (or are baselines)")
+    if drifts:
+        raise SystemExit(EXIT_DIFFERENT)
+
+
+@history_group.command("import")
+@RESULTS_OPTION
+def import_command(results: Path | None) -> None:
+    """Index every completed run folder under RESULTS into RESULTS/rkdet.db (importing twice adds nothing)."""
+    from rkdet.history.db import connect, is_recorded, record_run
+    from rkdet.history.ingest import deploy_status, read_run, run_folders
+
+    results = _results(results)
+    if not results.is_dir():
+        raise InputError(f"{results}: no such results folder")
+    conn = connect(results)
+    added = known = skipped = 0
+    try:
+        for folder in run_folders(results):  # one transaction per run: an error keeps the runs before it
+            if is_recorded(conn, folder.relative_to(results).as_posix()):
+                known += 1
+                continue
+            if deploy_status(folder) != "complete":
+                skipped += 1
+                continue
+            try:
+                fresh = record_run(conn, read_run(results, folder))
+            except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full
+                raise InputError(f"{results / 'rkdet.db'}: {err} while recording {folder}; rerun "
+                                 "`rkdet history import` (it adds only what is missing)") from None
+            added, known = (added + 1, known) if fresh else (added, known + 1)
+    finally:
+        conn.close()
+    click.echo(f"imported {added} run{'s' if added != 1 else ''} into {results / 'rkdet.db'} ({known} already there, "
+               f"{skipped} not completed)")

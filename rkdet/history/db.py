@@ -1,0 +1,202 @@
+"""The results database `<results>/rkdet.db`: stdlib sqlite3, WAL, a versioned schema.
+
+Why SQLite in WAL mode: a run is recorded in one transaction, so a process killed mid-write
+(kill -9, power cut with synchronous=FULL) leaves the database as it was before that run; readers
+never block the writer; several deploys finishing together queue on a busy timeout instead of
+failing. The schema version is `PRAGMA user_version` (and `application_id` marks the file as
+rkdet's); `migrate` brings an older file up to `SCHEMA_VERSION` step by step, inside one
+IMMEDIATE transaction so two processes opening a new database at once cannot both migrate it.
+The schema is documented in docs/FORMATS.md ("Results database").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rkdet.errors import InputError
+from rkdet.history.ingest import BoardIdentity, BoardState, OutputHash, RunRecord
+
+DB_NAME = "rkdet.db"
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x726B6474  # "rkdt"
+BUSY_TIMEOUT_S = 60.0
+
+
+def _v1(conn: sqlite3.Connection) -> None:
+    conn.execute("""CREATE TABLE boards (
+        key TEXT PRIMARY KEY,
+        soc TEXT, serial TEXT, machine_id TEXT,
+        label TEXT NOT NULL,
+        identified_by TEXT NOT NULL)""")
+    conn.execute("""CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        folder TEXT NOT NULL UNIQUE,
+        run_id TEXT NOT NULL,
+        board TEXT NOT NULL REFERENCES boards(key),
+        build TEXT NOT NULL,
+        core_mask TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        started_unix REAL,
+        status TEXT NOT NULL,
+        accepted INTEGER NOT NULL,
+        deterministic INTEGER NOT NULL,
+        emulated INTEGER,
+        kernel TEXT, driver TEXT, runtime TEXT, board_model TEXT,
+        clocks TEXT NOT NULL,
+        inferences INTEGER NOT NULL,
+        recorded_unix REAL NOT NULL)""")
+    conn.execute("CREATE INDEX runs_by_cell ON runs(board, build, core_mask, backend, started_unix)")
+    conn.execute("""CREATE TABLE outputs (
+        run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        input TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        distinct_sets INTEGER NOT NULL,
+        PRIMARY KEY (run, input, position)) WITHOUT ROWID""")
+
+
+# MIGRATIONS[v] takes a database at schema version v to v + 1.
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1,)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def db_path(results: Path) -> Path:
+    return Path(results) / DB_NAME
+
+
+def _check_file(path: Path) -> None:
+    """The database (and its -wal/-shm) must be plain files: never a symlink, FIFO or device."""
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            mode = os.lstat(p).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{p}: not a regular file (a symlink, FIFO or device); move it away")
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> int:
+    """Bring the schema to SCHEMA_VERSION; returns the version found. Refuses a newer or foreign file."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app not in (0, APPLICATION_ID) or (app == 0 and version != 0):
+            raise InputError(f"{path}: not an rkdet results database (application_id {app:#x}); move it away")
+        if version == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise InputError(f"{path}: an SQLite file with other tables, not an rkdet results database; move it away")
+        if version > SCHEMA_VERSION:
+            raise InputError(f"{path}: schema version {version} was written by a newer rkdet (this one knows "
+                             f"{SCHEMA_VERSION}); upgrade rkdet")
+        for step in range(version, SCHEMA_VERSION):
+            MIGRATIONS[step](conn)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("COMMIT")
+        return version
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def connect(results: Path, *, create: bool = True) -> sqlite3.Connection:
+    """Open (and with `create`, make) `<results>/rkdet.db`: WAL, synchronous FULL, busy timeout, migrated."""
+    path = db_path(results)
+    _check_file(path)
+    if not path.exists():
+        if not create:
+            raise InputError(f"{path}: no history database yet; run `rkdet history import --results {results}`")
+        if not Path(results).is_dir():
+            raise InputError(f"{results}: no such results folder")
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as err:
+        raise InputError(f"{path}: cannot open ({err}); check the folder's permissions") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, path)
+    except sqlite3.OperationalError as err:  # locked past the busy timeout, read-only, disk full
+        conn.close()
+        raise InputError(f"{path}: {err}; check that the folder is writable and no process holds the database") \
+            from None
+    except sqlite3.DatabaseError as err:
+        conn.close()
+        raise InputError(f"{path}: not a usable SQLite database ({err}); move it away and run "
+                         "`rkdet history import`") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on any error, Ctrl-C included): all of a run or none of it."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def is_recorded(conn: sqlite3.Connection, folder: str) -> bool:
+    """Whether a run folder (relative to the results folder) is already in the database."""
+    return conn.execute("SELECT 1 FROM runs WHERE folder = ?", (folder,)).fetchone() is not None
+
+
+def record_run(conn: sqlite3.Connection, run: RunRecord) -> bool:
+    """Store one run with its output hashes; False when its folder is already recorded (idempotent)."""
+    b, s = run.board, run.state
+    with transaction(conn):
+        conn.execute("INSERT INTO boards(key, soc, serial, machine_id, label, identified_by) VALUES (?,?,?,?,?,?) "
+                     "ON CONFLICT(key) DO NOTHING", (b.key, b.soc, b.serial, b.machine_id, b.label, b.identified_by))
+        cur = conn.execute(
+            "INSERT INTO runs(folder, run_id, board, build, core_mask, backend, started_unix, status, accepted, "
+            "deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences, recorded_unix) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(folder) DO NOTHING",
+            (run.folder, run.run_id, b.key, run.build, run.core_mask, run.backend, run.started_unix, run.status,
+             int(run.accepted), int(run.deterministic), None if run.emulated is None else int(run.emulated),
+             s.kernel, s.driver, s.runtime, s.model, json.dumps(dict(s.clocks), sort_keys=True), run.inferences,
+             time.time()))
+        if cur.rowcount == 0:
+            return False
+        conn.executemany("INSERT INTO outputs(run, input, position, name, hash, distinct_sets) VALUES (?,?,?,?,?,?)",
+                         [(cur.lastrowid, o.input, o.position, o.name, o.hash, o.distinct) for o in run.outputs])
+    return True
+
+
+def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
+    """Every recorded run with its outputs, ordered by (board, build, cell, start time, id)."""
+    boards = {row[0]: BoardIdentity(*row) for row in conn.execute(
+        "SELECT key, soc, serial, machine_id, label, identified_by FROM boards")}
+    outputs: dict[int, list[OutputHash]] = {}
+    for run_id, *rest in conn.execute(
+            "SELECT run, input, position, name, hash, distinct_sets FROM outputs ORDER BY run, input, position"):
+        outputs.setdefault(run_id, []).append(OutputHash(*rest))
+    runs = []
+    for row in conn.execute(
+            "SELECT id, folder, run_id, board, build, core_mask, backend, started_unix, status, accepted, "
+            "deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences FROM runs "
+            "ORDER BY board, build, core_mask, backend, started_unix IS NULL, started_unix, id"):
+        (rid, folder, run_id, board, build, core_mask, backend, started, status, accepted, deterministic,
+         emulated, kernel, driver, runtime, model, clocks, inferences) = row
+        state = BoardState(kernel, driver, runtime, model, tuple(sorted(json.loads(clocks).items())))
+        runs.append(RunRecord(folder=folder, run_id=run_id, board=boards[board], state=state, build=build,
+                              core_mask=core_mask, backend=backend, started_unix=started, status=status,
+                              accepted=bool(accepted), deterministic=bool(deterministic),
+                              emulated=None if emulated is None else bool(emulated), inferences=inferences,
+                              outputs=tuple(outputs.get(rid, ()))))
+    return runs

@@ -1,0 +1,270 @@
+"""Read one deploy run folder (results/<board>/<fingerprint16>/<run-id>/) into a `RunRecord`.
+
+Everything here is untrusted (a board wrote board.json and the result set; a folder may be
+crafted): every file is size-bounded before it is parsed, every field is type-checked, and
+trouble is one line naming the file (exit 2). A field the folder does not record is None
+("unknown"), never guessed. The result set is read with rkdet's own loader
+(`rkdet.diff.resultset`) and "distinct output sets" is the runner's own definition
+(`rkdet.runner.Summary`), so history and `rkdet diff` cannot disagree about a run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rkdet.board.scripts import parse_probe
+from rkdet.diff.resultset import ResultSetDir, iter_jsonl
+from rkdet.errors import InputError
+from rkdet.runner import Summary
+
+MAX_JSON_BYTES = 4 << 20  # deploy.json, board.json, run.json
+MAX_INDEX_BYTES = 1 << 30  # index.jsonl: ~100k inferences x 8 inputs fit in a fraction of this
+MAX_SNAPSHOT_BYTES = 64 << 20
+MAX_LINE_BYTES = 1 << 20  # one JSON Lines record (an index line with hundreds of outputs is ~50 KiB)
+MAX_INPUTS = 100_000
+MAX_OUTPUTS = 1024
+MAX_TEXT = 512
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{16,128}$")
+_NAME = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,256}$")
+
+
+@dataclass(frozen=True)
+class BoardIdentity:
+    """Who the board is, stable across address changes. `key` is what runs are grouped by."""
+
+    key: str
+    soc: str | None
+    serial: str | None  # not reported by probe.sh yet: None (unknown)
+    machine_id: str | None  # not reported by probe.sh yet: None (unknown)
+    label: str  # the results folder name (deploy derives it from the address)
+    identified_by: str  # "serial" | "machine-id" | "label"
+
+
+@dataclass(frozen=True)
+class BoardState:
+    """What the board was running at that run; a change here is what drift reports point at."""
+
+    kernel: str | None
+    driver: str | None  # rknpu driver version (debugfs), when readable
+    runtime: str | None  # librknnrt / librknn_runtime version string
+    model: str | None  # device-tree model string
+    clocks: tuple[tuple[str, str], ...]  # ("devfreq/fdab0000.npu", "1000000000 Hz performance"), at run start
+
+
+@dataclass(frozen=True)
+class OutputHash:
+    """One output of an input's first inference in the run, and how many distinct output sets that input gave."""
+
+    input: str
+    position: int
+    name: str
+    hash: str
+    distinct: int
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One completed deploy run, as the history database stores it."""
+
+    folder: str  # relative to the results folder, "/"-separated (the idempotent key)
+    run_id: str
+    board: BoardIdentity
+    state: BoardState
+    build: str  # the build fingerprint (full)
+    core_mask: str
+    backend: str
+    started_unix: float | None
+    status: str  # the result set's run.json status
+    accepted: bool  # complete and every input gave one output set: may be a baseline
+    deterministic: bool
+    emulated: bool | None
+    inferences: int
+    outputs: tuple[OutputHash, ...]
+
+    @property
+    def cell(self) -> str:
+        return f"{self.core_mask}/{self.backend}"
+
+
+def _bounded_size(path: Path, limit: int) -> None:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; the run folder is incomplete") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from None
+    if not path.is_file() or path.is_symlink():
+        raise InputError(f"{path}: not a regular file; a run folder holds plain files only")
+    if st.st_size > limit:
+        raise InputError(f"{path}: {st.st_size} bytes, more than the {limit >> 20} MiB a run file may have")
+
+
+def _check_lines(path: Path, limit: int) -> None:
+    """Refuse a JSON Lines file with a line longer than MAX_LINE_BYTES before a reader holds it whole."""
+    _bounded_size(path, limit)
+    current = 0
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            pos = 0
+            while (nl := chunk.find(b"\n", pos)) >= 0:
+                if current + nl - pos > MAX_LINE_BYTES:
+                    break
+                current, pos = 0, nl + 1
+            else:
+                current += len(chunk) - pos
+                if current <= MAX_LINE_BYTES:
+                    continue
+            raise InputError(f"{path}: a line longer than {MAX_LINE_BYTES >> 10} KiB; not a file rkdet wrote")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    _bounded_size(path, MAX_JSON_BYTES)
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise InputError(f"{path}: unreadable JSON ({err}); re-pull the run or remove the folder") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return data
+
+
+def _text(path: Path, key: str, value: Any, *, required: bool = False) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
+        raise InputError(f"{path}: {key} must be text of 1 to {MAX_TEXT} characters")
+    return value
+
+
+def _identity(board_json: Path, records: list[Any], label: str) -> tuple[BoardIdentity, BoardState]:
+    if not all(isinstance(r, dict) for r in records):
+        raise InputError(f"{board_json}: records must be JSON objects")
+    try:
+        probe = parse_probe(records)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InputError(f"{board_json}: malformed probe record ({err.__class__.__name__}: {err})") from None
+    soc = _text(board_json, "soc", probe.soc)
+    state = BoardState(kernel=_text(board_json, "kernel", probe.kernel),
+                       driver=_text(board_json, "rknpu version", probe.rknpu_version),
+                       runtime=_text(board_json, "runtime version", probe.runtime_version),
+                       model=_text(board_json, "model", probe.model), clocks=())
+    key = f"{soc or 'unknown-soc'}:label={label}"
+    return BoardIdentity(key=key, soc=soc, serial=None, machine_id=None, label=label, identified_by="label"), state
+
+
+def _clocks(snapshots: Path) -> tuple[tuple[str, str], ...]:
+    """The clocks the runner saw at the start of the run (its "before" snapshot), flattened."""
+    if not snapshots.exists():
+        return ()
+    _check_lines(snapshots, MAX_SNAPSHOT_BYTES)
+    first = next((rec for _, rec in iter_jsonl(snapshots) if rec.get("at") == "before"), None)
+    if first is None:
+        return ()
+    found: dict[str, str] = {}
+    for group, unit, field_name in (("cpu", "kHz", "cur_khz"), ("devfreq", "Hz", "cur_hz")):
+        nodes = first.get(group) or {}
+        if not isinstance(nodes, dict) or len(nodes) > 256:
+            raise InputError(f"{snapshots}: {group} must be an object of at most 256 entries")
+        for name, node in sorted(nodes.items()):
+            if not isinstance(node, dict) or not _NAME.match(str(name)):
+                raise InputError(f"{snapshots}: {group} entry {str(name)[:40]!r} is malformed")
+            cur, gov = node.get(field_name), node.get("governor")
+            if (cur is not None and (isinstance(cur, bool) or not isinstance(cur, int))) or \
+                    (gov is not None and (not isinstance(gov, str) or len(gov) > 64)):
+                raise InputError(f"{snapshots}: {group} {str(name)[:40]!r}: {field_name}/governor malformed")
+            found[f"{'cpufreq' if group == 'cpu' else 'devfreq'}/{name}"] = \
+                f"{'?' if cur is None else cur} {unit} {gov or '?'}".strip()
+    return tuple(sorted(found.items()))
+
+
+def _outputs(result: Path) -> tuple[ResultSetDir, tuple[OutputHash, ...], bool, int]:
+    _bounded_size(result / "run.json", MAX_JSON_BYTES)
+    _check_lines(result / "index.jsonl", MAX_INDEX_BYTES)
+    source = ResultSetDir(result)
+    index = result / "index.jsonl"
+    summary = Summary()
+    first: dict[str, tuple[tuple[int, str, str], ...]] = {}
+    count = 0
+    for rec in source.records():
+        count += 1
+        if len(rec.outputs) > MAX_OUTPUTS:
+            raise InputError(f"{index}: an inference with more than {MAX_OUTPUTS} outputs")
+        if not _NAME.match(rec.input):
+            raise InputError(f"{index}: input name {rec.input[:40]!r} is not a plain name")
+        for o in rec.outputs:
+            if not _HASH.match(o.hash) or not _NAME.match(o.name):
+                raise InputError(f"{index}: input {rec.input!r}: output {o.name[:40]!r} has a malformed name or hash")
+        if rec.input not in first:
+            if len(first) >= MAX_INPUTS:
+                raise InputError(f"{index}: more than {MAX_INPUTS} distinct inputs")
+            first[rec.input] = tuple((i, o.name, o.hash) for i, o in enumerate(rec.outputs))
+        summary.add({"run": rec.run, "input": rec.input,
+                     "outputs": [{"name": o.name, "hash": o.hash} for o in rec.outputs]})
+    result_summary = summary.result()
+    distinct = {name: entry["distinct"] for name, entry in result_summary["inputs"].items()}
+    outs = tuple(OutputHash(name, pos, out_name, digest, distinct[name])
+                 for name in sorted(first) for pos, out_name, digest in first[name])
+    return source, outs, bool(result_summary["deterministic"]) and count > 0, count
+
+
+def read_run(results: Path, folder: Path) -> RunRecord:
+    """The record of one completed run folder (InputError naming the file if anything is malformed)."""
+    deploy_json = folder / "deploy.json"
+    deploy = _read_json(deploy_json)
+    if deploy.get("status") != "complete":
+        raise InputError(f"{deploy_json}: status {str(deploy.get('status'))[:40]!r}, not a completed run")
+    build = deploy.get("fingerprint")
+    if not isinstance(build, str) or not _FINGERPRINT.match(build):
+        raise InputError(f"{deploy_json}: fingerprint must be lowercase hex")
+    run_id = _text(deploy_json, "run_id", deploy.get("run_id"), required=True) or ""
+    settings = deploy.get("settings") if isinstance(deploy.get("settings"), dict) else {}
+    board_json = folder / "board.json"
+    board_doc = _read_json(board_json)
+    records = board_doc.get("records")
+    if not isinstance(records, list) or len(records) > 10_000:
+        raise InputError(f"{board_json}: records must be a list of at most 10000 probe records")
+    label = folder.parent.parent.name
+    board, state = _identity(board_json, records, label)
+    result = folder / "result"
+    source, outputs, deterministic, count = _outputs(result)
+    run = source.run_info
+    run_json = result / "run.json"
+    core_mask = _text(run_json, "core_mask", run.get("core_mask")) or \
+        _text(deploy_json, "settings.core_mask", settings.get("core_mask")) or "auto"
+    backend = _text(run_json, "backend", run.get("backend")) or \
+        _text(deploy_json, "settings.backend", settings.get("backend")) or "rknnlite"
+    status = _text(run_json, "status", run.get("status")) or "unknown"
+    started = run.get("started_unix")
+    if started is not None and (isinstance(started, bool) or not isinstance(started, (int, float))
+                                or not math.isfinite(started)):
+        raise InputError(f"{run_json}: started_unix must be a number")
+    emulated = run.get("emulated")
+    state = BoardState(state.kernel, state.driver, state.runtime, state.model, _clocks(result / "snapshots.jsonl"))
+    return RunRecord(folder=folder.relative_to(results).as_posix(), run_id=run_id, board=board, state=state,
+                     build=build, core_mask=core_mask, backend=backend,
+                     started_unix=float(started) if started is not None else None, status=status,
+                     accepted=status == "complete" and deterministic, deterministic=deterministic,
+                     emulated=emulated if isinstance(emulated, bool) else None, inferences=count, outputs=outputs)
+
+
+def run_folders(results: Path) -> list[Path]:
+    """Deploy run folders under `results` (results/<board>/<fingerprint16>/<run-id>/deploy.json), sorted;
+    symlinked folders are not followed (the database indexes what is inside `results` only)."""
+    found = []
+    for deploy_json in sorted(results.glob("*/*/*/deploy.json")):
+        folder = deploy_json.parent
+        if any(p.is_symlink() for p in (folder, folder.parent, folder.parent.parent)):
+            continue
+        found.append(folder)
+    return found
+
+
+def deploy_status(folder: Path) -> str:
+    """deploy.json's status (a malformed deploy.json is an InputError naming it)."""
+    return str(_read_json(folder / "deploy.json").get("status"))

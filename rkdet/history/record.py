@@ -1,0 +1,20 @@
+"""Record one finished run folder in `<results>/rkdet.db`: the call a deploy makes when a run completes.
+
+(`rkdet deploy` does not call it yet; `rkdet history import` indexes the same folders afterwards.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rkdet.history.db import connect, record_run
+from rkdet.history.ingest import read_run
+
+
+def record_folder(results: Path, folder: Path) -> bool:
+    """Add `folder` (a completed run under `results`) to the database; False if it was already there."""
+    conn = connect(results)
+    try:
+        return record_run(conn, read_run(results, folder))
+    finally:
+        conn.close()
