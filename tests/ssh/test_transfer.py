@@ -115,7 +115,8 @@ def test_progress_bar_for_big_files_does_not_change_the_result(conn: BoardConnec
     assert back.read_bytes() == big.read_bytes()
 
 
-def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
+def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, remote_tmp: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     big = tmp_path / "model.rknn"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 12345))
     big.chmod(0o640)
@@ -127,11 +128,9 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
         seen.append(command)
         return real_stream(self, command, **kw)  # type: ignore[arg-type]
 
-    BoardConnection.stream = spy  # type: ignore[method-assign]
-    try:
-        first = conn.push(big, target)
-    finally:
-        BoardConnection.stream = real_stream  # type: ignore[method-assign]
+    monkeypatch.setattr(BoardConnection, "stream", spy)  # records the commands; the real stream runs them
+    first = conn.push(big, target)
+    monkeypatch.undo()
     assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
     assert conn.run(["stat", "-c", "%a", target]).out.strip() == "640"
