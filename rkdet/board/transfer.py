@@ -187,12 +187,11 @@ def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = Fa
             stats.bytes_skipped += size
             continue
         tmp = _tmp_name(target)
-        mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
+        streamed = size >= STREAM_VERIFY_MIN_BYTES
         with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as raw:
             f = _HashingReader(raw)
-            if size >= STREAM_VERIFY_MIN_BYTES:
+            if streamed:
                 _stream_verified(conn, f, size, tmp, advance, path, target, pending[0::4])
-                pending += [tmp, target, mode, "-"]
             elif sftp is not None:
                 try:
                     _sftp_put(sftp, f, tmp, advance)
@@ -205,8 +204,8 @@ def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = Fa
                 if rc != 0:
                     raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: "
                                      f"{out.decode('utf-8', 'replace').strip()}")
-        if size < STREAM_VERIFY_MIN_BYTES:
-            pending += [tmp, target, mode, f.sha.hexdigest()]
+        mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
+        pending += [tmp, target, mode, "-" if streamed else f.sha.hexdigest()]
         stats.files_sent += 1
         stats.bytes_sent += size
     if pending:
@@ -231,8 +230,8 @@ def _stream_verified(conn: BoardConnection, reader: _HashingReader, size: int, t
         words = out.split()
         board_sha = words[0].decode("ascii", "replace") if words else ""
         if rc != 0:
-            raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: "
-                             f"{err.decode('utf-8', 'replace').strip() or 'exit ' + str(rc)}")
+            said = err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"]
+            raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: {said[0]}")
         if board_sha != reader.sha.hexdigest():
             raise BoardError(f"{conn.target.label}: {target} arrived corrupted (the board's sha256 of the bytes "
                              f"it received differs from the host's sha256 of {path}); retry the push")
