@@ -10,6 +10,11 @@ in interleaved blocks so drift and neighbours' load hit both sides alike.
    (b) marginal CPU per inference (long block minus short block, so setup cancels), which counts
        the recorder thread's hashing; (c) the main thread's time between backend calls (gap between
        consecutive index stamps minus latency) and its CPU outside the backend call (cProfile).
+   (d) the recorder thread's CPU per inference (thread CPU clock around each record: hash or
+       compare, store, index line + fsync), the part of (b) that is rkdet-run's own work.
+   With --baseline-runner FILE (e.g. `git show REV:rkdet/runner.py > old.py`), that runner file runs
+   as a third contender in the same interleaved blocks, so a change is measured against its
+   predecessor under the same load.
 2. Storage (target <= 1.05 x one set of outputs + the index): the real runner over `--storage-runs`
    (default 1000, never scaled down) identical runs of 8 inputs; bytes on disk of the result folder
    vs the outputs of one run plus index.jsonl. `--storage-model twin` (default) uses a cheap ONNX whose
@@ -19,10 +24,11 @@ in interleaved blocks so drift and neighbours' load hit both sides alike.
 
 Usage: .venv/bin/python bench/runner_overhead.py [--model models/yolov8n-doclaynet.onnx] [--blocks 3]
        [--block-runs 15] [--storage-runs 1000] [--storage-model twin|default] [--storage-only]
-       [--model-note TEXT] [--append] [--out bench/results/runner.md]
+       [--baseline-runner OLD_RUNNER.py] [--model-note TEXT] [--append] [--out bench/results/runner.md]
 """
 
 import argparse
+import importlib.util
 import os
 import platform
 import shutil
@@ -84,19 +90,43 @@ def bare_block(model: Path, array: np.ndarray, runs: int) -> tuple:
     return wall, (time.process_time() - cpu) * 1000.0
 
 
-def runner_block(model: Path, inputs: Path, runs: int, out: Path) -> tuple:
+def load_runner(path: Path):
+    """A runner.py file as its own module (it is standalone: stdlib + numpy + the runtime)."""
+    spec = importlib.util.spec_from_file_location("rkdet_bench_baseline_runner", str(path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def count_recorder_cpu(module) -> list:
+    """Wrap module.Recorder._record to add the recorder thread's CPU time per record to a list."""
+    spent: list = []
+    record = module.Recorder._record
+
+    def timed(self, *args):
+        start = time.thread_time()
+        try:
+            return record(self, *args)
+        finally:
+            spent.append(time.thread_time() - start)
+
+    module.Recorder._record = timed
+    return spent
+
+
+def runner_block(model: Path, inputs: Path, runs: int, out: Path, module=runner) -> tuple:
     """rkdet-run with one warm-up pass, then `runs` runs (the same `runs + 1` calls as the peer).
 
     Returns (wall ms per inference of the steady loop: span between the first and last index
     records over the inferences in between, so one-off setup is excluded; CPU ms of the whole
     block)."""
     cpu = time.process_time()
-    code = runner.main(["--model", str(model), "--inputs", str(inputs), "--repeats", str(runs),
+    code = module.main(["--model", str(model), "--inputs", str(inputs), "--repeats", str(runs),
                         "--warmup", "1", "--backend", "onnxruntime", "--out", str(out)])
     cpu = (time.process_time() - cpu) * 1000.0
     if code != 0:
         raise SystemExit("runner exited %d in the overhead bench" % code)
-    index = runner.read_index(str(out))
+    index = module.read_index(str(out))
     return (index[-1]["t_unix"] - index[0]["t_unix"]) * 1000.0 / (len(index) - 1), cpu
 
 
@@ -187,6 +217,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "runner.md"))
     parser.add_argument("--append", action="store_true", help="append this run's tables to --out")
     parser.add_argument("--model-note", default="", help="one line saying where --model came from")
+    parser.add_argument("--baseline-runner", default=None, help="another runner.py to measure in the same blocks")
     args = parser.parse_args()
     load_before = os.getloadavg()
     model = Path(args.model)
@@ -195,7 +226,11 @@ def main() -> int:
         one = work / "one"
         array = make_inputs(model, one, 1)[0]
         bare_block(model, array, 2)  # warm caches and the allocator for both sides
-        bare, ran, gaps, latencies, marginal = [], [], [], [], []
+        bare, ran, gaps, latencies, marginal, rec_cpu = [], [], [], [], [], []
+        recorder_cpu = count_recorder_cpu(runner)
+        baseline = load_runner(Path(args.baseline_runner)) if args.baseline_runner else None
+        base_cpu = count_recorder_cpu(baseline) if baseline else []
+        base_ran, base_marginal, base_rec = [], [], []
         short = 2
         for block in range(0 if args.storage_only else args.blocks):
             # a short and a long block per side: the CPU difference is the cost of the extra
@@ -204,23 +239,41 @@ def main() -> int:
             r_short = runner_block(model, one, short, work / ("short%d" % block))
             bare.append(bare_block(model, array, args.block_runs))
             out = work / ("run%d" % block)
+            del recorder_cpu[:]
             ran.append(runner_block(model, one, args.block_runs, out))
             extra = float(args.block_runs - short)
             marginal.append(((bare[-1][1] - b_short[1]) / extra, (ran[-1][1] - r_short[1]) / extra))
+            if baseline is not None:
+                o_short = runner_block(model, one, short, work / ("bshort%d" % block), baseline)
+                del base_cpu[:]
+                base_ran.append(runner_block(model, one, args.block_runs, work / ("brun%d" % block), baseline))
+                base_marginal.append((base_ran[-1][1] - o_short[1]) / extra)
+                base_rec.append(statistics.median(base_cpu[1:]) * 1000.0)  # record 0 hashes in both
+                shutil.rmtree(work / ("bshort%d" % block))
+                shutil.rmtree(work / ("brun%d" % block))
+                print("block %d baseline: wall ms/inference %.2f; marginal CPU %.2f; recorder CPU %.3f ms"
+                      % (block, base_ran[-1][0], base_marginal[-1], base_rec[-1]), flush=True)
+            rec_cpu.append(statistics.median(recorder_cpu[1:]) * 1000.0)
             block_gaps, block_latencies = bookkeeping(out)
             gaps += block_gaps
             latencies += block_latencies
             shutil.rmtree(out)
             shutil.rmtree(work / ("short%d" % block))
-            print("block %d: wall ms/inference bare %.2f runner %.2f; marginal CPU ms/inference bare %.2f runner %.2f"
-                  % (block, bare[-1][0], ran[-1][0], marginal[-1][0], marginal[-1][1]), flush=True)
+            print("block %d: wall ms/inference bare %.2f runner %.2f; marginal CPU ms/inference bare %.2f runner %.2f;"
+                  " recorder CPU %.3f ms" % (block, bare[-1][0], ran[-1][0], marginal[-1][0], marginal[-1][1],
+                                             rec_cpu[-1]), flush=True)
         nan = float("nan")
         per_bare = statistics.median(b[0] for b in bare) if bare else nan
         per_runner = statistics.median(r[0] for r in ran) if ran else nan
-        paired = statistics.median((r[0] / b[0] - 1.0) * 100.0 for r, b in zip(ran, bare)) if bare else nan
+        pairs = [(r[0] / b[0] - 1.0) * 100.0 for r, b in zip(ran, bare)]
+        paired = statistics.median(pairs) if pairs else nan
         cpu_bare = statistics.median(m[0] for m in marginal) if marginal else nan
         cpu_runner = statistics.median(m[1] for m in marginal) if marginal else nan
-        cpu_paired = statistics.median((m[1] / m[0] - 1.0) * 100.0 for m in marginal) if marginal else nan
+        cpu_pairs = [(m[1] / m[0] - 1.0) * 100.0 for m in marginal]
+        cpu_paired = statistics.median(cpu_pairs) if cpu_pairs else nan
+        rec_med = statistics.median(rec_cpu) if rec_cpu else nan
+        spread = "; block pairs %+.1f .. %+.1f %%" % (min(pairs), max(pairs)) if pairs else ""
+        cpu_spread = "; block pairs %+.1f .. %+.1f %%" % (min(cpu_pairs), max(cpu_pairs)) if cpu_pairs else ""
         book_med = statistics.median(gaps) if gaps else float("nan")
         book_p95 = sorted(gaps)[int(0.95 * (len(gaps) - 1))] if gaps else float("nan")
         latency = statistics.median(latencies) if latencies else float("nan")
@@ -236,6 +289,24 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     overhead_wall = paired
+    baseline_rows = []
+    if base_ran:
+        b_pairs = [(o[0] / b[0] - 1.0) * 100.0 for o, b in zip(base_ran, bare)]
+        b_cpu = [(o / m[0] - 1.0) * 100.0 for o, m in zip(base_marginal, marginal)]
+        baseline_rows = [
+            "Same blocks, with the baseline runner `%s` as a third contender (same model, input, options):"
+            % Path(args.baseline_runner).name,
+            "",
+            "| measurement | baseline runner | this runner | bare loop |",
+            "|---|---|---|---|",
+            "| wall time per inference vs bare, median (block pairs min .. max) | %+.2f %% (%+.1f .. %+.1f) | %+.2f %% (%+.1f .. %+.1f) | %.2f ms |"
+            % (statistics.median(b_pairs), min(b_pairs), max(b_pairs), paired, min(pairs), max(pairs), per_bare),
+            "| CPU per extra inference vs bare, median (min .. max) | %+.2f %% (%+.1f .. %+.1f) | %+.2f %% (%+.1f .. %+.1f) | %.2f ms |"
+            % (statistics.median(b_cpu), min(b_cpu), max(b_cpu), cpu_paired, min(cpu_pairs), max(cpu_pairs), cpu_bare),
+            "| recorder-thread CPU per inference, median (min .. max of blocks) | %.3f ms (%.3f .. %.3f) | %.3f ms (%.3f .. %.3f) | - |"
+            % (statistics.median(base_rec), min(base_rec), max(base_rec), rec_med, min(rec_cpu), max(rec_cpu)),
+            "",
+        ]
     overhead_book = book_med / latency * 100.0
     lines = [
         "# rkdet-run overhead and storage",
@@ -253,15 +324,18 @@ def main() -> int:
         "",
         "| measurement | peer: bare onnxruntime loop | rkdet-run | overhead | target | met |",
         "|---|---|---|---|---|---|",
-        "| wall time per inference, steady loop (median of %d interleaved block pairs x %d runs) | %.2f ms | %.2f ms | %+.2f %% | <= 2 %% | %s |"
-        % (args.blocks, args.block_runs, per_bare, per_runner, overhead_wall, "yes" if overhead_wall <= 2.0 else "NO"),
-        "| CPU time per extra inference ((long block - %d-run block) / runs; one-off setup cancels) | %.2f ms | %.2f ms | %+.2f %% | <= 2 %% | %s |"
-        % (short, cpu_bare, cpu_runner, cpu_paired, "yes" if cpu_paired <= 2.0 else "NO"),
+        "| wall time per inference, steady loop (median of %d interleaved block pairs x %d runs) | %.2f ms | %.2f ms | %+.2f %%%s | <= 2 %% | %s |"
+        % (args.blocks, args.block_runs, per_bare, per_runner, overhead_wall, spread, "yes" if overhead_wall <= 2.0 else "NO"),
+        "| CPU time per extra inference ((long block - %d-run block) / runs; one-off setup cancels) | %.2f ms | %.2f ms | %+.2f %%%s | <= 2 %% | %s |"
+        % (short, cpu_bare, cpu_runner, cpu_paired, cpu_spread, "yes" if cpu_paired <= 2.0 else "NO"),
+        "| recorder-thread CPU per inference (thread CPU clock around each record, median of block medians) | - | %.3f ms | %.2f %% of %.1f ms latency | <= 2 %% | %s |"
+        % (rec_med, rec_med / latency * 100.0, latency, "yes" if rec_med / latency <= 0.02 else "NO"),
         "| main-thread CPU in the measured loop outside the backend call (cProfile, process-time clock, %d runs) | - | %.2f ms (backend call %.2f ms) | %.2f %% | <= 2 %% | %s |"
         % (args.block_runs * 2, prof_rest, prof_backend, prof_rest / prof_backend * 100.0, "yes" if prof_rest / prof_backend <= 0.02 else "NO"),
         "| main-thread time between backend calls (gap between index stamps minus latency), median / p95 | - | %.2f / %.2f ms | %.2f %% of %.1f ms latency | <= 2 %% | %s |"
         % (book_med, book_p95, overhead_book, latency, "yes" if overhead_book <= 2.0 else "NO"),
         "",
+        *baseline_rows,
         "| storage: %d identical runs x 8 inputs (%d records, %s model) | bytes |" % (args.storage_runs, st["records"], args.storage_model),
         "|---|---|",
         "| one set of outputs (8 inputs, run 0) | %d |" % st["one_set"],
@@ -275,7 +349,9 @@ def main() -> int:
         "+-50 %), so it is reported but is the least reliable; the CPU rows do not count time spent waiting",
         "for the CPU. rkdet-run hashes, stores and indexes on a worker thread while the next inference runs",
         "(the runtime call releases the GIL), so the wall and main-thread rows show what delays inference,",
-        "and the marginal-CPU row shows the total work including that thread (sha256 of every output).",
+        "and the marginal-CPU row shows the total work including that thread (a byte compare of each output",
+        "with that input's previous one, sha256 only of outputs that differ). The recorder-thread row reads",
+        "that thread's own CPU clock, so neighbours' load inflates it far less than the paired rows.",
         "",
         "`twin` = an ONNX with the default model's exact output names, shapes and dtypes, each computed from",
         "the input (Tile/Slice/Sigmoid), so hashing and storage are the real cost while the 8000 inferences",

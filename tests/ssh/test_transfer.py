@@ -10,7 +10,7 @@ import pytest
 
 from rkdet.board.emulator.sshd import EmulatedBoard
 from rkdet.board.ssh import BoardConnection, Timeouts
-from rkdet.board.transfer import _COMMIT, remote_hashes, request_size
+from rkdet.board.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, remote_hashes, request_size
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -113,3 +113,90 @@ def test_progress_bar_for_big_files_does_not_change_the_result(conn: BoardConnec
     back = tmp_path / "back.bin"
     assert conn.pull(f"{remote_tmp}/big.bin", back, progress=True).bytes_sent == big.stat().st_size
     assert back.read_bytes() == big.read_bytes()
+
+
+def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, remote_tmp: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 12345))
+    big.chmod(0o640)
+    target = f"{remote_tmp}/{NASTY}/model.rknn"
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)  # records the commands; the real stream runs them
+    first = conn.push(big, target)
+    monkeypatch.undo()
+    assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
+    assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
+    assert conn.run(["stat", "-c", "%a", target]).out.strip() == "640"
+    # the bytes went through the receiving pipeline once, and the rename step was told not to re-hash
+    assert sum('tee "$1"' in c for c in seen) == 1
+    assert [c.rsplit(" ", 1)[1] for c in seen if "chmod" in c] == ["-"]
+    assert ".tmp" not in conn.run(["find", remote_tmp]).out
+    assert conn.push(big, target).files_skipped == 1
+
+
+def test_a_byte_changed_in_transit_is_caught_and_nothing_lands(conn: BoardConnection, remote_tmp: str,
+                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small, big = tmp_path / "run.py", tmp_path / "model.rknn"
+    small.write_bytes(b"print('hi')\n")
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
+    real_read = _HashingReader.read
+    flipped: list[int] = []
+
+    def corrupting_read(self: _HashingReader, n: int = -1) -> bytes:
+        data = real_read(self, n)  # hashed as read from disk ...
+        if data and not flipped and len(data) > 1000:  # ... then one byte changes on the way
+            flipped.append(1)
+            return data[:1000] + bytes([data[1000] ^ 0x01]) + data[1001:]
+        return data
+
+    monkeypatch.setattr(_HashingReader, "read", corrupting_read)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a-run.py").write_bytes(small.read_bytes())  # sent first (small path), must not land either
+    (src / "b-model.rknn").write_bytes(big.read_bytes())
+    with pytest.raises(BoardError, match="b-model.rknn arrived corrupted") as info:
+        conn.push(src, f"{remote_tmp}/set")
+    assert info.value.exit_code == EXIT_BOARD and flipped == [1]
+    listing = conn.run(["find", f"{remote_tmp}/set", "-type", "f"]).out
+    assert listing.strip() == ""  # no temp file left, nothing renamed into place
+    monkeypatch.undo()
+    assert conn.push(src, f"{remote_tmp}/set").files_sent == 2  # a retry succeeds
+    assert _board_sha(conn, f"{remote_tmp}/set/b-model.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+def test_board_that_cannot_store_a_big_file_fails_in_one_line(conn: BoardConnection, remote_tmp: str,
+                                                              tmp_path: Path) -> None:
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES))
+    locked = f"{remote_tmp}/locked"
+    conn.run(["mkdir", "-p", locked])
+    conn.run(["chmod", "555", locked])
+    try:
+        with pytest.raises(BoardError, match=r"upload of .*model.rknn.* failed: tee: .*Permission denied") as info:
+            conn.push(big, f"{locked}/model.rknn")
+        assert info.value.exit_code == EXIT_BOARD and len(str(info.value).splitlines()) == 1
+    finally:
+        conn.run(["chmod", "755", locked])
+    assert conn.run(["find", locked, "-type", "f"]).out.strip() == ""
+
+
+@pytest.mark.parametrize("variant", ["nosftp", "busybox"])
+def test_big_file_streamed_push_without_sftp(boards, variant: str, tmp_path: Path) -> None:
+    """busybox boards have no openssl: the pipeline hashes with the sha256sum applet."""
+    board: EmulatedBoard = boards[variant]
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 7))
+    with board.connect(timeouts=FAST) as c:
+        dest = c.abspath("~/streamed/model.rknn")
+        stats = c.push(big, dest)
+        assert stats.method == "exec" and stats.bytes_sent == big.stat().st_size
+        assert _board_sha(c, dest) == hashlib.sha256(big.read_bytes()).hexdigest()
+        assert ".tmp" not in c.run(["find", c.abspath("~/streamed")]).out
+        c.run(["rm", "-rf", c.abspath("~/streamed")])
