@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from fuse_helpers import CLIENT_TIMEOUT_S, NPU, digest, ops, read, sh
 
+from rkdet.board.socs import all_variants
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "board_scripts"
 
 
@@ -48,9 +50,11 @@ def test_pin_reports_a_thermal_cap_and_restore_returns_every_knob(board, tmp_pat
     assert before == after
 
 
-@pytest.mark.parametrize("soc", ["rk3568", "rv1126"])
-def test_pin_then_restore_is_byte_identical(make_board, tmp_path, soc):
-    board = make_board(soc)
+@pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
+def test_pin_then_restore_is_byte_identical(make_board, tmp_path, profile):
+    """On every variant (speed bins, an old BSP kernel, images without compaction or THP, NPU
+    governors that hold their clock): pin reads back, restore returns the board byte for byte."""
+    board = make_board(profile)
     before = digest(board.root)
     code, records = _run("pin.sh", board.root, tmp_path / "state")
     assert code == 0, [r for r in records if r.get("status") not in ("set", "skipped", "saved")]
@@ -58,3 +62,5 @@ def test_pin_then_restore_is_byte_identical(make_board, tmp_path, soc):
     code, _ = _run("restore.sh", board.root, tmp_path / "state")
     assert code == 0
     assert digest(board.root) == before
+    code, records = _run("probe.sh", board.root, tmp_path / "state")
+    assert code == 0 and any(r.get("record") == "soc" and r.get("soc") == profile.soc for r in records), records
