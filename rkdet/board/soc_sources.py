@@ -148,7 +148,7 @@ RV1126 = dict(_COMMON, **{
     "cooling_devices": CHOICE + "none emulated on RV1126 (no source for its list)",
     "cooling_numbered": COOLING_NUMBERED,
     "has_compaction_proactiveness": "kernel 4.19: compaction_proactiveness was added in 5.9",
-    "compaction_proactiveness": "not shown (no such sysctl on 4.19)",
+    "compaction_proactiveness": "mm/compaction.c: no compaction_proactiveness sysctl before 5.9 (not shown)",
     "thp_enabled": "rv1126_defconfig: no CONFIG_TRANSPARENT_HUGEPAGE",
     "rknpu_driver": "RV1126 uses the galcore NPU driver: no /sys/kernel/debug/rknpu",
     "runtime_library": "RKNN Toolkit 1.x runtime path /usr/lib/librknn_runtime.so",
