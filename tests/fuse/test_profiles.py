@@ -10,7 +10,7 @@ from rkdet.board.emulator.sysfs_fuse import profile_from_json, profile_to_json
 from rkdet.board.soc_sources import CHOICE
 from rkdet.board.socs import RK3588_SPEED_BINS, all_variants, missing_sources, rk3588, source_of, value_keys
 
-CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19")
+CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19|SDK")
 
 
 @pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
