@@ -43,6 +43,12 @@
 # reads lower than saved, exactly at the OPP its cooling device's cur_state caps at, counts as
 # restored ("restored (thermal cap active: reads X)"), since the kernel drops the cap by itself
 # once the board cools. pin never writes cur_state (root may: that is a user override).
+# A node without a cooling device tied to it (RK3588's NPU, capped by Rockchip's system monitor;
+# kernels that name cooling devices thermal-devfreq-N) is probed at save instead: when its
+# max_freq reads below the top OPP, pin writes the top and reads again; a value that does not move
+# is a limit that is not ours (the top is saved), one that moves was a user limit (written straight
+# back and saved). At restore, such a node's max_freq (and min_freq, cur_freq) reading lower than
+# what restore just wrote, exactly at the max_freq now shown, counts as restored under that limit.
 
 RK_PLAN=
 RK_WERR=
