@@ -155,6 +155,7 @@ RV1126 = dict(_COMMON, **{
     "runtime_version": CHOICE + "a librknn_runtime 1.7.3 version string of the real format",
     "cpuidle_states": _RV_DT + "idle-states CPU_SLEEP (cpu-sleep); state0 WFI",
 })
-RK3588["thermal_caps"] = "see cap.<node>"
+RK3588["thermal_caps"] = ("drivers/soc/rockchip/rockchip_system_monitor.c on soc-thermal, one cap per node "
+                          "(each cited under cap.<node>)")
 RK3588["cooling_numbered"] = COOLING_NUMBERED
 RK3568["cooling_numbered"] = COOLING_NUMBERED

@@ -113,7 +113,7 @@ class SocProfile:
 
 # ---- provenance ---------------------------------------------------------------------------------
 
-_UNSOURCED_FIELDS = {"sources", "extra", "variant", "cpu_policies", "devfreq", "thermal_zones", "thermal_caps"}
+_UNSOURCED_FIELDS = {"sources", "extra", "variant", "cpu_policies", "devfreq", "thermal_zones"}
 
 
 def value_keys(profile: SocProfile) -> list[str]:
