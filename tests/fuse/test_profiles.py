@@ -44,3 +44,22 @@ def test_unknown_speed_bin_is_refused() -> None:
 @pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
 def test_variants_survive_the_daemons_json(profile) -> None:
     assert profile_from_json(profile_to_json(profile)) == profile
+
+
+@pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
+def test_plain_tree_shows_cpuidle_governors_and_image_options_as_sourced(profile, tmp_path) -> None:
+    from rkdet.board.fake_tree import build_fake_tree
+
+    root = build_fake_tree(profile, tmp_path / "root")
+    idle = root / "sys/devices/system/cpu/cpu0/cpuidle"
+    assert sorted(p.name for p in idle.iterdir()) == ["state0", "state1"]  # no cluster-sleep
+    assert [(idle / s / "name").read_text() for s in ("state0", "state1")] == ["WFI\n", "cpu-sleep\n"]
+    policy0 = root / "sys/devices/system/cpu/cpufreq/policy0"
+    governors = (policy0 / "scaling_available_governors").read_text().split()
+    if profile.kernel.startswith("5.10"):  # Rockchip's 5.10 defconfig: interactive, the default
+        assert "interactive" in governors and (policy0 / "scaling_governor").read_text() == "interactive\n"
+    else:  # RV1126 4.19
+        assert governors == ["ondemand", "userspace", "performance"]
+        assert (policy0 / "scaling_governor").read_text() == "ondemand\n"
+    assert (root / "proc/sys/vm/compaction_proactiveness").exists() == profile.has_compaction_proactiveness
+    assert (root / "sys/kernel/mm/transparent_hugepage/enabled").exists() == (profile.thp_enabled is not None)
