@@ -461,10 +461,9 @@ class Board:
         self._set(f"{pdir}/cpuinfo_cur_freq", Attr(show=cur, mode=0o400))
         self._set(f"{pdir}/scaling_governor", Attr(show=lambda: _line(pol.governor), mode=0o644,
                                                    store=lambda t: pol.store_governor(t, self.load("cpu"))))
-        self._set(f"{pdir}/scaling_min_freq", Attr(show=lambda: _line(pol.limits(self.cpu_cap_khz(name))[0]), mode=0o644,
-                                                   store=pol.store_min))
-        self._set(f"{pdir}/scaling_max_freq", Attr(show=lambda: _line(pol.limits(self.cpu_cap_khz(name))[1]), mode=0o644,
-                                                   store=pol.store_max))
+        limit = lambda i: _line(pol.limits(self.cpu_cap_khz(name))[i])  # noqa: E731
+        self._set(f"{pdir}/scaling_min_freq", Attr(show=lambda: limit(0), mode=0o644, store=pol.store_min))
+        self._set(f"{pdir}/scaling_max_freq", Attr(show=lambda: limit(1), mode=0o644, store=pol.store_max))
         self._set(f"{pdir}/scaling_setspeed", Attr(
             show=lambda: cur() if pol.governor == USERSPACE else b"<unsupported>\n",
             store=pol.store_setspeed, mode=0o644))
