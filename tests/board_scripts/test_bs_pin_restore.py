@@ -304,3 +304,22 @@ def test_read_only_mount_is_named_as_such_for_root(make_tree, state_dir: Path) -
     assert done.returncode == 3, done.stdout + done.stderr
     assert f"read-only: cannot write {knob}" in done.stderr and "remount" in done.stderr
     assert tree_digest(root) == before and not (state_dir / "pin.state").exists()
+
+
+def test_a_tampered_saved_cur_freq_is_never_executed_nor_written(make_tree, state_dir: Path, tmp_path: Path) -> None:
+    """restore only ever writes a saved cur_freq into min/max when it is digits; anything else is
+    reported as not read back (state kept), never run or written."""
+    root = make_tree("rk3588")
+    assert run_board_script("pin", root, state_dir)[0] == 0
+    state = state_dir / "pin.state"
+    rel = "sys/class/devfreq/fdab0000.npu/cur_freq"
+    marker = tmp_path / "ran"
+    text = state.read_text().replace(f"{rel}\t1000000000", f"{rel}\t1$(touch {marker})")
+    assert f"touch {marker}" in text
+    state.write_text(text)
+    run = run_board_script_full("restore", root, state_dir)
+    rep = parse_restore(run.records)
+    assert run.returncode == 1 and not marker.exists()
+    assert [k.knob for k in rep.knobs if k.status == "failed"] == [rel]
+    assert read(root / "sys/class/devfreq/fdab0000.npu/max_freq") == "1000000000"  # min/max restored
+    assert state.exists()
