@@ -18,9 +18,15 @@
 #
 # State file ($RKDET_STATE_DIR/pin.state): a magic line, "#root=<RKDET_ROOT>", then one
 # "relative-path TAB saved-value" line per file pin may change, written before anything changes
-# (temp name, then mv). Restore order: devfreq min/max pairs (clamp-safe; a saved max below the top
-# OPP is first tried as the top, see rk_restore_range), then governors, then the
-# rest (userspace/set_freq, scaling_setspeed, plain files). A value the kernel refuses to take back
+# (temp name, then mv); a devfreq node's cur_freq is saved too (never written: see below).
+# Restore order: each devfreq node is first held at its saved cur_freq (min_freq = max_freq = it),
+# then governors, then the rest (userspace/set_freq, scaling_setspeed, plain files), then the
+# devfreq min/max pairs (clamp-safe; a saved max below the top OPP is first tried as the top, see
+# rk_restore_range). The hold is for governors that keep the frequency they take over instead of
+# following load: Rockchip's rknpu_ondemand, and userspace before any set_freq ("undefined"):
+# switched back while the node runs at the pinned clock, they would stay there. For those
+# governors a cur_freq that does not read back as saved fails the restore; for load-driven ones
+# it is only noted. A value the kernel refuses to take back
 # verbatim (e.g. "<unsupported>" in scaling_setspeed, "always [madvise] never" in a choice file) is
 # retried in its selected form and counts as restored when it reads back equal.
 #
@@ -37,6 +43,12 @@
 # reads lower than saved, exactly at the OPP its cooling device's cur_state caps at, counts as
 # restored ("restored (thermal cap active: reads X)"), since the kernel drops the cap by itself
 # once the board cools. pin never writes cur_state (root may: that is a user override).
+# A node without a cooling device tied to it (RK3588's NPU, capped by Rockchip's system monitor;
+# kernels that name cooling devices thermal-devfreq-N) is probed at save instead: when its
+# max_freq reads below the top OPP, pin writes the top and reads again; a value that does not move
+# is a limit that is not ours (the top is saved), one that moves was a user limit (written straight
+# back and saved). At restore, such a node's max_freq (and min_freq, cur_freq) reading lower than
+# what restore just wrote, exactly at the max_freq now shown, counts as restored under that limit.
 
 RK_PLAN=
 RK_WERR=
@@ -155,8 +167,8 @@ rk_plan_vm() {
             if [ -f "$RK_ROOT/$rk_pv_rel" ]; then
                 rk_plan_add file compaction vm/compaction_proactiveness "$rk_pv_rel" "$rk_pv_set"
             else
-                rk_read proc/sys/kernel/osrelease || RK_V=unknown
-                rk_plan_add skip compaction vm/compaction_proactiveness - "not present: kernel $RK_V has no compaction_proactiveness (added in 5.9)"
+                rk_no_compaction_reason
+                rk_plan_add skip compaction vm/compaction_proactiveness - "$RK_V"
             fi ;;
     esac
 
@@ -195,7 +207,7 @@ rk_plan_vm() {
 rk_unit_files() {
     case $1 in
         cpufreq) RK_V="$2/scaling_governor $2/scaling_setspeed" ;;
-        devfreq) RK_V="$2/governor $2/min_freq $2/max_freq $2/userspace/set_freq" ;;
+        devfreq) RK_V="$2/governor $2/min_freq $2/max_freq $2/userspace/set_freq $2/cur_freq" ;;
         file | choice) RK_V=$2 ;;
         *) RK_V= ;;
     esac
@@ -379,20 +391,57 @@ rk_state_check() {
 }
 
 # rk_uncapped_max REL VALUE: RK_V := the max_freq to save for a value read from REL: the top OPP
-# when the node's cooling device shows a thermal cap (see the header; noted in RK_CAPPED), else VALUE.
+# when a thermal limit, not a user one, holds it lower (see the header; noted in RK_CAPPED), else
+# VALUE. With a cooling device its cur_state tells; without one (RK3588's NPU: the system monitor
+# caps it and has no cooling device; "thermal-devfreq-N" kernels) a max_freq below the top OPP is
+# probed: max_freq := top. If it still reads VALUE the limit is not ours (saved: top); if it moves,
+# VALUE was a user limit and is written straight back (saved: VALUE).
 rk_uncapped_max() {
     rk_um_read=$2
     rk_um_dir=${1%/max_freq}
-    if ! rk_capped "${rk_um_dir##*/}"; then
+    rk_read "$rk_um_dir/available_frequencies" || RK_V=
+    rk_max_of "$RK_V"
+    rk_um_top=$RK_V
+    if rk_capped "${rk_um_dir##*/}"; then
+        rk_um_state=$RK_V
+        rk_um_cdev=$RK_CDEV
+    elif ! rk_cooling_of "${rk_um_dir##*/}" && [ -n "$rk_um_top" ] && rk_below "$rk_um_read" "$rk_um_top"; then
+        rk_write "$1" "$rk_um_top" || :
+        rk_read "$1" || RK_V=
+        if [ "$RK_V" != "$rk_um_read" ]; then
+            rk_write "$1" "$rk_um_read" || :
+            RK_V=$rk_um_read
+            return 0
+        fi
+        rk_um_state=-  # "-": none (read with IFS=tab, an empty field would vanish)
+        rk_um_cdev=-
+    else
         RK_V=$rk_um_read
         return 0
     fi
-    rk_um_state=$RK_V
-    rk_read "$rk_um_dir/available_frequencies" || RK_V=
-    rk_max_of "$RK_V"
-    [ -n "$RK_V" ] || RK_V=$rk_um_read
-    RK_CAPPED="$RK_CAPPED${rk_um_dir##*/}$RK_TAB$RK_CDEV$RK_TAB$rk_um_state$RK_TAB$rk_um_read$RK_TAB$RK_V
+    RK_V=${rk_um_top:-$rk_um_read}
+    RK_CAPPED="$RK_CAPPED${rk_um_dir##*/}$RK_TAB$rk_um_cdev$RK_TAB$rk_um_state$RK_TAB$rk_um_read$RK_TAB$RK_V
 "
+}
+
+# rk_uncapped_cur REL VALUE: RK_V := the cur_freq to save: VALUE, unless the node was found capped
+# (RK_CAPPED) and runs exactly at the capped max_freq: it then asked for at least that much and the
+# cap hides how much more, so the max_freq saved instead of the cap is taken (see the header).
+rk_uncapped_cur() {
+    RK_V=$2
+    rk_uc_dir=${1%/cur_freq}
+    while IFS="$RK_TAB" read -r rk_uc_n _ _ rk_uc_r rk_uc_v; do
+        if [ "$rk_uc_n" = "${rk_uc_dir##*/}" ] && [ "$2" = "$rk_uc_r" ]; then RK_V=$rk_uc_v; fi
+    done <<EOF
+$RK_CAPPED
+EOF
+}
+
+# rk_below A B: succeed when both are integers and A < B.
+rk_below() {
+    case $1 in '' | *[!0-9]*) return 1 ;; esac
+    case $2 in '' | *[!0-9]*) return 1 ;; esac
+    [ "$1" -lt "$2" ]
 }
 
 # rk_capped_at_save NODE: RK_V := ',"thermal_cap_at_save":{...}' when pin saved NODE's max_freq
@@ -401,7 +450,11 @@ rk_capped_at_save() {
     RK_V=
     while IFS="$RK_TAB" read -r rk_cs_n rk_cs_d rk_cs_s rk_cs_r rk_cs_v; do
         [ "$rk_cs_n" = "$1" ] || continue
-        RK_V=",\"thermal_cap_at_save\":{\"cooling_device\":$(rk_js "$rk_cs_d"),\"cur_state\":$(rk_jn "$rk_cs_s"),\"max_freq_read\":$(rk_jn "$rk_cs_r"),\"max_freq_saved\":$(rk_jn "$rk_cs_v")}"
+        if [ "$rk_cs_d" != - ]; then
+            RK_V=",\"thermal_cap_at_save\":{\"cooling_device\":$(rk_js "$rk_cs_d"),\"cur_state\":$(rk_jn "$rk_cs_s"),\"max_freq_read\":$(rk_jn "$rk_cs_r"),\"max_freq_saved\":$(rk_jn "$rk_cs_v")}"
+        else
+            RK_V=",\"thermal_cap_at_save\":{\"cooling_device\":null,\"detected_by\":\"max_freq did not move when set to the top OPP\",\"max_freq_read\":$(rk_jn "$rk_cs_r"),\"max_freq_saved\":$(rk_jn "$rk_cs_v")}"
+        fi
     done <<EOF
 $RK_CAPPED
 EOF
@@ -424,6 +477,32 @@ rk_cap_explains() {
     RK_V=",\"note\":$(rk_js "restored (thermal cap active: reads $3)"),\"thermal_cap\":{\"cooling_device\":$(rk_js "$RK_CDEV"),\"cur_state\":$rk_ce_state,\"cap_hz\":$3}"
 }
 
+# rk_load_explains REL SAVED GOT: succeed when REL is a devfreq cur_freq under a governor that
+# follows load (anything but rknpu_ondemand and userspace): a different clock is then the
+# governor's choice, not a failed restore; RK_V := the JSON note that says so.
+rk_load_explains() {
+    case $1 in sys/class/devfreq/*/cur_freq) ;; *) return 1 ;; esac
+    rk_read "${1%/cur_freq}/governor" || return 1
+    case $RK_V in rknpu_ondemand | userspace) return 1 ;; esac
+    RK_V=",\"note\":$(rk_js "reads $3 Hz, $2 Hz at pin time: governor $RK_V sets it from load")"
+}
+
+# rk_limit_explains REL SAVED GOT: for a devfreq node without a usable cooling device, succeed
+# when REL (min_freq, max_freq or cur_freq) reads GOT, lower than SAVED, while the node's max_freq
+# reads lower than the max_freq restore just wrote and GOT is exactly that max_freq: a limit that
+# is not ours (the system monitor's thermal cap) holds the node; RK_V := the JSON note.
+rk_limit_explains() {
+    case $1 in sys/class/devfreq/*/max_freq | sys/class/devfreq/*/min_freq | sys/class/devfreq/*/cur_freq) ;; *) return 1 ;; esac
+    rk_below "$3" "$2" || return 1
+    rk_le_dir=${1%/*}
+    rk_cooling_of "${rk_le_dir##*/}" && return 1
+    rk_state_get "$rk_le_dir/max_freq" || return 1
+    rk_le_wrote=$RK_V
+    rk_read "$rk_le_dir/max_freq" || return 1
+    [ "$RK_V" = "$3" ] && rk_below "$RK_V" "$rk_le_wrote" || return 1
+    RK_V=",\"note\":$(rk_js "restored (held at $3 by a limit that is not ours, e.g. a thermal cap; no cooling device shows it)"),\"thermal_cap\":{\"cooling_device\":null,\"cap_hz\":$3}"
+}
+
 # rk_state_save: save the current value of every file the plan may change, atomically (temp, mv).
 # With a state file already present (a second pin), keep every saved value and add only new files.
 rk_state_save() {
@@ -443,7 +522,10 @@ rk_state_save() {
                 [ -f "$RK_ROOT/$rk_ss_f" ] || continue
                 if [ -n "$rk_ss_had" ] && rk_state_get "$rk_ss_f"; then continue; fi
                 rk_read "$rk_ss_f" || RK_V=
-                case $rk_ss_f in sys/class/devfreq/*/max_freq) rk_uncapped_max "$rk_ss_f" "$RK_V" ;; esac
+                case $rk_ss_f in
+                    sys/class/devfreq/*/max_freq) rk_uncapped_max "$rk_ss_f" "$RK_V" ;;
+                    sys/class/devfreq/*/cur_freq) rk_uncapped_cur "$rk_ss_f" "$RK_V" ;;
+                esac
                 printf '%s\t%s\n' "$rk_ss_f" "$RK_V"
             done
         done <<EOF
@@ -468,14 +550,12 @@ rk_restore_write() {
 # emit a record per file. Succeeds when all read back equal (then the state file is removed).
 rk_restore_core() {
     rk_rc_lines=$(sed -n '3,$p' "$RK_STATE_FILE")
-    # 1. devfreq min/max pairs, clamp-safe.
+    # 1. hold each devfreq node at the clock it ran at (see the header), clamp-safe.
     while IFS="$RK_TAB" read -r rk_rc_rel rk_rc_val; do
         case $rk_rc_rel in
-            */max_freq)
-                rk_rc_dir=${rk_rc_rel%/max_freq}
-                if rk_state_get "$rk_rc_dir/min_freq"; then
-                    rk_restore_range "$rk_rc_dir" "$RK_V" "$rk_rc_val" || :
-                fi ;;
+            sys/class/devfreq/*/cur_freq)
+                case $rk_rc_val in '' | *[!0-9]*) continue ;; esac
+                rk_set_range "${rk_rc_rel%/cur_freq}" "$rk_rc_val" "$rk_rc_val" || : ;;
         esac
     done <<EOF
 $rk_rc_lines
@@ -491,7 +571,7 @@ EOF
     # 3. the rest (set_freq needs its governor back first), then min/max that had no partner.
     while IFS="$RK_TAB" read -r rk_rc_rel rk_rc_val; do
         case $rk_rc_rel in
-            '' | */governor | */scaling_governor) ;;
+            '' | */governor | */scaling_governor | sys/class/devfreq/*/cur_freq) ;;
             */max_freq) rk_state_get "${rk_rc_rel%/max_freq}/min_freq" || rk_restore_write "$rk_rc_rel" "$rk_rc_val" || : ;;
             */min_freq) rk_state_get "${rk_rc_rel%/min_freq}/max_freq" || rk_restore_write "$rk_rc_rel" "$rk_rc_val" || : ;;
             *) rk_restore_write "$rk_rc_rel" "$rk_rc_val" || : ;;
@@ -499,7 +579,19 @@ EOF
     done <<EOF
 $rk_rc_lines
 EOF
-    # 4. verify (a value held lower by an active thermal cap counts as restored, see the header).
+    # 4. devfreq min/max pairs, clamp-safe (after the governors: see the header).
+    while IFS="$RK_TAB" read -r rk_rc_rel rk_rc_val; do
+        case $rk_rc_rel in
+            */max_freq)
+                rk_rc_dir=${rk_rc_rel%/max_freq}
+                if rk_state_get "$rk_rc_dir/min_freq"; then
+                    rk_restore_range "$rk_rc_dir" "$RK_V" "$rk_rc_val" || :
+                fi ;;
+        esac
+    done <<EOF
+$rk_rc_lines
+EOF
+    # 5. verify (a value held lower by an active thermal cap counts as restored, see the header).
     rk_rc_bad=0
     rk_rc_capped=0
     while IFS="$RK_TAB" read -r rk_rc_rel rk_rc_val; do
@@ -515,7 +607,9 @@ EOF
         fi
         if [ "$RK_V" = "$rk_rc_want" ]; then
             rk_emit knob "\"knob\":$(rk_js "$rk_rc_rel"),\"status\":\"restored\",\"wanted\":$(rk_js "$rk_rc_val"),\"actual\":$(rk_js "$rk_rc_got")"
-        elif rk_cap_explains "$rk_rc_rel" "$rk_rc_val" "$rk_rc_got"; then
+        elif rk_load_explains "$rk_rc_rel" "$rk_rc_val" "$rk_rc_got"; then
+            rk_emit knob "\"knob\":$(rk_js "$rk_rc_rel"),\"status\":\"restored\",\"wanted\":$(rk_js "$rk_rc_val"),\"actual\":$(rk_js "$rk_rc_got")$RK_V"
+        elif rk_cap_explains "$rk_rc_rel" "$rk_rc_val" "$rk_rc_got" || rk_limit_explains "$rk_rc_rel" "$rk_rc_val" "$rk_rc_got"; then
             rk_rc_capped=$((rk_rc_capped + 1))
             rk_emit knob "\"knob\":$(rk_js "$rk_rc_rel"),\"status\":\"restored\",\"wanted\":$(rk_js "$rk_rc_val"),\"actual\":$(rk_js "$rk_rc_got")$RK_V"
         else
@@ -544,7 +638,7 @@ rk_why_not_writable() {
 # rk_restore_precheck: die (exit 3, nothing changed) when a saved file is not writable.
 rk_restore_precheck() {
     while IFS="$RK_TAB" read -r rk_rp_rel _; do
-        case $rk_rp_rel in '#'* | '') continue ;; esac
+        case $rk_rp_rel in '#'* | '' | sys/class/devfreq/*/cur_freq) continue ;; esac
         if [ -e "$RK_ROOT/$rk_rp_rel" ] && [ ! -w "$RK_ROOT/$rk_rp_rel" ]; then
             rk_why_not_writable restore.sh
             rk_die 3 "$RK_V: cannot write $RK_ROOT/$rk_rp_rel ($RK_ERR); nothing was changed, state kept in $RK_STATE_FILE"

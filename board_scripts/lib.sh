@@ -119,6 +119,26 @@ rk_max_of() {
     done
 }
 
+# rk_no_compaction_reason: RK_V := why compaction_proactiveness is absent: kernels before 5.9 lack
+# the sysctl; later ones were built without CONFIG_COMPACTION (Rockchip's defconfig says
+# "# CONFIG_COMPACTION is not set").
+rk_no_compaction_reason() {
+    rk_read proc/sys/kernel/osrelease || RK_V=unknown
+    rk_nc_rel=$RK_V
+    rk_nc_maj=${rk_nc_rel%%.*}
+    rk_nc_min=${rk_nc_rel#*.}
+    rk_nc_min=${rk_nc_min%%[!0-9]*}
+    case $rk_nc_maj$rk_nc_min in
+        '' | *[!0-9]*) RK_V="not present: kernel $rk_nc_rel has no compaction_proactiveness" ;;
+        *)
+            if [ "$rk_nc_maj" -gt 5 ] || { [ "$rk_nc_maj" -eq 5 ] && [ "$rk_nc_min" -ge 9 ]; }; then
+                RK_V="not present: kernel $rk_nc_rel built without CONFIG_COMPACTION"
+            else
+                RK_V="not present: kernel $rk_nc_rel has no compaction_proactiveness (added in 5.9)"
+            fi ;;
+    esac
+}
+
 # rk_is_perm_error: succeed when RK_ERR says the write was refused for lack of privilege.
 rk_is_perm_error() {
     case $RK_ERR in

@@ -205,7 +205,8 @@ probe_vm() {
         pv_c=$(rk_jn "$RK_V")
     else
         pv_c=null
-        missing compaction_proactiveness "not present (added in kernel 5.9)"
+        rk_no_compaction_reason
+        missing compaction_proactiveness "$RK_V"
     fi
     if rk_read sys/kernel/mm/transparent_hugepage/enabled; then
         rk_canon x "$RK_V"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from rkdet.board.socs import DevfreqNode, SocProfile
@@ -31,13 +32,21 @@ def _ranges(cpus: tuple[int, ...]) -> str:
     return f"{cpus[0]}-{cpus[-1]}" if len(cpus) > 1 else str(cpus[0])
 
 
-def devfreq_initial_freq(freqs: tuple[int, ...], governor: str) -> int:
-    """The frequency a devfreq node shows at boot under its default governor."""
+def devfreq_initial_freq(freqs: tuple[int, ...], governor: str, boot_hz: int | None = None) -> int:
+    """The frequency a devfreq node shows at boot under its default governor.
+
+    `boot_hz` (the profile's sourced boot frequency, e.g. RK3588's NPU at 1 GHz) wins; otherwise
+    performance/powersave give the top/bottom OPP and anything else the middle one (an emulator
+    choice: no load has been seen yet).
+    """
+    ordered = tuple(sorted(freqs))
     if governor == "performance":
-        return max(freqs)
+        return ordered[-1]
     if governor == "powersave":
-        return min(freqs)
-    return freqs[len(freqs) // 2]
+        return ordered[0]
+    if boot_hz is not None:
+        return boot_hz
+    return ordered[len(ordered) // 2]
 
 
 def cooling_type(node: str) -> str:
@@ -45,20 +54,54 @@ def cooling_type(node: str) -> str:
 
     drivers/thermal/devfreq_cooling.c names it so since "Use device name instead of an
     auto-numbering" (mainline 5.13, seen on RK3588 BSP boards as ``devfreq-fb000000.gpu``); older
-    kernels say ``thermal-devfreq-<n>``, which cannot be tied to a node.
+    kernels (4.19, BSP 5.10.66) say ``thermal-devfreq-<n>``, which cannot be tied to a node.
     """
     return f"devfreq-{node}"
 
 
-def cooling_nodes(profile: SocProfile) -> tuple[DevfreqNode, ...]:
-    """Devfreq nodes with a devfreq cooling device: those a thermal cap of the profile throttles.
+@dataclass(frozen=True)
+class CoolingSpec:
+    """One cooling device: the node it throttles, its ``type`` and its states' frequencies.
 
-    Ordered as the caps are (not as the devfreq nodes are), so ``cooling_deviceN`` indices differ
-    from devfreq order and a script that finds devices by index rather than by type fails a test.
+    `table_hz[k]` is the limit of state k (descending, in Hz; cpufreq OPPs are kHz * 1000).
     """
+
+    node: str
+    type: str
+    table_hz: tuple[int, ...]
+
+    @property
+    def max_state(self) -> int:
+        return len(self.table_hz) - 1
+
+
+def cooling_specs(profile: SocProfile) -> tuple[CoolingSpec, ...]:
+    """The profile's cooling devices in ``cooling_deviceN`` order.
+
+    cpufreq policies are ``cpufreq-cpu<first cpu>`` (drivers/thermal/cpufreq_cooling.c); devfreq
+    nodes ``devfreq-<node>`` or, on kernels that number them, ``thermal-devfreq-<n>`` counted over
+    devfreq cooling devices only.
+    """
+    policies = {p.name: p for p in profile.cpu_policies}
+    nodes = {n.name: n for n in profile.devfreq}
+    specs: list[CoolingSpec] = []
+    devfreq_index = 0
+    for name in profile.cooling_devices:
+        if name in policies:
+            pol = policies[name]
+            table = tuple(sorted((f * 1000 for f in pol.frequencies_khz), reverse=True))
+            specs.append(CoolingSpec(name, f"cpufreq-cpu{pol.cpus[0]}", table))
+        elif name in nodes:
+            kind = f"thermal-devfreq-{devfreq_index}" if profile.cooling_numbered else cooling_type(name)
+            devfreq_index += 1
+            specs.append(CoolingSpec(name, kind, tuple(sorted(nodes[name].frequencies_hz, reverse=True))))
+    return tuple(specs)
+
+
+def cooling_nodes(profile: SocProfile) -> tuple[DevfreqNode, ...]:
+    """Devfreq nodes that have a devfreq cooling device, in cooling-device order."""
     by_name = {node.name: node for node in profile.devfreq}
-    names = dict.fromkeys(cap.node for cap in profile.thermal_caps if cap.node in by_name)
-    return tuple(by_name[name] for name in names)
+    return tuple(by_name[s.node] for s in cooling_specs(profile) if s.node in by_name)
 
 
 def build_fake_tree(profile: SocProfile, root: Path) -> Path:
@@ -72,7 +115,8 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
     _write(root / "proc/version", f"Linux version {profile.kernel} (rkdet-emulator) #1 SMP PREEMPT\n")
     if profile.has_compaction_proactiveness:
         _write(root / "proc/sys/vm/compaction_proactiveness", f"{profile.compaction_proactiveness}\n")
-    _write(root / "sys/kernel/mm/transparent_hugepage/enabled", profile.thp_enabled + "\n")
+    if profile.thp_enabled is not None:
+        _write(root / "sys/kernel/mm/transparent_hugepage/enabled", profile.thp_enabled + "\n")
 
     cpu_root = root / "sys/devices/system/cpu"
     _write(cpu_root / "online", f"0-{profile.cpu_count - 1}\n")
@@ -80,7 +124,7 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
     for policy in profile.cpu_policies:
         pdir = cpu_root / "cpufreq" / policy.name
         freqs = policy.frequencies_khz
-        cur = max(freqs) if policy.governor == "performance" else freqs[len(freqs) // 2]
+        cur = max(freqs) if policy.governor == "performance" else sorted(freqs)[len(freqs) // 2]
         files = {
             "affected_cpus": " ".join(map(str, policy.cpus)),
             "related_cpus": " ".join(map(str, policy.cpus)),
@@ -108,10 +152,10 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
     for node in profile.devfreq:
         ddir = root / "sys/devices/platform" / node.name / "devfreq" / node.name
         freqs = node.frequencies_hz
-        cur = devfreq_initial_freq(freqs, node.governor)
-        files = {
+        cur = devfreq_initial_freq(freqs, node.governor, node.boot_hz)
+        files = {  # devfreq.c prints lists space-separated, the trailing space truncated
             "available_frequencies": " ".join(map(str, freqs)),
-            "available_governors": " ".join(node.governors),
+            "available_governors": " ".join(profile.devfreq_governors),
             "governor": node.governor,
             "cur_freq": str(cur),
             "target_freq": str(cur),
@@ -122,7 +166,7 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
         for name, value in files.items():
             _write(ddir / name, value + "\n")
         if node.governor == "userspace":
-            _write(ddir / "userspace" / "set_freq", f"{cur}\n")
+            _write(ddir / "userspace" / "set_freq", "undefined\n")  # governor_userspace: not yet written
         _symlink(root / "sys/class/devfreq" / node.name, f"../../devices/platform/{node.name}/devfreq/{node.name}")
 
     for index, zone in enumerate(profile.thermal_zones):
@@ -130,10 +174,13 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
         _write(zdir / "type", zone.type + "\n")
         _write(zdir / "temp", f"{zone.millicelsius}\n")
         _write(zdir / "mode", "enabled\n")
-    for index, node in enumerate(cooling_nodes(profile)):  # cur_state: k = k OPPs below the top
+        for trip, (millicelsius, trip_type) in enumerate(zone.trips):
+            _write(zdir / f"trip_point_{trip}_temp", f"{millicelsius}\n")
+            _write(zdir / f"trip_point_{trip}_type", f"{trip_type}\n")
+    for index, spec in enumerate(cooling_specs(profile)):  # cur_state: k = k OPPs below the top
         cdir = root / "sys/class/thermal" / f"cooling_device{index}"
-        _write(cdir / "type", cooling_type(node.name) + "\n")
-        _write(cdir / "max_state", f"{len(node.frequencies_hz) - 1}\n")
+        _write(cdir / "type", spec.type + "\n")
+        _write(cdir / "max_state", f"{spec.max_state}\n")
         _write(cdir / "cur_state", "0\n")
 
     if profile.rknpu_driver:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bs_helpers import SHELLS
+from bs_helpers import SHELLS, VARIANTS
 
 from rkdet.board.fake_tree import build_fake_tree
 from rkdet.board.socs import PROFILES
@@ -33,9 +33,12 @@ def shell(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make_tree(tmp_path: Path) -> Callable[..., Path]:
-    """make_tree("rk3588") builds a fresh plain fake tree (under a path with a space in it)."""
+    """make_tree("rk3588") or make_tree("rk3588[bin2304]") (a VARIANTS label) builds a fresh plain
+    fake tree (under a path with a space in it)."""
     def make(soc: str, name: str | None = None) -> Path:
-        return build_fake_tree(PROFILES[soc], tmp_path / f"board {name or soc}")
+        profile = PROFILES.get(soc) or VARIANTS[soc]
+        label = name or soc.replace("[", "-").replace("]", "").replace(",", "-")
+        return build_fake_tree(profile, tmp_path / f"board {label}")
     return make
 
 

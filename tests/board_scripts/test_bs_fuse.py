@@ -111,9 +111,9 @@ def test_userspace_governor_and_set_freq_come_back(fuse_board, tmp_path: Path) -
 
 def test_rk3568_listed_frequency_on_the_kernel_model(fuse_board, tmp_path: Path) -> None:
     board = fuse_board("rk3568")
-    rc, records = run_board_script("pin", board.root, tmp_path / "state", env={"RKDET_NPU_FREQ": "594000000"})
+    rc, records = run_board_script("pin", board.root, tmp_path / "state", env={"RKDET_NPU_FREQ": "297000000"})
     knob = parse_pin(records).knob("devfreq/fde40000.npu")
-    assert rc == 0 and knob.status == "set" and knob.detail["cur_hz"] == 594000000
+    assert rc == 0 and knob.status == "set" and knob.detail["cur_hz"] == 297000000
     assert run_board_script("restore", board.root, tmp_path / "state")[0] == 0
 
 
@@ -131,12 +131,16 @@ def test_restore_while_still_capped_is_restored_under_the_cap(fuse_board, tmp_pa
     run = run_board_script_full("restore", board.root, tmp_path / "state", shell="busybox sh")
     rep = parse_restore(run.records)
     assert run.returncode == 0 and rep.ok, run.stdout  # not a false "NOT restored"
-    for node in ("fdab0000.npu", "fb000000.gpu"):
-        knob = next(k for k in rep.knobs if k.knob == f"sys/class/devfreq/{node}/max_freq")
+    knob = next(k for k in rep.knobs if k.knob == "sys/class/devfreq/fb000000.gpu/max_freq")
+    assert (knob.status, knob.wanted, knob.actual) == ("restored", "1000000000", "800000000")
+    assert knob.detail["note"] == "restored (thermal cap active: reads 800000000)"
+    assert knob.detail["thermal_cap"]["cur_state"] == 2
+    # the NPU has no cooling device (the system monitor caps it): max_freq written 1 GHz reads 800 MHz
+    for name in ("max_freq", "cur_freq"):
+        knob = next(k for k in rep.knobs if k.knob == f"sys/class/devfreq/fdab0000.npu/{name}")
         assert (knob.status, knob.wanted, knob.actual) == ("restored", "1000000000", "800000000")
-        assert knob.detail["note"] == "restored (thermal cap active: reads 800000000)"
-        assert knob.detail["thermal_cap"]["cur_state"] == 2
-    assert "2 held lower by an active thermal cap" in (rep.note or "")
+        assert knob.detail["thermal_cap"] == {"cooling_device": None, "cap_hz": 800000000}
+    assert "3 held lower by an active thermal cap" in (rep.note or "")
     assert not (tmp_path / "state" / "pin.state").exists()
     board.control.force_temperature(None)  # cooled: exactly the board before the pin
     assert digest(board.root) == before
@@ -148,7 +152,12 @@ def test_pin_while_capped_then_cooled_restores_no_user_limit(fuse_board, tmp_pat
     before = digest(board.root)
     board.control.force_temperature(95000)
     run = run_board_script_full("pin", board.root, tmp_path / "state", shell="bash --posix")
-    assert run.returncode == 1 and parse_pin(run.records).knob("devfreq/fdab0000.npu").detail["cooling_state"] == 2
+    pin = parse_pin(run.records)
+    assert run.returncode == 1 and pin.knob("devfreq/fb000000.gpu").detail["cooling_state"] == 2
+    # no NPU cooling device: pin told the system monitor's cap by max_freq := top not moving
+    assert pin.knob("devfreq/fdab0000.npu").detail["thermal_cap_at_save"] == {
+        "cooling_device": None, "detected_by": "max_freq did not move when set to the top OPP",
+        "max_freq_read": 800000000, "max_freq_saved": 1000000000}
     board.control.force_temperature(None)
     run = run_board_script_full("restore", board.root, tmp_path / "state", shell="bash --posix")
     assert run.returncode == 0 and parse_restore(run.records).ok, run.stdout

@@ -7,22 +7,22 @@ import os
 from pathlib import Path
 
 import pytest
-from bs_helpers import SOCS
+from bs_helpers import VARIANTS
 
 from rkdet.board.scripts import parse_probe, run_board_script_full
 from rkdet.board.socs import PROFILES
 
 
-@pytest.mark.parametrize("soc", SOCS)
+@pytest.mark.parametrize("soc", sorted(VARIANTS))
 def test_probe_describes_each_soc(soc: str, shell: str, make_tree, state_dir: Path) -> None:
-    prof = PROFILES[soc]
+    prof = VARIANTS[soc]
     root = make_tree(soc)
     run = run_board_script_full("probe", root, state_dir, shell=shell, env={"RKDET_WORK_DIR": str(root)})
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines and all(json.loads(line)["script"] == "probe" for line in lines)  # every line is a record
     rep = parse_probe(run.records)
-    assert rep.ok and rep.soc == soc and rep.compatible == prof.compatible and rep.model == prof.model
+    assert rep.ok and rep.soc == prof.soc and rep.compatible == prof.compatible and rep.model == prof.model
     assert rep.kernel == prof.kernel
     assert [p.name for p in rep.cpu_policies] == [p.name for p in prof.cpu_policies]
     assert [p.frequencies_khz for p in rep.cpu_policies] == [p.frequencies_khz for p in prof.cpu_policies]
@@ -43,7 +43,9 @@ def test_probe_describes_each_soc(soc: str, shell: str, make_tree, state_dir: Pa
     else:
         assert "rknpu" in rep.missing
     assert rep.compaction_proactiveness == (prof.compaction_proactiveness if prof.has_compaction_proactiveness else None)
-    assert rep.thp == "madvise"
+    assert rep.thp == ("madvise" if prof.thp_enabled else None)
+    if not prof.has_compaction_proactiveness:
+        assert ("CONFIG_COMPACTION" in rep.missing["compaction_proactiveness"]) == (prof.kernel >= "5")
     assert rep.work_dir_free_kb is not None and rep.work_dir_free_kb > 0
     assert rep.pinned_state is False
 

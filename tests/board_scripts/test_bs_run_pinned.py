@@ -138,7 +138,7 @@ def test_refused_pin_runs_nothing(make_tree, state_dir: Path, tmp_path: Path, wr
     root = make_tree("rk3568")
     before = tree_digest(root)
     marker = tmp_path / "ran"
-    w = Wrapper("dash", root, state_dir, tmp_path / "out", ["touch", str(marker)], env={"RKDET_NPU_FREQ": "600000000"})
+    w = Wrapper("dash", root, state_dir, tmp_path / "out", ["touch", str(marker)], env={"RKDET_NPU_FREQ": "594000000"})
     wrappers.append(w)
     assert w.wait() == 125
     assert "pin failed (exit 2)" in w.stderr and not marker.exists()

@@ -127,8 +127,8 @@ def test_thermal_cap_before_pin_shows_in_pin_warnings(own_fuse_board: EmulatedBo
     assert any(".npu" in w and "thermal limit" in w for w in record["warnings"]), record["warnings"]
     assert any(".npu" in w and f"{NPU_CAP} -> {NPU_TOP} Hz" in w for w in record["warnings"]), record["warnings"]
     assert "thermal limit" in " ".join(text.split())  # and the user saw it
-    # pin told the cap from a user limit by the NPU's cooling device and saved "no user limit" (the top
-    # OPP) rather than the capped 800 MHz, and said so in pin.json
+    # pin told the cap from a user limit (RK3588's NPU has no cooling device: max_freq set to the top OPP
+    # did not move) and saved "no user limit" (the top OPP) rather than the capped 800 MHz, and said so
     [state] = [r for r in pin if r.get("record") == "state"]
     assert "fdab0000.npu" in state["thermal_capped"], state
     at_save = npu[0]["thermal_cap_at_save"]

@@ -17,17 +17,21 @@ import pytest
 from fuse_helpers import require_fuse
 
 from rkdet.board.emulator.mount import EmulatedSysfs, emulated_sysfs
+from rkdet.board.socs import SocProfile
 
 
 @pytest.fixture
 def make_board(tmp_path: Path) -> Iterator[Callable[..., EmulatedSysfs]]:
-    """Factory: make_board("rk3588") mounts a FUSE board; all are unmounted and log-checked at teardown."""
+    """Factory: make_board("rk3588") or make_board(rk3588(speed_bin=2304000)) mounts a FUSE board;
+    all are unmounted and log-checked at teardown."""
     stack = contextlib.ExitStack()
     boards: list[EmulatedSysfs] = []
 
-    def make(soc: str = "rk3588", name: str | None = None) -> EmulatedSysfs:
+    def make(soc: str | SocProfile = "rk3588", name: str | None = None) -> EmulatedSysfs:
+        """A board of a SoC name or of a profile (a variant: its label names the work dir)."""
         require_fuse()
-        handle = stack.enter_context(emulated_sysfs(soc, tmp_path / (name or soc), backend="fuse"))
+        label = soc if isinstance(soc, str) else soc.label.replace("[", "-").replace("]", "").replace(",", "-")
+        handle = stack.enter_context(emulated_sysfs(soc, tmp_path / (name or label), backend="fuse"))
         boards.append(handle)
         return handle
 

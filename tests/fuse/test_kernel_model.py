@@ -52,7 +52,7 @@ def test_set_freq_lifecycle_and_rounding(tmp_path):
     board.files[f"{NPU}/governor"].store("userspace\n")  # type: ignore[misc]
     assert board.kind(f"{NPU}/userspace/set_freq") == "file"
     assert _show(board, f"{NPU}/userspace/set_freq") == "undefined\n"
-    assert _show(board, f"{NPU}/cur_freq") == "700000000\n"  # previous_freq until a value is set
+    assert _show(board, f"{NPU}/cur_freq") == "1000000000\n"  # previous_freq until a value is set
     board.files[f"{NPU}/userspace/set_freq"].store("333000000")  # type: ignore[misc]
     assert _show(board, f"{NPU}/cur_freq") == "400000000\n"
     board.files[f"{NPU}/governor"].store("powersave")  # type: ignore[misc]
@@ -61,14 +61,17 @@ def test_set_freq_lifecycle_and_rounding(tmp_path):
     assert "userspace" in board.listdir(NPU)
 
 
-def test_rk3568_npu_opps_round_to_594mhz(tmp_path):
+def test_rk3568_npu_opps_round_to_the_table_of_rk3568_dtsi(tmp_path):
     board = Board(RK3568, tmp_path)
     npu = "sys/devices/platform/fde40000.npu/devfreq/fde40000.npu"
     board.files[f"{npu}/governor"].store("userspace")  # type: ignore[misc]
-    board.files[f"{npu}/userspace/set_freq"].store("600000000")  # type: ignore[misc]
-    assert _show(board, f"{npu}/cur_freq") == "700000000\n"  # ceil inside the range
-    board.files[f"{npu}/max_freq"].store("600000000")  # type: ignore[misc]
-    assert _show(board, f"{npu}/cur_freq") == "594000000\n"  # clamped at max: floor
+    board.files[f"{npu}/userspace/set_freq"].store("500000000")  # type: ignore[misc]
+    assert _show(board, f"{npu}/cur_freq") == "600000000\n"  # ceil inside the range
+    board.files[f"{npu}/max_freq"].store("650000000")  # type: ignore[misc]
+    assert _show(board, f"{npu}/cur_freq") == "600000000\n"  # clamped at max: floor
+    board.files[f"{npu}/userspace/set_freq"].store("950000000")  # type: ignore[misc]
+    board.files[f"{npu}/max_freq"].store("0")  # type: ignore[misc]
+    assert _show(board, f"{npu}/cur_freq") == "900000000\n"  # the 1 GHz OPP is disabled in rk3568.dtsi
 
 
 def test_max_freq_request_rounds_up_to_khz_and_zero_means_no_limit(tmp_path):
@@ -93,15 +96,16 @@ def test_cpufreq_userspace_starts_at_the_current_speed(tmp_path):
 
 
 def test_thermal_model_caps_and_ignores_foreign_control_files(tmp_path):
-    board = Board(RV1126, tmp_path)
-    npu = "sys/devices/platform/ffbc0000.npu/devfreq/ffbc0000.npu"
-    board.files[f"{npu}/governor"].store("performance")  # type: ignore[misc]
+    board = Board(RK3588, tmp_path)
+    board.files[f"{NPU}/governor"].store("performance")  # type: ignore[misc]
     (tmp_path / "fault.json").write_text('{"occurrence": 0}')  # the runtime double's control
-    Control(tmp_path, RV1126).force_temperature(81000, zone="npu-thermal")
-    assert _show(board, f"{npu}/cur_freq") == "600000000\n"
-    assert _show(board, f"{npu}/max_freq") == "600000000\n"
+    Control(tmp_path, RK3588).force_temperature(86000, zone="soc-thermal")
+    assert _show(board, f"{NPU}/cur_freq") == "800000000\n"
+    assert _show(board, f"{NPU}/max_freq") == "800000000\n"
     snap = board.evaluate()
-    assert snap.temps == {"cpu-thermal": 45000, "npu-thermal": 81000} and snap.caps == {"ffbc0000.npu": 600000000}
+    assert snap.temps["soc-thermal"] == 86000
+    assert snap.caps == {"fb000000.gpu": 800000000, "fdab0000.npu": 800000000, "policy0": 1608000000,
+                         "policy4": 2208000000, "policy6": 2208000000}
 
 
 def test_control_reader_logs_a_bad_file_once(tmp_path, caplog):

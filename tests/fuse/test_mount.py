@@ -75,7 +75,7 @@ def test_a_stale_mount_of_a_killed_daemon_is_cleared_before_mounting(tmp_path):
         dead = subprocess.run(["stat", str(first.root / "sys")], capture_output=True, text=True, timeout=5)
         assert dead.returncode != 0 and "not connected" in dead.stderr
         with emulated_sysfs("rk3588", tmp_path) as second:
-            assert read(second.root, f"{NPU}/cur_freq") == "700000000\n"
+            assert read(second.root, f"{NPU}/cur_freq") == "1000000000\n"  # rknpu_ondemand holds 1 GHz
         assert not second.daemon_errors()
     assert mount_entry(tmp_path / "root") is None
 
@@ -163,7 +163,7 @@ def test_a_non_root_user_gets_the_other_mode_bits(tmp_path):
                       f'test -r {policy}/scaling_cur_freq || exit 14; exit 0')
             as_user = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "dash", "-c",
                                       script], capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
-            assert (as_user.returncode, as_user.stdout) == (0, "700000000\n"), as_user.stderr
+            assert (as_user.returncode, as_user.stdout) == (0, "1000000000\n"), as_user.stderr
             assert read(root, f"{NPU}/governor") == "rknpu_ondemand\n"
             assert sh(f'cat "$R/{POLICY0}/cpuinfo_cur_freq"', root).stdout == "1200000\n"  # root may
     finally:

@@ -92,7 +92,36 @@ def test_set_freq_is_clamped_and_rounded_to_an_opp_not_rejected(board):
     assert sh(f'echo 650000000 > "$R/{NPU}/max_freq" && echo 900000000 > "$R/{set_freq}"', board.root).returncode == 0
     assert read(board.root, f"{NPU}/max_freq") == "650000000\n"
     assert read(board.root, f"{NPU}/cur_freq") == "600000000\n"  # clamped at max: the OPP below it
-    assert ops(board.root, ("write", set_freq, "lots\n")) == [{"errno": "EINVAL"}]
+
+
+def test_set_freq_ignores_a_write_that_does_not_parse(board):
+    """governor_userspace.c store_freq does not check sscanf: an empty or wordy write succeeds."""
+    set_freq = f"{NPU}/userspace/set_freq"
+    assert sh(f'echo userspace > "$R/{NPU}/governor" && echo 500000000 > "$R/{set_freq}"', board.root).returncode == 0
+    assert ops(board.root, ("write", set_freq, "lots\n"), ("write", set_freq, "\n")) == [{"ok": None}, {"ok": None}]
+    assert sh(f'echo > "$R/{set_freq}"', board.root).returncode == 0  # what `echo $EMPTY > set_freq` does
+    assert (read(board.root, set_freq), read(board.root, f"{NPU}/cur_freq")) == ("500000000\n", "500000000\n")
+
+
+def test_rknpu_ondemand_holds_its_frequency_whatever_the_load(board):
+    """rknpu_ondemand does not follow load: it boots at 1 GHz on RK3588 and keeps what it is given."""
+    cur = f"{NPU}/cur_freq"
+    assert (read(board.root, f"{NPU}/governor"), read(board.root, cur)) == ("rknpu_ondemand\n", "1000000000\n")
+    for load in (0, 100, 30):
+        board.control.set_load("npu", load)
+        assert read(board.root, cur) == "1000000000\n"
+    assert sh(f'echo powersave > "$R/{NPU}/governor" && echo rknpu_ondemand > "$R/{NPU}/governor"',
+              board.root).returncode == 0
+    board.control.set_load("npu", 100)
+    assert read(board.root, cur) == "300000000\n"  # it holds the frequency it took over
+
+
+def test_devfreq_governors_are_one_global_list(board):
+    """available_governors is devfreq_governor_list on every node, so the NPU takes dmc_ondemand."""
+    lists = {read(board.root, f"{node}/available_governors") for node in (NPU, GPU, "sys/class/devfreq/dmc")}
+    assert lists == {"rknpu_ondemand dmc_ondemand userspace powersave performance simple_ondemand\n"}
+    assert sh(f'echo dmc_ondemand > "$R/{NPU}/governor"', board.root).returncode == 0
+    assert read(board.root, f"{NPU}/governor") == "dmc_ondemand\n"
 
 
 def test_devfreq_max_wins_over_min(board):
@@ -125,8 +154,7 @@ def test_cur_freq_follows_the_governor_and_the_load(board):
     assert read(board.root, cur) == "300000000\n"
     assert sh(f'echo performance > "$R/{NPU}/governor"', board.root).returncode == 0
     assert read(board.root, cur) == "1000000000\n"
-    assert sh(f'echo rknpu_ondemand > "$R/{NPU}/governor"', board.root).returncode == 0
-    assert read(board.root, cur) == "700000000\n"  # boot value until a load is reported
+    assert sh(f'echo simple_ondemand > "$R/{NPU}/governor"', board.root).returncode == 0
     board.control.set_load("npu", 0)
     assert read(board.root, cur) == "300000000\n"
     board.control.set_load("npu", 100)
@@ -149,6 +177,9 @@ def test_compaction_proactiveness_takes_0_to_100(make_board):
     # sysctl strict writes: a second write() at a non-zero offset is ignored
     assert ops(board.root, ("write", rel, "40", "50")) == [{"ok": None}]
     assert read(board.root, rel) == "40\n"
+    # proc_dointvec_minmax on one int: the first number, which must end at a blank
+    assert ops(board.root, ("write", rel, "50 60\n"), ("read", rel), ("write", rel, "7x\n")) == \
+        [{"ok": None}, {"ok": "50\n"}, {"errno": "EINVAL"}]
     rv = make_board("rv1126")
     assert ops(rv.root, ("exists", rel)) == [{"ok": False}]  # 4.19 has no compaction_proactiveness
 
@@ -177,7 +208,7 @@ def test_symlinks_are_those_of_the_plain_tree(board):
         {"ok": "../cpufreq/policy4"}, {"ok": "../../devices/platform/fdab0000.npu/devfreq/fdab0000.npu"},
         {"ok": "4 5\n"}]
     glob = sh('cat "$R"/sys/class/devfreq/*.npu/cur_freq', board.root)
-    assert (glob.returncode, glob.stdout) == (0, "700000000\n")
+    assert (glob.returncode, glob.stdout) == (0, "1000000000\n")
 
 
 def test_rv1126_kernel_4_19_refuses_min_above_max_at_the_write(make_board):

@@ -1,12 +1,17 @@
 """The rknnlite backend against the emulated RKNNLite test double (results labelled emulated)."""
 
+import ast
 import hashlib
 import json
+import os
 import sys
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import rkdet.runner
 from rkdet.board.fake_tree import build_fake_tree
 from rkdet.board.socs import RK3588
 from rkdet.runner import output_hash, read_index
@@ -143,7 +148,11 @@ def test_double_returns_codes_not_exceptions(board, tmp_path):
     first = lite.inference(inputs=[np.load(inputs / "page-0000.npy")])
     kept = first[0].copy()
     second = lite.inference(inputs=[np.load(inputs / "page-0001.npy")])
-    assert second[0] is first[0] and not np.array_equal(first[0], kept)  # buffers are reused
+    assert second[0] is not first[0] and np.array_equal(first[0], kept)  # 2.5.0 default: independent arrays
+    first = lite.inference(inputs=[np.load(inputs / "page-0000.npy")], reuse_outputs=True)
+    kept = first[0].copy()
+    second = lite.inference(inputs=[np.load(inputs / "page-0001.npy")], reuse_outputs=True)
+    assert second[0] is first[0] and not np.array_equal(first[0], kept)  # staging buffers, overwritten
 
 
 def test_missing_onnx_beside_the_rknn_is_a_runtime_failure(tmp_path):
@@ -221,3 +230,107 @@ def test_onnx_from_env_and_default_normalisation(board, tmp_path, monkeypatch):
     got = lite.inference(inputs=[x], data_format=["nhwc"])
     ref = ort_outputs(model.with_suffix(".onnx"), np.ascontiguousarray(x.transpose(0, 3, 1, 2).astype(np.float32) / 255.0))
     assert all(np.array_equal(g, r) for g, r in zip(got, ref))
+
+
+# ---- the double held to the real rknn-toolkit-lite2 2.5.0 API -------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+LITE2_WHEEL = "rknn_toolkit_lite2-2.5.0-*aarch64*.whl"
+
+
+def _lite2_wheel():
+    """The aarch64 wheel .ci/setup downloads (never installed): $RKDET_WHEEL_CACHE or .venv/rkdet-wheels."""
+    where = Path(os.environ.get("RKDET_WHEEL_CACHE") or REPO / ".venv" / "rkdet-wheels")
+    found = sorted(where.glob(LITE2_WHEEL))
+    if found:
+        return found[0]
+    message = "%s: no %s; run .ci/setup (it downloads the wheel)" % (where, LITE2_WHEEL)
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)  # in CI a missing wheel is a set-up bug, never a skip
+    pytest.skip(message)
+
+
+def _api(tree):
+    """RKNNLite's methods -> [(parameter, default source or None)] and its NPU_CORE_* constants."""
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "RKNNLite")
+    methods, constants = {}, {}
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef):
+            args = node.args.args[1:]  # without self
+            defaults = [None] * (len(args) - len(node.args.defaults)) + [ast.unparse(d) for d in node.args.defaults]
+            methods[node.name] = [(a.arg, d) for a, d in zip(args, defaults)]
+            assert not node.args.vararg and not node.args.kwarg and not node.args.kwonlyargs, node.name
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                constants[target.id] = node.value.value
+    return methods, constants
+
+
+@pytest.fixture(scope="module")
+def real_api():
+    with zipfile.ZipFile(_lite2_wheel()) as wheel:
+        source = wheel.read("rknnlite/api/rknn_lite.py").decode("utf-8")
+    return _api(ast.parse(source))
+
+
+@pytest.fixture(scope="module")
+def double_api():
+    return _api(ast.parse((DOUBLE_DIR / "rknnlite" / "api" / "__init__.py").read_text()))
+
+
+def _runner_uses():
+    """What rkdet/runner.py calls on RKNNLite: method -> keyword names, and the NPU_CORE_* it looks up."""
+    tree = ast.parse(Path(rkdet.runner.__file__).read_text())
+    calls = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "_lite"):
+            calls.setdefault(node.func.attr, set()).update(k.arg for k in node.keywords)
+    constants = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and n.value.startswith("NPU_CORE_")}
+    return calls, constants
+
+
+def test_runner_uses_only_what_the_real_rknnlite_has(real_api):
+    methods, constants = real_api
+    calls, masks = _runner_uses()
+    assert {"load_rknn", "init_runtime", "inference", "release"} <= set(calls)  # the parse found the calls
+    for method, keywords in calls.items():
+        assert method in methods, "runner calls RKNNLite.%s, which 2.5.0 does not have" % method
+        assert keywords <= {name for name, _ in methods[method]}, (method, keywords, methods[method])
+    assert masks and masks <= set(constants), masks - set(constants)
+
+
+def test_double_has_the_real_signatures_and_defaults(real_api, double_api):
+    """Every public method of the real RKNNLite exists in the double with the same parameters, in
+    the same order, with the same defaults; so does every NPU_CORE_* constant, with its value."""
+    real_methods, real_constants = real_api
+    double_methods, double_constants = double_api
+    assert {"inference", "load_rknn", "init_runtime"} <= set(real_methods)
+    for name, params in real_methods.items():
+        if name.startswith("_") and name != "__init__":
+            continue
+        assert double_methods.get(name) == params, (name, params, double_methods.get(name))
+    assert dict(real_methods["inference"])["reuse_outputs"] == "False"  # what the double lacked before
+    assert dict(real_methods["load_rknn"])["key_path"] == "None"
+    assert {k: v for k, v in double_constants.items() if k.startswith("NPU_CORE_")} == real_constants
+
+
+def test_double_honours_data_type_key_path_and_frame_id(board, tmp_path):
+    sys.path.insert(0, str(DOUBLE_DIR))
+    try:
+        from rknnlite.api import RKNNLite
+    finally:
+        sys.path.remove(str(DOUBLE_DIR))
+    model, inputs = board
+    lite = RKNNLite()
+    assert lite.get_sdk_version() is None  # before init_runtime, as the real one
+    assert lite.load_rknn(str(model), key_path=str(tmp_path / "missing_key.bin")) == -1
+    assert lite.load_rknn(str(model)) == 0 and lite.init_runtime() == 0
+    assert lite.list_devices() == ([], [])
+    x = np.load(inputs / "page-0000.npy")
+    plain = lite.inference([x])
+    assert [np.array_equal(a, b) for a, b in zip(lite.inference([x], data_type="uint8"), plain)] == [True, True]
+    assert lite.inference([x], data_type="bfloat7") is None
+    with_id = lite.inference([x], get_frame_id=True)
+    assert len(with_id) == len(plain) + 1 and isinstance(with_id[-1], int)

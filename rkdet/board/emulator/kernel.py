@@ -15,13 +15,21 @@ a show/store pair modelled on the kernel's own (Linux 5.10, the Rockchip BSP ker
   and to the thermal cap and max wins over min; the target is clamped into the range and rounded
   to an OPP (up inside the range, down when clamped at max), never rejected; ``userspace/set_freq``
   exists only while the governor is userspace, shows ``undefined`` until written, then the value
-  as written.
+  as written; a write that does not parse (an empty one) succeeds and changes nothing (store_freq
+  ignores sscanf's result). ``available_governors`` is the one global governor list on every node
+  (newest registered first), so any listed governor is accepted by any node; ``rknpu_ondemand``
+  holds the frequency it was given (RK3588 boots the NPU at 1 GHz) instead of following load.
 * sysctl ``vm.compaction_proactiveness`` (mm/compaction.c, proc_dointvec_minmax 0..100): out of
-  range or non-numeric is EINVAL; a write at a non-zero file offset is ignored (sysctl strict mode).
+  range or non-numeric is EINVAL; only the first number is read ("50 60" stores 50); a write at a
+  non-zero file offset is ignored (sysctl strict mode). Absent when the profile's image has no
+  CONFIG_COMPACTION, as is THP's ``enabled`` without CONFIG_TRANSPARENT_HUGEPAGE.
+* Thermal caps (Rockchip's system monitor): a freq-QoS max on cpufreq policies and devfreq nodes
+  while their zone is above the trip, released below trip - hysteresis.
 * Kernels before 5.4 (RV1126's 4.19) had no frequency QoS: there a min/max store that would cross
   the other fails EINVAL (cpufreq_set_policy, devfreq min_freq_store/max_freq_store).
-* devfreq cooling devices (drivers/thermal/devfreq_cooling.c, thermal_sysfs.c): one
-  ``cooling_deviceN`` per capped devfreq node, ``type`` ``devfreq-<node>``; ``cur_state`` is the
+* cooling devices (drivers/thermal/devfreq_cooling.c, cpufreq_cooling.c, thermal_sysfs.c): one
+  ``cooling_deviceN`` per node of the profile's list, type ``cpufreq-cpu<N>``, ``devfreq-<node>``
+  or (4.19, BSP 5.10.66) ``thermal-devfreq-<n>``; ``cur_state`` is the
   number of OPPs the thermal cap removes from the top (0: not throttled), ``max_state`` the OPP
   count - 1. Root may write ``cur_state`` (sscanf ``%ld``, 0..max_state, else EINVAL): the state's
   OPP becomes the cap until the thermal model's own state changes (the governor's next decision).
@@ -42,11 +50,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from rkdet.board.emulator.thermal import ControlReader, Controls, active_caps, zone_temperatures
-from rkdet.board.fake_tree import build_fake_tree, cooling_nodes, devfreq_initial_freq
+from rkdet.board.fake_tree import CoolingSpec, build_fake_tree, cooling_specs, devfreq_initial_freq
 from rkdet.board.socs import CpuPolicy, DevfreqNode, SocProfile
 
 S32_MAX = 2**31 - 1  # PM QoS "no limit"
 USERSPACE = "userspace"
+RKNPU_ONDEMAND = "rknpu_ondemand"  # Rockchip's NPU governor: holds its frequency, ignores load
 
 
 def kernel_error(code: int) -> OSError:
@@ -122,31 +131,34 @@ class CpufreqPolicy:
             value = min(max(value, self.freqs[0]), self.freqs[-1])
         self.max_req = value
 
-    def limits(self) -> tuple[int, int]:
-        """policy->min/max: clamped to cpuinfo, then min clamped to max (max wins)."""
+    def limits(self, cap_khz: Optional[int] = None) -> tuple[int, int]:
+        """policy->min/max: clamped to cpuinfo and to a thermal cap (a freq-QoS max request of
+        the system monitor), then min clamped to max (max wins)."""
         lo_hw, hi_hw = self.freqs[0], self.freqs[-1]
         hi = min(max(self.max_req, lo_hw), hi_hw)
+        if cap_khz is not None:
+            hi = min(hi, max(opp_floor(self.freqs, cap_khz), lo_hw))
         lo = min(max(self.min_req, lo_hw), hi)
         return lo, hi
 
-    def _resolve(self, target: float, relation_low: bool) -> int:
-        lo, hi = self.limits()
+    def _resolve(self, target: float, relation_low: bool, cap_khz: Optional[int] = None) -> int:
+        lo, hi = self.limits(cap_khz)
         target = min(max(target, lo), hi)
         inside = tuple(f for f in self.freqs if lo <= f <= hi) or self.freqs
         return opp_ceil(inside, target) if relation_low else opp_floor(inside, target)
 
-    def cur(self, load: Optional[float]) -> int:
-        """policy->cur as the governor would set it."""
-        lo, hi = self.limits()
+    def cur(self, load: Optional[float], cap_khz: Optional[int] = None) -> int:
+        """policy->cur as the governor would set it (under a thermal cap when one is active)."""
+        lo, hi = self.limits(cap_khz)
         if self.governor == "performance":
-            return self._resolve(hi, relation_low=False)
+            return self._resolve(hi, False, cap_khz)
         if self.governor == "powersave":
-            return self._resolve(lo, relation_low=True)
+            return self._resolve(lo, True, cap_khz)
         if self.governor == USERSPACE:
-            return self._resolve(self.setspeed, relation_low=True)
+            return self._resolve(self.setspeed, True, cap_khz)
         if load is None:
-            return self._resolve(self.freqs[len(self.freqs) // 2], relation_low=True)
-        return self._resolve(lo + load * (hi - lo), relation_low=True)
+            return self._resolve(self.freqs[len(self.freqs) // 2], True, cap_khz)
+        return self._resolve(lo + load * (hi - lo), True, cap_khz)
 
     def store_governor(self, text: str, load: Optional[float]) -> None:
         name = parse_word(text)
@@ -170,15 +182,17 @@ class DevfreqDevice:
     each other (the target still is: max wins there).
     """
 
-    def __init__(self, node: DevfreqNode, legacy: bool = False) -> None:
+    def __init__(self, node: DevfreqNode, legacy: bool = False, governors: tuple[str, ...] = ()) -> None:
         self.spec = node
         self.legacy = legacy
+        self.governors = governors or (node.governor,)  # the one global list (devfreq_governor_list)
         self.freqs = tuple(sorted(node.frequencies_hz))
         self.governor = node.governor
         self.min_req_khz = 0
         self.max_req_khz = S32_MAX
         self.user_freq: Optional[int] = None  # userspace_data.valid/user_frequency
-        self.previous = devfreq_initial_freq(node.frequencies_hz, node.governor)
+        self.previous = devfreq_initial_freq(node.frequencies_hz, node.governor, node.boot_hz)
+        self.held = self.previous  # what rknpu_ondemand holds (it does not follow load)
         self.polling_ms = 50
         self.min_hz, self.max_hz = self.freqs[0], self.freqs[-1]  # legacy user limits
 
@@ -203,8 +217,10 @@ class DevfreqDevice:
             wish = 0
         elif self.governor == USERSPACE:
             wish = self.user_freq if self.user_freq is not None else self.previous
+        elif self.governor == RKNPU_ONDEMAND:
+            wish = self.held
         elif load is None:
-            wish = devfreq_initial_freq(self.spec.frequencies_hz, self.spec.governor)
+            wish = devfreq_initial_freq(self.spec.frequencies_hz, self.spec.governor, self.spec.boot_hz)
         else:
             wish = lo + load * (hi - lo)
         freq, upper_bound = max(wish, lo), False
@@ -213,15 +229,24 @@ class DevfreqDevice:
         inside = tuple(f for f in self.freqs if min(lo, hi) <= f <= hi) or self.freqs
         return opp_floor(inside, freq) if upper_bound else opp_ceil(inside, freq)
 
-    def store_governor(self, text: str) -> None:
+    def store_governor(self, text: str, load: Optional[float] = None) -> None:
         name = parse_word(text)
-        if name not in self.spec.governors:
+        if name not in self.governors:
             raise kernel_error(errno.EINVAL)  # try_then_request_governor found no such governor
         if name == self.governor:
             return
         if name == USERSPACE:
             self.user_freq = None  # userspace_init: fresh data, set_freq shows "undefined"
+        if name == RKNPU_ONDEMAND:  # it keeps the frequency it is handed: the one the user's limits
+            self.held = self.target(None, load)  # and the old governor ask for (a thermal cap stays a cap)
         self.governor = name
+
+    def store_set_freq(self, text: str) -> None:
+        """governor_userspace.c store_freq: sscanf("%lu") with its result unchecked, so a write
+        that does not parse (an empty one) succeeds and leaves the wanted frequency as it was."""
+        match = re.match(r"\s*(\d+)", text)
+        if match:
+            self.user_freq = int(match.group(1))
 
     def store_min(self, text: str) -> None:
         value = parse_uint(text)
@@ -250,10 +275,10 @@ class CoolingDevice:
     runs for a changed instance), so a written state holds until the model's own state moves.
     """
 
-    def __init__(self, node: DevfreqNode) -> None:
-        self.node = node.name
-        self.table = tuple(sorted(node.frequencies_hz, reverse=True))  # state k -> table[k]
-        self.max_state = len(self.table) - 1
+    def __init__(self, spec: CoolingSpec) -> None:
+        self.node = spec.node
+        self.table = spec.table_hz  # state k -> table[k] (Hz, descending)
+        self.max_state = spec.max_state
         self.override: Optional[int] = None
         self.override_base = 0  # the model's state when the override was written
 
@@ -314,8 +339,9 @@ class Board:
         self.controls = ControlReader(control_dir)
         legacy = kernel_version(profile.kernel) < (5, 4)  # before PM-QoS frequency limits
         self.cpufreq = {p.name: CpufreqPolicy(p, legacy) for p in profile.cpu_policies}
-        self.devfreq = {n.name: DevfreqDevice(n, legacy) for n in profile.devfreq}
-        self.cooling = {n.name: CoolingDevice(n) for n in cooling_nodes(profile)}
+        self.devfreq = {n.name: DevfreqDevice(n, legacy, profile.devfreq_governors) for n in profile.devfreq}
+        self.cooling = {s.node: CoolingDevice(s) for s in cooling_specs(profile)}
+        self.held_caps: set[str] = set()  # caps active at the last evaluation (hysteresis)
         self.zone_mode = {z.type: "enabled" for z in profile.thermal_zones}
         self.compaction = profile.compaction_proactiveness
         self.thp = profile.thp_enabled
@@ -346,7 +372,7 @@ class Board:
         """Zone temperatures and the thermal model's caps (before any cooling-state override)."""
         temps = zone_temperatures(self.profile, self._demand(controls), controls)
         disabled = {z for z, mode in self.zone_mode.items() if mode != "enabled"}
-        return temps, active_caps(self.profile, temps, controls, disabled)
+        return temps, active_caps(self.profile, temps, controls, disabled, self.held_caps)
 
     def evaluate(self) -> Snapshot:
         """Read the controls, compute every zone's temperature and which caps are active."""
@@ -408,8 +434,8 @@ class Board:
             self._set(f"{zdir}/temp", Attr(show=lambda z=zone.type: _line(self.evaluate().temps[z])))
             self._set(f"{zdir}/mode", Attr(show=lambda z=zone.type: _line(self.zone_mode[z]),
                                            store=lambda t, z=zone.type: self._store_zone_mode(z, t), mode=0o644))
-        for index, node in enumerate(cooling_nodes(self.profile)):
-            self._overlay_cooling(f"sys/class/thermal/cooling_device{index}", self.cooling[node.name])
+        for index, spec in enumerate(cooling_specs(self.profile)):
+            self._overlay_cooling(f"sys/class/thermal/cooling_device{index}", self.cooling[spec.node])
         for rel in [r for r in self.files if re.fullmatch(r"sys/devices/system/cpu/cpu\d+/cpuidle/state\d+/disable", r)]:
             state = {"value": 0}
             self._set(rel, Attr(show=lambda s=state: _line(s["value"]),
@@ -417,21 +443,27 @@ class Board:
         if self.profile.has_compaction_proactiveness:
             self._set("proc/sys/vm/compaction_proactiveness",
                       Attr(show=lambda: _line(self.compaction), store=self._store_compaction, mode=0o644, sysctl=True))
-        self._set("sys/kernel/mm/transparent_hugepage/enabled",
-                  Attr(show=lambda: _line(self.thp), store=self._store_thp, mode=0o644))
+        if self.profile.thp_enabled is not None:
+            self._set("sys/kernel/mm/transparent_hugepage/enabled",
+                      Attr(show=lambda: _line(self.thp), store=self._store_thp, mode=0o644))
         if self.profile.rknpu_driver:
             self._set("sys/kernel/debug/rknpu/load", Attr(show=self._show_npu_load))
 
+    def cpu_cap_khz(self, policy: str) -> Optional[int]:
+        """The thermal cap on a cpufreq policy now (kHz), or None."""
+        cap = self.evaluate().caps.get(policy)
+        return None if cap is None else cap // 1000
+
     def _overlay_cpufreq(self, pdir: str, pol: CpufreqPolicy) -> None:
-        cur = lambda: _line(pol.cur(self.load("cpu")))  # noqa: E731
+        name = pol.spec.name
+        cur = lambda: _line(pol.cur(self.load("cpu"), self.cpu_cap_khz(name)))  # noqa: E731
         self._set(f"{pdir}/scaling_cur_freq", Attr(show=cur))
         self._set(f"{pdir}/cpuinfo_cur_freq", Attr(show=cur, mode=0o400))
         self._set(f"{pdir}/scaling_governor", Attr(show=lambda: _line(pol.governor), mode=0o644,
                                                    store=lambda t: pol.store_governor(t, self.load("cpu"))))
-        self._set(f"{pdir}/scaling_min_freq", Attr(show=lambda: _line(pol.limits()[0]), mode=0o644,
-                                                   store=pol.store_min))
-        self._set(f"{pdir}/scaling_max_freq", Attr(show=lambda: _line(pol.limits()[1]), mode=0o644,
-                                                   store=pol.store_max))
+        limit = lambda i: _line(pol.limits(self.cpu_cap_khz(name))[i])  # noqa: E731
+        self._set(f"{pdir}/scaling_min_freq", Attr(show=lambda: limit(0), mode=0o644, store=pol.store_min))
+        self._set(f"{pdir}/scaling_max_freq", Attr(show=lambda: limit(1), mode=0o644, store=pol.store_max))
         self._set(f"{pdir}/scaling_setspeed", Attr(
             show=lambda: cur() if pol.governor == USERSPACE else b"<unsupported>\n",
             store=pol.store_setspeed, mode=0o644))
@@ -444,15 +476,20 @@ class Board:
         self._set(f"{ddir}/target_freq", Attr(show=cur))
         self._set(f"{ddir}/governor", Attr(show=lambda: _line(dev.governor), store=self._devfreq_governor_store(dev),
                                            mode=0o644))
-        self._set(f"{ddir}/min_freq", Attr(show=lambda: rng(0), store=dev.store_min, mode=0o644))
-        self._set(f"{ddir}/max_freq", Attr(show=lambda: rng(1), store=dev.store_max, mode=0o644))
+        def settled(store: Callable[[str], None]) -> Callable[[str], None]:
+            def run(text: str) -> None:  # the store ends in update_devfreq(): previous_freq moves now
+                store(text)
+                self.devfreq_cur(name)
+            return run
+        self._set(f"{ddir}/min_freq", Attr(show=lambda: rng(0), store=settled(dev.store_min), mode=0o644))
+        self._set(f"{ddir}/max_freq", Attr(show=lambda: rng(1), store=settled(dev.store_max), mode=0o644))
         self._set(f"{ddir}/polling_interval", Attr(show=lambda: _line(dev.polling_ms), mode=0o644,
                                                    store=lambda t: setattr(dev, "polling_ms", parse_uint(t))))
         is_user = lambda: dev.governor == USERSPACE  # noqa: E731
         self.dirs[f"{ddir}/userspace"] = is_user
         self._set(f"{ddir}/userspace/set_freq", Attr(
             show=lambda: b"undefined\n" if dev.user_freq is None else _line(dev.user_freq),
-            store=lambda t: setattr(dev, "user_freq", parse_uint(t)), mode=0o644, present=is_user))
+            store=settled(dev.store_set_freq), mode=0o644, present=is_user))
 
     def _overlay_cooling(self, cdir: str, cdev: CoolingDevice) -> None:
         def store(text: str) -> None:
@@ -463,7 +500,7 @@ class Board:
     def _devfreq_governor_store(self, dev: DevfreqDevice) -> Callable[[str], None]:
         def store(text: str) -> None:
             self.devfreq_cur(dev.spec.name)  # settle previous_freq before the switch
-            dev.store_governor(text)
+            dev.store_governor(text, self.load(dev.spec.kind))
         return store
 
     def _store_zone_mode(self, zone: str, text: str) -> None:
@@ -473,7 +510,9 @@ class Board:
         self.zone_mode[zone] = word
 
     def _store_compaction(self, text: str) -> None:
-        match = re.fullmatch(r"\s*(-?\d+)\s*", text)
+        # proc_dointvec_minmax on a one-int table: the first number, which must end at a blank;
+        # what follows it is not parsed ("50 60" stores 50)
+        match = re.match(r"\s*(-?\d+)(?:\s|$)", text)
         if not match or not 0 <= int(match.group(1)) <= 100:
             raise kernel_error(errno.EINVAL)
         self.compaction = int(match.group(1))

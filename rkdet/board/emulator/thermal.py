@@ -3,7 +3,9 @@
 Why: on a real board the NPU heats up under load and the vendor thermal table lowers its clock
 below the pinned value; a determinism tool must notice that ("pinned 1 GHz, ran at 800 MHz"). The
 emulator reproduces it: zone temperatures rise with clock and load, and above a trip point the
-SoC profile's caps (`SocProfile.thermal_caps`) lower the real ``cur_freq`` and ``max_freq``.
+SoC profile's caps (`SocProfile.thermal_caps`: on RK3588 Rockchip's system monitor, which caps
+GPU/NPU at 800 MHz, little cores at 1608000 and big cores at 2208000 kHz above 85 C of soc-thermal
+and releases them 5 C lower) lower the real ``cur_freq`` and ``max_freq`` / ``scaling_max_freq``.
 
 TEST CONTROLS live outside ``sys/`` and ``proc/``, in a control directory (one small file per knob,
 plain decimal text; a missing file means the default; write to a temporary name and rename, as
@@ -185,16 +187,28 @@ def effective_caps(profile: SocProfile, controls: Controls) -> tuple[ThermalCap,
     for cap in profile.thermal_caps:
         above = controls.trip_mc if controls.trip_mc is not None else cap.above_millicelsius
         max_hz = controls.npu_cap_hz if (controls.npu_cap_hz and npu and cap.node == npu.name) else cap.max_hz
-        caps.append(ThermalCap(cap.node, cap.zone, above, max_hz))
+        caps.append(ThermalCap(cap.node, cap.zone, above, max_hz, cap.hysteresis_millicelsius))
     return tuple(caps)
 
 
 def active_caps(profile: SocProfile, temps: dict[str, int], controls: Controls,
-                disabled_zones: set[str]) -> dict[str, int]:
-    """Node name -> the lowest max_hz among caps whose zone is above its trip."""
+                disabled_zones: set[str], held: set[str] | None = None) -> dict[str, int]:
+    """Node name -> the lowest max_hz among caps whose zone is above its trip.
+
+    `held`: nodes whose cap was active at the previous evaluation. Such a cap stays active until
+    its zone falls below trip - hysteresis (Rockchip's system monitor: applied above ``h``,
+    released below ``h - hyst``). Updated in place when given.
+    """
+    previous = set(held or ())
     limits: dict[str, int] = {}
     for cap in effective_caps(profile, controls):
-        if cap.zone in disabled_zones or temps.get(cap.zone, 0) <= cap.above_millicelsius:
+        temp = temps.get(cap.zone, 0)
+        release = cap.above_millicelsius - cap.hysteresis_millicelsius
+        on = temp > cap.above_millicelsius or (cap.node in previous and temp >= release)
+        if cap.zone in disabled_zones or not on:
             continue
         limits[cap.node] = min(cap.max_hz, limits.get(cap.node, cap.max_hz))
+    if held is not None:
+        held.clear()
+        held.update(limits)
     return limits

@@ -1,10 +1,12 @@
 """rkdet's TEST DOUBLE of `rknnlite.api.RKNNLite` (rknn-toolkit-lite2): onnxruntime on CPU, not an NPU.
 
 It lets the runner, the deploy and the emulated board be exercised end to end on an x86_64 host,
-with the same calling convention as the real RKNNLite 2.x: methods return 0 / non-zero or None
-instead of raising, and output buffers are reused by the next call (copy what you keep). Every
-result it produces is emulated: the module declares `RKDET_EMULATED`, which rkdet-run records as
-`"emulated": true` in run.json.
+with the same calling convention as the real RKNNLite 2.5.0: the same methods, parameter names,
+order and defaults (tests/runner/test_runner_double.py holds it to the real wheel's
+rknnlite/api/rknn_lite.py), methods return 0 / -1 or None instead of raising, and
+`inference(reuse_outputs=True)` returns buffers the next call overwrites (the default returns
+independent arrays, as 2.5.0 does). Every result it produces is emulated: the module declares
+`RKDET_EMULATED`, which rkdet-run records as `"emulated": true` in run.json.
 
 What the deploy puts beside `<stem>.rknn` for it:
   * `<stem>.onnx`: the model it really computes (else the path in env `RKDET_EMU_ONNX`);
@@ -36,6 +38,9 @@ import time
 import numpy as np
 
 RKDET_EMULATED = "rkdet emulated RKNNLite: onnxruntime on CPU, not an NPU"
+
+_DATA_TYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16, "float16": np.float16,
+               "float32": np.float32}  # inference(data_type=...): what the 2.5.0 docstring lists
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
               "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(int32)": np.int32,
@@ -100,11 +105,19 @@ class RKNNLite(object):
         self._inputs = []
         self._buffers = []
         self._fault_counts = {}
+        self._frame_id = 0
 
-    def load_rknn(self, path):
-        """Find the ONNX that stands in for `path`; returns 0, or -1 when either is missing."""
-        if not os.path.isfile(path):
+    def load_rknn(self, path, key_path=None):
+        """Find the ONNX that stands in for `path`; returns 0, or -1 when either is missing.
+
+        `key_path`: the key envelope of an encrypted model; as the real one, -1 when it is given
+        and does not exist (the double computes the ONNX, so the key is not used otherwise).
+        """
+        if not path or not os.path.isfile(path):
             _log("load_rknn: %s not found" % path)
+            return -1
+        if key_path is not None and not os.path.exists(key_path):
+            _log("load_rknn: invalid key envelope path %s" % key_path)
             return -1
         stem = os.path.splitext(path)[0]
         onnx_path = stem + ".onnx" if os.path.isfile(stem + ".onnx") else os.environ.get("RKDET_EMU_ONNX")
@@ -123,7 +136,11 @@ class RKNNLite(object):
         self._prep = prep
         return 0
 
-    def init_runtime(self, core_mask=NPU_CORE_AUTO, target=None, device_id=None, async_mode=False):
+    def list_devices(self):
+        """The real one lists adb/ntb-attached devices; a board running its own runtime has none."""
+        return [], []
+
+    def init_runtime(self, target=None, device_id=None, async_mode=False, core_mask=NPU_CORE_AUTO):
         """Open the onnxruntime session (1 thread, sequential); -1 on a bad core mask or no model."""
         if self._onnx is None:
             _log("init_runtime: load_rknn first")
@@ -164,14 +181,25 @@ class RKNNLite(object):
             x = (x.astype(np.float32) - mean.reshape(shape if mean.size > 1 else [1])) / std.reshape(shape if std.size > 1 else [1])
         return np.ascontiguousarray(x.astype(dtype))
 
-    def inference(self, inputs, data_format=None, inputs_pass_through=None, get_frame_id=False):
-        """Outputs as a list of arrays (buffers reused by the next call), or None on error."""
+    def inference(self, inputs, data_type=None, data_format=None, inputs_pass_through=None, get_frame_id=False,
+                  reuse_outputs=False):
+        """Outputs as a list of arrays, or None on error.
+
+        `data_type` (int8, uint8, int16, float16, float32; None: as given) casts the inputs first;
+        `reuse_outputs=True` returns buffers the next call overwrites; `get_frame_id=True` appends
+        a frame counter, as the real one appends the runtime's frame id.
+        """
         if self._session is None:
             _log("inference: init_runtime first")
             return None
         if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self._inputs):
             _log("inference: expected a list of %d inputs" % len(self._inputs))
             return None
+        types = data_type if isinstance(data_type, (list, tuple)) else [data_type] * len(inputs)
+        if len(types) != len(inputs) or any(t is not None and t not in _DATA_TYPES for t in types):
+            _log("inference: data_type %r: use one of %s" % (data_type, ", ".join(sorted(_DATA_TYPES))))
+            return None
+        inputs = [np.asarray(a) if t is None else np.asarray(a).astype(_DATA_TYPES[t]) for a, t in zip(inputs, types)]
         formats = data_format if isinstance(data_format, (list, tuple)) else [data_format] * len(inputs)
         start = time.perf_counter()
         feed = {}
@@ -190,7 +218,11 @@ class RKNNLite(object):
         ratio = _npu_clock_ratio()
         if ratio > 1.0:
             time.sleep(elapsed * (ratio - 1.0))
-        return self._reuse_buffers(outputs)
+        result = self._reuse_buffers(outputs) if reuse_outputs else [np.array(o, copy=True) for o in outputs]
+        if get_frame_id:
+            self._frame_id += 1
+            result.append(self._frame_id)
+        return result
 
     def _maybe_inject_fault(self, inputs, outputs):
         fault = _read_fault()
@@ -228,9 +260,17 @@ class RKNNLite(object):
         return list(self._buffers)
 
     def get_sdk_version(self):
+        """The version string, or None before init_runtime (as the real one)."""
+        if self._session is None:
+            _log("get_sdk_version: init_runtime first")
+            return None
         return "rknn-toolkit-lite2 version: 2.5.0 (EMULATED: %s)" % RKDET_EMULATED
 
     def list_support_target_platform(self, rknn_model=None):
+        """Platforms the model runs on (None when the model file does not exist, as the real one)."""
+        if rknn_model is not None and not os.path.exists(rknn_model):
+            _log("list_support_target_platform: the model %s does not exist" % rknn_model)
+            return None
         return {"emulated": ["rk3588", "rk3568", "rk3566", "rk3562", "rk3576"]}
 
     def release(self):

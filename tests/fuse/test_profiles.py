@@ -1,0 +1,65 @@
+"""SoC profiles carry their sources; variants are well-formed and survive the daemon's JSON hand-over."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rkdet.board.emulator.sysfs_fuse import profile_from_json, profile_to_json
+from rkdet.board.soc_sources import CHOICE
+from rkdet.board.socs import RK3588_SPEED_BINS, all_variants, missing_sources, rk3588, source_of, value_keys
+
+CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19|SDK")
+
+
+@pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
+def test_every_value_has_a_source(profile) -> None:
+    assert missing_sources(profile) == []
+    for key in value_keys(profile):
+        source = source_of(profile, key)
+        assert source.startswith(CHOICE) or CITES.search(source), (key, source)
+
+
+def test_a_profile_without_a_source_is_caught() -> None:
+    bare = rk3588()
+    bare.sources.pop("cap.fdab0000.npu")
+    assert missing_sources(bare) == ["cap.fdab0000.npu"]
+
+
+@pytest.mark.parametrize("speed_bin", RK3588_SPEED_BINS)
+def test_speed_bins_change_only_the_big_cores_top_opp(speed_bin: int) -> None:
+    prof = rk3588(speed_bin=speed_bin)
+    little, big4, big6 = prof.cpu_policies
+    assert big4.frequencies_khz == big6.frequencies_khz and big4.frequencies_khz[-2:] == (2208000, speed_bin)
+    assert little.frequencies_khz[-1] == 1800000
+    assert f"opp-{speed_bin * 1000}" in source_of(prof, "cpufreq.policy4.frequencies_khz")
+
+
+def test_unknown_speed_bin_is_refused() -> None:
+    with pytest.raises(ValueError, match="2256000"):
+        rk3588(speed_bin=2500000)
+
+
+@pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
+def test_variants_survive_the_daemons_json(profile) -> None:
+    assert profile_from_json(profile_to_json(profile)) == profile
+
+
+@pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
+def test_plain_tree_shows_cpuidle_governors_and_image_options_as_sourced(profile, tmp_path) -> None:
+    from rkdet.board.fake_tree import build_fake_tree
+
+    root = build_fake_tree(profile, tmp_path / "root")
+    idle = root / "sys/devices/system/cpu/cpu0/cpuidle"
+    assert sorted(p.name for p in idle.iterdir()) == ["state0", "state1"]  # no cluster-sleep
+    assert [(idle / s / "name").read_text() for s in ("state0", "state1")] == ["WFI\n", "cpu-sleep\n"]
+    policy0 = root / "sys/devices/system/cpu/cpufreq/policy0"
+    governors = (policy0 / "scaling_available_governors").read_text().split()
+    if profile.kernel.startswith("5.10"):  # Rockchip's 5.10 defconfig: interactive, the default
+        assert "interactive" in governors and (policy0 / "scaling_governor").read_text() == "interactive\n"
+    else:  # RV1126 4.19
+        assert governors == ["ondemand", "userspace", "performance"]
+        assert (policy0 / "scaling_governor").read_text() == "ondemand\n"
+    assert (root / "proc/sys/vm/compaction_proactiveness").exists() == profile.has_compaction_proactiveness
+    assert (root / "sys/kernel/mm/transparent_hugepage/enabled").exists() == (profile.thp_enabled is not None)
