@@ -26,6 +26,7 @@ from rkdet.board.preflight import BoardFit, check_board
 from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError, RkdetError
+from rkdet.snapshots import Snapshot, SnapshotError, read_snapshots
 
 RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 DEPLOY_SCHEMA = "rkdet.deploy/1"
@@ -164,10 +165,19 @@ def run_board_script(conn: BoardConnection, name: str, scripts_dir: str, env: di
 
 def probe_board(conn: BoardConnection, scripts_dir: str, env: dict[str, str], sudo: bool) -> board_scripts.ProbeReport:
     rc, records = run_board_script(conn, "probe", scripts_dir, env, sudo)
-    report = board_scripts.parse_probe(records)
+    report = parse_probe_of(conn.target.label, records)
     if rc != 0 or not report.ok:
         report.raise_for_status(conn.target.label)
     return report
+
+
+def parse_probe_of(label: str, records: list[dict[str, Any]]) -> board_scripts.ProbeReport:
+    """probe.sh's report; a malformed record is the board's fault: exit 3 naming it."""
+    try:
+        return board_scripts.parse_probe(records)
+    except board_scripts.RecordError as err:
+        raise BoardError(f"{label}: probe.sh answered a malformed {err}; check the board's board scripts "
+                         "(a broken or hostile board?)") from None
 
 
 def push_scripts(conn: BoardConnection, layout: dict[str, str]) -> TransferStats:
@@ -431,7 +441,8 @@ class Deployment:
             time.sleep(0.2)
 
     def _finish(self, job: Any, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
-        layout = self.record["remote"]
+        """Wait, read the job's log, pull and judge; deploy.json always ends in a final status
+        ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
         try:
             code = self._wait(job)
@@ -444,7 +455,27 @@ class Deployment:
             self.record.update(status="disconnected")
             self._save()
             raise
-        log_text = self.conn.run(["cat", layout["logfile"]], check=False, timeout=60).out
+        try:
+            result_local, restored, warnings = self._collect(code, interrupted, fit)
+            return self._judge(result_local, transfer, restored, warnings, fit)
+        except RkdetError as err:
+            self.record.update(status="failed" if self._connected() else "disconnected", error=str(err))
+            raise
+        finally:
+            self._save()
+
+    def _connected(self) -> bool:
+        try:
+            return self.conn.transport.is_active()
+        except BoardError:
+            return False
+
+    def _collect(self, code: int | None, interrupted: bool, fit: BoardFit) -> tuple[Path, bool | None, list[str]]:
+        """The job's log and pin/restore reports, then the pulled result set (and its clock warnings).
+        A refused pull is raised only after the job's own errors (a board left pinned comes first)."""
+        layout = self.record["remote"]
+        cap = self.conn.limits.output_bytes  # the log's end holds restore's result: keep the end
+        log_text = self.conn.run(["tail", "-c", str(cap), layout["logfile"]], check=False, timeout=60).out
         (self.folder / "job.log").write_text(log_text)
         records = board_scripts.parse_records(log_text)
         pin = board_scripts.parse_pin(records) if self.settings.pin else None
@@ -460,24 +491,25 @@ class Deployment:
             for knob in pin.by_status("failed"):
                 warnings.append(f"pin: {knob.knob} wanted {knob.wanted} but reads {knob.actual}"
                                 + (f" ({knob.reason})" if knob.reason else ""))
+        self.record.update(job_exit=code, restored=restored)
         result_local = self.folder / "result"
         exists = self.conn.run(["test", "-e", f"{layout['result']}/run.json"], check=False, timeout=30).rc == 0
         pulled = TransferStats()
+        refused: RkdetError | None = None
         if exists:
-            pulled = self.conn.pull(layout["result"], result_local, progress=self.progress)
-            warnings += clock_changes(result_local / "snapshots.jsonl")
-        if not self.settings.keep and not interrupted:
+            try:
+                pulled = self.conn.pull(layout["result"], result_local, progress=self.progress)
+                warnings += clock_changes(result_local / "snapshots.jsonl", self.conn.target.label)
+            except RkdetError as err:
+                refused = err
+        if not self.settings.keep and not interrupted and refused is None:
             self.conn.run(["rm", "-rf", layout["run_dir"]], check=False, timeout=60)
-        self.record.update(status="interrupted" if interrupted else "complete", job_exit=code, restored=restored,
-                           warnings=warnings, pulled={"bytes": pulled.bytes_sent, "files": pulled.files_sent})
-        try:
-            self._raise_for_job(pin, restore, interrupted, exists, code, log_text)
-        except RkdetError as err:
-            self.record.update(status="failed", error=str(err))
-            raise
-        finally:
-            self._save()
-        return self._judge(result_local, transfer, restored, warnings, fit)
+        self.record.update(status="interrupted" if interrupted else "complete", warnings=warnings,
+                           pulled={"bytes": pulled.bytes_sent, "files": pulled.files_sent})
+        self._raise_for_job(pin, restore, interrupted, exists, code, log_text)
+        if refused is not None:
+            raise refused
+        return result_local, restored, warnings
 
     def _confirm_restore(self) -> tuple[board_scripts.RestoreReport, str, list[dict[str, Any]]]:
         """The job log lacks restore's result (its disk filled up, or the job was killed): run restore.sh
@@ -530,8 +562,14 @@ class Deployment:
         from rkdet.diff.report import write_reports
         from rkdet.diff.tolerance import Tolerance
 
-        run = json.loads((result_local / "run.json").read_text())
-        emulated = bool(run.get("emulated"))
+        try:
+            run = json.loads((result_local / "run.json").read_text())
+            if not isinstance(run, dict):
+                raise ValueError(f"a JSON {type(run).__name__}, not an object")
+        except (OSError, ValueError, RecursionError) as exc:
+            raise BoardError(f"{self.conn.target.label}: the board's result run.json is unreadable ({exc}); "
+                             "the run's results cannot be judged (a broken or hostile board?)") from None
+        emulated = run.get("emulated") is True
         golden = "onnx-fp32" if (emulated or run.get("backend") == "onnxruntime") else "simulator"
         reference = self.build / "golden" / golden
         if not reference.exists():
@@ -548,17 +586,19 @@ class Deployment:
         _write_json(self.folder / "deploy.json", self.record)
 
 
-def clock_changes(snapshots: Path) -> list[str]:
+def clock_changes(snapshots: Path, board: str) -> list[str]:
     """One warning per clock that moved away from its value at the start of the run (a thermal cap,
-    a governor someone changed): pin checked the clocks once, the runner's snapshots saw the rest."""
+    a governor someone changed): pin checked the clocks once, the runner's snapshots saw the rest.
+    A malformed snapshots.jsonl is the board's fault: BoardError naming the board and the line."""
     try:
-        shots = [json.loads(line) for line in snapshots.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
+        shots = read_snapshots(snapshots)
+    except (SnapshotError, OSError) as err:
+        raise BoardError(f"{board}: the board's result snapshots.jsonl is malformed ({err}); "
+                         "the run's results cannot be trusted (a broken or hostile board?)") from None
 
-    def clocks(shot: dict[str, Any]) -> dict[str, tuple[int, str]]:
-        found = {f"cpufreq/{name}": (v.get("cur_khz"), "kHz") for name, v in (shot.get("cpu") or {}).items()}
-        found.update({f"devfreq/{name}": (v.get("cur_hz"), "Hz") for name, v in (shot.get("devfreq") or {}).items()})
+    def clocks(shot: Snapshot) -> dict[str, tuple[int | None, str]]:
+        found = {f"cpufreq/{name}": (v.cur, "kHz") for name, v in shot.cpu.items()}
+        found.update({f"devfreq/{name}": (v.cur, "Hz") for name, v in shot.devfreq.items()})
         return found
 
     if len(shots) < 2:
@@ -569,10 +609,10 @@ def clock_changes(snapshots: Path) -> list[str]:
         for shot in shots[1:]:
             now = clocks(shot).get(name, (first, unit))[0]
             if now != first:
-                hottest = max((shot.get("thermal") or {}).values(), default=None)
-                where = f"run {shot.get('run')}" if shot.get("run") is not None else str(shot.get("at", "?"))
+                hottest = max((t for t in shot.thermal.values() if t is not None), default=None)
+                where = f"run {shot.run}" if shot.run is not None else shot.at
                 warnings.append(f"{name}: clock moved during the run, {first} -> {now} {unit} by {where}"
-                                + (f" (hottest zone {hottest / 1000:g} C)" if isinstance(hottest, (int, float)) else "")
+                                + (f" (hottest zone {hottest / 1000:g} C)" if hottest is not None else "")
                                 + "; latency and results after that point ran at another clock")
                 break
     return warnings

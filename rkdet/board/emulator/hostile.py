@@ -124,12 +124,12 @@ def _runner(argv: list[str]) -> int:
         with open(out / "outputs" / "huge.npy", "wb") as f:
             f.truncate(HUGE_BYTES)
     if "markup" in modes:
-        (out / "[bold red]DIFFERENT[/].txt").write_text("a legal name with markup\n")
-        with open(out / "snapshots.jsonl", "a") as f:  # a clock "moved" on a node named with markup
-            for at, hz in (("before", 1000000000), ("periodic", 300000000)):
-                f.write(json.dumps({"at": at, "run": None if at == "before" else 0, "cpu": {},
-                                    "devfreq": {MARKUP: {"cur_hz": hz, "governor": "userspace"}},
-                                    "thermal": {}}) + "\n")
+        (out / "[bold red]DIFFERENT[green].txt").write_text("a legal name with markup\n")
+        shots = out / "snapshots.jsonl"  # a clock "moves" on a devfreq node named with markup
+        first, last = ({"at": at, "run": None if at == "before" else 0, "cpu": {}, "thermal": {},
+                        "devfreq": {MARKUP: {"cur_hz": hz, "governor": "userspace"}}}
+                       for at, hz in (("before", 1000000000), ("periodic", 300000000)))
+        shots.write_text(json.dumps(first) + "\n" + shots.read_text() + json.dumps(last) + "\n")
         print(f"rkdet-run: {MARKUP} board message", flush=True)
     if "records" in modes:
         with open(out / "snapshots.jsonl", "a") as f:
