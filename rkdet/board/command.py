@@ -94,7 +94,7 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
     Exit codes: 0 deterministic and within tolerance of golden, 1 divergence found,
     2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
     """
-    from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build,
+    from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build, load_record,
                                     pin_env_from_config)
 
     console = Console(stderr=True)
@@ -124,7 +124,7 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
             if given_build is None:
-                build = Path(json.loads((folder / "deploy.json").read_text()).get("build") or build)
+                build = Path(load_record(folder).get("build") or build)
             outcome = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal).resume(folder)
         else:
             outcome = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal).run()

@@ -120,10 +120,51 @@ def load_build(build: Path) -> dict[str, Any]:
     return doc
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def _write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+# What a published run folder must not hold (user names, host and board paths) but --resume needs:
+# kept in a private file of the user who deployed, one per run id (docs/FORMATS.md).
+PRIVATE_SCHEMA = "rkdet.deploy-private/1"
+PRIVATE_KEYS = ("board", "build", "remote", "job_env", "reference")
+_PATH_ENV = ("RKDET_STATE_DIR", "RKDET_WORK_DIR")
+
+
+def private_dir() -> Path:
+    """`$XDG_STATE_HOME/rkdet/deploys` (default `~/.local/state/rkdet/deploys`)."""
+    base = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return Path(base).expanduser() / "rkdet" / "deploys"
+
+
+def private_record_path(run_id: str) -> Path:
+    if not re.fullmatch(r"[0-9A-Za-z-]+", run_id or ""):
+        raise InputError(f"run id {run_id!r} is not one rkdet deploy makes")
+    return private_dir() / f"{run_id}.json"
+
+
+def load_record(folder: Path) -> dict[str, Any]:
+    """A run's deploy.json merged with its private part (what --resume needs)."""
+    try:
+        record = json.loads((folder / "deploy.json").read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{folder / 'deploy.json'}: unreadable ({exc})") from None
+    path = private_record_path(str(record.get("run_id")))
+    try:
+        private = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{folder}: its private resume data {path} is missing; a run can be resumed only by the "
+                         "user (and machine) that started it") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable ({exc})") from None
+    record.update({k: private[k] for k in PRIVATE_KEYS if k in private})
+    return record
 
 
 def _remote_layout(workdir: str, fingerprint: str, run_id: str, backend: str = "rknnlite") -> dict[str, str]:
@@ -331,7 +372,7 @@ class Deployment:
         transfer = push_scripts(self.conn, layout)
         probe = probe_board(self.conn, layout["scripts"], {"RKDET_WORK_DIR": workdir,
                                                            "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
-        _write_json(self.folder / "board.json", probe.to_json())
+        _write_json(self.folder / "board.json", self.scrub(probe.to_json()))
         emulated = _is_emulated_runtime(self.conn) if s.backend == "rknnlite" else False
         fit = check_board(probe, self.manifest, host=self.conn.target.label, backend=s.backend, emulated=emulated,
                           need_kb=self._need_kb())
@@ -365,9 +406,9 @@ class Deployment:
                              f"{workdir}; wait for it, or `rkdet deploy --resume` it with the --out it was started with")
 
     def resume(self, folder: Path) -> DeployOutcome:
-        """Re-attach to a run recorded in `folder/deploy.json`, wait for it, pull and judge it."""
+        """Re-attach to a run recorded in `folder/deploy.json` (+ its private record), wait, pull, judge."""
         self.folder = folder
-        self.record = json.loads((folder / "deploy.json").read_text())
+        self.record = load_record(folder)
         if self.record.get("fingerprint") != self.manifest["fingerprint"]:
             raise InputError(f"{folder}: that run is of build {str(self.record.get('fingerprint'))[:16]} but "
                              f"{self.build} is {self.manifest['fingerprint'][:16]}; resume without --build, or pass "
@@ -476,7 +517,7 @@ class Deployment:
         layout = self.record["remote"]
         cap = self.conn.limits.output_bytes  # the log's end holds restore's result: keep the end
         log_text = self.conn.run(["tail", "-c", str(cap), layout["logfile"]], check=False, timeout=60).out
-        (self.folder / "job.log").write_text(log_text)
+        (self.folder / "job.log").write_text(self.scrub(log_text))
         records = board_scripts.parse_records(log_text)
         pin = board_scripts.parse_pin(records) if self.settings.pin else None
         restore = board_scripts.parse_restore(records) if self.settings.pin else None
@@ -485,7 +526,7 @@ class Deployment:
             restore, note, again = self._confirm_restore()
             warnings.append(note)
             records += again
-        _write_json(self.folder / "pin.json", {"schema": "rkdet.pin/1", "records": records})
+        _write_json(self.folder / "pin.json", self.scrub({"schema": "rkdet.pin/1", "records": records}))
         restored = None if restore is None else restore.ok
         if pin is not None:
             for knob in pin.by_status("failed"):
@@ -583,7 +624,54 @@ class Deployment:
         return DeployOutcome(self.folder, code, comparison.verdict, emulated, transfer, restored, warnings, self.record)
 
     def _save(self) -> None:
-        _write_json(self.folder / "deploy.json", self.record)
+        """deploy.json without user names or paths (publishable); the rest, while the run may still be
+        resumed, in the private record (removed once the run is final)."""
+        _write_json(self.folder / "deploy.json", self._public(self.record))
+        path = private_record_path(self.record["run_id"])
+        if self.record.get("status") in ("running", "disconnected"):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private = {"schema": PRIVATE_SCHEMA, "run_id": self.record["run_id"], "folder": str(self.folder.resolve()),
+                       **{k: self.record[k] for k in PRIVATE_KEYS if k in self.record}}
+            _write_json(path, private, mode=0o600)
+        else:
+            path.unlink(missing_ok=True)
+
+    def _secrets(self) -> list[tuple[str, str]]:
+        """(private text, what the published files say instead), longest first."""
+        pairs = [(self.conn.target.label, self.label)]
+        if self.record.get("build"):
+            pairs.append((str(self.record["build"]), os.path.relpath(self.record["build"], self.folder)))
+        remote = self.record.get("remote") or {}
+        env = self.record.get("job_env") or {}
+        if env.get("RKDET_STATE_DIR"):
+            pairs.append((env["RKDET_STATE_DIR"], "<state_dir>"))
+        if remote.get("workdir"):
+            pairs.append((remote["workdir"], "<workdir>"))
+        if self.conn.target.user:
+            pairs.append((f"/home/{self.conn.target.user}", "<home>"))
+        return sorted(pairs, key=lambda p: -len(p[0]))
+
+    def scrub(self, obj: Any) -> Any:
+        """`obj` with user@host:port, host build paths and board work/state paths replaced."""
+        if isinstance(obj, str):
+            for secret, public in self._secrets():
+                obj = obj.replace(secret, public)
+            return obj
+        if isinstance(obj, dict):
+            return {k: self.scrub(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.scrub(v) for v in obj]
+        return obj
+
+    def _public(self, record: dict[str, Any]) -> dict[str, Any]:
+        public = {k: v for k, v in record.items() if k not in PRIVATE_KEYS}
+        public["board"] = self.label
+        if record.get("build"):
+            public["build"] = os.path.relpath(record["build"], self.folder)
+        if record.get("reference"):
+            public["reference"] = os.path.relpath(record["reference"], self.folder)
+        public["job_env"] = {k: v for k, v in (record.get("job_env") or {}).items() if k not in _PATH_ENV}
+        return self.scrub(public)
 
 
 def clock_changes(snapshots: Path, board: str) -> list[str]:
