@@ -1,29 +1,49 @@
-"""Untrusted text (board messages, names from result sets) made safe to show in a terminal.
+"""Untrusted text (names and messages from a board or a result set) shown as literal text.
 
-Why: rich interprets `[tag]` markup and a terminal obeys escape sequences, so a name or message
-that came from a board or a result set could restyle, hide or fake what rkdet prints (a DIFFERENT
-verdict shown as a green SAME). Everything such text passes through `terminal_text` first.
+A result set's input/output names, a board's messages and run.json fields are data, not
+presentation: printed through rich markup, `[/]` crashes the table and `[green]SAME[/green]` plus raw
+escape sequences can make a DIFFERENT result look SAME. Two rules, one definition, used by every
+presenter (rkdet.diff terminal report, board messages, the CLI's error line):
+
+* `visible(text)`: every C0/C1 control character, DEL, and the Unicode bidi/line-separator controls
+  become visible escapes (``\\x1b``, ``\\n``, ``\\u202e``), so nothing moves the cursor, clears a line,
+  changes colours or reorders what follows;
+* `literal(text, style)`: a rich `Text` of `visible(text)`, never parsed as markup.
+
+Stdlib only at import (rich is imported by `literal` when called), so any module may import it.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
+if TYPE_CHECKING:
+    from rich.text import Text
 
-# C0 controls (ESC, CR, LF, TAB, BEL...), DEL, C1 controls, and the bidi overrides that reorder a line
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _visible(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+# C0 controls, DEL, C1 controls; bidi embeddings/overrides/isolates and marks; line/paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def terminal_text(s: str) -> str:
-    """`s` with control characters shown as visible `\\xNN` (`\\uNNNN`) and rich markup escaped:
-    safe to pass to `Console.print` (it prints literally) on one line."""
-    return escape(_UNSAFE.sub(_visible, str(s)))
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group()
+    if ch in _NAMED:
+        return _NAMED[ch]
+    code = ord(ch)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
-__all__ = ["terminal_text"]
+def visible(text: Any) -> str:
+    """`str(text)` with control characters shown as escapes; a backslash itself is left as is."""
+    return _CONTROL.sub(_escape, str(text))
+
+
+def literal(text: Any, style: str = "") -> Text:
+    """A rich Text showing `text` literally (no markup, controls escaped), in `style`."""
+    from rich.text import Text
+
+    return Text(visible(text), style=style)
+
+
+__all__ = ["literal", "visible"]

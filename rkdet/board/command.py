@@ -9,10 +9,11 @@ from typing import Any, Callable
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from rkdet.config import CORE_MASKS, load_config
 from rkdet.errors import EXIT_OK, InputError
-from rkdet.textsafe import terminal_text
+from rkdet.textsafe import literal
 
 
 def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,7 +101,7 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
     console = Console(stderr=True)
 
     def log(message: str) -> None:  # deploy's messages carry board-sourced names (SoC, paths)
-        console.log(terminal_text(message))
+        console.log(literal(message))
 
     cfg, default_build = _default_build(config_path)
     given_build, build = build, build or default_build
@@ -129,14 +130,14 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
         else:
             outcome = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal).run()
     for warning in outcome.warnings:
-        console.print(f"[yellow]warning[/]: {terminal_text(warning)}")
+        console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
     if outcome.emulated:
         console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
     colour = "green" if outcome.exit_code == EXIT_OK else "red"
-    console.print(f"[{colour}]{terminal_text(outcome.verdict)}[/]")
-    console.print(f"results: {terminal_text(str(outcome.folder))}  (report.html, report.json)  "
+    console.print(literal(outcome.verdict, colour))
+    console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "
                   f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
-                  f"board restored: {outcome.restored}")
+                  f"board restored: {outcome.restored}"))
     if as_json:
         click.echo(json.dumps(outcome.record, indent=2, sort_keys=True))
     raise SystemExit(outcome.exit_code)

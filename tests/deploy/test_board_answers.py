@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from rkdet.board import scripts as board_scripts
 from rkdet.board.deploy import clock_changes, parse_probe_of
 from rkdet.diff.correlate import correlate
 from rkdet.errors import EXIT_BOARD, BoardError
 from rkdet.snapshots import SnapshotError, parse_snapshot, read_snapshots
-from rkdet.textsafe import terminal_text
+from rkdet.textsafe import literal
 
 BOARD = "me@board:22"
 GOOD_SHOT = ('{"at": "before", "run": null, "cpu": {"policy0": {"cur_khz": 1800000, "governor": "performance"}}, '
@@ -89,12 +90,13 @@ def test_clock_changes_and_correlate_read_snapshots_the_same_way(tmp_path: Path)
         parse_snapshot(raw[2])
 
 
-def test_terminal_text_prints_markup_and_escapes_literally() -> None:
+def test_board_text_is_printed_literally_as_deploy_prints_it() -> None:
+    """deploy prints board-sourced warnings as Text.assemble(("warning", "yellow"), ": ", literal(w))."""
     hostile = "[green]SAME[/green]\x1b[2J\x1b]0;title\x07 [/] \u202eevil\nnext"
     out = io.StringIO()
     Console(file=out, force_terminal=True, color_system="truecolor", width=200, highlight=False).print(
-        f"[red]DIFFERENT[/] {terminal_text(hostile)}")
+        Text.assemble(("warning", "yellow"), ": ", literal(hostile)))
     shown = out.getvalue()
-    assert "[green]SAME[/green]\\x1b[2J\\x1b]0;title\\x07 [/] \\u202eevil\\x0anext" in shown
-    assert shown.count("\x1b[") == 2  # only rich's own red on/off: none of the board's sequences
+    assert ": [green]SAME[/green]\\x1b[2J\\x1b]0;title\\x07 [/] \\u202eevil\\nnext" in shown, repr(shown)
+    assert shown.count("\x1b[") == 2  # only rich's own yellow on/off: none of the board's sequences
     assert shown.count("\n") == 1
