@@ -6,7 +6,7 @@
 # This is what `rkdet deploy` runs on the board. Restore runs from a trap on EXIT, INT, TERM, HUP
 # and PIPE, so Ctrl-C, a kill or a dropped SSH connection (SIGHUP with a pty; without one, SIGPIPE
 # at the next write to the dead channel) still put the board back; the command gets
-# SIGTERM first (then SIGKILL after RKDET_KILL_GRACE seconds, default 10). Only SIGKILL of this
+# SIGTERM first (then SIGKILL after RKDET_KILL_GRACE seconds: digits only, default 10). Only SIGKILL of this
 # wrapper skips the restore: the saved state stays in $RKDET_STATE_DIR and restore.sh repairs.
 # Output: pin's JSON lines (script "pin"), the command's own output, run-pinned's lines (script
 # "run-pinned": child started/exited, signal), restore's JSON lines (script "restore").
@@ -31,6 +31,12 @@ case ${1:-} in
 esac
 [ "$#" -gt 0 ] || rk_die 2 "usage: run-pinned.sh [--] COMMAND [ARG...]"
 rk_check_env
+# The grace is used in shell arithmetic, which would evaluate names (and, in bash/ksh, command
+# substitutions in array subscripts): only digits pass, before anything changes on the board.
+rp_grace=${RKDET_KILL_GRACE:-10}
+case $rp_grace in
+    '' | *[!0-9]* | ?????*) rk_die 2 "RKDET_KILL_GRACE must be a whole number of seconds (0-9999), got '$rp_grace'" ;;
+esac
 
 rp_child=
 rp_forked=
@@ -48,7 +54,7 @@ rp_restore() {
         kill -TERM "$rp_child" 2>/dev/null || :
         # Poll (no timer process: a killed timer subshell left its `sleep` behind in the job's group)
         # until the child is gone or a zombie, then SIGKILL it only if the grace period ran out.
-        rp_ticks=$((${RKDET_KILL_GRACE:-10} * 10))
+        rp_ticks=$((rp_grace * 10))
         while [ "$rp_ticks" -gt 0 ]; do
             rp_state=Z
             read -r _ _ rp_state _ <"/proc/$rp_child/stat" 2>/dev/null || rp_state=Z

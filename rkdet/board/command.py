@@ -12,6 +12,7 @@ import click
 from rkdet.config import CORE_MASKS, load_config
 from rkdet.errors import EXIT_OK, InputError
 from rkdet.log import log_console
+from rkdet.textsafe import literal
 
 
 def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -31,6 +32,8 @@ def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--sudo", is_flag=True, default=None, help="Run board-side work with `sudo -n` (non-root login)."),
         click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
                      help="Seconds allowed for each of TCP connect, SSH banner and authentication."),
+        click.option("--sftp-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+                     help="Seconds allowed for each answer of the board's SFTP server (a stalled board fails)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -39,13 +42,13 @@ def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def open_connection(board: str, user: str | None, port: int | None, identity: Path | None,
                     known_hosts: Path | None, ssh_config: Path | None, accept_new_host_key: bool,
-                    connect_timeout: float = 10.0):
+                    connect_timeout: float = 10.0, sftp_timeout: float = 30.0):
     """Open the one SSH connection a command uses (strict host keys; BoardError, exit 3, on trouble)."""
     from rkdet.board.ssh import DEFAULT_RKDET_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, BoardConnection, Timeouts
 
     # paramiko logs transport-thread failures with tracebacks; with no handler they reach stderr (lastResort)
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
-    timeouts = Timeouts(connect=connect_timeout, banner=connect_timeout, auth=connect_timeout)
+    timeouts = Timeouts(connect=connect_timeout, banner=connect_timeout, auth=connect_timeout, sftp=sftp_timeout)
     return BoardConnection.open(board, user=user, port=port, identity=identity,
                                 known_hosts=known_hosts or DEFAULT_RKDET_KNOWN_HOSTS,
                                 ssh_config=ssh_config or DEFAULT_SSH_CONFIG,
@@ -82,7 +85,7 @@ def _default_build(config_path: Path) -> tuple[Any, Path]:
 @click.option("--json", "as_json", is_flag=True, help="Print the deploy record as JSON on stdout.")
 def deploy_command(board: str, user: str | None, port: int | None, identity: Path | None, known_hosts: Path | None,
                    ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, connect_timeout: float,
-                   config_path: Path,
+                   sftp_timeout: float, config_path: Path,
                    build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
                    backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
                    keep: bool, resume: bool, timeout: float, emulator_fault: str | None, as_json: bool) -> None:
@@ -91,10 +94,14 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
     Exit codes: 0 deterministic and within tolerance of golden, 1 divergence found,
     2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
     """
-    from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build,
+    from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build, load_record,
                                     pin_env_from_config)
 
     console = log_console()
+
+    def log(message: str) -> None:  # deploy's messages carry board-sourced names (SoC, paths)
+        console.log(literal(message))
+
     cfg, default_build = _default_build(config_path)
     given_build, build = build, build or default_build
     run = cfg.run
@@ -113,23 +120,23 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
     if not resume:
         load_build(build)  # a wrong --build is exit 2 before any connection
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
-                         connect_timeout) as conn:
+                         connect_timeout, sftp_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
             if given_build is None:
-                build = Path(json.loads((folder / "deploy.json").read_text()).get("build") or build)
-            outcome = Deployment(conn, build, out, settings, log=console.log, progress=console.is_terminal).resume(folder)
+                build = Path(load_record(folder).get("build") or build)
+            outcome = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal).resume(folder)
         else:
-            outcome = Deployment(conn, build, out, settings, log=console.log, progress=console.is_terminal).run()
+            outcome = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal).run()
     for warning in outcome.warnings:
-        console.print(f"[yellow]warning[/]: {warning}")
+        console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
     if outcome.emulated:
         console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
     colour = "green" if outcome.exit_code == EXIT_OK else "red"
-    console.print(f"[{colour}]{outcome.verdict}[/]")
-    console.print(f"results: {outcome.folder}  (report.html, report.json)  "
+    console.print(literal(outcome.verdict, colour))
+    console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "
                   f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
-                  f"board restored: {outcome.restored}")
+                  f"board restored: {outcome.restored}"))
     if as_json:
         click.echo(json.dumps(outcome.record, indent=2, sort_keys=True))
     raise SystemExit(outcome.exit_code)
@@ -160,10 +167,10 @@ def _board_script(conn_opts: dict[str, Any], name: str, workdir: str | None, sta
 @click.option("--workdir", default=None, help="Remote work dir for the scripts.")
 def board_info(workdir: str | None, **conn_opts: Any) -> None:
     """Probe the board and print what it is (JSON lines from probe.sh)."""
-    from rkdet.board import scripts as board_scripts
+    from rkdet.board.deploy import parse_probe_of
 
     label, records = _board_script(conn_opts, "probe", workdir, None)
-    report = board_scripts.parse_probe(records)
+    report = parse_probe_of(label, records)
     report.raise_for_status(label)
     click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
 

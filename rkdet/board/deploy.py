@@ -26,6 +26,7 @@ from rkdet.board.preflight import BoardFit, check_board
 from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError, RkdetError
+from rkdet.snapshots import Snapshot, SnapshotError, read_snapshots
 
 RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 DEPLOY_SCHEMA = "rkdet.deploy/1"
@@ -119,10 +120,51 @@ def load_build(build: Path) -> dict[str, Any]:
     return doc
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def _write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+# What a published run folder must not hold (user names, host and board paths) but --resume needs:
+# kept in a private file of the user who deployed, one per run id (docs/FORMATS.md).
+PRIVATE_SCHEMA = "rkdet.deploy-private/1"
+PRIVATE_KEYS = ("board", "build", "remote", "job_env", "reference")
+_PATH_ENV = ("RKDET_STATE_DIR", "RKDET_WORK_DIR")
+
+
+def private_dir() -> Path:
+    """`$XDG_STATE_HOME/rkdet/deploys` (default `~/.local/state/rkdet/deploys`)."""
+    base = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return Path(base).expanduser() / "rkdet" / "deploys"
+
+
+def private_record_path(run_id: str) -> Path:
+    if not re.fullmatch(r"[0-9A-Za-z-]+", run_id or ""):
+        raise InputError(f"run id {run_id!r} is not one rkdet deploy makes")
+    return private_dir() / f"{run_id}.json"
+
+
+def load_record(folder: Path) -> dict[str, Any]:
+    """A run's deploy.json merged with its private part (what --resume needs)."""
+    try:
+        record = json.loads((folder / "deploy.json").read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{folder / 'deploy.json'}: unreadable ({exc})") from None
+    path = private_record_path(str(record.get("run_id")))
+    try:
+        private = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{folder}: its private resume data {path} is missing; a run can be resumed only by the "
+                         "user (and machine) that started it") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable ({exc})") from None
+    record.update({k: private[k] for k in PRIVATE_KEYS if k in private})
+    return record
 
 
 def _remote_layout(workdir: str, fingerprint: str, run_id: str, backend: str = "rknnlite") -> dict[str, str]:
@@ -164,10 +206,19 @@ def run_board_script(conn: BoardConnection, name: str, scripts_dir: str, env: di
 
 def probe_board(conn: BoardConnection, scripts_dir: str, env: dict[str, str], sudo: bool) -> board_scripts.ProbeReport:
     rc, records = run_board_script(conn, "probe", scripts_dir, env, sudo)
-    report = board_scripts.parse_probe(records)
+    report = parse_probe_of(conn.target.label, records)
     if rc != 0 or not report.ok:
         report.raise_for_status(conn.target.label)
     return report
+
+
+def parse_probe_of(label: str, records: list[dict[str, Any]]) -> board_scripts.ProbeReport:
+    """probe.sh's report; a malformed record is the board's fault: exit 3 naming it."""
+    try:
+        return board_scripts.parse_probe(records)
+    except board_scripts.RecordError as err:
+        raise BoardError(f"{label}: probe.sh answered a malformed {err}; check the board's board scripts "
+                         "(a broken or hostile board?)") from None
 
 
 def push_scripts(conn: BoardConnection, layout: dict[str, str]) -> TransferStats:
@@ -321,7 +372,7 @@ class Deployment:
         transfer = push_scripts(self.conn, layout)
         probe = probe_board(self.conn, layout["scripts"], {"RKDET_WORK_DIR": workdir,
                                                            "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
-        _write_json(self.folder / "board.json", probe.to_json())
+        _write_json(self.folder / "board.json", self.scrub(probe.to_json()))
         emulated = _is_emulated_runtime(self.conn) if s.backend == "rknnlite" else False
         fit = check_board(probe, self.manifest, host=self.conn.target.label, backend=s.backend, emulated=emulated,
                           need_kb=self._need_kb())
@@ -355,9 +406,9 @@ class Deployment:
                              f"{workdir}; wait for it, or `rkdet deploy --resume` it with the --out it was started with")
 
     def resume(self, folder: Path) -> DeployOutcome:
-        """Re-attach to a run recorded in `folder/deploy.json`, wait for it, pull and judge it."""
+        """Re-attach to a run recorded in `folder/deploy.json` (+ its private record), wait, pull, judge."""
         self.folder = folder
-        self.record = json.loads((folder / "deploy.json").read_text())
+        self.record = load_record(folder)
         if self.record.get("fingerprint") != self.manifest["fingerprint"]:
             raise InputError(f"{folder}: that run is of build {str(self.record.get('fingerprint'))[:16]} but "
                              f"{self.build} is {self.manifest['fingerprint'][:16]}; resume without --build, or pass "
@@ -431,7 +482,8 @@ class Deployment:
             time.sleep(0.2)
 
     def _finish(self, job: Any, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
-        layout = self.record["remote"]
+        """Wait, read the job's log, pull and judge; deploy.json always ends in a final status
+        ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
         try:
             code = self._wait(job)
@@ -444,8 +496,28 @@ class Deployment:
             self.record.update(status="disconnected")
             self._save()
             raise
-        log_text = self.conn.run(["cat", layout["logfile"]], check=False, timeout=60).out
-        (self.folder / "job.log").write_text(log_text)
+        try:
+            result_local, restored, warnings = self._collect(code, interrupted, fit)
+            return self._judge(result_local, transfer, restored, warnings, fit)
+        except RkdetError as err:
+            self.record.update(status="failed" if self._connected() else "disconnected", error=str(err))
+            raise
+        finally:
+            self._save()
+
+    def _connected(self) -> bool:
+        try:
+            return self.conn.transport.is_active()
+        except BoardError:
+            return False
+
+    def _collect(self, code: int | None, interrupted: bool, fit: BoardFit) -> tuple[Path, bool | None, list[str]]:
+        """The job's log and pin/restore reports, then the pulled result set (and its clock warnings).
+        A refused pull is raised only after the job's own errors (a board left pinned comes first)."""
+        layout = self.record["remote"]
+        cap = self.conn.limits.output_bytes  # the log's end holds restore's result: keep the end
+        log_text = self.conn.run(["tail", "-c", str(cap), layout["logfile"]], check=False, timeout=60).out
+        (self.folder / "job.log").write_text(self.scrub(log_text))
         records = board_scripts.parse_records(log_text)
         pin = board_scripts.parse_pin(records) if self.settings.pin else None
         restore = board_scripts.parse_restore(records) if self.settings.pin else None
@@ -454,30 +526,31 @@ class Deployment:
             restore, note, again = self._confirm_restore()
             warnings.append(note)
             records += again
-        _write_json(self.folder / "pin.json", {"schema": "rkdet.pin/1", "records": records})
+        _write_json(self.folder / "pin.json", self.scrub({"schema": "rkdet.pin/1", "records": records}))
         restored = None if restore is None else restore.ok
         if pin is not None:
             for knob in pin.by_status("failed"):
                 warnings.append(f"pin: {knob.knob} wanted {knob.wanted} but reads {knob.actual}"
                                 + (f" ({knob.reason})" if knob.reason else ""))
+        self.record.update(job_exit=code, restored=restored)
         result_local = self.folder / "result"
         exists = self.conn.run(["test", "-e", f"{layout['result']}/run.json"], check=False, timeout=30).rc == 0
         pulled = TransferStats()
+        refused: RkdetError | None = None
         if exists:
-            pulled = self.conn.pull(layout["result"], result_local, progress=self.progress)
-            warnings += clock_changes(result_local / "snapshots.jsonl")
-        if not self.settings.keep and not interrupted:
+            try:
+                pulled = self.conn.pull(layout["result"], result_local, progress=self.progress)
+                warnings += clock_changes(result_local / "snapshots.jsonl", self.conn.target.label)
+            except RkdetError as err:
+                refused = err
+        if not self.settings.keep and not interrupted and refused is None:
             self.conn.run(["rm", "-rf", layout["run_dir"]], check=False, timeout=60)
-        self.record.update(status="interrupted" if interrupted else "complete", job_exit=code, restored=restored,
-                           warnings=warnings, pulled={"bytes": pulled.bytes_sent, "files": pulled.files_sent})
-        try:
-            self._raise_for_job(pin, restore, interrupted, exists, code, log_text)
-        except RkdetError as err:
-            self.record.update(status="failed", error=str(err))
-            raise
-        finally:
-            self._save()
-        return self._judge(result_local, transfer, restored, warnings, fit)
+        self.record.update(status="interrupted" if interrupted else "complete", warnings=warnings,
+                           pulled={"bytes": pulled.bytes_sent, "files": pulled.files_sent})
+        self._raise_for_job(pin, restore, interrupted, exists, code, log_text)
+        if refused is not None:
+            raise refused
+        return result_local, restored, warnings
 
     def _confirm_restore(self) -> tuple[board_scripts.RestoreReport, str, list[dict[str, Any]]]:
         """The job log lacks restore's result (its disk filled up, or the job was killed): run restore.sh
@@ -530,8 +603,14 @@ class Deployment:
         from rkdet.diff.report import write_reports
         from rkdet.diff.tolerance import Tolerance
 
-        run = json.loads((result_local / "run.json").read_text())
-        emulated = bool(run.get("emulated"))
+        try:
+            run = json.loads((result_local / "run.json").read_text())
+            if not isinstance(run, dict):
+                raise ValueError(f"a JSON {type(run).__name__}, not an object")
+        except (OSError, ValueError, RecursionError) as exc:
+            raise BoardError(f"{self.conn.target.label}: the board's result run.json is unreadable ({exc}); "
+                             "the run's results cannot be judged (a broken or hostile board?)") from None
+        emulated = run.get("emulated") is True
         golden = "onnx-fp32" if (emulated or run.get("backend") == "onnxruntime") else "simulator"
         reference = self.build / "golden" / golden
         if not reference.exists():
@@ -545,20 +624,69 @@ class Deployment:
         return DeployOutcome(self.folder, code, comparison.verdict, emulated, transfer, restored, warnings, self.record)
 
     def _save(self) -> None:
-        _write_json(self.folder / "deploy.json", self.record)
+        """deploy.json without user names or paths (publishable); the rest, while the run may still be
+        resumed, in the private record (removed once the run is final)."""
+        _write_json(self.folder / "deploy.json", self._public(self.record))
+        path = private_record_path(self.record["run_id"])
+        if self.record.get("status") in ("running", "disconnected"):
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private = {"schema": PRIVATE_SCHEMA, "run_id": self.record["run_id"], "folder": str(self.folder.resolve()),
+                       **{k: self.record[k] for k in PRIVATE_KEYS if k in self.record}}
+            _write_json(path, private, mode=0o600)
+        else:
+            path.unlink(missing_ok=True)
+
+    def _secrets(self) -> list[tuple[str, str]]:
+        """(private text, what the published files say instead), longest first."""
+        pairs = [(self.conn.target.label, self.label)]
+        if self.record.get("build"):
+            pairs.append((str(self.record["build"]), os.path.relpath(self.record["build"], self.folder)))
+        remote = self.record.get("remote") or {}
+        env = self.record.get("job_env") or {}
+        if env.get("RKDET_STATE_DIR"):
+            pairs.append((env["RKDET_STATE_DIR"], "<state_dir>"))
+        if remote.get("workdir"):
+            pairs.append((remote["workdir"], "<workdir>"))
+        if self.conn.target.user:
+            pairs.append((f"/home/{self.conn.target.user}", "<home>"))
+        return sorted(pairs, key=lambda p: -len(p[0]))
+
+    def scrub(self, obj: Any) -> Any:
+        """`obj` with user@host:port, host build paths and board work/state paths replaced."""
+        if isinstance(obj, str):
+            for secret, public in self._secrets():
+                obj = obj.replace(secret, public)
+            return obj
+        if isinstance(obj, dict):
+            return {k: self.scrub(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self.scrub(v) for v in obj]
+        return obj
+
+    def _public(self, record: dict[str, Any]) -> dict[str, Any]:
+        public = {k: v for k, v in record.items() if k not in PRIVATE_KEYS}
+        public["board"] = self.label
+        if record.get("build"):
+            public["build"] = os.path.relpath(record["build"], self.folder)
+        if record.get("reference"):
+            public["reference"] = os.path.relpath(record["reference"], self.folder)
+        public["job_env"] = {k: v for k, v in (record.get("job_env") or {}).items() if k not in _PATH_ENV}
+        return self.scrub(public)
 
 
-def clock_changes(snapshots: Path) -> list[str]:
+def clock_changes(snapshots: Path, board: str) -> list[str]:
     """One warning per clock that moved away from its value at the start of the run (a thermal cap,
-    a governor someone changed): pin checked the clocks once, the runner's snapshots saw the rest."""
+    a governor someone changed): pin checked the clocks once, the runner's snapshots saw the rest.
+    A malformed snapshots.jsonl is the board's fault: BoardError naming the board and the line."""
     try:
-        shots = [json.loads(line) for line in snapshots.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
+        shots = read_snapshots(snapshots)
+    except (SnapshotError, OSError) as err:
+        raise BoardError(f"{board}: the board's result snapshots.jsonl is malformed ({err}); "
+                         "the run's results cannot be trusted (a broken or hostile board?)") from None
 
-    def clocks(shot: dict[str, Any]) -> dict[str, tuple[int, str]]:
-        found = {f"cpufreq/{name}": (v.get("cur_khz"), "kHz") for name, v in (shot.get("cpu") or {}).items()}
-        found.update({f"devfreq/{name}": (v.get("cur_hz"), "Hz") for name, v in (shot.get("devfreq") or {}).items()})
+    def clocks(shot: Snapshot) -> dict[str, tuple[int | None, str]]:
+        found = {f"cpufreq/{name}": (v.cur, "kHz") for name, v in shot.cpu.items()}
+        found.update({f"devfreq/{name}": (v.cur, "Hz") for name, v in shot.devfreq.items()})
         return found
 
     if len(shots) < 2:
@@ -569,10 +697,10 @@ def clock_changes(snapshots: Path) -> list[str]:
         for shot in shots[1:]:
             now = clocks(shot).get(name, (first, unit))[0]
             if now != first:
-                hottest = max((shot.get("thermal") or {}).values(), default=None)
-                where = f"run {shot.get('run')}" if shot.get("run") is not None else str(shot.get("at", "?"))
+                hottest = max((t for t in shot.thermal.values() if t is not None), default=None)
+                where = f"run {shot.run}" if shot.run is not None else shot.at
                 warnings.append(f"{name}: clock moved during the run, {first} -> {now} {unit} by {where}"
-                                + (f" (hottest zone {hottest / 1000:g} C)" if isinstance(hottest, (int, float)) else "")
+                                + (f" (hottest zone {hottest / 1000:g} C)" if hottest is not None else "")
                                 + "; latency and results after that point ran at another clock")
                 break
     return warnings

@@ -277,36 +277,87 @@ class ProbeReport(_ScriptReport):
         return {"schema": "rkdet.board/1", "records": list(self.records)}
 
 
+class RecordError(ValueError):
+    """A board script's record has the wrong shape; the message names the record and the field."""
+
+
+class _Fields:
+    """Typed reads of one record's fields; a wrong type raises RecordError naming record and field."""
+
+    def __init__(self, rec: Mapping[str, Any]) -> None:
+        self.rec = rec
+        self.kind = str(rec.get("record"))[:40]
+
+    def _bad(self, key: str, want: str) -> RecordError:
+        return RecordError(f"record {self.kind!r}: field {key!r} is {str(self.rec.get(key))[:60]!r}, not {want}")
+
+    def text(self, key: str, default: str | None = None, required: bool = False) -> Any:
+        value = self.rec.get(key, default)
+        if value is None and not required:
+            return default
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def integer(self, key: str) -> int | None:
+        value = self.rec.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(key, "an integer")
+        return value
+
+    def integers(self, key: str) -> tuple[int, ...]:
+        value = self.rec.get(key, ())
+        if not isinstance(value, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise self._bad(key, "a list of integers")
+        return tuple(value)
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self.rec.get(key, ())
+        if not isinstance(value, (list, tuple)) or any(not isinstance(v, str) for v in value):
+            raise self._bad(key, "a list of strings")
+        return tuple(value)
+
+    def flag(self, key: str) -> bool:
+        value = self.rec.get(key, False)
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false")
+        return value
+
+
 def parse_probe(records: Sequence[Mapping[str, Any]]) -> ProbeReport:
-    """Typed view of probe.sh's records."""
+    """Typed view of probe.sh's records; RecordError (naming the record and field) when one has the
+    wrong shape (a broken or hostile board): callers turn it into a BoardError naming the board."""
     own = records_of(records, "probe")
     status, code, reason, note = _result(own)
-    one: dict[str, Mapping[str, Any]] = {}
+    one: dict[str, _Fields] = {}
     for r in own:
-        one.setdefault(str(r["record"]), r)
-    soc, kern, npu, rt, py, vm, disk, st = (one.get(k, {}) for k in
+        one.setdefault(str(r["record"]), _Fields(r))
+    empty = _Fields({})
+    soc, kern, npu, rt, py, vm, disk, st = (one.get(k, empty) for k in
                                             ("soc", "kernel", "rknpu", "runtime", "python", "vm", "disk", "state"))
-    cpus = tuple(CpuPolicyInfo(name=r["name"], cpus=tuple(r.get("cpus", ())), governor=r.get("governor", ""),
-                               governors=tuple(r.get("governors", ())),
-                               frequencies_khz=tuple(r.get("frequencies_khz", ())), cur_khz=r.get("cur_khz"),
-                               min_khz=r.get("min_khz"), max_khz=r.get("max_khz"))
-                 for r in own if r["record"] == "cpu_policy")
-    devs = tuple(DevfreqInfo(name=r["name"], kind=r.get("kind", "other"), governor=r.get("governor", ""),
-                             governors=tuple(r.get("governors", ())),
-                             frequencies_hz=tuple(r.get("frequencies_hz", ())), cur_hz=r.get("cur_hz"),
-                             min_hz=r.get("min_hz"), max_hz=r.get("max_hz"))
-                 for r in own if r["record"] == "devfreq")
+    fields = [_Fields(r) for r in own]
+    cpus = tuple(CpuPolicyInfo(name=f.text("name", required=True), cpus=f.integers("cpus"), governor=f.text("governor", ""),
+                               governors=f.texts("governors"), frequencies_khz=f.integers("frequencies_khz"),
+                               cur_khz=f.integer("cur_khz"), min_khz=f.integer("min_khz"), max_khz=f.integer("max_khz"))
+                 for f in fields if f.rec["record"] == "cpu_policy")
+    devs = tuple(DevfreqInfo(name=f.text("name", required=True), kind=f.text("kind", "other"),
+                             governor=f.text("governor", ""), governors=f.texts("governors"),
+                             frequencies_hz=f.integers("frequencies_hz"), cur_hz=f.integer("cur_hz"),
+                             min_hz=f.integer("min_hz"), max_hz=f.integer("max_hz"))
+                 for f in fields if f.rec["record"] == "devfreq")
     return ProbeReport(
-        script="probe", status=status, exit_code=code, reason=reason, note=note,
-        soc=soc.get("soc"), compatible=tuple(soc.get("compatible", ())), model=soc.get("model"),
-        kernel=kern.get("release"), cpu_policies=cpus, devfreq=devs,
-        thermal={r["type"]: r.get("millicelsius") for r in own if r["record"] == "thermal"},
-        rknpu_version=npu.get("version"), npu_load=npu.get("load"),
-        runtime_library=rt.get("library"), runtime_version=rt.get("version"),
-        python_version=py.get("version") or None, rknnlite=bool(py.get("rknnlite", False)),
-        compaction_proactiveness=vm.get("compaction_proactiveness"), thp=vm.get("thp"),
-        work_dir_free_kb=disk.get("free_kb"), pinned_state=bool(st.get("pinned", False)),
-        missing={str(r["what"]): str(r.get("reason", "")) for r in own if r["record"] == "missing"},
+        script="probe", status=status, exit_code=code, reason=reason if reason is None else str(reason), note=note,
+        soc=soc.text("soc"), compatible=soc.texts("compatible"), model=soc.text("model"),
+        kernel=kern.text("release"), cpu_policies=cpus, devfreq=devs,
+        thermal={f.text("type", required=True): f.integer("millicelsius") for f in fields if f.rec["record"] == "thermal"},
+        rknpu_version=npu.text("version"), npu_load=npu.text("load"),
+        runtime_library=rt.text("library"), runtime_version=rt.text("version"),
+        python_version=py.text("version") or None, rknnlite=py.flag("rknnlite"),
+        compaction_proactiveness=vm.integer("compaction_proactiveness"), thp=vm.text("thp"),
+        work_dir_free_kb=disk.integer("free_kb"), pinned_state=st.flag("pinned"),
+        missing={f.text("what", required=True): str(f.rec.get("reason", "")) for f in fields if f.rec["record"] == "missing"},
         records=tuple(own),
     )
 

@@ -37,13 +37,32 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Seconds allowed for each phase; `command` is the default for `run` when none is given."""
+    """Seconds allowed for each phase; `command` is the default for `run` when none is given;
+    `sftp` bounds the wait for each answer of the board's SFTP server (a stalled server fails)."""
 
     connect: float = 10.0
     banner: float = 10.0
     auth: float = 15.0
     command: float = 120.0
     keepalive: int = 15
+    sftp: float = 30.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much the host takes from a board (its listings, sizes and outputs are untrusted).
+
+    The one definition of each cap (docs/SECURITY.md): `output_bytes` for the stdout (and,
+    separately, stderr) of one command or job log; for one pull: `files` listed entries,
+    `file_bytes` per file, `total_bytes` in all, and `keep_free_bytes` the host disk must keep free
+    after it. A pull over a cap is refused before a byte is written.
+    """
+
+    output_bytes: int = 64 << 20
+    files: int = 100_000
+    file_bytes: int = 4 << 30
+    total_bytes: int = 16 << 30
+    keep_free_bytes: int = 512 << 20
 
 
 class CommandResult(NamedTuple):
@@ -298,10 +317,11 @@ class BoardConnection:
     """An open SSH session to one board; every method raises BoardError (exit 3) on trouble."""
 
     def __init__(self, client: paramiko.SSHClient, target: Target, timeouts: Timeouts,
-                 jumps: Sequence[BoardConnection] = ()) -> None:
+                 jumps: Sequence[BoardConnection] = (), limits: Limits | None = None) -> None:
         self._client = client
         self.target = target
         self.timeouts = timeouts
+        self.limits = limits or Limits()
         self._jumps = list(jumps)
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_checked = False
@@ -315,7 +335,8 @@ class BoardConnection:
              known_hosts: str | Path | None = DEFAULT_RKDET_KNOWN_HOSTS,
              system_known_hosts: str | Path | None = DEFAULT_SYSTEM_KNOWN_HOSTS,
              accept_new_host_key: bool = False, timeouts: Timeouts | None = None,
-             ssh_config: str | Path | None = DEFAULT_SSH_CONFIG, allow_agent: bool = True) -> BoardConnection:
+             ssh_config: str | Path | None = DEFAULT_SSH_CONFIG, allow_agent: bool = True,
+             limits: Limits | None = None) -> BoardConnection:
         """Connect and authenticate; `known_hosts` is rkdet's own file (read, and written by accept-new),
         `system_known_hosts` is read only (OpenSSH's). Explicit arguments override ssh_config."""
         timeouts = timeouts or Timeouts()
@@ -348,6 +369,7 @@ class BoardConnection:
                 j.close()
             raise
         conn._jumps = jumps
+        conn.limits = limits or Limits()
         return conn
 
     @classmethod
@@ -465,12 +487,25 @@ class BoardConnection:
         """
         line = build_command(argv, sudo=sudo, env=env, keep_env=keep_env)
         out, err = bytearray(), bytearray()
-        rc = self.stream(line, stdout=out.extend, stderr=err.extend, stdin=stdin,
+        rc = self.stream(line, stdout=self.capped(out, argv[0]), stderr=self.capped(err, argv[0]), stdin=stdin,
                          timeout=timeout, what=argv[0])
         result = CommandResult(rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
         if check and rc != 0:
             raise BoardError(self._failure(argv, result, sudo))
         return result
+
+    def capped(self, buf: bytearray, what: str, limit: int | None = None) -> Callable[[bytes], None]:
+        """A sink appending to `buf` that refuses (BoardError, the command is cut off) more than
+        `limit` bytes (default: the connection's `limits.output_bytes`)."""
+        cap = self.limits.output_bytes if limit is None else limit
+
+        def sink(data: bytes) -> None:
+            if len(buf) + len(data) > cap:
+                raise BoardError(f"{self.target.label}: `{what}` printed more than {cap} bytes; "
+                                 f"refusing the rest (a broken or hostile board?)")
+            buf.extend(data)
+
+        return sink
 
     def _failure(self, argv: Sequence[str], result: CommandResult, sudo: bool) -> str:
         last = (result.err.strip().splitlines() or result.out.strip().splitlines() or [""])[-1][:200]
@@ -508,6 +543,9 @@ class BoardConnection:
         except socket.timeout:
             _signal(chan, "TERM")
             raise BoardError(f"{self.target.label}: `{what}` timed out after {limit:g} s") from None
+        except BoardError:  # a sink refused the output (over its cap): stop the command too
+            _signal(chan, "TERM")
+            raise
         except (paramiko.SSHException, OSError, EOFError) as err:
             raise BoardError(f"{self.target.label}: connection lost during `{what}` ({err or type(err).__name__})") from None
         finally:
@@ -593,11 +631,24 @@ class BoardConnection:
         """The SFTP client, or None when the board has no SFTP subsystem (Dropbear on Buildroot)."""
         if not self._sftp_checked:
             self._sftp_checked = True
-            try:
-                self._sftp = self._client.open_sftp()
+            chan = None
+            try:  # every SFTP request then waits at most timeouts.sftp for its answer (socket.timeout)
+                chan = self.transport.open_session(timeout=self.timeouts.connect)
+                chan.settimeout(self.timeouts.sftp)
+                chan.invoke_subsystem("sftp")
+                self._sftp = paramiko.SFTPClient(chan)
             except (paramiko.SSHException, EOFError, OSError):
+                if chan is not None:
+                    chan.close()
                 self._sftp = None
         return self._sftp
+
+    def drop_sftp(self) -> None:
+        """Forget an SFTP session that timed out or broke (its request ids are out of step):
+        later transfers use the exec path on this connection."""
+        if self._sftp is not None:
+            self._sftp.close()
+        self._sftp, self._sftp_checked = None, True
 
     # -- detached jobs --
 
@@ -660,7 +711,7 @@ class BoardConnection:
     def read_log(self, job: DetachedJob, offset: int = 0) -> bytes:
         """The job's log from byte `offset` on (poll with the previous length to follow it)."""
         out = bytearray()
-        self.stream(remote_command(["tail", "-c", f"+{offset + 1}", job.logfile]), stdout=out.extend,
+        self.stream(remote_command(["tail", "-c", f"+{offset + 1}", job.logfile]), stdout=self.capped(out, "tail log"),
                     what="tail log")
         return bytes(out)
 
@@ -694,8 +745,9 @@ class BoardConnection:
         return push(self, Path(local), remote, progress=progress)
 
     def pull(self, remote: str, local: str | Path, *, progress: bool = False) -> TransferStats:
-        """Copy a remote file or directory to exactly `local` (verified, temp name then rename)."""
-        from rkdet.board.transfer import pull
+        """Copy a remote file or directory to exactly `local` (untrusted: checked names, types and sizes;
+        verified; a fresh temp folder renamed into place)."""
+        from rkdet.board.pull import pull
 
         return pull(self, remote, Path(local), progress=progress)
 
@@ -705,6 +757,6 @@ def _all_known(tgt: Target, rkdet_known: Path) -> list[Path]:
 
 
 __all__ = [
-    "BoardConnection", "CommandResult", "DetachedJob", "Target", "Timeouts", "build_command",
+    "BoardConnection", "CommandResult", "DetachedJob", "Limits", "Target", "Timeouts", "build_command",
     "fingerprint", "parse_board", "record_host_key", "remote_command", "resolve_target",
 ]

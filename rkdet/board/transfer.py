@@ -13,6 +13,8 @@ re-reading the temp file afterwards, which on a fast link cost as much as the co
 on the server, so these files go through an exec channel on every board; small files keep the
 batched path (one SFTP or `cat` channel each, one re-hash round trip for all: cheaper than a
 pipeline per file).
+
+Pulls, which must not trust what the board lists or sends, are in rkdet/board/pull.py.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import stat
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -62,7 +63,6 @@ _RECEIVE = ('o=; e=$(openssl dgst -sha256 -r < /dev/null 2> /dev/null) && [ "${e
             'digest() { if [ -n "$o" ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; '
             'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
             'rm -f "$1"; exit 5')
-_LIST = 'cd "$1" && find . -type f -print0'
 
 
 @dataclass
@@ -241,79 +241,6 @@ def _stream_verified(conn: BoardConnection, reader: _HashingReader, size: int, t
         raise
 
 
-def _remote_listing(conn: BoardConnection, remote: str) -> list[str] | None:
-    """Relative paths of regular files under a remote directory, or None when `remote` is a file."""
-    kind = conn.run(["sh", "-c", 'if [ -d "$1" ]; then echo d; elif [ -f "$1" ]; then echo f; else echo -; fi',
-                     "sh", remote]).out.strip()
-    if kind == "-":
-        raise BoardError(f"{conn.target.label}: {remote}: no such file or directory on the board")
-    if kind == "f":
-        return None
-    out, err = bytearray(), bytearray()
-    rc = conn.stream(remote_command(["sh", "-c", _LIST, "sh", remote]), stdout=out.extend, stderr=err.extend,
-                     what="list files")
-    if rc != 0:
-        raise BoardError(f"{conn.target.label}: cannot list {remote}: {err.decode('utf-8', 'replace').strip()}")
-    names = [os.fsdecode(bytes(n)) for n in out.split(b"\0") if n]
-    return sorted(n[2:] if n.startswith("./") else n for n in names)
-
-
-def pull(conn: BoardConnection, remote: str, local: Path, *, progress: bool = False) -> TransferStats:
-    """Copy the remote file or directory `remote` to exactly `local`; identical local files are kept.
-
-    The board hashes the files (on its own channel) while they download; each download lands on a
-    temporary name and is renamed only once its sha256 matches the board's.
-    """
-    start = time.monotonic()
-    remote = conn.abspath(remote)
-    local = Path(local)
-    rels = _remote_listing(conn, remote)
-    if any(".." in PurePosixPath(r).parts for r in rels or ()):
-        raise BoardError(f"{conn.target.label}: refusing a remote file name with '..' under {remote}")
-    pairs = [(remote, local)] if rels is None else [(_join(remote, r), local / r) for r in rels]
-    if rels is not None:
-        local.mkdir(parents=True, exist_ok=True)
-    sftp = conn.sftp()
-    stats = TransferStats(method="sftp" if sftp else "exec")
-    bars = _Progress(progress)
-    landed: list[tuple[int, Path, str, int]] = []  # (index in pairs, temp file, local sha, size)
-    with ThreadPoolExecutor(1, thread_name_prefix="rkdet-hash") as pool:
-        future = pool.submit(remote_hashes, conn, [src for src, _ in pairs])
-        try:
-            for index, (src, dest) in enumerate(pairs):
-                if dest.is_file():
-                    want = future.result()[index]
-                    if want is not None and sha256_file(dest) == want:
-                        stats.files_skipped += 1
-                        stats.bytes_skipped += dest.stat().st_size
-                        continue
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(f".{dest.name}.rkdet-{secrets.token_hex(4)}.tmp")
-                h = hashlib.sha256()
-                landed.append((index, tmp, "", 0))
-                with open(tmp, "wb") as f:
-                    def sink(data: bytes) -> None:
-                        h.update(data)
-                        f.write(data)
-
-                    size = _download(conn, sftp, src, sink, bars)
-                landed[-1] = (index, tmp, h.hexdigest(), size)
-            hashes = future.result()
-            for index, tmp, got, size in landed:
-                src, dest = pairs[index]
-                if hashes[index] != got:
-                    raise BoardError(f"{conn.target.label}: {src} changed or arrived corrupted during the pull "
-                                     f"(sha256 mismatch); retry")
-                os.replace(tmp, dest)
-                stats.files_sent += 1
-                stats.bytes_sent += size
-        finally:
-            for _, tmp, _, _ in landed:
-                tmp.unlink(missing_ok=True)
-    stats.seconds = time.monotonic() - start
-    return stats
-
-
 _PARAMIKO_REQUEST = 32768
 _request_sizes: weakref.WeakKeyDictionary[paramiko.SFTPClient, int] = weakref.WeakKeyDictionary()
 
@@ -350,43 +277,4 @@ def _sftp_put(sftp: paramiko.SFTPClient, reader: _HashingReader, remote: str, ad
             advance(len(data))
 
 
-def _sftp_get(sftp: paramiko.SFTPClient, remote: str, size: int, sink: Callable[[bytes], None],
-              advance: Callable[[int], None]) -> int:
-    """paramiko's prefetching get (as getfo), with the server's largest read size."""
-    total = 0
-    with sftp.open(remote, "rb") as src:
-        src.MAX_REQUEST_SIZE = request_size(sftp)
-        src.prefetch(size)
-        while True:
-            data = src.read(1 << 20)
-            if not data:
-                return total
-            sink(data)
-            total += len(data)
-            advance(len(data))
-
-
-def _download(conn: BoardConnection, sftp, src: str, sink: Callable[[bytes], None], bars: _Progress) -> int:
-    """Stream one remote file into `sink`; returns its size."""
-    if sftp is not None:
-        try:
-            size = sftp.stat(src).st_size or 0
-            with bars.task(f"pull {PurePosixPath(src).name}", size) as advance:
-                return _sftp_get(sftp, src, size, sink, advance)
-        except (OSError, EOFError) as err:
-            raise BoardError(f"{conn.target.label}: download of {src} failed ({err})") from None
-    total = [0]
-    err = bytearray()
-
-    def counted(data: bytes) -> None:
-        total[0] += len(data)
-        sink(data)
-
-    rc = conn.stream(remote_command(["cat", src]), stdout=counted, stderr=err.extend,
-                     what=f"download {PurePosixPath(src).name}")
-    if rc != 0:
-        raise BoardError(f"{conn.target.label}: download of {src} failed: {err.decode('utf-8', 'replace').strip()}")
-    return total[0]
-
-
-__all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "pull", "push", "remote_hashes", "sha256_file"]
+__all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "push", "remote_hashes", "request_size", "sha256_file"]

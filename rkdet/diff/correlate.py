@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from rkdet.snapshots import Snapshot, SnapshotError, parse_snapshot
+
 # Temperature thresholds (millicelsius) that vendor thermal tables commonly throttle at.
 TEMP_THRESHOLDS_MC = (60000, 70000, 75000, 80000, 85000, 90000, 95000)
 
@@ -29,31 +31,32 @@ def _mhz(hz: Any, scale: float) -> str:
         return str(hz)
 
 
-def snapshot_signals(snapshot: dict[str, Any]) -> dict[str, str]:
+def snapshot_signals(snapshot: Snapshot) -> dict[str, str]:
     """Flatten one snapshot into named, comparable string values."""
     out: dict[str, str] = {}
-    for node, info in (snapshot.get("devfreq") or {}).items():
-        if isinstance(info, dict):
-            out[f"{node} frequency"] = _mhz(info.get("cur_hz"), 1e6)
-            out[f"{node} governor"] = str(info.get("governor"))
-    for policy, info in (snapshot.get("cpu") or {}).items():
-        if isinstance(info, dict):
-            out[f"cpu {policy} frequency"] = _mhz(info.get("cur_khz"), 1e3)
-            out[f"cpu {policy} governor"] = str(info.get("governor"))
-    for zone, mc in (snapshot.get("thermal") or {}).items():
-        if isinstance(mc, (int, float)):
+    for node, info in snapshot.devfreq.items():
+        out[f"{node} frequency"] = _mhz(info.cur, 1e6)
+        out[f"{node} governor"] = str(info.governor)
+    for policy, info in snapshot.cpu.items():
+        out[f"cpu {policy} frequency"] = _mhz(info.cur, 1e3)
+        out[f"cpu {policy} governor"] = str(info.governor)
+    for zone, mc in snapshot.thermal.items():
+        if mc is not None:
             out[f"{zone} temperature"] = _band(int(mc))
     return out
 
 
 def _timeline(snapshots: list[dict[str, Any]]) -> list[tuple[int, dict[str, str]]]:
     points: list[tuple[int, dict[str, str]]] = []
-    for snap in snapshots:
-        at = snap.get("at")
-        if at == "before":
+    for raw in snapshots:
+        try:  # the one parser of snapshot records (rkdet/snapshots.py); a malformed one is not evidence
+            snap = parse_snapshot(raw)
+        except SnapshotError:
+            continue
+        if snap.at == "before":
             points.append((-1, snapshot_signals(snap)))
-        elif at == "periodic" and isinstance(snap.get("run"), int):  # taken after run r: describes r+1..
-            points.append((int(snap["run"]) + 1, snapshot_signals(snap)))
+        elif snap.at == "periodic" and snap.run is not None:  # taken after run r: describes r+1..
+            points.append((snap.run + 1, snapshot_signals(snap)))
     points.sort(key=lambda p: p[0])
     return points
 

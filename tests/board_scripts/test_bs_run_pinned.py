@@ -201,6 +201,24 @@ def test_child_ignoring_sigterm_is_killed_after_the_grace(make_tree, state_dir: 
     assert tree_digest(root) == before
 
 
+@pytest.mark.parametrize("shell_name", ["dash", "busybox sh", "bash --posix"])
+@pytest.mark.parametrize("grace", ["x", "1+1", "a[$(touch MARK)]", "", "99999", "-1"])
+def test_kill_grace_must_be_digits(shell_name: str, grace: str, make_tree, state_dir: Path, tmp_path: Path) -> None:
+    """RKDET_KILL_GRACE goes into shell arithmetic: anything but digits is refused before pin runs."""
+    root = make_tree("rk3588")
+    before = tree_digest(root)
+    ran = tmp_path / "ran"
+    done = subprocess.run(local_command("run-pinned", shell_name, ["--", "touch", str(ran)]),
+                          env=script_env(root, state_dir, {"RKDET_KILL_GRACE": grace}), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    if grace == "":  # empty means unset: the default grace
+        assert done.returncode == 0 and ran.exists(), done.stderr
+        return
+    assert done.returncode == 2 and "RKDET_KILL_GRACE must be a whole number" in done.stderr, done.stderr
+    assert not ran.exists() and not (tmp_path / "MARK").exists()
+    assert tree_digest(root) == before
+
+
 def test_usage_error(tmp_path: Path) -> None:
     done = subprocess.run(local_command("run-pinned", "dash"), env=script_env(tmp_path, tmp_path),
                           capture_output=True, text=True, timeout=30)

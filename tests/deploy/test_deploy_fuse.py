@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from deploy_helpers import REPO, assert_untouched, deploy, deploy_args, run_folders
 
+from rkdet.board.deploy import load_record
 from rkdet.board.emulator.mount import fuse_unavailable_reason
 from rkdet.board.emulator.sshd import EmulatedBoard
 from rkdet.board.fake_tree import tree_digest
+from rkdet.errors import InputError
 
 HOT = 95000  # millicelsius: above the RK3588 trip (85 C), caps NPU and GPU at 800 MHz
 NPU_TOP, NPU_CAP = 1_000_000_000, 800_000_000
@@ -59,9 +61,9 @@ def _remote_snapshots(out: Path) -> list[dict]:
     if not folders:
         return []
     try:
-        remote = json.loads((folders[-1] / "deploy.json").read_text())["remote"]["result"]
+        remote = load_record(folders[-1])["remote"]["result"]
         text = Path(remote, "snapshots.jsonl").read_text()
-    except (OSError, KeyError):
+    except (OSError, KeyError, InputError):
         return []
     return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
 

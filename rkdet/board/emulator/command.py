@@ -23,7 +23,8 @@ def emulator() -> None:
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep keys, config and log here (default: a temp dir removed on exit).")
 @click.option("--variant", type=click.Choice(list(VARIANTS)), default="standard", show_default=True,
-              help="standard; nosftp (no SFTP subsystem); busybox (busybox shell, no SFTP); sudo (passwordless sudo).")
+              help="standard; nosftp (no SFTP subsystem); busybox (busybox shell, no SFTP); sudo (passwordless sudo); "
+                   "hostile (TEST CONTROL: a board that lies: crafted file listings and results, a stalling SFTP).")
 @click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True,
               help="Emulated sysfs: FUSE with kernel semantics (auto falls back to plain files).")
 def start(soc: str, workdir: Path | None, variant: str, sysfs: str) -> None:

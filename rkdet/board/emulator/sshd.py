@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rkdet.board.emulator import users
+from rkdet.board.emulator import hostile, users
 from rkdet.board.fake_tree import build_fake_tree
 from rkdet.board.socs import profile as soc_profile
 from rkdet.errors import BoardError, InputError
@@ -45,6 +45,7 @@ class Variant:
     sftp: bool = True
     busybox: bool = False  # busybox ash login shell and a PATH of busybox applets only
     sudo: bool = False  # passwordless `sudo -n` for the login user (this instance only)
+    hostile: bool = False  # TEST CONTROL: crafted listings, results and a stalling SFTP (hostile.py)
 
 
 VARIANTS: dict[str, Variant] = {
@@ -52,6 +53,7 @@ VARIANTS: dict[str, Variant] = {
     "nosftp": Variant("nosftp", "rkdetboard", sftp=False),
     "busybox": Variant("busybox", "rkdetbb", sftp=False, busybox=True),
     "sudo": Variant("sudo", "rkdetsudo", sudo=True),
+    "hostile": Variant("hostile", "rkdetboard", hostile=True),
 }
 
 
@@ -267,6 +269,10 @@ class EmulatedBoard:
         board_python = _board_python(self.python, self.board_dir, entry)
         wrapper = bindir / "python3"
         wrapper.write_text(f"#!/bin/sh\nexec {_sh_quote(str(board_python))} \"$@\"\n")
+        if self.variant.hostile:  # TEST CONTROL: see hostile.py
+            hostile.install(bindir, str(board_python))
+            wrapper.write_text(hostile.wrapper_text(str(board_python), bindir))
+            hostile.write_control(self.board_dir)
         os.chmod(wrapper, 0o755)
         if self.variant.busybox:
             applets = subprocess.run([str(users.BUSYBOX), "--list"], capture_output=True, text=True).stdout.split()
@@ -301,7 +307,10 @@ class EmulatedBoard:
             "LogLevel INFO",
             f"SetEnv {setenv}",
         ]
-        if self.variant.sftp:
+        if self.variant.hostile:
+            assert self.board_dir is not None
+            lines.append(f"Subsystem sftp {hostile.sftp_command(str(self.board_dir / 'bin' / 'python3'), self.board_dir / 'bin')}")
+        elif self.variant.sftp:
             lines.append("Subsystem sftp internal-sftp")
         _atomic_write(self.workdir / "sshd_config", "\n".join(lines) + "\n")
 
