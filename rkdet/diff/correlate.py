@@ -9,6 +9,7 @@ say "lines up", never "caused".
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ def snapshot_signals(snapshot: dict[str, Any]) -> dict[str, str]:
             out[f"cpu {policy} frequency"] = _mhz(info.get("cur_khz"), 1e3)
             out[f"cpu {policy} governor"] = str(info.get("governor"))
     for zone, mc in (snapshot.get("thermal") or {}).items():
-        if isinstance(mc, (int, float)):
+        if isinstance(mc, (int, float)) and math.isfinite(mc):
             out[f"{zone} temperature"] = _band(int(mc))
     return out
 
