@@ -26,6 +26,7 @@ from rkdet.board.preflight import BoardFit, check_board
 from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError, RkdetError
+from rkdet.tolerance import Tolerance
 
 RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 DEPLOY_SCHEMA = "rkdet.deploy/1"
@@ -362,6 +363,7 @@ class Deployment:
             raise InputError(f"{folder}: that run is of build {str(self.record.get('fingerprint'))[:16]} but "
                              f"{self.build} is {self.manifest['fingerprint'][:16]}; resume without --build, or pass "
                              f"the build it ran ({self.record.get('build')})")
+        Tolerance.from_mapping(self.record.get("tolerances"), where=f"{folder / 'deploy.json'}: tolerances")  # before board work
         ran = self.record["settings"]  # the run's own settings, not today's flags
         self.settings = replace(self.settings, pin=ran["pin"], sudo=ran["sudo"], repeats=ran["repeats"],
                                 warmup=ran["warmup"], backend=ran["backend"])
@@ -528,7 +530,6 @@ class Deployment:
                fit: BoardFit) -> DeployOutcome:
         from rkdet.diff.api import compare
         from rkdet.diff.report import write_reports
-        from rkdet.diff.tolerance import Tolerance
 
         run = json.loads((result_local / "run.json").read_text())
         emulated = bool(run.get("emulated"))

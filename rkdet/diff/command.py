@@ -15,22 +15,12 @@ DECODERS = ("auto", "yolov8", "classification", "none")
 
 
 def _config_tolerance(path: Path | None) -> Tolerance:
-    """The `tolerances` section of a config file (absent section: bitwise)."""
+    """The `tolerances` section of a config file, through the config loader (absent: bitwise)."""
     if path is None:
         return Tolerance()
-    import yaml
+    from rkdet.config import load_tolerances
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as err:
-        raise InputError(f"{path}: cannot read config ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{where}: invalid YAML; fix the syntax") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping at the top level")
-    return Tolerance.from_mapping(data.get("tolerances"), where=f"{path}: tolerances")
+    return load_tolerances(path)
 
 
 @click.command("diff")
