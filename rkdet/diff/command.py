@@ -33,8 +33,10 @@ def _config_tolerance(path: Path | None) -> Tolerance:
 @click.option("--decoder", type=click.Choice(DECODERS), default="auto", show_default=True,
               help="How to judge decisions: auto-detect from output shapes, or force one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report (rkdet.diff/1) instead of the table.")
-@click.option("--json-out", type=click.Path(path_type=Path, dir_okay=False), help="Write the JSON report here.")
-@click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here.")
+@click.option("--json-out", type=click.Path(path_type=Path),
+              help="Write the JSON report here (a file, replaced atomically; or /dev/stdout, a FIFO).")
+@click.option("--html", "html_out", type=click.Path(path_type=Path),
+              help="Write the HTML report here (a file, replaced atomically; or /dev/stdout, a FIFO).")
 def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: Path | None, decoder: str,
                  as_json: bool, json_out: Path | None, html_out: Path | None) -> None:
     """Compare result sets: A alone (run-to-run) or A against reference B.
@@ -45,6 +47,9 @@ def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: P
     from rkdet.diff.api import compare
     from rkdet.diff.report import json_text, write_html, write_json
 
+    for out in (json_out, html_out):
+        if out is not None and out.is_dir():  # before the comparison, not after it
+            raise InputError(f"{out}: is a directory; give a file path for the report")
     tolerance = Tolerance.from_pairs(tolerances, _config_tolerance(config))
     comparison = compare(a, b, tolerance, decoder)
     if json_out:
