@@ -10,7 +10,6 @@ the result set (distinct outputs only) and diff it run-to-run and against the go
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import shutil
@@ -121,9 +120,9 @@ def load_build(build: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    from rkdet.runner import write_json_atomic  # the one atomic writer
+
+    write_json_atomic(str(path), obj)
 
 
 def _remote_layout(workdir: str, fingerprint: str, run_id: str, backend: str = "rknnlite") -> dict[str, str]:
