@@ -11,23 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
+from rkdet.diff.findings import SCHEMA, run_ranges
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
 from rkdet.runner import write_atomic
-
-SCHEMA = "rkdet.diff/1"
-
-
-def run_ranges(runs: list[int]) -> list[list[int]]:
-    """Compress sorted run numbers into inclusive [first, last] ranges."""
-    out: list[list[int]] = []
-    for r in sorted(runs):
-        if out and r == out[-1][1] + 1:
-            out[-1][1] = r
-        else:
-            out.append([r, r])
-    return out
-
 
 def _stats(s: NumericStats | None) -> dict[str, Any] | None:
     return None if s is None else s.as_dict()
@@ -138,7 +125,7 @@ def write_json(c: Comparison, path: Path) -> Path:
 
 
 def write_html(c: Comparison, path: Path) -> Path:
-    from rkdet.diff.html import render_html  # matplotlib is imported only when HTML is asked for
+    from rkdet.diff.html import render_html  # matplotlib only when HTML is asked for (html never imports report)
 
     return write_report_file(path, render_html(c))
 
