@@ -108,9 +108,7 @@ def _number(raw: dict[str, Any], key: str, where: str) -> float | None:
     return float(value)
 
 
-def _parse_output(o: object, where: str) -> OutputRef:
-    if not isinstance(o, dict):
-        raise InputError(f"{where}: expected an object with name, hash, shape, dtype")
+def _check_output(o: dict[str, Any], where: str) -> tuple[OutputRef, int]:
     name = _name(o.get("name"), "output name", where)
     where = f"{where} output {name!r}"
     digest = o.get("hash")
@@ -122,26 +120,53 @@ def _parse_output(o: object, where: str) -> OutputRef:
     if nbytes > MAX_ARRAY_BYTES:
         raise InputError(f"{where}: shape {list(shape)} {dtype.name} is {nbytes:,} bytes, over the "
                          f"{MAX_ARRAY_BYTES >> 20} MiB per-output cap")
-    return OutputRef(name, digest, shape, dtype.name)
+    return OutputRef(name, digest, shape, dtype.name), nbytes
 
 
-def _parse_record(path: Path, lineno: int, raw: dict[str, Any]) -> Record:
-    """One index line, every field checked (docs/FORMATS.md); sizes are bounded before anything is sized."""
-    where = f"{path}:{lineno}"
-    run = raw.get("run")
-    if type(run) is not int or run < 0:
-        raise InputError(f"{where}: run {str(run)[:40]!r} is not a non-negative integer")
-    name = _name(raw.get("input"), "input", where)
-    outs = raw.get("outputs")
-    if not isinstance(outs, list) or len(outs) > MAX_OUTPUTS:
-        raise InputError(f"{where}: outputs must be a list of at most {MAX_OUTPUTS} objects "
-                         f"(name, hash, shape, dtype)")
-    outputs = tuple(_parse_output(o, where) for o in outs)
-    if len({o.name for o in outputs}) != len(outputs):
-        raise InputError(f"{where}: an output name repeats within one inference")
-    if sum(array_bytes(o.shape, np.dtype(o.dtype)) for o in outputs) > MAX_RECORD_BYTES:
-        raise InputError(f"{where}: outputs total over the {MAX_RECORD_BYTES >> 20} MiB per-inference cap")
-    return Record(run, name, outputs, _number(raw, "latency_ms", where), _number(raw, "t_unix", where))
+class _Parser:
+    """Checks index lines; an output entry already checked (same name, hash, shape, dtype: the common
+    case, every run repeating the last one) is reused instead of re-validated."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: dict[tuple[Any, ...], tuple[OutputRef, int]] = {}
+
+    def _output(self, o: object, where: str) -> tuple[OutputRef, int]:
+        if not isinstance(o, dict):
+            raise InputError(f"{where}: expected an object with name, hash, shape, dtype")
+        shape = o.get("shape")
+        try:
+            key = (o.get("name"), o.get("hash"), tuple(shape) if isinstance(shape, list) else shape, o.get("dtype"))
+            known = self._seen.get(key)
+        except TypeError:  # an unhashable value: not a valid entry, the full check says why
+            key, known = None, None
+        if known is not None:
+            return known
+        checked = _check_output(o, where)
+        if key is not None:
+            if len(self._seen) > 65536:
+                self._seen.clear()
+            self._seen[key] = checked
+        return checked
+
+    def record(self, lineno: int, raw: dict[str, Any]) -> Record:
+        """One index line, every field checked (docs/FORMATS.md); sizes are bounded before anything is sized."""
+        where = f"{self.path}:{lineno}"
+        run = raw.get("run")
+        if type(run) is not int or run < 0:
+            raise InputError(f"{where}: run {str(run)[:40]!r} is not a non-negative integer")
+        name = _name(raw.get("input"), "input", where)
+        outs = raw.get("outputs")
+        if not isinstance(outs, list) or len(outs) > MAX_OUTPUTS:
+            raise InputError(f"{where}: outputs must be a list of at most {MAX_OUTPUTS} objects "
+                             f"(name, hash, shape, dtype)")
+        checked = [self._output(o, where) for o in outs]
+        outputs = tuple(ref for ref, _ in checked)
+        if len({o.name for o in outputs}) != len(outputs):
+            raise InputError(f"{where}: an output name repeats within one inference")
+        if sum(n for _, n in checked) > MAX_RECORD_BYTES:
+            raise InputError(f"{where}: outputs total over the {MAX_RECORD_BYTES >> 20} MiB per-inference cap")
+        return Record(run, name, outputs, _number(raw, "latency_ms", where), _number(raw, "t_unix", where))
 
 
 @dataclass
@@ -215,9 +240,10 @@ class ResultSetDir(Source):
         them so), which refuses duplicated or spliced records and bounds run numbers by the index's size."""
         index = self.path / "index.jsonl"
         next_run: dict[str, int] = {}
+        parser = _Parser(index)
         try:
             for lineno, raw in iter_jsonl(index):
-                rec = _parse_record(index, lineno, raw)
+                rec = parser.record(lineno, raw)
                 want = next_run.get(rec.input, 0)
                 if rec.run != want:
                     raise InputError(f"{index}:{lineno}: run {rec.run} of input {rec.input!r} where run {want} was "

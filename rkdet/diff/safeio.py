@@ -126,10 +126,14 @@ def array_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return math.prod(shape) * dtype.itemsize
 
 
+_DTYPE_OBJECTS = {name: np.dtype(name) for name in DTYPES}
+
+
 def check_dtype(name: object, where: str) -> np.dtype:
-    if not isinstance(name, str) or name not in DTYPES:
+    dtype = _DTYPE_OBJECTS.get(name) if isinstance(name, str) else None
+    if dtype is None:
         raise InputError(f"{where}: dtype {str(name)[:40]!r} is not one rkdet records ({', '.join(sorted(DTYPES))})")
-    return np.dtype(name)
+    return dtype
 
 
 def check_shape(shape: object, where: str) -> tuple[int, ...]:
