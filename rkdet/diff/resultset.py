@@ -124,29 +124,24 @@ def _check_output(o: dict[str, Any], where: str) -> tuple[OutputRef, int]:
 
 
 class _Parser:
-    """Checks index lines; an output entry already checked (same name, hash, shape, dtype: the common
-    case, every run repeating the last one) is reused instead of re-validated."""
+    """Checks index lines; an output entry equal to the one at the same place in that input's previous
+    record (the common case: runs repeat) is reused instead of re-checked. One entry per (input, output
+    position) is remembered, i.e. one run's worth, whatever the number of records."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._seen: dict[tuple[Any, ...], tuple[OutputRef, int]] = {}
+        self._last: dict[tuple[str, int], tuple[tuple[Any, ...], tuple[OutputRef, int]]] = {}
 
-    def _output(self, o: object, where: str) -> tuple[OutputRef, int]:
+    def _output(self, o: object, where: str, slot: tuple[str, int]) -> tuple[OutputRef, int]:
         if not isinstance(o, dict):
             raise InputError(f"{where}: expected an object with name, hash, shape, dtype")
         shape = o.get("shape")
-        try:
-            key = (o.get("name"), o.get("hash"), tuple(shape) if isinstance(shape, list) else shape, o.get("dtype"))
-            known = self._seen.get(key)
-        except TypeError:  # an unhashable value: not a valid entry, the full check says why
-            key, known = None, None
-        if known is not None:
-            return known
+        key = (o.get("name"), o.get("hash"), tuple(shape) if isinstance(shape, list) else shape, o.get("dtype"))
+        last = self._last.get(slot)
+        if last is not None and last[0] == key and all(type(d) is int for d in key[2]):
+            return last[1]
         checked = _check_output(o, where)
-        if key is not None:
-            if len(self._seen) > 65536:
-                self._seen.clear()
-            self._seen[key] = checked
+        self._last[slot] = (key, checked)
         return checked
 
     def record(self, lineno: int, raw: dict[str, Any]) -> Record:
@@ -160,7 +155,7 @@ class _Parser:
         if not isinstance(outs, list) or len(outs) > MAX_OUTPUTS:
             raise InputError(f"{where}: outputs must be a list of at most {MAX_OUTPUTS} objects "
                              f"(name, hash, shape, dtype)")
-        checked = [self._output(o, where) for o in outs]
+        checked = [self._output(o, where, (name, i)) for i, o in enumerate(outs)]
         outputs = tuple(ref for ref, _ in checked)
         if len({o.name for o in outputs}) != len(outputs):
             raise InputError(f"{where}: an output name repeats within one inference")
