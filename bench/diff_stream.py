@@ -8,6 +8,10 @@ Cases (8 inputs, the default 640 build's 6 outputs, ~2.5 MB per input per run):
   worst      every run of every input differs (one element moved 1 ULP per output): each output
              file is distinct and must be loaded, hash-verified and measured. Runs: --worst-runs
              (default 100, i.e. 800 records, 2 GB; 1000 would be 20 GB of disk).
+  hostile    crafted sets (issue 9 item 3) that declare far more than they hold: an index record with
+             run 3000000000, an output whose .npy header says 1e12 x 1e12 floats, a 0.5 MB .npz member
+             that inflates to 512 MiB, duplicated records. Each must end as exit 2 before allocating
+             what it declares; measured the same way, with `sha256sum` over the same files beside it.
 Timing is wall clock in a fresh child process (interpreter start included), warm page cache,
 best of --repeat. Peak memory: the child's VmHWM (peak RSS; ru_maxrss would
 inherit the parent's across fork/exec) minus its RSS right after imports, and the
@@ -40,6 +44,7 @@ CHILD = r"""
 import json, sys, time, tracemalloc
 from rkdet.diff.api import compare
 from rkdet.diff.tolerance import Tolerance
+from rkdet.errors import RkdetError
 def status_kb(key):
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith(key + ":"))
@@ -50,12 +55,16 @@ base = rss_kb()
 if mode == "trace":
     tracemalloc.start()
 t = time.perf_counter()
-c = compare(path, None, Tolerance())
+try:
+    c = compare(path, None, Tolerance())
+    code, records, verdict = c.exit_code, c.a.records, c.verdict[:100]
+except RkdetError as err:  # hostile input: the one-line exit 2
+    code, records, verdict = err.exit_code, 0, str(err)[-100:]
 elapsed = time.perf_counter() - t
 peak_trace = tracemalloc.get_traced_memory()[1] if mode == "trace" else None
-print(json.dumps({"elapsed": elapsed, "exit": c.exit_code, "base_rss_kb": base,
+print(json.dumps({"elapsed": elapsed, "exit": code, "base_rss_kb": base,
                   "max_rss_kb": status_kb("VmHWM"), "trace_peak": peak_trace,
-                  "records": c.a.records, "verdict": c.verdict[:100]}))
+                  "records": records, "verdict": verdict}))
 """
 
 
@@ -109,11 +118,57 @@ def write_set(path: Path, runs: int, every_run_differs: bool) -> tuple[int, int]
     return total, run_bytes
 
 
+def _npy_header(shape: tuple[int, ...]) -> bytes:
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': %r, }" % (shape,)
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
+
+
+def write_hostile(root: Path, base: Path) -> list[tuple[str, str, Path]]:
+    """Crafted sets derived from the `dedup` set `base`: (case, what it declares, path)."""
+    import zipfile
+
+    cases = []
+    lines = (base / "index.jsonl").read_text().splitlines(keepends=True)
+
+    def variant(name: str, index: list[str]) -> Path:
+        path = root / name
+        if path.exists():
+            shutil.rmtree(path)
+        shutil.copytree(base, path)
+        (path / "index.jsonl").write_text("".join(index))
+        return path
+
+    rec = json.loads(lines[-1])
+    rec["run"] = 3_000_000_000
+    cases.append(("run-3e9", "one record with run 3000000000 (22 GiB of run bookkeeping before)",
+                  variant("hostile-run", lines + [json.dumps(rec) + "\n"])))
+    cases.append(("duplicates", "every record twice (\"SAME ... 16000 inferences\" before)",
+                  variant("hostile-dup", lines + lines)))
+    path = variant("hostile-shape", lines)
+    first = json.loads(lines[0])["outputs"][0]["hash"]
+    (path / "outputs" / f"{first}.npy").write_bytes(_npy_header((10 ** 12, 10 ** 12)) + bytes(64))
+    cases.append(("npy-1e12", "an output file whose header says 1e12 x 1e12 float32", path))
+    bomb_dir = root / "hostile-npz"
+    bomb_dir.mkdir(parents=True, exist_ok=True)
+    bomb = bomb_dir / "bomb.npz"
+    count = (512 << 20) // 4
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("out.npy", "w", force_zip64=True) as member:
+            member.write(_npy_header((count,)))
+            zeros = bytes(1 << 20)
+            for _ in range(512):
+                member.write(zeros)
+    cases.append(("npz-bomb", f"a {bomb.stat().st_size / 1e3:.0f} KB .npz whose member inflates to 512 MiB", bomb))
+    return cases
+
+
 def time_sha256sum(path: Path, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run(f"find {path / 'outputs'} -name '*.npy' -print0 | xargs -0 sha256sum > /dev/null",
+        target = path if path.is_file() else path / "outputs"
+        subprocess.run(f"find {target} -type f -print0 | xargs -0 sha256sum > /dev/null",
                        shell=True, check=True)
         best = min(best, time.perf_counter() - t)
     return best
@@ -123,7 +178,7 @@ def run_diff(path: Path, mode: str) -> tuple[float, dict]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", CHILD, mode, str(path)], capture_output=True, text=True, env=env,
-                         check=True)
+                         check=True, timeout=600)
     wall = time.perf_counter() - t
     return wall, json.loads(out.stdout)
 
@@ -152,10 +207,24 @@ def main() -> None:
                      "rss_delta_mb": (info["max_rss_kb"] - info["base_rss_kb"]) / 1024,
                      "trace_mb": traced["trace_peak"] / 1e6, "exit": info["exit"]})
         print(json.dumps(rows[-1]), flush=True)
-    write_table(rows, args)
+    hostile = []
+    for case, what, path in write_hostile(args.work, args.work / "dedup"):
+        disk = path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in (path / "outputs").iterdir())
+        sha = time_sha256sum(path, args.repeat)
+        walls, inner, info = [], [], {}
+        for _ in range(args.repeat):
+            wall, info = run_diff(path, "time")
+            walls.append(wall)
+            inner.append(info["elapsed"])
+        _, traced = run_diff(path, "trace")
+        hostile.append({"case": case, "what": what, "disk_mb": disk / 1e6, "sha": sha, "wall": min(walls),
+                        "inner": min(inner), "rss_delta_mb": (info["max_rss_kb"] - info["base_rss_kb"]) / 1024,
+                        "trace_mb": traced["trace_peak"] / 1e6, "exit": info["exit"], "message": info["verdict"]})
+        print(json.dumps(hostile[-1]), flush=True)
+    write_table(rows, args, hostile)
 
 
-def write_table(rows: list[dict], args: argparse.Namespace) -> None:
+def write_table(rows: list[dict], args: argparse.Namespace, hostile: list[dict]) -> None:
     cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
                 if l.startswith("model name")), "?")
     lines = [
@@ -198,7 +267,21 @@ def write_table(rows: list[dict], args: argparse.Namespace) -> None:
         "`rkdet diff (process)` includes interpreter start and imports (~0.3 s); `compare only` is the",
         "call itself. Memory: max RSS minus RSS after imports (includes allocator slack), and the",
         "tracemalloc peak of the compare call (numpy buffers included).",
+        "",
+        "## Hostile result sets (issue 9 item 3)",
+        "",
+        "Crafted from the `dedup` set; each must end as a one-line exit 2 without allocating what it declares.",
+        f"\"Peak / one run's outputs\" is against the same {rows[0]['run_mb']:.1f} MB (target <= 2x).",
+        "",
+        "| case | what it declares | bytes on disk | `sha256sum` over them | `rkdet diff` (process) | "
+        "`rkdet diff` (compare only) | peak RSS over imports | tracemalloc peak | peak / one run's outputs | exit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    run_mb = rows[0]["run_mb"]
+    for h in hostile:
+        lines.append(f"| {h['case']} | {h['what']} | {h['disk_mb']:.1f} MB | {h['sha']:.2f} s | {h['wall']:.2f} s | "
+                     f"{h['inner']:.2f} s | {h['rss_delta_mb']:.1f} MB | {h['trace_mb']:.1f} MB | "
+                     f"{h['trace_mb'] / run_mb:.2f}x | {h['exit']} |")
     out = ROOT / "bench" / "results" / "diff.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

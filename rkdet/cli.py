@@ -15,6 +15,7 @@ import click
 from rkdet import __version__
 from rkdet.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RkdetError
 from rkdet.log import VERBOSE_KEY
+from rkdet.textsafe import visible
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -29,7 +30,7 @@ class RkdetGroup(click.Group):
         try:
             return super().invoke(ctx)
         except RkdetError as err:
-            click.echo(f"rkdet: {err}", err=True)
+            click.echo(f"rkdet: {visible(err)}", err=True)  # messages quote board/result-set data
             sys.exit(err.exit_code)
         except KeyboardInterrupt:
             click.echo("rkdet: interrupted", err=True)
@@ -39,7 +40,7 @@ class RkdetGroup(click.Group):
         except Exception as err:  # a bug: one line by default, the traceback on request
             if os.environ.get("RKDET_DEBUG"):
                 raise
-            click.echo(f"rkdet: internal error ({err.__class__.__name__}: {err}); "
+            click.echo(f"rkdet: internal error ({err.__class__.__name__}: {visible(err)}); "
                        "rerun with RKDET_DEBUG=1 for the traceback and report it", err=True)
             sys.exit(EXIT_BAD_INPUT)
 

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rkdet.errors import ConfigError
+from rkdet.tolerance import Tolerance
 
 # What --config means when it is not given: relative to the current folder (a source checkout).
 DEFAULT_CONFIG = Path("configs/yolov8.yaml")
@@ -182,15 +183,6 @@ class BoardSection(_Strict):
     sudo: bool = False
 
 
-class TolerancesSection(_Strict):
-    """What counts as "the same" when diffing; the default is bitwise identity."""
-
-    max_abs: float = Field(0.0, ge=0)
-    max_ulp: int = Field(0, ge=0)
-    min_cosine: Optional[float] = Field(None, ge=-1, le=1)
-    max_rel_l2: Optional[float] = Field(None, ge=0)
-
-
 class FidelitySection(_Strict):
     """Gates a build must pass: simulator (INT8) vs ONNX FP32, per output and per slice."""
 
@@ -211,7 +203,7 @@ class RkdetConfig(_Strict):
     golden: GoldenSection
     run: RunSection = RunSection()
     board: BoardSection = BoardSection()
-    tolerances: TolerancesSection = TolerancesSection()
+    tolerances: Tolerance = Tolerance()  # the one tolerance value (rkdet.tolerance), validated here at load
     fidelity: FidelitySection = FidelitySection()
 
     def resolved_dict(self) -> dict[str, Any]:
@@ -264,9 +256,9 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
             sect[key] = str(p if p.is_absolute() else (base / p).resolve())
 
 
-def load_config(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> RkdetConfig:
-    """Load, resolve paths relative to the file, and validate; errors name file, key and allowed values."""
-    path = Path(path)
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """The config file as a mapping (the one YAML reader of rkdet configs; safe_load: aliases stay shared
+    references, and nothing below ever prints a whole value, so an alias bomb costs no memory)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -284,6 +276,26 @@ def load_config(path: str | Path, overrides: Optional[dict[str, Any]] = None) ->
         raise ConfigError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a YAML mapping of sections (name, model, quantize, ...)")
+    return raw
+
+
+def load_tolerances(path: str | Path) -> Tolerance:
+    """Only the `tolerances` section of a config file (`rkdet diff --config`), read and validated exactly
+    as load_config does; an absent section is bitwise."""
+    path = Path(path)
+    section = _read_yaml(path).get("tolerances")
+    try:
+        return Tolerance.model_validate({} if section is None else section)
+    except ValidationError as exc:
+        first = dict(exc.errors()[0])
+        first["loc"] = ("tolerances", *first.get("loc", ()))
+        raise ConfigError(_format_error(path, first)) from None
+
+
+def load_config(path: str | Path, overrides: Optional[dict[str, Any]] = None) -> RkdetConfig:
+    """Load, resolve paths relative to the file, and validate; errors name file, key and allowed values."""
+    path = Path(path)
+    raw = _read_yaml(path)
     for dotted, value in (overrides or {}).items():
         section, key = dotted.split(".", 1)
         raw.setdefault(section, {})[key] = value

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+from rich.text import Text
 
 from rkdet.config import CORE_MASKS, load_config
 from rkdet.errors import EXIT_OK, InputError

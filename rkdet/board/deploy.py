@@ -26,7 +26,9 @@ from rkdet.board.preflight import BoardFit, check_board
 from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError, RkdetError
+from rkdet.runner import write_atomic
 from rkdet.snapshots import Snapshot, SnapshotError, read_snapshots
+from rkdet.tolerance import Tolerance
 
 RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 DEPLOY_SCHEMA = "rkdet.deploy/1"
@@ -121,11 +123,7 @@ def load_build(build: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(str(path), json.dumps(obj, indent=2, sort_keys=True) + "\n", perms=mode)
 
 
 # What a published run folder must not hold (user names, host and board paths) but --resume needs:
@@ -413,6 +411,7 @@ class Deployment:
             raise InputError(f"{folder}: that run is of build {str(self.record.get('fingerprint'))[:16]} but "
                              f"{self.build} is {self.manifest['fingerprint'][:16]}; resume without --build, or pass "
                              f"the build it ran ({self.record.get('build')})")
+        Tolerance.from_mapping(self.record.get("tolerances"), where=f"{folder / 'deploy.json'}: tolerances")  # before board work
         ran = self.record["settings"]  # the run's own settings, not today's flags
         self.settings = replace(self.settings, pin=ran["pin"], sudo=ran["sudo"], repeats=ran["repeats"],
                                 warmup=ran["warmup"], backend=ran["backend"])
@@ -601,7 +600,6 @@ class Deployment:
                fit: BoardFit) -> DeployOutcome:
         from rkdet.diff.api import compare
         from rkdet.diff.report import write_reports
-        from rkdet.diff.tolerance import Tolerance
 
         try:
             run = json.loads((result_local / "run.json").read_text())

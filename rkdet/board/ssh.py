@@ -11,7 +11,6 @@ when asked): an unknown key is refused with its SHA256 fingerprint, a changed ke
 from __future__ import annotations
 
 import errno
-import os
 import re
 import select
 import shlex
@@ -259,10 +258,9 @@ def record_host_key(path: Path, name: str, key: paramiko.PKey) -> None:
     old = path.read_text() if path.exists() else ""
     if old and not old.endswith("\n"):
         old += "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{old}{name} {key.get_name()} {key.get_base64()}\n")
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    from rkdet.runner import write_atomic  # the one atomic writer
+
+    write_atomic(str(path), f"{old}{name} {key.get_name()} {key.get_base64()}\n", perms=0o600)
 
 
 # --- connection -------------------------------------------------------------------------------

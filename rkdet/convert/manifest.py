@@ -168,6 +168,6 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
 
 def write_manifest(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from rkdet.runner import write_json_atomic  # the one atomic writer
+
+    write_json_atomic(str(path), doc)

@@ -25,6 +25,7 @@ from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, 
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
 from rkdet.errors import ConversionError, InputError
+from rkdet.runner import write_json_atomic
 
 Progress = Callable[[str], None]
 
@@ -104,8 +105,7 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
     with session:
         folder = session.folder
         job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold)
-        (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
-        os.rename(folder / ".job.json", folder / "job.json")
+        write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.runner)
         run = session.worker.go()
         (stage_dir / "toolkit.log").write_text(run.log)
         result_file = folder / "result.json"

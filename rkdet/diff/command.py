@@ -15,22 +15,12 @@ DECODERS = ("auto", "yolov8", "classification", "none")
 
 
 def _config_tolerance(path: Path | None) -> Tolerance:
-    """The `tolerances` section of a config file (absent section: bitwise)."""
+    """The `tolerances` section of a config file, through the config loader (absent: bitwise)."""
     if path is None:
         return Tolerance()
-    import yaml
+    from rkdet.config import load_tolerances
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as err:
-        raise InputError(f"{path}: cannot read config ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{where}: invalid YAML; fix the syntax") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping at the top level")
-    return Tolerance.from_mapping(data.get("tolerances"), where=f"{path}: tolerances")
+    return load_tolerances(path)
 
 
 @click.command("diff")
@@ -43,8 +33,10 @@ def _config_tolerance(path: Path | None) -> Tolerance:
 @click.option("--decoder", type=click.Choice(DECODERS), default="auto", show_default=True,
               help="How to judge decisions: auto-detect from output shapes, or force one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report (rkdet.diff/1) instead of the table.")
-@click.option("--json-out", type=click.Path(path_type=Path, dir_okay=False), help="Write the JSON report here.")
-@click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False), help="Write the HTML report here.")
+@click.option("--json-out", type=click.Path(path_type=Path),
+              help="Write the JSON report here (a file, replaced atomically; or /dev/stdout, a FIFO).")
+@click.option("--html", "html_out", type=click.Path(path_type=Path),
+              help="Write the HTML report here (a file, replaced atomically; or /dev/stdout, a FIFO).")
 def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: Path | None, decoder: str,
                  as_json: bool, json_out: Path | None, html_out: Path | None) -> None:
     """Compare result sets: A alone (run-to-run) or A against reference B.
@@ -55,6 +47,9 @@ def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: P
     from rkdet.diff.api import compare
     from rkdet.diff.report import json_text, write_html, write_json
 
+    for out in (json_out, html_out):
+        if out is not None and out.is_dir():  # before the comparison, not after it
+            raise InputError(f"{out}: is a directory; give a file path for the report")
     tolerance = Tolerance.from_pairs(tolerances, _config_tolerance(config))
     comparison = compare(a, b, tolerance, decoder)
     if json_out:

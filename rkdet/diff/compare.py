@@ -255,7 +255,7 @@ class _Engine:
             raise InputError(f"{src.label}: index.jsonl holds no complete inference record")
         divergent = {r for ia in analysis.inputs.values() for sig, g in ia.groups.items()
                      if sig != firsts[ia.name].signature for r in g.runs}
-        analysis.snapshots = src.snapshots()
+        analysis.snapshots = src.snapshots(limit=analysis.runs + 3)
         analysis.correlation = correlate(divergent, analysis.runs, analysis.snapshots)
 
     @staticmethod

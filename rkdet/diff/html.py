@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import base64
 from html import escape
-from typing import Any
 
 from rkdet.diff import plots
 from rkdet.diff.compare import Comparison, SetAnalysis
+from rkdet.diff.findings import SCHEMA, Decision, Findings, findings, run_ranges
 from rkdet.diff.metrics import NumericStats
-from rkdet.diff.report import SCHEMA, run_ranges
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;background:#fafafa}
@@ -58,74 +57,62 @@ def _stat_cells(st: NumericStats | None) -> str:
             f'<td class="num">{_num(st.kl)}</td><td>{escape(st.direction)}</td>')
 
 
-def _decision(d: dict[str, Any] | None) -> str:
-    if not d:
-        return "–"
-    if d["kind"] == "detection":
-        if not d["changed"] and not d["matched"]:
+def _decision(d: Decision) -> str:
+    if d.kind == "detection":
+        if not d.changed and not d.matched:
             return "no boxes either side"
-        if not d["changed"]:
-            return f"same {d['matched']} boxes, min IoU {_num(d['min_iou'], '.3f')}, |Δscore| ≤ {_num(d['max_abs_score_delta'])}"
-        return (f'<span class="bad">{len(d["class_flips"])} class flip(s), {len(d["missing"])} missing, '
-                f'{len(d["extra"])} extra</span> of {d["reference_count"]}')
-    if d["top1_flip"]:
-        return f'<span class="bad">top-1 flip {d["reference_top1"]} → {d["candidate_top1"]}</span>'
-    return "top-k changed" if d["topk_changed"] else "same top-k"
+        if not d.changed:
+            return f"same {d.matched} boxes, min IoU {_num(d.min_iou, '.3f')}, |Δscore| ≤ {_num(d.max_abs_score_delta)}"
+        return (f'<span class="bad">{d.class_flips} class flip(s), {d.missing} missing, '
+                f'{d.extra} extra</span> of {d.reference_count}')
+    if d.top1_flip:
+        return f'<span class="bad">top-1 flip {d.reference_top1} → {d.candidate_top1}</span>'
+    return "top-k changed" if d.topk_changed else "same top-k"
 
 
-def _table(c: Comparison) -> str:
+_STATUS = {"same": '<span class="ok">same</span>', "within": '<span class="ok">within</span>',
+           "OUT": '<span class="bad">OUT</span>'}
+
+
+def _table(f: Findings) -> str:
     head = ("<tr><th>set</th><th>vs</th><th>input</th><th>output (role)</th><th>distinct / runs</th><th>runs "
             "differing</th><th>max ULP</th><th>max abs</th><th>cosine</th><th>rel L2</th><th>KL</th><th>direction</th>"
             "<th>decision</th><th>status</th></tr>")
     rows = [head]
-    plans: list[tuple[SetAnalysis, str, str]] = []
-    if c.b is not None:
-        plans.append((c.a, "vs_reference", "B"))
-    plans += [(s, "vs_first", "run 0") for s in (c.a, c.b) if s is not None and (s.runs > 1 or c.b is None)]
-    for s, attr, against in plans:
-        dec_attr = "decision_vs_reference" if attr == "vs_reference" else "decision_vs_first"
-        for ia in s.inputs.values():
-            decisions = [_decision(getattr(g, dec_attr)) for g in ia.groups.values() if getattr(g, dec_attr)]
-            decision = "<br>".join(dict.fromkeys(decisions)) or "–"
-            for oa in ia.outputs.values():
-                measured = [v for v in oa.variants.values() if getattr(v, attr) is not None]
-                worst = max(measured, key=lambda v: (not getattr(v, attr).within, getattr(v, attr).max_ulp), default=None)
-                st = getattr(worst, attr) if worst else None
-                differing = sorted(r for v in measured for r in v.runs)
-                ok = st is None or st.within
-                status = '<span class="ok">same</span>' if st is None else (
-                    '<span class="ok">within</span>' if ok else '<span class="bad">OUT</span>')
-                rows.append(f"<tr><td>{s.role}</td><td>{against}</td><td>{escape(ia.name)}</td><td>{escape(oa.name)} "
-                            f"({escape(oa.role)})</td><td>{len(oa.variants)} / {ia.runs}</td>"
-                            f"<td>{escape(_runs_text(differing)) or '–'}</td>{_stat_cells(st)}<td>{decision}</td>"
-                            f"<td>{status}</td></tr>")
-                if worst is not None:
-                    for name, sl in getattr(worst, "slices_" + attr).items():
-                        rows.append(f"<tr class='muted'><td></td><td></td><td></td><td>↳ {escape(oa.name)}[{escape(name)}]"
-                                    f"</td><td></td><td></td>{_stat_cells(sl)}<td></td><td>"
-                                    f"{'<span class=ok>within</span>' if sl.within else '<span class=bad>OUT</span>'}"
-                                    f"</td></tr>")
+    for section in f.sections:
+        for inp in section.inputs:
+            decision = "<br>".join(dict.fromkeys(_decision(d) for d in inp.decisions)) or "–"
+            for o in inp.outputs:
+                rows.append(f"<tr><td>{section.set}</td><td>{section.against}</td><td>{escape(inp.name)}</td>"
+                            f"<td>{escape(o.name)} ({escape(o.role)})</td><td>{o.distinct} / {inp.runs}</td>"
+                            f"<td>{escape(_runs_text(o.differing_runs)) or '–'}</td>{_stat_cells(o.worst)}"
+                            f"<td>{decision}</td><td>{_STATUS[o.status]}</td></tr>")
+                for sl in o.slices:
+                    rows.append(f"<tr class='muted'><td></td><td></td><td></td><td>↳ {escape(o.name)}[{escape(sl.name)}]"
+                                f"</td><td></td><td></td>{_stat_cells(sl.stats)}<td></td><td>"
+                                f"{'<span class=ok>within</span>' if sl.stats.within else '<span class=bad>OUT</span>'}"
+                                f"</td></tr>")
     return "<table>" + "".join(rows) + "</table>"
 
 
-def _findings(c: Comparison) -> str:
+_WHAT = {"first difference vs B": "first difference vs B", "first divergence": "first run-to-run divergence"}
+
+
+def _findings(f: Findings) -> str:
     items = []
-    for s in (c.a, c.b):
-        if s is None:
-            continue
-        for point, what in ((s.first_difference, "first difference vs B"), (s.first_divergence, "first run-to-run divergence")):
-            if point:
-                items.append(f"<li><b>{s.role} {what}</b>: run {point['run']}, input <code>{escape(point['input'])}</code>, "
-                             f"output <code>{escape(point['output'])}</code>, element {point['index']} "
-                             f"{escape(str(point['position']))}: {escape(repr(point['reference']))} → "
-                             f"{escape(repr(point['candidate']))} (max {point['max_ulp']} ULP)</li>")
-        for f in s.correlation:
-            items.append(f"<li><b>{s.role} board state</b>: {escape(f)}</li>")
+    for loc in f.locations:
+        items.append(f"<li><b>{loc.set} {_WHAT[loc.what]}</b>: run {loc.run}, input <code>{escape(loc.input)}</code>, "
+                     f"output <code>{escape(loc.output)}</code>, element {loc.index} "
+                     f"{escape(loc.position)}: {escape(repr(loc.reference))} → "
+                     f"{escape(repr(loc.candidate))} (max {loc.max_ulp} ULP)</li>")
+    for role, text in f.board_state:
+        items.append(f"<li><b>{role} board state</b>: {escape(text)}</li>")
     return "<ul>" + "".join(items) + "</ul>" if items else "<p class='muted'>No divergence to locate.</p>"
 
 
 def render_html(c: Comparison) -> str:
     """The whole report as one HTML string."""
+    tree = findings(c)
     cls = "same" if c.exit_code == 0 else "different"
     latency = {f"{s.role} {ia.name}": ia.latencies for s in (c.a, c.b) if s is not None for ia in s.inputs.values()}
     figs = [_img(plots.latency_plot(latency), "latency over runs"),
@@ -137,7 +124,7 @@ def render_html(c: Comparison) -> str:
                     f"{escape(o['reference_label'])})</h3>" + _img(plots.detection_plot(
                         o.get("image"), o["reference"], o["candidate"], c.layout.input_size,
                         f"reference ({o['reference_label']})", f"set {o['set']} run {o['run']}"), "detections"))
-    notes = "".join(f"<li>{escape(n)}</li>" for n in c.notes)
+    notes = "".join(f"<li>{escape(n)}</li>" for n in tree.notes)
     sources = "".join(_source(s) for s in (c.a, c.b) if s is not None)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>rkdet diff: {escape(c.verdict[:80])}</title>
@@ -147,8 +134,8 @@ def render_html(c: Comparison) -> str:
 ({escape(", ".join(f"{k}={v}" for k, v in c.tolerance.as_dict().items()))}) · mode {c.mode} · report schema {SCHEMA}</p>
 <h2>Compared</h2><ul>{sources}</ul>
 <ul class="muted">{notes}</ul>
-<h2>Per input</h2>{_table(c)}
-<h2>Where and why</h2>{_findings(c)}
+<h2>Per input</h2>{_table(tree)}
+<h2>Where and why</h2>{_findings(tree)}
 <h2>Plots</h2>{"".join(figs)}
 </body></html>
 """

@@ -7,27 +7,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
+from rkdet.diff.findings import SCHEMA, run_ranges
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
-
-SCHEMA = "rkdet.diff/1"
-
-
-def run_ranges(runs: list[int]) -> list[list[int]]:
-    """Compress sorted run numbers into inclusive [first, last] ranges."""
-    out: list[list[int]] = []
-    for r in sorted(runs):
-        if out and r == out[-1][1] + 1:
-            out[-1][1] = r
-        else:
-            out.append([r, r])
-    return out
-
+from rkdet.runner import write_atomic
 
 def _stats(s: NumericStats | None) -> dict[str, Any] | None:
     return None if s is None else s.as_dict()
@@ -98,22 +85,18 @@ def to_json(c: Comparison) -> dict[str, Any]:
     }
 
 
-def atomic_write(path: Path, data: str | bytes) -> Path:
-    """Write to a temporary name in the same folder, then rename: readers never see half a file."""
+def write_report_file(path: Path, data: str | bytes) -> Path:
+    """Write one report with rkdet's one atomic writer (rkdet.runner.write_atomic): a regular file is
+    replaced atomically; /dev/null, /dev/stdout and FIFOs are written through; a symlink's target is
+    written; a directory is exit 2 naming the path."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        if not os.path.lexists(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        return Path(write_atomic(str(path), data))
     except OSError as err:
-        raise InputError(f"{path}: cannot write report ({err.strerror}); choose a writable path") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        raise InputError(f"{path}: cannot write the report ({err.strerror or err}); give a file path, "
+                         f"/dev/stdout or a FIFO") from None
 
 
 def _finite(value: Any) -> Any:
@@ -138,13 +121,13 @@ def _json_default(value: Any) -> Any:
 
 
 def write_json(c: Comparison, path: Path) -> Path:
-    return atomic_write(path, json_text(c))
+    return write_report_file(path, json_text(c))
 
 
 def write_html(c: Comparison, path: Path) -> Path:
-    from rkdet.diff.html import render_html  # matplotlib is imported only when HTML is asked for
+    from rkdet.diff.html import render_html  # matplotlib only when HTML is asked for (html never imports report)
 
-    return atomic_write(path, render_html(c))
+    return write_report_file(path, render_html(c))
 
 
 def write_reports(comparison: Comparison, out_dir: str | Path) -> dict[str, Path]:

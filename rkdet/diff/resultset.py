@@ -7,8 +7,8 @@ of 1000 runs never holds more than a couple of records' arrays.
 
 from __future__ import annotations
 
-import json
-import zipfile
+import math
+import re
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from rkdet.runner import output_hash
+from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
+                               check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
 from rkdet.errors import InputError
+from rkdet.runner import output_hash
 
 
 @dataclass(frozen=True)
@@ -83,47 +85,83 @@ class ArrayCache:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return read_json_object(path)
     except FileNotFoundError:
         raise InputError(f"{path}: missing; is this a result set written by rkdet-run?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: unreadable JSON ({err}); re-pull or re-run the result set") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return data
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of a JSON Lines file; a final line without newline is a torn write, skipped."""
-    try:
-        handle = path.open("r", encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
-    with handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.endswith("\n"):
-                return
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object")
-            yield lineno, record
+_HASH = re.compile(r"[0-9a-f]{64}")
 
 
-def _parse_record(path: Path, lineno: int, raw: dict[str, Any]) -> Record:
-    try:
-        outputs = tuple(
-            OutputRef(str(o["name"]), str(o["hash"]), tuple(int(d) for d in o["shape"]), str(o["dtype"]))
-            for o in raw["outputs"]
-        )
-        return Record(int(raw["run"]), str(raw["input"]), outputs, raw.get("latency_ms"), raw.get("t_unix"))
-    except (KeyError, TypeError, ValueError) as err:
-        raise InputError(f"{path}:{lineno}: malformed index record (missing or bad {err}); expected run, input, "
-                         f"outputs[name, hash, shape, dtype]") from None
+def _name(value: object, what: str, where: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
+        raise InputError(f"{where}: {what} must be a non-empty string of at most {MAX_NAME} characters")
+    return value
+
+
+def _number(raw: dict[str, Any], key: str, where: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise InputError(f"{where}: {key} must be a finite number or null, got {str(value)[:40]!r}")
+    return float(value)
+
+
+def _check_output(o: dict[str, Any], where: str) -> tuple[OutputRef, int]:
+    name = _name(o.get("name"), "output name", where)
+    where = f"{where} output {name!r}"
+    digest = o.get("hash")
+    if not isinstance(digest, str) or not _HASH.fullmatch(digest):
+        raise InputError(f"{where}: hash {str(digest)[:80]!r} is not 64 lowercase hex digits (an output hash)")
+    shape = check_shape(o.get("shape"), where)
+    dtype = check_dtype(o.get("dtype"), where)
+    nbytes = array_bytes(shape, dtype)
+    if nbytes > MAX_ARRAY_BYTES:
+        raise InputError(f"{where}: shape {list(shape)} {dtype.name} is {nbytes:,} bytes, over the "
+                         f"{MAX_ARRAY_BYTES >> 20} MiB per-output cap")
+    return OutputRef(name, digest, shape, dtype.name), nbytes
+
+
+class _Parser:
+    """Checks index lines; an output entry equal to the one at the same place in that input's previous
+    record (the common case: runs repeat) is reused instead of re-checked. One entry per (input, output
+    position) is remembered, i.e. one run's worth, whatever the number of records."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._last: dict[tuple[str, int], tuple[tuple[Any, ...], tuple[OutputRef, int]]] = {}
+
+    def _output(self, o: object, where: str, slot: tuple[str, int]) -> tuple[OutputRef, int]:
+        if not isinstance(o, dict):
+            raise InputError(f"{where}: expected an object with name, hash, shape, dtype")
+        shape = o.get("shape")
+        key = (o.get("name"), o.get("hash"), tuple(shape) if isinstance(shape, list) else shape, o.get("dtype"))
+        last = self._last.get(slot)
+        if last is not None and last[0] == key and all(type(d) is int for d in key[2]):
+            return last[1]
+        checked = _check_output(o, where)
+        self._last[slot] = (key, checked)
+        return checked
+
+    def record(self, lineno: int, raw: dict[str, Any]) -> Record:
+        """One index line, every field checked (docs/FORMATS.md); sizes are bounded before anything is sized."""
+        where = f"{self.path}:{lineno}"
+        run = raw.get("run")
+        if type(run) is not int or run < 0:
+            raise InputError(f"{where}: run {str(run)[:40]!r} is not a non-negative integer")
+        name = _name(raw.get("input"), "input", where)
+        outs = raw.get("outputs")
+        if not isinstance(outs, list) or len(outs) > MAX_OUTPUTS:
+            raise InputError(f"{where}: outputs must be a list of at most {MAX_OUTPUTS} objects "
+                             f"(name, hash, shape, dtype)")
+        checked = [self._output(o, where, (name, i)) for i, o in enumerate(outs)]
+        outputs = tuple(ref for ref, _ in checked)
+        if len({o.name for o in outputs}) != len(outputs):
+            raise InputError(f"{where}: an output name repeats within one inference")
+        if sum(n for _, n in checked) > MAX_RECORD_BYTES:
+            raise InputError(f"{where}: outputs total over the {MAX_RECORD_BYTES >> 20} MiB per-inference cap")
+        return Record(run, name, outputs, _number(raw, "latency_ms", where), _number(raw, "t_unix", where))
 
 
 @dataclass
@@ -144,7 +182,7 @@ class Source:
     def _load_uncached(self, ref: OutputRef) -> np.ndarray:
         raise NotImplementedError
 
-    def snapshots(self) -> list[dict[str, Any]]:
+    def snapshots(self, limit: int | None = None) -> list[dict[str, Any]]:
         return []
 
     def input_image(self, name: str) -> np.ndarray | None:
@@ -189,33 +227,56 @@ class ResultSetDir(Source):
         super().__init__(path=path, kind="result-set", note=note)
         self._verified: set[str] = set()
         self.run_info = _read_json(path / "run.json")
-        if not (path / "index.jsonl").is_file():
+        if not (path / "index.jsonl").exists():
             raise InputError(f"{path / 'index.jsonl'}: missing; the run recorded no inference")
 
     def records(self) -> Iterator[Record]:
+        """Index records, checked; each input's runs must be 0, 1, 2, ... in index order (rkdet-run writes
+        them so), which refuses duplicated or spliced records and bounds run numbers by the index's size."""
         index = self.path / "index.jsonl"
-        for lineno, raw in iter_jsonl(index):
-            yield _parse_record(index, lineno, raw)
+        next_run: dict[str, int] = {}
+        parser = _Parser(index)
+        try:
+            for lineno, raw in iter_jsonl(index):
+                rec = parser.record(lineno, raw)
+                want = next_run.get(rec.input, 0)
+                if rec.run != want:
+                    raise InputError(f"{index}:{lineno}: run {rec.run} of input {rec.input!r} where run {want} was "
+                                     f"expected (each input's runs are 0, 1, 2, ... in order); duplicated or "
+                                     f"out-of-order records, re-pull the result set")
+                if want == 0 and len(next_run) >= MAX_INPUTS:
+                    raise InputError(f"{index}:{lineno}: more than {MAX_INPUTS} distinct inputs")
+                next_run[rec.input] = want + 1
+                yield rec
+        except FileNotFoundError:
+            raise InputError(f"{index}: missing; the run recorded no inference") from None
 
     def _load_uncached(self, ref: OutputRef) -> np.ndarray:
         path = self.path / "outputs" / f"{ref.hash}.npy"
         try:
-            arr = np.load(path, allow_pickle=False)
+            arr = load_npy(path, (ref.shape, ref.dtype))
         except FileNotFoundError:
             raise InputError(f"{path}: missing output named in index.jsonl; re-pull the result set") from None
-        except (OSError, ValueError) as err:
-            raise InputError(f"{path}: unreadable .npy ({err})") from None
         if self.verify and ref.hash not in self._verified:
             if output_hash(arr) != ref.hash:
                 raise InputError(f"{path}: content does not match its hash; the file is corrupt, re-pull the result set")
             self._verified.add(ref.hash)  # a reload after cache eviction need not hash again
         return arr
 
-    def snapshots(self) -> list[dict[str, Any]]:
+    def snapshots(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Board snapshots; at most `limit` (the runner takes one per run at most, plus before/after)."""
         path = self.path / "snapshots.jsonl"
-        if not path.is_file():
+        if not path.exists():
             return []
-        return [rec for _, rec in iter_jsonl(path)]
+        out = []
+        try:
+            for lineno, rec in iter_jsonl(path):
+                if limit is not None and len(out) >= limit:
+                    raise InputError(f"{path}:{lineno}: more snapshots than runs; not written by rkdet-run")
+                out.append(rec)
+        except FileNotFoundError:
+            return []
+        return out
 
     def input_image(self, name: str) -> np.ndarray | None:
         """The input as fed, when the set (or its build folder) kept it: golden sets do."""
@@ -223,14 +284,10 @@ class ResultSetDir(Source):
         file = files[0] if files and files[0] else f"{name}.npy"
         for folder in (self.path / "inputs", self.path.parent / "inputs"):
             candidate = folder / Path(str(file)).name
-            if candidate.is_file():
-                try:
-                    loaded = np.load(candidate, allow_pickle=False)
-                    if isinstance(loaded, np.lib.npyio.NpzFile):  # multi-input sample: show the first tensor
-                        with loaded:
-                            return loaded[loaded.files[0]] if loaded.files else None
-                    return loaded
-                except (OSError, ValueError, zipfile.BadZipFile):
+            if candidate.is_file() and candidate.suffix.lower() in (".npy", ".npz"):
+                try:  # a multi-input sample (.npz): show the first tensor
+                    return next(iter(load_array_file(candidate).values()), None)
+                except (InputError, OSError):
                     return None
         return None
 
@@ -241,14 +298,7 @@ class ArrayFile(Source):
     def __init__(self, path: Path) -> None:
         kind = path.suffix.lower().lstrip(".")
         super().__init__(path=path, kind=kind)
-        try:
-            if kind == "npy":
-                arrays = {"output": np.load(path, allow_pickle=False)}
-            else:
-                with np.load(path, allow_pickle=False) as npz:
-                    arrays = {key: npz[key] for key in npz.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-            raise InputError(f"{path}: unreadable .{kind} ({err})") from None
+        arrays = load_array_file(path)
         if not arrays:
             raise InputError(f"{path}: the .npz holds no arrays")
         self._arrays = {output_hash(a): a for a in arrays.values()}

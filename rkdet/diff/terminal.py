@@ -1,90 +1,81 @@
-"""Terminal report: a compact rich table (only what differs, one line per identical input) and the verdict."""
+"""Terminal report: a compact rich table (only what differs, one line per identical input) and the verdict.
+
+Every string that comes from a result set (input/output names, notes quoting run.json, board-state
+findings quoting snapshot node names, the verdict naming input and output) is passed as a rich Text
+through rkdet.textsafe: shown literally, never parsed as markup, control characters escaped.
+"""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from rkdet.diff.compare import Comparison, OutputAnalysis, SetAnalysis, Variant
-from rkdet.diff.metrics import NumericStats
+from rkdet.diff.compare import Comparison
+from rkdet.diff.findings import Decision, InputFinding, Section, findings
+from rkdet.textsafe import literal
+
+_STATUS = {"same": Text("same", style="green"), "within": Text("within", style="green"), "OUT": Text("OUT", style="red")}
 
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _worst(oa: OutputAnalysis, attr: str) -> tuple[Variant, NumericStats] | None:
-    measured = [(v, getattr(v, attr)) for v in oa.variants.values() if getattr(v, attr) is not None]
-    if not measured:
-        return None
-    return max(measured, key=lambda vs: (not vs[1].within, vs[1].max_ulp))
-
-
-def _decision_text(ia, attr: str) -> str:
+def _decision_text(decisions: list[Decision]) -> str:
     parts = []
-    for g in ia.groups.values():
-        d = getattr(g, attr)
-        if not d:
-            continue
-        if d["kind"] == "detection":
-            if d["changed"]:
-                parts.append(f"{len(d['class_flips'])} flip/{len(d['missing'])} miss/{len(d['extra'])} extra")
-            elif d["matched"]:
-                parts.append(f"same {d['matched']} boxes (IoU>={_fmt(d['min_iou'], '.3f')})")
+    for d in decisions:
+        if d.kind == "detection":
+            if d.changed:
+                parts.append(f"{d.class_flips} flip/{d.missing} miss/{d.extra} extra")
+            elif d.matched:
+                parts.append(f"same {d.matched} boxes (IoU>={_fmt(d.min_iou, '.3f')})")
             else:
                 parts.append("no boxes either side")
         else:
-            parts.append("top-1 flip" if d["top1_flip"] else ("top-k changed" if d["topk_changed"] else "same top-k"))
+            parts.append("top-1 flip" if d.top1_flip else ("top-k changed" if d.topk_changed else "same top-k"))
     return "; ".join(dict.fromkeys(parts)) or "-"
 
 
-def _rows(table: Table, s: SetAnalysis, attr: str, against: str) -> None:
-    for ia in s.inputs.values():
-        rows = [(oa, _worst(oa, attr)) for oa in ia.outputs.values()]
-        rows = [(oa, w) for oa, w in rows if w is not None]
-        k, n = len(ia.groups), ia.runs
-        if not rows:
-            table.add_row(s.role, against, ia.name, f"all {len(ia.outputs)}", f"{k}/{n}", "0", "0", "1", "0", "-", "-",
-                          "-", "[green]same[/]")
+def _rows(table: Table, section: Section, inp: InputFinding) -> None:
+    k, n = inp.distinct, inp.runs
+    if inp.identical:  # one line per identical input
+        table.add_row(section.set, section.against, literal(inp.name), f"all {len(inp.outputs)}", f"{k}/{n}",
+                      "0", "0", "1", "0", "-", "-", "-", _STATUS["same"])
+        return
+    decision = _decision_text(inp.decisions)
+    for o in inp.outputs:
+        st = o.worst
+        if st is None:
             continue
-        decision = _decision_text(ia, "decision_vs_reference" if attr == "vs_reference" else "decision_vs_first")
-        for oa, (var, st) in rows:
-            diverged = sum(len(v.runs) for v in oa.variants.values() if getattr(v, attr) is not None)
-            status = "[green]within[/]" if st.within else "[red]OUT[/]"
-            table.add_row(s.role, against, ia.name, f"{oa.name} ({oa.role})", f"{k}/{n} ({diverged} differ)",
-                          str(st.max_ulp), _fmt(st.max_abs), _fmt(st.cosine, ".6f"), _fmt(st.rel_l2), _fmt(st.kl),
-                          st.direction, decision, status)
-            for name, sl in getattr(var, "slices_" + attr).items():
-                table.add_row("", "", "", f"  {oa.name}[{name}]", "", str(sl.max_ulp), _fmt(sl.max_abs),
-                              _fmt(sl.cosine, ".6f"), _fmt(sl.rel_l2), _fmt(sl.kl), sl.direction, "",
-                              "[green]within[/]" if sl.within else "[red]OUT[/]")
+        table.add_row(section.set, section.against, literal(inp.name), literal(f"{o.name} ({o.role})"),
+                      f"{k}/{n} ({len(o.differing_runs)} differ)", str(st.max_ulp), _fmt(st.max_abs),
+                      _fmt(st.cosine, ".6f"), _fmt(st.rel_l2), _fmt(st.kl), st.direction, decision, _STATUS[o.status])
+        for sl in o.slices:
+            s = sl.stats
+            table.add_row("", "", "", literal(f"  {o.name}[{sl.name}]"), "", str(s.max_ulp), _fmt(s.max_abs),
+                          _fmt(s.cosine, ".6f"), _fmt(s.rel_l2), _fmt(s.kl), s.direction, "",
+                          _STATUS["within" if s.within else "OUT"])
 
 
 def render_terminal(c: Comparison, console: Console | None = None) -> None:
-    """Print notes, the tolerance, the table, correlations and the one-line verdict."""
+    """Print notes, the tolerance, the table, where the first difference is, board state, the verdict."""
     console = console or Console()
-    console.print(f"[bold]tolerance[/]: {c.tolerance.describe()}  [bold]mode[/]: {c.mode}")
-    for note in c.notes:
-        console.print(f"[dim]note: {note}[/]")
+    f = findings(c)
+    console.print(Text.assemble(("tolerance", "bold"), f": {f.tolerance}  ", ("mode", "bold"), f": {f.mode}"))
+    for note in f.notes:
+        console.print(literal(f"note: {note}", "dim"))
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for col in ("set", "vs", "input", "output", "distinct/runs", "max ULP", "max abs", "cosine", "rel L2", "KL",
                 "direction", "decision", "status"):
         table.add_column(col, overflow="fold")
-    if c.b is not None:
-        _rows(table, c.a, "vs_reference", "B")
-    for s in (c.a, c.b):
-        if s is not None and (s.runs > 1 or c.b is None):
-            _rows(table, s, "vs_first", "run 0")
+    for section in f.sections:
+        for inp in section.inputs:
+            _rows(table, section, inp)
     console.print(table)
-    for s in (c.a, c.b):
-        if s is None:
-            continue
-        for point, what in ((s.first_difference, "first difference vs B"), (s.first_divergence, "first divergence")):
-            if point:
-                console.print(f"{s.role} {what}: run {point['run']}, input {point['input']}, output {point['output']}, "
-                              f"element {point['index']} {point['position']}: {point['reference']!r} -> "
-                              f"{point['candidate']!r}")
-        for finding in s.correlation:
-            console.print(f"{s.role} board state: {finding}")
-    style = "bold green" if c.exit_code == 0 else "bold red"
-    console.print(f"[{style}]{c.verdict}[/]", soft_wrap=True)
+    for loc in f.locations:
+        console.print(literal(f"{loc.set} {loc.what}: run {loc.run}, input {loc.input}, output {loc.output}, "
+                              f"element {loc.index} {loc.position}: {loc.reference!r} -> {loc.candidate!r}"))
+    for role, finding in f.board_state:
+        console.print(literal(f"{role} board state: {finding}"))
+    console.print(literal(f.verdict, "bold green" if f.exit_code == 0 else "bold red"), soft_wrap=True)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from bs_helpers import VARIANTS
 
 from rkdet.board.scripts import parse_probe, run_board_script_full
-from rkdet.board.socs import PROFILES
 
 
 @pytest.mark.parametrize("soc", sorted(VARIANTS))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from convert_helpers import run_rkdet
-from tiny_models import conv_model, image_folder
+from tiny_models import conv_model
 
 
 def _assert_clean_failure(proc, code: int, *needles: str, out: Path | None = None) -> None:

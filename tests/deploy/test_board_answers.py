@@ -10,7 +10,6 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from rkdet.board import scripts as board_scripts
 from rkdet.board.deploy import clock_changes, parse_probe_of
 from rkdet.diff.correlate import correlate
 from rkdet.errors import EXIT_BOARD, BoardError

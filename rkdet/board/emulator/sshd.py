@@ -394,9 +394,9 @@ def _sh_quote(text: str) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from rkdet.runner import write_atomic  # the one atomic writer
+
+    write_atomic(str(path), text)
 
 
 def _proc_stat(pid: str) -> tuple[int, int] | None:

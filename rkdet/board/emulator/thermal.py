@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,10 +136,9 @@ class Control:
         except ValueError as err:
             raise InputError(f"{path}: bad value {value!r}: {err}") from None
         self.dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"{value}\n")
-        os.replace(tmp, path)
+        from rkdet.runner import write_atomic  # the one atomic writer
+
+        write_atomic(str(path), f"{value}\n")
 
     def clear(self, name: str) -> None:
         """Remove a knob (back to its default)."""

@@ -1,0 +1,133 @@
+"""The declared tolerance of a comparison: ONE typed value, validated once where it is read.
+
+It is the `tolerances:` section of the config (rkdet.config uses this model for it), what
+`rkdet diff --tolerance/--config` builds, and what deploy judges with, so the three can never
+disagree (issue 10). Strict on purpose: a bool is not a number (`max_ulp: true` is refused, not 1),
+bounds are finite (`max_abs: .inf` is refused: every bound at 0 already means "not checked
+element-wise" once another bound is declared). Strings that spell a number are accepted, because
+PyYAML reads `1e-3` (no dot) as a string.
+
+Semantics (also in docs/DIFF_REPORT.md): with every bound at its default the comparison is
+*bitwise* (hash equality). Otherwise every declared bound must hold for an output to pass:
+``max_abs``/``max_ulp`` (when > 0) are element-wise (an element passes if either accepts it),
+``min_cosine``/``max_rel_l2`` (when set) apply to the whole output.
+"""
+
+from __future__ import annotations
+
+import math
+import reprlib
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from rkdet.errors import InputError
+
+KEYS = ("max_abs", "max_ulp", "min_cosine", "max_rel_l2")
+_short = reprlib.Repr()
+_short.maxstring = _short.maxother = 40
+_short.maxlevel, _short.maxlist, _short.maxdict = 1, 3, 3
+
+
+def _number(key: str, value: Any, *, integer: bool, nullable: bool) -> Any:
+    """Coerce one bound; ValueError (one short line, never the whole value) when it is not one."""
+    kind = "an integer" if integer else "a number"
+    if value is None:
+        if nullable:
+            return None
+        raise ValueError(f"must be {kind}, not null")
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if nullable and text in ("null", "none", ""):
+            return None
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise ValueError(f"must be {kind}, got {_short.repr(value)}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be {kind}, got {_short.repr(value)}")
+    if integer:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"must be an integer, got {value!r}")
+        value = int(value)
+    else:
+        value = float(value)
+    if not math.isfinite(value) or value < 0 and key != "min_cosine":
+        raise ValueError(f"must be finite and >= 0, got {value!r}")
+    if key == "min_cosine" and not -1.0 <= value <= 1.0:
+        raise ValueError(f"must be within [-1, 1], got {value!r}")
+    return value
+
+
+class Tolerance(BaseModel):
+    """Bounds a difference must stay within to count as "same"; defaults mean bitwise."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_abs: float = 0.0
+    max_ulp: int = 0
+    min_cosine: Optional[float] = None
+    max_rel_l2: Optional[float] = None
+
+    @field_validator("max_abs", "max_ulp", "min_cosine", "max_rel_l2", mode="before")
+    @classmethod
+    def _checked(cls, value: Any, info: Any) -> Any:
+        key = info.field_name
+        return _number(key, value, integer=key == "max_ulp", nullable=key in ("min_cosine", "max_rel_l2"))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None, *, where: str = "tolerances") -> Tolerance:
+        """Build from a mapping (deploy's record, --tolerance pairs); bad keys/values raise InputError."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise InputError(f"{where}: expected a mapping of {', '.join(KEYS)}, got {type(data).__name__}")
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as exc:
+            raise InputError(f"{where}: {describe_error(exc)}") from None
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[str], base: Tolerance | None = None) -> Tolerance:
+        """Apply ``KEY=VALUE`` strings (the --tolerance flag) over `base`."""
+        merged: dict[str, Any] = (base or cls()).as_dict()
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep:
+                raise InputError(f"--tolerance {pair!r}: expected KEY=VALUE with KEY one of {', '.join(KEYS)}")
+            merged[key.strip()] = value
+        return cls.from_mapping(merged, where="--tolerance")
+
+    @property
+    def bitwise(self) -> bool:
+        """True when nothing but bit-identical outputs is accepted."""
+        return self.max_abs == 0 and self.max_ulp == 0 and self.min_cosine is None and self.max_rel_l2 is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def describe(self) -> str:
+        """One short phrase for verdicts and reports."""
+        if self.bitwise:
+            return "bitwise"
+        parts = []
+        if self.max_abs > 0:
+            parts.append(f"max_abs={self.max_abs:g}")
+        if self.max_ulp > 0:
+            parts.append(f"max_ulp={self.max_ulp}")
+        if self.min_cosine is not None:
+            parts.append(f"min_cosine={self.min_cosine:g}")
+        if self.max_rel_l2 is not None:
+            parts.append(f"max_rel_l2={self.max_rel_l2:g}")
+        return ", ".join(parts)
+
+
+def describe_error(exc: ValidationError) -> str:
+    """The first problem of a ValidationError as `tolerance KEY: message` (never the whole input)."""
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err.get("loc", ())) or "(section)"
+    if err.get("type") == "extra_forbidden":
+        return f"unknown tolerance key {key!r}; known: {', '.join(KEYS)}"
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    return f"tolerance {key} {msg}"
