@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rkdet.board.emulator.sshd import EmulatedBoard  # noqa: E402
+from rkdet.board.pull import pull  # noqa: E402
+from rkdet.board.transfer import push  # noqa: E402
 
 MODEL = REPO / "models" / "yolov8n-doclaynet.onnx"
 MiB = 1 << 20
@@ -78,7 +80,7 @@ def main() -> None:
             t = race({
                 "scp": lambda i: scp(board, control, str(path), f"{alias}:{remote}/scp-{i}-{name}"),
                 "put": lambda i: sftp.put(str(path), f"{remote}/put-{i}-{name}", confirm=False),
-                "push": lambda i: conn.push(path, f"{remote}/push-{i}-{name}"),
+                "push": lambda i: push(conn, path, f"{remote}/push-{i}-{name}"),
             }, args.repeats)
             rows.append((f"upload {name} ({size:.1f} MiB)", f"scp {size / t['scp']:.0f} MiB/s ({t['scp'] * 1000:.0f} ms)",
                          f"paramiko stock put {size / t['put']:.0f} MiB/s ({t['put'] * 1000:.0f} ms); verified push "
@@ -88,7 +90,7 @@ def main() -> None:
         t = race({
             "scp": lambda i: scp(board, control, f"{alias}:{src}", f"{tmp}/scp-back-{i}"),
             "get": lambda i: sftp.get(src, f"{tmp}/get-back-{i}"),
-            "pull": lambda i: conn.pull(src, Path(tmp) / f"pull-back-{i}"),
+            "pull": lambda i: pull(conn, src, Path(tmp) / f"pull-back-{i}"),
         }, args.repeats)
         rows.append(("download 64 MiB", f"scp {64 / t['scp']:.0f} MiB/s ({t['scp'] * 1000:.0f} ms)",
                      f"paramiko stock get {64 / t['get']:.0f} MiB/s ({t['get'] * 1000:.0f} ms); verified pull "
@@ -97,7 +99,7 @@ def main() -> None:
 
         def fresh_push(i: int) -> None:
             with board.connect() as c:
-                c.push(MODEL, f"{remote}/fresh-{i}-{MODEL.name}")
+                push(c, MODEL, f"{remote}/fresh-{i}-{MODEL.name}")
 
         t = race({
             "scp": lambda i: subprocess.run(["scp", "-q", "-F", str(board.ssh_config_file), str(MODEL),
@@ -106,7 +108,7 @@ def main() -> None:
         }, args.repeats)
         rows.append(("model upload incl. a new connection", f"scp {t['scp'] * 1000:.0f} ms",
                      f"open + verified push + close {t['push'] * 1000:.0f} ms", f"{t['scp'] / t['push']:.2f}x"))
-        again = conn.push(big, f"{remote}/push-0-{big.name}")
+        again = push(conn, big, f"{remote}/push-0-{big.name}")
         rows.append(("repeat push of unchanged 64 MiB", "scp: sends 64 MiB again",
                      f"sent {again.bytes_sent} B, skipped {again.files_skipped} file, {again.seconds * 1000:.0f} ms "
                      f"(two sha256 passes)", "-"))
@@ -131,7 +133,7 @@ def main() -> None:
             t = race({
                 "scp": lambda i: subprocess.run(["scp", "-q", "-O", "-F", str(plain.ssh_config_file), str(big),
                                                  f"{plain.alias}:{dest}-scp-{i}"], check=True, env=env),
-                "push": lambda i: c2.push(big, f"{dest}/exec-{i}"),
+                "push": lambda i: push(c2, big, f"{dest}/exec-{i}"),
             }, args.repeats)
             rows.append(("upload 64 MiB, board without SFTP (exec `cat` fallback)",
                          f"scp -O (legacy scp protocol, new connection) {64 / t['scp']:.0f} MiB/s",

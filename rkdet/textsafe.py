@@ -8,7 +8,12 @@ presenter (rkdet.diff terminal report, board messages, the CLI's error line):
 * `visible(text)`: every C0/C1 control character, DEL, and the Unicode bidi/line-separator controls
   become visible escapes (``\\x1b``, ``\\n``, ``\\u202e``), so nothing moves the cursor, clears a line,
   changes colours or reorders what follows;
-* `literal(text, style)`: a rich `Text` of `visible(text)`, never parsed as markup.
+* `literal(text, style)`: a rich `Text` of `visible(text)`, never parsed as markup;
+* `markup_escaped(text)`: `visible(text)` with rich markup escaped, for a string that is placed
+  inside markup of ours (a table cell or a line with our own styling).
+
+`visible` and the others take an optional `limit`: longer text is cut and ends in `…`, so a name of
+megabytes cannot flood a terminal or a table.
 
 Stdlib only at import (rich is imported by `literal` when called), so any module may import it.
 """
@@ -34,16 +39,27 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
-def visible(text: Any) -> str:
-    """`str(text)` with control characters shown as escapes; a backslash itself is left as is."""
-    return _CONTROL.sub(_escape, str(text))
+def visible(text: Any, limit: int | None = None) -> str:
+    """`str(text)` with control characters shown as escapes (a backslash itself is left as is), cut
+    to `limit` characters (then ending in `…`) when given."""
+    s = str(text)
+    if limit is not None and len(s) > limit:
+        s = s[:limit] + "…"
+    return _CONTROL.sub(_escape, s)
 
 
-def literal(text: Any, style: str = "") -> Text:
+def literal(text: Any, style: str = "", limit: int | None = None) -> Text:
     """A rich Text showing `text` literally (no markup, controls escaped), in `style`."""
     from rich.text import Text
 
-    return Text(visible(text), style=style)
+    return Text(visible(text, limit), style=style)
 
 
-__all__ = ["literal", "visible"]
+def markup_escaped(text: Any, limit: int | None = None) -> str:
+    """`visible(text)` with rich markup escaped: safe inside a markup string of ours."""
+    from rich.markup import escape
+
+    return escape(visible(text, limit))
+
+
+__all__ = ["literal", "markup_escaped", "visible"]

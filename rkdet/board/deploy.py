@@ -23,8 +23,9 @@ from typing import Any, Callable, Iterator
 
 from rkdet.board import scripts as board_scripts
 from rkdet.board.preflight import BoardFit, check_board
+from rkdet.board.pull import pull
 from rkdet.board.ssh import BoardConnection
-from rkdet.board.transfer import TransferStats
+from rkdet.board.transfer import TransferStats, push
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError, InputError, RkdetError
 from rkdet.runner import write_atomic
 from rkdet.snapshots import Snapshot, SnapshotError, read_snapshots
@@ -222,7 +223,7 @@ def parse_probe_of(label: str, records: list[dict[str, Any]]) -> board_scripts.P
 def push_scripts(conn: BoardConnection, layout: dict[str, str]) -> TransferStats:
     stats = TransferStats()
     for path in board_scripts.deploy_files():
-        stats.add(conn.push(path, f"{layout['scripts']}/{path.name}"))
+        stats.add(push(conn, path, f"{layout['scripts']}/{path.name}"))
     return stats
 
 
@@ -232,21 +233,21 @@ def _push_build(conn: BoardConnection, build: Path, layout: dict[str, str], mani
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too."""
     stats = TransferStats()
-    stats.add(conn.push(RUNNER, layout["runner"]))
-    stats.add(conn.push(build / "model.rknn", f"{layout['model_dir']}/model.rknn", progress=progress))
-    stats.add(conn.push(build / "model.io.json", f"{layout['model_dir']}/model.io.json"))
+    stats.add(push(conn, RUNNER, layout["runner"]))
+    stats.add(push(conn, build / "model.rknn", f"{layout['model_dir']}/model.rknn", progress=progress))
+    stats.add(push(conn, build / "model.io.json", f"{layout['model_dir']}/model.io.json"))
     if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
-        stats.add(conn.push(build / "model.onnx", f"{layout['model_dir']}/model.onnx", progress=progress))
+        stats.add(push(conn, build / "model.onnx", f"{layout['model_dir']}/model.onnx", progress=progress))
         fed = manifest["fed_input"]
         with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
             sidecar = Path(tmp) / "model.emu.json"
             sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
-            stats.add(conn.push(sidecar, f"{layout['model_dir']}/model.emu.json"))
+            stats.add(push(conn, sidecar, f"{layout['model_dir']}/model.emu.json"))
     with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:
         inputs = build / "golden" / "inputs"
         if layout["inputs"].endswith("-fp32"):
             inputs = _model_inputs(inputs, manifest, Path(tmp))
-        stats.add(conn.push(inputs, layout["inputs"], progress=progress))
+        stats.add(push(conn, inputs, layout["inputs"], progress=progress))
         keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
     _prune_remote(conn, layout["inputs"], keep)
     return stats
@@ -538,7 +539,7 @@ class Deployment:
         refused: RkdetError | None = None
         if exists:
             try:
-                pulled = self.conn.pull(layout["result"], result_local, progress=self.progress)
+                pulled = pull(self.conn, layout["result"], result_local, progress=self.progress)
                 warnings += clock_changes(result_local / "snapshots.jsonl", self.conn.target.label)
             except RkdetError as err:
                 refused = err

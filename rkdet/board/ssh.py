@@ -19,14 +19,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NamedTuple
+from typing import IO, NamedTuple
 
 import paramiko
 
 from rkdet.errors import BoardError, InputError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rkdet.board.transfer import TransferStats
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
 DEFAULT_SYSTEM_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
@@ -734,20 +731,8 @@ class BoardConnection:
                 break
             time.sleep(0.1)
 
-    # -- transfer (see rkdet/board/transfer.py) --
-
-    def push(self, local: str | Path, remote: str, *, progress: bool = False) -> TransferStats:
-        """Copy a local file or directory to exactly `remote` (verified, unchanged files skipped)."""
-        from rkdet.board.transfer import push
-
-        return push(self, Path(local), remote, progress=progress)
-
-    def pull(self, remote: str, local: str | Path, *, progress: bool = False) -> TransferStats:
-        """Copy a remote file or directory to exactly `local` (untrusted: checked names, types and sizes;
-        verified; a fresh temp folder renamed into place)."""
-        from rkdet.board.pull import pull
-
-        return pull(self, remote, Path(local), progress=progress)
+    # Transfers are functions over a connection, not methods (labgrid's split of what from how):
+    # rkdet.board.transfer.push(conn, ...) and rkdet.board.pull.pull(conn, ...).
 
 
 def _all_known(tgt: Target, rkdet_known: Path) -> list[Path]:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from rkdet.errors import InputError
 from rkdet.fleet.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
-from rkdet.safe_text import for_rich
+from rkdet.textsafe import markup_escaped
 
 
 def source_options(func):  # type: ignore[no-untyped-def]
@@ -52,8 +52,8 @@ def _cell(value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, tuple):
-        return ",".join(for_rich(v, 60) for v in value) or "-"
-    return for_rich(value, 80)
+        return ",".join(markup_escaped(v, 60) for v in value) or "-"
+    return markup_escaped(value, 80)
 
 
 @click.group("fleet")

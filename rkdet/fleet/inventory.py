@@ -26,7 +26,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rkdet.errors import InputError
 from rkdet.fleet.patterns import evaluate
-from rkdet.safe_text import printable
+from rkdet.textsafe import visible
 
 MAX_INVENTORY_BYTES = 4 << 20  # a lab of thousands of boards is a few hundred KiB
 MAX_YAML_NODES = 200_000
@@ -180,7 +180,7 @@ def _compose(path: Path, text: str) -> Node | None:
         count = 0
         for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, yaml.AliasEvent):
-                raise _fail(path, _line(event), f"YAML alias *{printable(event.anchor)}: aliases are not "
+                raise _fail(path, _line(event), f"YAML alias *{visible(event.anchor)}: aliases are not "
                                                 "accepted in an inventory (they can expand without bound); "
                                                 "write the values out")
             if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
@@ -192,13 +192,13 @@ def _compose(path: Path, text: str) -> Node | None:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(f"{where}: not valid YAML ({printable(err.problem or err.context)})") from None
+        raise InputError(f"{where}: not valid YAML ({visible(err.problem or err.context)})") from None
     except yaml.reader.ReaderError as err:  # a character YAML does not allow (raw control codes)
         line = text[:err.position].count("\n") + 1
         raise InputError(f"{path}:{line}: not valid YAML (character U+{int(err.character) if isinstance(err.character, int) else ord(err.character):04X} is not allowed; "
                          "write control characters as escapes, or not at all)") from None
     except yaml.YAMLError as err:
-        raise InputError(f"{path}: not valid YAML ({printable(err)})") from None
+        raise InputError(f"{path}: not valid YAML ({visible(err)})") from None
     except RecursionError:
         raise InputError(f"{path}: YAML nested too deeply; is this really an inventory?") from None
 
@@ -212,7 +212,7 @@ def _pairs(path: Path, node: Node, what: str) -> list[tuple[str, Node, int]]:
     if _is_null(node):
         return []
     if not isinstance(node, MappingNode):
-        kind = "a list" if isinstance(node, SequenceNode) else f"the scalar {printable(node.value, 40)!r}"
+        kind = "a list" if isinstance(node, SequenceNode) else f"the scalar {visible(node.value, 40)!r}"
         raise _fail(path, _line(node), f"{what} must be a mapping, not {kind}")
     seen: dict[str, int] = {}
     out = []
@@ -223,7 +223,7 @@ def _pairs(path: Path, node: Node, what: str) -> list[tuple[str, Node, int]]:
         if len(name) > MAX_NAME:
             raise _fail(path, _line(key), f"{what}: name longer than {MAX_NAME} characters")
         if name in seen:
-            raise _fail(path, _line(key), f"{what}: {printable(name)!r} appears twice (first on line {seen[name]}); "
+            raise _fail(path, _line(key), f"{what}: {visible(name)!r} appears twice (first on line {seen[name]}); "
                                           "keep one")
         seen[name] = _line(key)
         out.append((name, value, _line(key)))
@@ -244,17 +244,17 @@ class _Reader:
             raise _fail(self.path, line, f"groups nested deeper than {MAX_GROUP_DEPTH}")
         group = self.groups.setdefault(name, _Group(name, line))
         if not _is_null(node) and not isinstance(node, MappingNode):
-            raise _fail(self.path, _line(node), f"group {printable(name)!r} must be a mapping of "
+            raise _fail(self.path, _line(node), f"group {visible(name)!r} must be a mapping of "
                                                 "hosts/vars/children (or empty)")
-        for key, value, _ in _pairs(self.path, node, f"group {printable(name)!r}"):
+        for key, value, _ in _pairs(self.path, node, f"group {visible(name)!r}"):
             if key == "hosts":
-                for host, hvars, hline in _pairs(self.path, value, f"group {printable(name)!r} hosts"):
+                for host, hvars, hline in _pairs(self.path, value, f"group {visible(name)!r} hosts"):
                     self.host(group, host, hvars, hline)
             elif key == "vars":
-                for var, vnode, vline in _pairs(self.path, value, f"group {printable(name)!r} vars"):
+                for var, vnode, vline in _pairs(self.path, value, f"group {visible(name)!r} vars"):
                     group.vars[var] = _Var(vnode, vline)
             elif key == "children":
-                for child, cnode, cline in _pairs(self.path, value, f"group {printable(name)!r} children"):
+                for child, cnode, cline in _pairs(self.path, value, f"group {visible(name)!r} children"):
                     if child == "all":
                         raise _fail(self.path, cline, "`all` cannot be a child group (every group is inside it)")
                     group.children.setdefault(child, cline)
@@ -264,13 +264,13 @@ class _Reader:
 
     def host(self, group: _Group, host: str, node: Node, line: int) -> None:
         if "[" in host and ":" in host:
-            raise _fail(self.path, line, f"host {printable(host)!r}: host ranges ([a:b]) are not expanded by rkdet; "
+            raise _fail(self.path, line, f"host {visible(host)!r}: host ranges ([a:b]) are not expanded by rkdet; "
                                          "list the hosts")
         if host not in group.hosts:
             group.hosts.append(host)
         self.host_lines.setdefault(host, line)
         own = self.host_vars.setdefault(host, {})
-        for var, vnode, vline in _pairs(self.path, node, f"host {printable(host)!r}"):
+        for var, vnode, vline in _pairs(self.path, node, f"host {visible(host)!r}"):
             own[var] = _Var(vnode, vline)
 
     def check_cycles(self) -> None:
@@ -281,7 +281,7 @@ class _Reader:
             state[name] = 1
             for child, line in self.groups[name].children.items():
                 if state.get(child) == 1:
-                    raise _fail(self.path, line, f"group {printable(child)!r} is a child of {printable(name)!r} but "
+                    raise _fail(self.path, line, f"group {visible(child)!r} is a child of {visible(name)!r} but "
                                                  f"also one of its ancestors (a cycle); remove one `children` entry")
                 if state.get(child) is None:
                     visit(child)
@@ -330,7 +330,7 @@ def _scalar(path: Path, name: str, var: _Var) -> Any:
     try:
         value = yaml.SafeLoader("").construct_object(node)
     except yaml.YAMLError as err:
-        raise _fail(path, var.line, f"{name}: unreadable value ({printable(getattr(err, 'problem', err))}); "
+        raise _fail(path, var.line, f"{name}: unreadable value ({visible(getattr(err, 'problem', err))}); "
                                     "encrypted (!vault) values are not supported here") from None
     if isinstance(value, str) and "{{" in value:
         raise _fail(path, var.line, f"{name}: templates ({{{{ ... }}}}) are not evaluated by rkdet; write the value")
@@ -344,10 +344,10 @@ def _text(path: Path, name: str, var: _Var, *, spaces: bool = False, limit: int 
     text = str(value)
     if not text.strip() or len(text) > limit:
         raise _fail(path, var.line, f"{name} must be 1 to {limit} characters")
-    if printable(text, limit) != text or (not spaces and any(c.isspace() for c in text)):
-        raise _fail(path, var.line, f"{name}: {printable(text, 60)!r} holds spaces or control characters")
+    if visible(text, limit) != text or (not spaces and any(c.isspace() for c in text)):
+        raise _fail(path, var.line, f"{name}: {visible(text, 60)!r} holds spaces or control characters")
     if text.startswith("-"):
-        raise _fail(path, var.line, f"{name}: {printable(text, 60)!r} must not start with '-'")
+        raise _fail(path, var.line, f"{name}: {visible(text, 60)!r} must not start with '-'")
     return text
 
 
@@ -359,7 +359,7 @@ def _board_from_vars(path: Path, host: str, host_line: int, merged: dict[str, _V
     if (v := get("ansible_host")) is not None:
         address = _text(path, "ansible_host", v)
     else:  # the name is the address: it must be one
-        address = _text(path, f"host {printable(host, 60)!r} (no ansible_host, so the name is the address)",
+        address = _text(path, f"host {visible(host, 60)!r} (no ansible_host, so the name is the address)",
                         _Var(ScalarNode("tag:yaml.org,2002:str", host), host_line))
     port = None
     if (v := get("ansible_port")) is not None:
@@ -367,7 +367,7 @@ def _board_from_vars(path: Path, host: str, host_line: int, merged: dict[str, _V
         if isinstance(raw, str) and raw.strip().isdigit():
             raw = int(raw.strip())
         if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= 65535:
-            raise _fail(path, v.line, f"ansible_port {printable(raw, 40)!r} is not a port number (1-65535)")
+            raise _fail(path, v.line, f"ansible_port {visible(raw, 40)!r} is not a port number (1-65535)")
         port = raw
     user = _text(path, "ansible_user", v) if (v := get("ansible_user")) is not None else None
     key = _text(path, "ansible_ssh_private_key_file", v, spaces=True, limit=4096) \
@@ -376,14 +376,14 @@ def _board_from_vars(path: Path, host: str, host_line: int, merged: dict[str, _V
     if (v := get("rkdet_soc")) is not None:
         soc = _text(path, "rkdet_soc", v).lower()
         if not _SOC_RE.match(soc):
-            raise _fail(path, v.line, f"rkdet_soc {printable(soc, 40)!r} is not a SoC name (e.g. rk3588, rv1126)")
+            raise _fail(path, v.line, f"rkdet_soc {visible(soc, 40)!r} is not a SoC name (e.g. rk3588, rv1126)")
     sudo = None
     if (v := get("rkdet_sudo")) is not None:
         raw = _scalar(path, "rkdet_sudo", v)
         if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
             raw = raw.strip().lower() in _TRUE
         if not isinstance(raw, bool):
-            raise _fail(path, v.line, f"rkdet_sudo must be true or false, not {printable(raw, 40)!r}")
+            raise _fail(path, v.line, f"rkdet_sudo must be true or false, not {visible(raw, 40)!r}")
         sudo = raw
     workdir = _text(path, "rkdet_workdir", v, limit=4096) if (v := get("rkdet_workdir")) is not None else None
     tags: tuple[str, ...] = ()
@@ -412,10 +412,10 @@ def _tags(path: Path, var: _Var) -> tuple[str, ...]:
 def _check_board_name(name: str, where: str) -> str:
     if not name or len(name) > MAX_NAME:
         raise InputError(f"{where}: a board name must be 1 to {MAX_NAME} characters")
-    if printable(name, MAX_NAME) != name or any(c.isspace() for c in name):
-        raise InputError(f"{where}: board name {printable(name, 60)!r} holds spaces or control characters")
+    if visible(name, MAX_NAME) != name or any(c.isspace() for c in name):
+        raise InputError(f"{where}: board name {visible(name, 60)!r} holds spaces or control characters")
     if name.startswith("-"):
-        raise InputError(f"{where}: board name {printable(name, 60)!r} must not start with '-'")
+        raise InputError(f"{where}: board name {visible(name, 60)!r} must not start with '-'")
     return name
 
 
@@ -430,7 +430,7 @@ def boards_from_names(names: Iterable[tuple[str, str]]) -> list[Board]:
     for name, where in names:
         _check_board_name(name, where)
         if name in seen:
-            raise InputError(f"{where}: board {printable(name)!r} is named twice (also {seen[name]})")
+            raise InputError(f"{where}: board {visible(name)!r} is named twice (also {seen[name]})")
         seen[name] = where
         boards.append(Board(name=name, address=name, source="ssh-config"))
     if not boards:
@@ -456,7 +456,7 @@ def select(inventory: Inventory, limit: str | None) -> list[Board]:
     """The boards an Ansible `--limit` pattern selects (all of them without one)."""
     hosts = inventory.hosts if not limit else evaluate(inventory, limit)
     if not hosts:
-        what = f"--limit {printable(limit)!r} selects" if limit else "it lists"
+        what = f"--limit {visible(limit)!r} selects" if limit else "it lists"
         raise InputError(f"{inventory.path}: {what} no host")
     return [inventory.board(h) for h in hosts]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rkdet.errors import InputError
-from rkdet.safe_text import printable
+from rkdet.textsafe import visible
 
 
 class Inventory(Protocol):
@@ -61,10 +61,10 @@ def _matches(inventory: Inventory, term: str, limit: str) -> list[str]:
     if term in ("all", "*"):
         return inventory.hosts
     if term.startswith("~"):
-        raise InputError(f"--limit {printable(limit)!r}: regular-expression terms (~...) are not supported; "
+        raise InputError(f"--limit {visible(limit)!r}: regular-expression terms (~...) are not supported; "
                          "use group names, host names and globs")
     if _SUBSCRIPT.search(term):
-        raise InputError(f"--limit {printable(limit)!r}: subscripts ({printable(term)}) are not supported")
+        raise InputError(f"--limit {visible(limit)!r}: subscripts ({visible(term)}) are not supported")
     found: dict[str, None] = {}
     groups = [g for g in inventory.groups if g != "all" and fnmatch.fnmatchcase(g, term)]
     for g in groups:
@@ -72,8 +72,8 @@ def _matches(inventory: Inventory, term: str, limit: str) -> list[str]:
     if not groups or any(c in term for c in _GLOB_CHARS):
         found.update(dict.fromkeys(h for h in inventory.hosts if fnmatch.fnmatchcase(h, term)))
     if not found and not groups:
-        raise InputError(f"{inventory.path}: --limit term {printable(term)!r} matches no group or host; "
-                         f"check the spelling (groups: {', '.join(printable(g, 40) for g in sorted(inventory.groups))})")
+        raise InputError(f"{inventory.path}: --limit term {visible(term)!r} matches no group or host; "
+                         f"check the spelling (groups: {', '.join(visible(g, 40) for g in sorted(inventory.groups))})")
     return list(found)
 
 
@@ -87,7 +87,7 @@ def evaluate(inventory: Inventory, pattern: str) -> list[str]:
         if term[0] in "&!":
             bare = term[1:].strip()
             if not bare:
-                raise InputError(f"--limit {printable(pattern)!r}: {term!r} needs a name after it")
+                raise InputError(f"--limit {visible(pattern)!r}: {term!r} needs a name after it")
             that = set(_matches(inventory, bare, pattern))
             hosts = [h for h in hosts if (h in that) == (term[0] == "&")]
         else:

@@ -16,7 +16,7 @@ from rich.table import Table
 from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.history.drift import Drift, find_drift, verdict_against_baseline
 from rkdet.history.ingest import RunRecord
-from rkdet.safe_text import for_rich
+from rkdet.textsafe import markup_escaped
 
 RESULTS_OPTION = click.option("--results", type=click.Path(path_type=Path, file_okay=False), default=None,
                               help="Results folder holding rkdet.db (default: results).")
@@ -97,16 +97,16 @@ def history_group(ctx: click.Context, results: Path | None, board: str | None, b
         click.echo(json.dumps({"schema": "rkdet.history.runs/1", "runs": [_run_json(r, verdicts[r.folder])
                                                                            for r in runs]}, indent=2, sort_keys=True))
         return
-    table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {for_rich(results)}", title_justify="left")
+    table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {markup_escaped(results)}", title_justify="left")
     for col in ("started (UTC)", "board", "soc", "build", "cell", "run", "vs baseline", "kernel", "librknnrt"):
         table.add_column(col, overflow="fold")
     for r in runs:
         mark = verdicts[r.folder]
         if not r.accepted and mark != "differs":
             mark += " (not accepted: " + ("incomplete" if r.status != "complete" else "not deterministic") + ")"
-        table.add_row(_when(r.started_unix), for_rich(r.board.label), for_rich(_unknown(r.board.soc)), r.build[:16],
-                      for_rich(r.cell), for_rich(r.run_id), mark, for_rich(_unknown(r.state.kernel)),
-                      for_rich(_unknown(r.state.runtime)))
+        table.add_row(_when(r.started_unix), markup_escaped(r.board.label), markup_escaped(_unknown(r.board.soc)), r.build[:16],
+                      markup_escaped(r.cell), markup_escaped(r.run_id), mark, markup_escaped(_unknown(r.state.kernel)),
+                      markup_escaped(_unknown(r.state.runtime)))
     Console(soft_wrap=False).print(table)
 
 
@@ -138,19 +138,19 @@ def drift_command(results: Path | None, board: str | None, build: str | None, as
     else:
         console = Console(soft_wrap=True, highlight=False)
         for d in drifts:
-            console.print(f"[bold]DRIFT[/bold] {for_rich(d.label)} ({for_rich(_unknown(d.baseline.board.soc))}) "
-                          f"build {d.build[:16]} cell {for_rich(d.cell)}: outputs differ from baseline "
-                          f"{for_rich(d.baseline.run_id)} ({_when(d.baseline.started_unix)}) since run "
-                          f"{for_rich(d.since.run_id)} ({_when(d.since.started_unix)}); "
+            console.print(f"[bold]DRIFT[/bold] {markup_escaped(d.label)} ({markup_escaped(_unknown(d.baseline.board.soc))}) "
+                          f"build {d.build[:16]} cell {markup_escaped(d.cell)}: outputs differ from baseline "
+                          f"{markup_escaped(d.baseline.run_id)} ({_when(d.baseline.started_unix)}) since run "
+                          f"{markup_escaped(d.since.run_id)} ({_when(d.since.started_unix)}); "
                           f"{d.differing_runs} of {d.later_runs} later runs differ"
                           f"{', the latest matches again' if d.latest_matches else ''}")
-            what = "; ".join(f"{for_rich(c.what)}: {for_rich(_unknown(c.before))} -> {for_rich(_unknown(c.after))}"
+            what = "; ".join(f"{markup_escaped(c.what)}: {markup_escaped(_unknown(c.before))} -> {markup_escaped(_unknown(c.after))}"
                              for c in d.changes) or "nothing recorded changed on the board"
             console.print(f"  changed at that run: {what}")
             first = d.outputs[0] if d.outputs else None
             if first is not None:
-                console.print(f"  outputs: {len(d.outputs)} differ; first: input {for_rich(first.input)} output "
-                              f"{for_rich(first.output)} {_short(first.baseline)} -> {for_rich(_short(first.now))}")
+                console.print(f"  outputs: {len(d.outputs)} differ; first: input {markup_escaped(first.input)} output "
+                              f"{markup_escaped(first.output)} {_short(first.baseline)} -> {markup_escaped(_short(first.now))}")
         boards = len({r.board.key for r in runs})
         console.print(f"{len(drifts)} drifted (board, build, cell) of {boards} board{'s' if boards != 1 else ''}, "
                       f"{len(runs)} runs" if drifts else f"no drift: {len(runs)} runs of {boards} "

@@ -264,7 +264,7 @@ def test_hosts_table_prints_names_literally(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["fleet", "hosts", "--inventory", str(path)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "[bold]rock5[/bold]" in res.output  # markup shown, not applied
-    assert "[red]lab[/red]?]0;pwned?" in res.output  # control characters replaced
+    assert "[red]lab[/red]\\x1b]0;pwned\\x07" in res.output  # control characters shown as escapes
     assert "\x1b" not in res.output and "\x07" not in res.output
     raw = write(tmp_path, "lab:\n  hosts:\n    a\x1b[31m:\n", "raw.yaml")
     with pytest.raises(InputError, match=rf"^{raw}:3: not valid YAML \(character U\+001B is not allowed"):

@@ -17,6 +17,7 @@ import pytest
 
 from rkdet.board.emulator import hostile
 from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.board.pull import pull
 from rkdet.board.ssh import BoardConnection, Limits, Timeouts
 from rkdet.errors import EXIT_BOARD, BoardError
 
@@ -56,7 +57,7 @@ def test_pull_refuses_an_absolute_name_and_leaves_the_host_file(bad: EmulatedBoa
     before = (victim.stat().st_ino, victim.read_bytes())
     src = _result_dir(bad_conn, "abs")
     with pytest.raises(BoardError) as err:
-        bad_conn.pull(src, tmp_path / "back")
+        pull(bad_conn, src, tmp_path / "back")
     assert err.value.exit_code == EXIT_BOARD
     assert str(victim) in str(err.value) and "absolute" in str(err.value)
     assert (victim.stat().st_ino, victim.read_bytes()) == before
@@ -71,7 +72,7 @@ def test_pull_refuses_names_that_are_not_plain_relative_paths(bad: EmulatedBoard
     hostile.write_control(bad.board_dir, ("names",), names=[name])
     src = _result_dir(bad_conn, "names")
     with pytest.raises(BoardError) as err:
-        bad_conn.pull(src, tmp_path / "back")
+        pull(bad_conn, src, tmp_path / "back")
     message = str(err.value)
     assert why in message and "\x1b" not in message, message
     assert repr(name[2:] if name.startswith("./") else name) in message or "''" in message
@@ -86,7 +87,7 @@ def test_pull_refuses_anything_but_regular_files(conn: BoardConnection, remote_t
     src = _result_dir(conn, remote_tmp.rsplit("/", 1)[-1] + "/res")
     conn.run(["sh", "-c", make, "sh", src])
     with pytest.raises(BoardError) as err:
-        conn.pull(src, tmp_path / "back")
+        pull(conn, src, tmp_path / "back")
     assert repr(entry) in str(err.value) and "not a regular file" in str(err.value)
     assert _untouched_parent(tmp_path) == []
 
@@ -97,7 +98,7 @@ def test_pull_refuses_a_10_gb_sparse_file_at_once(conn: BoardConnection, remote_
               "sh", src])
     start = time.monotonic()
     with pytest.raises(BoardError) as err:
-        conn.pull(src, tmp_path / "back")
+        pull(conn, src, tmp_path / "back")
     assert time.monotonic() - start < 10
     assert "'outputs/huge.npy'" in str(err.value) and "per-file cap" in str(err.value)
     assert _untouched_parent(tmp_path) == []
@@ -113,13 +114,13 @@ def test_pull_caps_are_settings(board: EmulatedBoard, tmp_path: Path, limits: Li
         c.run(["sh", "-c", 'head -c 2000 /dev/zero > "$1/outputs/b.npy"; head -c 2000 /dev/zero > "$1/outputs/c.npy"',
                "sh", src])
         with pytest.raises(BoardError) as err:
-            c.pull(src, tmp_path / "back")
+            pull(c, src, tmp_path / "back")
         assert why in str(err.value)
         assert _untouched_parent(tmp_path) == []
         single = tmp_path / "one.npy"
         if why == "per-file cap":
             with pytest.raises(BoardError):
-                c.pull(f"{src}/outputs/b.npy", single)
+                pull(c, f"{src}/outputs/b.npy", single)
             assert not single.exists()
 
 
@@ -131,12 +132,12 @@ def test_pull_never_replaces_a_symlink_or_device_at_the_destination(conn: BoardC
     link = tmp_path / "back"
     link.symlink_to(target)
     with pytest.raises(Exception) as err:
-        conn.pull(src, link)
+        pull(conn, src, link)
     assert "symlink" in str(err.value) or "not a" in str(err.value)
     assert link.is_symlink() and list(target.iterdir()) == []
     null = Path("/dev/null")
     with pytest.raises(Exception):
-        conn.pull(f"{src}/run.json", null)
+        pull(conn, f"{src}/run.json", null)
     assert null.is_char_device()
 
 
@@ -147,7 +148,7 @@ def test_a_stalled_sftp_fails_within_the_configured_timeout(bad: EmulatedBoard, 
     assert bad_conn.sftp() is not None
     start = time.monotonic()
     with pytest.raises(BoardError) as err:
-        bad_conn.pull(src, tmp_path / "back")
+        pull(bad_conn, src, tmp_path / "back")
     took = time.monotonic() - start
     assert took < FAST.sftp + 5, took
     assert "no answer" in str(err.value) and f"{FAST.sftp:g} s" in str(err.value)
@@ -175,10 +176,10 @@ def test_command_output_is_read_with_a_byte_cap(board: EmulatedBoard) -> None:
 def test_pull_round_trip_still_skips_identical_files(conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
     src = _result_dir(conn, remote_tmp.rsplit("/", 1)[-1] + "/res")
     back = tmp_path / "back"
-    first = conn.pull(src, back)
+    first = pull(conn, src, back)
     assert first.files_sent == 2 and (back / "outputs" / "a.npy").read_text() == "x\n"
     (back / "stale.txt").write_text("not on the board")
-    again = conn.pull(src, back)
+    again = pull(conn, src, back)
     assert (again.files_sent, again.files_skipped) == (0, 2)
     assert sorted(p.relative_to(back).as_posix() for p in back.rglob("*")) == ["outputs", "outputs/a.npy", "run.json"]
     assert _untouched_parent(tmp_path) == ["back"]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.board.pull import pull
 from rkdet.board.ssh import BoardConnection, Timeouts
-from rkdet.board.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, remote_hashes, request_size
+from rkdet.board.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, push, remote_hashes, request_size
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -38,31 +39,31 @@ def test_push_file_into_nasty_dir_then_second_push_sends_nothing(conn: BoardConn
     local = tmp_path / "w.bin"
     local.write_bytes(os.urandom(2_500_000))
     target = f"{remote_tmp}/{NASTY}/w.bin"
-    first = conn.push(local, target)
+    first = push(conn, local, target)
     assert (first.files_sent, first.files_skipped, first.bytes_sent, first.method) == (1, 0, 2_500_000, "sftp")
     assert request_size(conn.sftp()) > 32768  # OpenSSH's limits@openssh.com was read: big requests used
     assert _board_sha(conn, target) == hashlib.sha256(local.read_bytes()).hexdigest()
-    second = conn.push(local, target)
+    second = push(conn, local, target)
     assert (second.files_sent, second.files_skipped, second.bytes_sent, second.bytes_skipped) == (0, 1, 0, 2_500_000)
     # nothing executed, no temp files left behind
     listing = conn.run(["find", remote_tmp, conn.home, "-maxdepth", "2"]).out
     assert ".tmp" not in listing and "/x\n" not in listing and "/y\n" not in listing
     local.write_bytes(os.urandom(10))  # a changed file is sent again
-    assert conn.push(local, target).bytes_sent == 10
+    assert push(conn, local, target).bytes_sent == 10
 
 
 def test_push_and_pull_directory_round_trip(conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
     src, back = tmp_path / "src", tmp_path / "back"
     _make_tree(src)
-    stats = conn.push(src, f"{remote_tmp}/tree")
+    stats = push(conn, src, f"{remote_tmp}/tree")
     assert stats.files_sent == 3 and stats.bytes_sent == sum(len(v) for v in _tree(src).values())
     assert conn.run(["test", "-x", f"{remote_tmp}/tree/sub dir/run.sh"], check=False).rc == 0  # mode kept
-    pulled = conn.pull(f"{remote_tmp}/tree", back)
+    pulled = pull(conn, f"{remote_tmp}/tree", back)
     assert _tree(back) == _tree(src) and pulled.files_sent == 3
-    again = conn.pull(f"{remote_tmp}/tree", back)
+    again = pull(conn, f"{remote_tmp}/tree", back)
     assert (again.files_sent, again.files_skipped) == (0, 3)
     assert not [p for p in back.rglob("*.tmp")]
-    single = conn.pull(f"{remote_tmp}/tree/model.bin", tmp_path / "one.bin")
+    single = pull(conn, f"{remote_tmp}/tree/model.bin", tmp_path / "one.bin")
     assert (tmp_path / "one.bin").read_bytes() == (src / "model.bin").read_bytes() and single.files_sent == 1
 
 
@@ -77,13 +78,13 @@ def test_commit_refuses_a_temp_file_with_the_wrong_hash(conn: BoardConnection, r
 
 def test_pull_missing_path_is_board_error(conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
     with pytest.raises(BoardError, match="no such file") as info:
-        conn.pull(f"{remote_tmp}/absent", tmp_path / "x")
+        pull(conn, f"{remote_tmp}/absent", tmp_path / "x")
     assert info.value.exit_code == EXIT_BOARD and not (tmp_path / "x").exists()
 
 
 def test_push_missing_local_is_bad_input(conn: BoardConnection, tmp_path: Path) -> None:
     with pytest.raises(InputError):
-        conn.push(tmp_path / "absent", "/tmp/whatever")
+        push(conn, tmp_path / "absent", "/tmp/whatever")
 
 
 @pytest.mark.parametrize("variant", ["nosftp", "busybox"])
@@ -94,10 +95,10 @@ def test_exec_fallback_without_sftp(boards, variant: str, tmp_path: Path) -> Non
     with board.connect(timeouts=FAST) as c:
         assert c.sftp() is None
         dest = f"~/fallback {NASTY}"
-        stats = c.push(src, dest)
+        stats = push(c, src, dest)
         assert stats.method == "exec" and stats.files_sent == 3
-        assert c.push(src, dest).bytes_sent == 0
-        pulled = c.pull(dest, back)
+        assert push(c, src, dest).bytes_sent == 0
+        pulled = pull(c, dest, back)
         assert pulled.method == "exec" and _tree(back) == _tree(src)
         c.run(["rm", "-rf", c.abspath(dest)])
 
@@ -108,10 +109,10 @@ def test_progress_bar_for_big_files_does_not_change_the_result(conn: BoardConnec
 
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(PROGRESS_MIN_BYTES + 1))
-    stats = conn.push(big, f"{remote_tmp}/big.bin", progress=True)
+    stats = push(conn, big, f"{remote_tmp}/big.bin", progress=True)
     assert stats.bytes_sent == big.stat().st_size
     back = tmp_path / "back.bin"
-    assert conn.pull(f"{remote_tmp}/big.bin", back, progress=True).bytes_sent == big.stat().st_size
+    assert pull(conn, f"{remote_tmp}/big.bin", back, progress=True).bytes_sent == big.stat().st_size
     assert back.read_bytes() == big.read_bytes()
 
 
@@ -129,7 +130,7 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
         return real_stream(self, command, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(BoardConnection, "stream", spy)  # records the commands; the real stream runs them
-    first = conn.push(big, target)
+    first = push(conn, big, target)
     monkeypatch.undo()
     assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
@@ -138,7 +139,7 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
     assert sum('tee "$1"' in c for c in seen) == 1
     assert [c.rsplit(" ", 1)[1] for c in seen if "chmod" in c] == ["-"]
     assert ".tmp" not in conn.run(["find", remote_tmp]).out
-    assert conn.push(big, target).files_skipped == 1
+    assert push(conn, big, target).files_skipped == 1
 
 
 def test_a_byte_changed_in_transit_is_caught_and_nothing_lands(conn: BoardConnection, remote_tmp: str,
@@ -162,12 +163,12 @@ def test_a_byte_changed_in_transit_is_caught_and_nothing_lands(conn: BoardConnec
     (src / "a-run.py").write_bytes(small.read_bytes())  # sent first (small path), must not land either
     (src / "b-model.rknn").write_bytes(big.read_bytes())
     with pytest.raises(BoardError, match="b-model.rknn arrived corrupted") as info:
-        conn.push(src, f"{remote_tmp}/set")
+        push(conn, src, f"{remote_tmp}/set")
     assert info.value.exit_code == EXIT_BOARD and flipped == [1]
     listing = conn.run(["find", f"{remote_tmp}/set", "-type", "f"]).out
     assert listing.strip() == ""  # no temp file left, nothing renamed into place
     monkeypatch.undo()
-    assert conn.push(src, f"{remote_tmp}/set").files_sent == 2  # a retry succeeds
+    assert push(conn, src, f"{remote_tmp}/set").files_sent == 2  # a retry succeeds
     assert _board_sha(conn, f"{remote_tmp}/set/b-model.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
 
 
@@ -180,7 +181,7 @@ def test_board_that_cannot_store_a_big_file_fails_in_one_line(conn: BoardConnect
     conn.run(["chmod", "555", locked])
     try:
         with pytest.raises(BoardError, match=r"upload of .*model.rknn.* failed: tee: .*Permission denied") as info:
-            conn.push(big, f"{locked}/model.rknn")
+            push(conn, big, f"{locked}/model.rknn")
         assert info.value.exit_code == EXIT_BOARD and len(str(info.value).splitlines()) == 1
     finally:
         conn.run(["chmod", "755", locked])
@@ -195,7 +196,7 @@ def test_big_file_streamed_push_without_sftp(boards, variant: str, tmp_path: Pat
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 7))
     with board.connect(timeouts=FAST) as c:
         dest = c.abspath("~/streamed/model.rknn")
-        stats = c.push(big, dest)
+        stats = push(c, big, dest)
         assert stats.method == "exec" and stats.bytes_sent == big.stat().st_size
         assert _board_sha(c, dest) == hashlib.sha256(big.read_bytes()).hexdigest()
         assert ".tmp" not in c.run(["find", c.abspath("~/streamed")]).out
