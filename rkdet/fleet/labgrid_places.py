@@ -112,7 +112,10 @@ def _board(coordinator: Coordinator, place: Any) -> Board:
     """One acquired place's record -> Board; every value checked as an inventory value would be."""
     if not isinstance(place, dict) or not isinstance(place.get("name"), str):
         raise BoardError(f"labgrid coordinator {coordinator}: a place record without a name")
-    name = check_ssh_value(place["name"], f"labgrid coordinator {coordinator}", "place name")
+    try:  # the lab's data, not the user's flags: a board problem (exit 3), not exit 2
+        name = check_ssh_value(place["name"], f"labgrid coordinator {coordinator}", "place name")
+    except InputError as err:
+        raise BoardError(str(err)) from None
     where = f"labgrid place {name}"
     services = place.get("network_services")
     if not isinstance(services, list) or not services:
@@ -125,7 +128,7 @@ def _board(coordinator: Coordinator, place: Any) -> Board:
     try:
         address = check_ssh_value(svc.get("address"), where, "NetworkService address")
         user = check_ssh_value(svc.get("username"), where, "NetworkService username")
-    except InputError as err:  # the lab's data, not the user's flags: a board problem
+    except InputError as err:
         raise BoardError(str(err)) from None
     port = svc.get("port", 22)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
