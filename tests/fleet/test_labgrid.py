@@ -275,6 +275,28 @@ def test_hold_is_released_on_interrupt(clean: Lab, sig: signal.Signals) -> None:
     # the clean fixture's teardown asks the coordinator: no place acquired, no reservation left
 
 
+def test_places_are_released_even_when_rkdet_is_killed(clean: Lab) -> None:
+    """SIGKILL leaves rkdet no say: the bridge sees its stdin close and releases by itself."""
+    proc = subprocess.Popen([sys.executable, "-m", "rkdet.cli", "fleet", "hosts", "--labgrid", clean.address,
+                             "--tags", "soc=rk3568", "--hold"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        while line and "holding" not in line:
+            line = proc.stderr.readline()
+        assert "holding 1 labgrid place (roc-a)" in line
+        assert set(clean.held()) == {"roc-a"}
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _wait_for("the orphaned bridge's release", lambda: not clean.held() and not clean.state()["reservations"],
+              timeout=40)
+
+
 def test_coordinator_not_there_is_one_line_exit_3_within_the_timeout() -> None:
     port = free_port()
     started = time.monotonic()
