@@ -50,6 +50,7 @@ class Bridge:
         self.address = address
         self.tags = tags
         self.timeout = timeout
+        self.deadline = time.monotonic() + timeout  # one budget for connecting and waiting for places
         self.refresh = refresh
         self.stop = asyncio.Event()
         self.session: ClientSession | None = None
@@ -101,8 +102,9 @@ class Bridge:
         loop = asyncio.get_running_loop()
         self.session = ClientSession(address=proxymanager.get_grpc_address(self.address, default_port=20408),
                                      loop=loop)
+        budget = max(self.deadline - time.monotonic(), 1.0)
         try:
-            await asyncio.wait_for(self.session.start(), timeout=max(self.timeout, 1.0))
+            await asyncio.wait_for(self.session.start(), timeout=budget)
         except (Error, asyncio.TimeoutError):
             raise Failed(3, f"labgrid coordinator {self.address} is not reachable (no answer within "
                             f"{max(self.timeout, 1.0):g} s); check --labgrid HOST:PORT and that "
@@ -119,7 +121,7 @@ class Bridge:
             reply = await self.rpc("reservation", self.session.stub.CreateReservation, pb.CreateReservationRequest(
                 filters={"main": pb.Reservation.Filter(filter=self.tags)}, prio=0))
             self.tokens.append(reply.reservation.token)
-        deadline = time.monotonic() + self.timeout
+        deadline = self.deadline
         said: dict[str, str] = {}
         while True:
             places: list[str] = []

@@ -157,6 +157,7 @@ class PlaceHold:
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.lost: str | None = None  # why the places are no longer held, once that happens
         self.released: list[str] | None = None
+        self.refreshes = 0  # reservation refreshes the bridge reported (it refreshes on its own timer)
         self._stderr: IO[bytes] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
@@ -190,10 +191,16 @@ class PlaceHold:
                 self.lost = printable(str(event.get("message")), 300)
             elif kind == "released":
                 self.released = [printable(str(p), 80) for p in event.get("places", [])][:MAX_PLACES]
+            elif kind == "alive":
+                self.refreshes += 1
+                continue  # not queued: a long hold must not grow memory
             elif kind == "wait":
                 _say(f"labgrid place {printable(str(event.get('place')), 80)} is "
                      f"{printable(str(event.get('holder')), 120)}; waiting up to {self.timeout:g} s")
             self.events.put(event)
+        if self.released is None and self.lost is None:
+            tail = self._stderr_tail()
+            self.lost = f"labgrid bridge ended unexpectedly{': ' + tail if tail else ''}; the places may still be held"
         self.events.put(None)
 
     def _stderr_tail(self) -> str:
