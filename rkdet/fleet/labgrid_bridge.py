@@ -85,7 +85,10 @@ class Bridge:
         for name in self.matching():
             place = self.session.places[name]
             if place.acquired:
-                out[name] = f"acquired by {place.acquired}"
+                mine = place.acquired == f"{self.session.gethostname()}/{self.session.getuser()}"
+                out[name] = f"acquired by {place.acquired}" + (
+                    f" (you: an earlier run or session? `labgrid-client -p {name} release` if it is stale)"
+                    if mine else "")
             elif place.reservation and place.reservation not in self.tokens:
                 out[name] = f"reserved by {owners.get(place.reservation, 'another client')}"
         return out

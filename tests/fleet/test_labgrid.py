@@ -244,6 +244,17 @@ def test_busy_place_times_out_with_exit_3_naming_place_and_holder(clean: Lab) ->
     assert clean.state()["reservations"] == []
 
 
+def test_a_place_held_by_ourselves_says_so(clean: Lab) -> None:
+    """A stale acquisition by this user and host (an earlier session) is named as ours, with the way out."""
+    clean.client("-p", "roc-a", "acquire")
+    try:
+        done = _rkdet("fleet", "hosts", "--labgrid", clean.address, "--tags", "soc=rk3568", "--reserve-timeout", "1")
+        assert done.returncode == 3
+        assert "(you: an earlier run or session? `labgrid-client -p roc-a release` if it is stale)" in done.stderr
+    finally:
+        clean.client("-p", "roc-a", "release")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_hold_is_released_on_interrupt(clean: Lab, sig: signal.Signals) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "rkdet.cli", "fleet", "hosts", "--labgrid", clean.address,
