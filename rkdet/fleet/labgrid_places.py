@@ -270,7 +270,7 @@ def acquired_boards(address: str | Coordinator, tags: Mapping[str, str] | Sequen
     InputError (exit 2) a bad address or tag. The reservations are refreshed while the block runs.
     """
     coordinator = address if isinstance(address, Coordinator) else parse_coordinator(address)
-    wanted = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
+    wanted = parse_tags([f"{k}={v}" for k, v in tags.items()] if isinstance(tags, Mapping) else tags)
     if not timeout >= 0:
         raise InputError("--reserve-timeout must be 0 or more seconds")
     hold = PlaceHold(coordinator, wanted, timeout)
