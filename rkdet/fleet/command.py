@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -11,6 +13,7 @@ from rich.table import Table
 
 from rkdet.errors import InputError
 from rkdet.fleet.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
+from rkdet.fleet.labgrid_places import acquired_boards, hold_until_interrupted, parse_coordinator, parse_tags
 from rkdet.textsafe import markup_escaped
 
 
@@ -23,27 +26,46 @@ def source_options(func):  # type: ignore[no-untyped-def]
         click.option("--board", "boards", multiple=True, help="A board (~/.ssh/config Host or HOST[:PORT]); repeatable."),
         click.option("--boards-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
                      help="A file of board names, one per line (# comments)."),
+        click.option("--labgrid", "labgrid", default=None, metavar="HOST:PORT",
+                     help="A labgrid coordinator: reserve and acquire the places matching --tags (released on exit)."),
+        click.option("--tags", "tags", multiple=True, metavar="KEY=VALUE",
+                     help="labgrid place tags to match, e.g. soc=rk3588 (repeatable or comma-separated)."),
+        click.option("--reserve-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True,
+                     help="Seconds to wait for busy labgrid places before exit 3 naming the place and holder."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
+@contextlib.contextmanager
 def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str, ...],
-                   boards_file: Path | None) -> list[Board]:
-    """The selected boards from exactly one source (InputError, exit 2, on a usage mistake)."""
-    given = [name for name, value in (("--inventory", inventory), ("--board", boards), ("--boards-file", boards_file))
-             if value]
+                   boards_file: Path | None, labgrid: str | None = None, tags: tuple[str, ...] = (),
+                   reserve_timeout: float = 300.0) -> Iterator[list[Board]]:
+    """The selected boards from exactly one source (InputError, exit 2, on a usage mistake).
+
+    A context manager because a labgrid source holds its places while the block runs and releases
+    them when it ends, however it ends; the other sources hold nothing."""
+    given = [name for name, value in (("--inventory", inventory), ("--board", boards), ("--boards-file", boards_file),
+                                      ("--labgrid", labgrid)) if value]
     if len(given) != 1:
-        raise InputError("give one board source: --inventory FILE [--limit P], --board NAME (repeatable) "
-                         f"or --boards-file FILE{' (got ' + ', '.join(given) + ')' if given else ''}")
+        raise InputError("give one board source: --inventory FILE [--limit P], --board NAME (repeatable), "
+                         f"--boards-file FILE or --labgrid HOST:PORT --tags K=V"
+                         f"{' (got ' + ', '.join(given) + ')' if given else ''}")
     if limit and not inventory:
         raise InputError("--limit selects from an inventory; use it with --inventory")
+    if tags and not labgrid:
+        raise InputError("--tags selects labgrid places; use it with --labgrid HOST:PORT")
+    if labgrid:
+        with acquired_boards(parse_coordinator(labgrid), parse_tags(tags), reserve_timeout) as held:
+            yield held
+        return
     if inventory:
-        return select(load_inventory(inventory), limit)
-    if boards_file:
-        return boards_from_names(read_boards_file(boards_file))
-    return boards_from_names((b, "--board") for b in boards)
+        yield select(load_inventory(inventory), limit)
+    elif boards_file:
+        yield boards_from_names(read_boards_file(boards_file))
+    else:
+        yield boards_from_names((b, "--board") for b in boards)
 
 
 def _cell(value: object) -> str:
@@ -64,10 +86,23 @@ def fleet_group() -> None:
 @fleet_group.command("hosts")
 @source_options
 @click.option("--json", "as_json", is_flag=True, help="Print the board records as JSON (schema rkdet.fleet.hosts/1).")
+@click.option("--hold", is_flag=True, help="With --labgrid: keep the places acquired until Ctrl-C (for manual use).")
 def hosts_command(inventory: Path | None, limit: str | None, boards: tuple[str, ...], boards_file: Path | None,
-                  as_json: bool) -> None:
-    """List the boards a source selects, with the values a deploy would use ("-": ssh_config/config decide)."""
-    selected = resolve_boards(inventory, limit, boards, boards_file)
+                  labgrid: str | None, tags: tuple[str, ...], reserve_timeout: float, as_json: bool,
+                  hold: bool) -> None:
+    """List the boards a source selects, with the values a deploy would use ("-": ssh_config/config decide).
+
+    With --labgrid the places are reserved and acquired to read their NetworkService, then released
+    (with --hold, only at Ctrl-C)."""
+    if hold and not labgrid:
+        raise InputError("--hold keeps labgrid places; use it with --labgrid HOST:PORT --tags K=V")
+    with resolve_boards(inventory, limit, boards, boards_file, labgrid, tags, reserve_timeout) as selected:
+        _print_boards(selected, as_json)
+        if hold:
+            hold_until_interrupted(selected)
+
+
+def _print_boards(selected: list[Board], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"schema": "rkdet.fleet.hosts/1", "boards": [b.to_json() for b in selected]},
                               indent=2, sort_keys=True))

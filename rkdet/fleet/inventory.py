@@ -35,7 +35,7 @@ MAX_BOARDS_FILE_BYTES = 1 << 20
 MAX_NAME = 255
 NULL_TAG = "tag:yaml.org,2002:null"
 GROUP_KEYS = ("hosts", "vars", "children")
-_SOC_RE = re.compile(r"^[a-z0-9]{2,16}$")
+SOC_RE = re.compile(r"^[a-z0-9]{2,16}$")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same events, nodes, marks
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -56,7 +56,7 @@ class Board:
     workdir: str | None = None
     tags: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()  # every group the host is in (direct and inherited), without `all`
-    source: str = "inventory"  # "inventory" | "ssh-config"
+    source: str = "inventory"  # "inventory" | "ssh-config" | "labgrid"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "port": self.port, "user": self.user,
@@ -375,7 +375,7 @@ def _board_from_vars(path: Path, host: str, host_line: int, merged: dict[str, _V
     soc = None
     if (v := get("rkdet_soc")) is not None:
         soc = _text(path, "rkdet_soc", v).lower()
-        if not _SOC_RE.match(soc):
+        if not SOC_RE.match(soc):
             raise _fail(path, v.line, f"rkdet_soc {visible(soc, 40)!r} is not a SoC name (e.g. rk3588, rv1126)")
     sudo = None
     if (v := get("rkdet_sudo")) is not None:
@@ -409,14 +409,20 @@ def _tags(path: Path, var: _Var) -> tuple[str, ...]:
 # ---- ~/.ssh/config names -----------------------------------------------------------------------
 
 
+def check_ssh_value(value: object, where: str, what: str) -> str:
+    """A name, address or user that reaches SSH: text of 1-255 characters, no spaces or control
+    characters, not starting with '-' (the rules inventory values follow; InputError naming `where`)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME:
+        raise InputError(f"{where}: a {what} must be text of 1 to {MAX_NAME} characters")
+    if visible(value, MAX_NAME) != value or any(c.isspace() for c in value):
+        raise InputError(f"{where}: {what} {visible(value, 60)!r} holds spaces or control characters")
+    if value.startswith("-"):
+        raise InputError(f"{where}: {what} {visible(value, 60)!r} must not start with '-'")
+    return value
+
+
 def _check_board_name(name: str, where: str) -> str:
-    if not name or len(name) > MAX_NAME:
-        raise InputError(f"{where}: a board name must be 1 to {MAX_NAME} characters")
-    if visible(name, MAX_NAME) != name or any(c.isspace() for c in name):
-        raise InputError(f"{where}: board name {visible(name, 60)!r} holds spaces or control characters")
-    if name.startswith("-"):
-        raise InputError(f"{where}: board name {visible(name, 60)!r} must not start with '-'")
-    return name
+    return check_ssh_value(name, where, "board name")
 
 
 def boards_from_names(names: Iterable[tuple[str, str]]) -> list[Board]:
