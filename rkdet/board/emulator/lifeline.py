@@ -113,11 +113,11 @@ def board_processes(listener: int | None, uid: int, root: str | Path) -> list[in
 
 
 def _is_sshd_of(inst: Instance) -> bool:
-    try:
-        argv = Path(f"/proc/{inst.sshd_pid}/cmdline").read_bytes().split(b"\0")
+    try:  # sshd rewrites its title ("sshd: /usr/sbin/sshd -D -e -f CONFIG [listener] ..."): a substring
+        cmdline = Path(f"/proc/{inst.sshd_pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return inst.sshd_config.encode() in argv
+    return inst.sshd_config.encode() in cmdline
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
