@@ -207,3 +207,38 @@ def test_stale_legacy_sudo_rules_are_swept_and_live_ones_kept(tmp_path: Path) ->
             (d / "rkdet-emulator-1").write_text("someone else's rule\n")
             assert users.sweep_legacy_sudo_rules(d) == [d / f"rkdet-emulator-{dead_port}"]
     assert sorted(p.name for p in d.iterdir()) == sorted([f"rkdet-emulator-{live_port}", "rkdet-emulator-1"])
+
+
+def test_cleanup_removes_only_idle_users_created_by_older_emulators() -> None:
+    """`rkdet emulator cleanup`'s selection and removal, on users made for this test (never the shared
+    legacy users: older emulators beside this test may be using them)."""
+    tag = f"{os.getpid() % 100000}"
+    ours, busy, foreign = f"rkdetold{tag}", f"rkdetbusy{tag}", f"rkdetother{tag}"
+    made = []
+    sleeper = None
+    try:
+        for name, gecos in ((ours, users.MARKER), (busy, users.MARKER), (foreign, "someone else")):
+            subprocess.run(["useradd", "--create-home", "--comment", gecos, name], check=True, capture_output=True)
+            made.append(name)
+        sleeper = subprocess.Popen(["setpriv", f"--reuid={pwd.getpwnam(busy).pw_uid}", "--clear-groups",
+                                    "sleep", "60"])
+        assert _wait(lambda: alive(sleeper.pid) and os.stat(f"/proc/{sleeper.pid}").st_uid != 0, 5)
+        items = {i.what: i for i in users.legacy_leftovers((ours, busy, foreign))}
+        assert items[f"user {ours}"].removable
+        assert not items[f"user {busy}"].removable and "running processes" in items[f"user {busy}"].reason
+        assert not items[f"user {foreign}"].removable and "not created by rkdet" in items[f"user {foreign}"].reason
+        home = Path(pwd.getpwnam(ours).pw_dir)
+        users.remove_legacy(items[f"user {ours}"])
+        with pytest.raises(KeyError):
+            pwd.getpwnam(ours)
+        assert not home.exists()
+        import grp
+
+        with pytest.raises(KeyError):
+            grp.getgrnam(ours)
+    finally:
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait()
+        for name in made:
+            subprocess.run(["userdel", "--remove", name], capture_output=True)

@@ -287,6 +287,9 @@ def legacy_leftovers(names: tuple[str, ...] = LEGACY_USERS) -> list[LegacyItem]:
         busy = any(i.what == "user rkdetbb" and not i.removable for i in items)
         items.append(LegacyItem(f"link {link}", not busy, "rkdetbb still in use" if busy else ""))
     items.extend(LegacyItem(f"sudo rule {p}", True) for p in stale_legacy_sudo_rules())
+    if LEGACY_LOCK.is_file() and not LEGACY_LOCK.is_symlink():
+        busy = any(i.what.startswith("user ") and not i.removable for i in items)
+        items.append(LegacyItem(f"lock {LEGACY_LOCK}", not busy, "an older emulator is in use" if busy else ""))
     return items
 
 
@@ -304,3 +307,5 @@ def remove_legacy(item: LegacyItem) -> None:
             with_dir.rmdir()
     elif kind == "sudo":
         Path(target.removeprefix("rule ")).unlink(missing_ok=True)
+    elif kind == "lock":
+        Path(target).unlink(missing_ok=True)
