@@ -242,3 +242,15 @@ def test_cleanup_removes_only_idle_users_created_by_older_emulators() -> None:
             sleeper.wait()
         for name in made:
             subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+def test_each_sudo_board_has_its_own_run_rkdet(tmp_path: Path) -> None:
+    """pin.sh's default state dir under sudo is /run/rkdet: per board, so two boards on one host
+    (or concurrent deploys to them) never share a pin state (issue 15)."""
+    with EmulatedBoard("rk3588", tmp_path / "a", "sudo") as a, EmulatedBoard("rk3568", tmp_path / "b", "sudo") as b, \
+            a.connect() as ca, b.connect() as cb:
+        for conn, tag in ((ca, "board-a"), (cb, "board-b")):
+            conn.run(["sudo", "-n", "sh", "-c", f"mkdir -p /run/rkdet && echo {tag} > /run/rkdet/pin.state"])
+        assert ca.run(["cat", "/run/rkdet/pin.state"]).out == "board-a\n"
+        assert cb.run(["cat", "/run/rkdet/pin.state"]).out == "board-b\n"
+        assert a.account.uid != b.account.uid
