@@ -111,7 +111,6 @@ def _board_of(proc: subprocess.Popen) -> tuple[int, list[int]]:
 def _detached_job(info: dict[str, str]) -> int:
     from rkdet.board.ssh import BoardConnection
 
-    host, port = info["target"].split(":")
     with BoardConnection.open(info["target"], user="rkdetsudo", identity=Path(info["identity"]),
                               known_hosts=Path(info["known_hosts"]), system_known_hosts=None, ssh_config=None,
                               allow_agent=False) as c:

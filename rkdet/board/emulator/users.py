@@ -15,7 +15,6 @@ one-off `rkdet emulator cleanup`, stale sudo rules also at every emulator start.
 
 from __future__ import annotations
 
-import dataclasses
 import grp
 import os
 import pwd
@@ -75,17 +74,13 @@ def _unused_on_host(uid: int) -> bool:
 
 def new_account(name: str, shell: Path) -> BoardAccount:
     """A user for one board: a fresh uid (= gid) from UID_RANGE that the host does not know.
-    `home` is set by the caller once the board dir exists (dataclasses.replace)."""
+    `home` (and a busybox shell) is set by the caller once the board dir exists (dataclasses.replace)."""
     rng = random.SystemRandom()
     for _ in range(100):
         uid = rng.choice(UID_RANGE)
         if _unused_on_host(uid):
             return BoardAccount(name, uid, uid, Path("/nonexistent"), shell)
     raise BoardError("emulator: no free uid in the emulated-board range (1900000000+); is /etc/passwd sane?")
-
-
-def with_home(account: BoardAccount, home: Path) -> BoardAccount:
-    return dataclasses.replace(account, home=home)
 
 
 def busybox_shell(board_dir: Path) -> Path:
