@@ -253,3 +253,18 @@ def test_each_sudo_board_has_its_own_run_rkdet(tmp_path: Path) -> None:
         assert ca.run(["cat", "/run/rkdet/pin.state"]).out == "board-a\n"
         assert cb.run(["cat", "/run/rkdet/pin.state"]).out == "board-b\n"
         assert a.account.uid != b.account.uid
+
+
+def test_a_work_dir_in_use_by_a_live_emulator_is_refused(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import sys, time\nfrom rkdet.board.emulator.sshd import EmulatedBoard\n"
+                             "with EmulatedBoard('rk3588', sys.argv[1]):\n    print('up', flush=True); time.sleep(60)\n",
+                             str(tmp_path / "w")], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "up\n"
+        with pytest.raises(InputError, match=f"in use by the running emulator pid {proc.pid}"):
+            EmulatedBoard("rk3588", tmp_path / "w").start()
+        assert (tmp_path / "w" / lifeline.RECORD).exists() and (tmp_path / "w" / "etc" / "passwd").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -175,6 +175,15 @@ def write_record(workdir: Path, inst: Instance) -> Path:
     return path
 
 
+def live_owner(workdir: Path) -> int | None:
+    """The pid of a live emulator whose board uses `workdir`, or None."""
+    try:
+        inst = Instance.from_json((workdir / RECORD).read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return inst.owner_pid if owner_alive(inst) else None
+
+
 def sweep(workdirs: list[Path] | None = None) -> list[Instance]:
     """Power off instances whose emulator (and reaper) died: records in the temp dir's
     rkdet-emu-* work dirs and in `workdirs` whose owner is gone. Returns what was swept."""

@@ -135,6 +135,7 @@ class EmulatedBoard:
         self._proc: subprocess.Popen | None = None
         self.account: users.BoardAccount | None = None
         self._reaper: lifeline.Reaper | None = None
+        self._claimed = False
         self._own_board_dir = False
         self._finalizer: weakref.finalize | None = None
 
@@ -168,6 +169,11 @@ class EmulatedBoard:
         if not SSHD.exists():
             raise BoardError(f"emulator: {SSHD} missing; install openssh-server (see .ci/setup)")
         _secure_workdir(self.workdir, given=not self._own_workdir)
+        owner = lifeline.live_owner(self.workdir)
+        if owner is not None and owner != os.getpid():
+            raise InputError(f"emulator: {self.workdir} is in use by the running emulator pid {owner}; "
+                             f"use another --dir")
+        self._claimed = True  # from here on, stop() may clear the work dir's record and /etc files
         lifeline.sweep([] if self._own_workdir else [self.workdir])  # what killed emulators left
         users.sweep_legacy_sudo_rules()
         account = users.new_account(self.user, Path("/bin/sh"))
@@ -218,8 +224,10 @@ class EmulatedBoard:
         self._stack.close()  # unmounts the FUSE tree, if any
         self._proc = None
         self._reaper = None
-        (self.workdir / lifeline.RECORD).unlink(missing_ok=True)
-        shutil.rmtree(self.workdir / "etc", ignore_errors=True)
+        if self._claimed:
+            (self.workdir / lifeline.RECORD).unlink(missing_ok=True)
+            shutil.rmtree(self.workdir / "etc", ignore_errors=True)
+            self._claimed = False
         if self._own_board_dir and self.board_dir is not None:
             shutil.rmtree(self.board_dir, ignore_errors=True)
             self.board_dir = None
