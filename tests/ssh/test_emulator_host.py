@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from host_leftovers import alive, children, descendants, inventory
+from host_leftovers import alive, children, inventory
 
 from rkdet.board.emulator import lifeline, users
 from rkdet.board.emulator.mount import fuse_unavailable_reason
@@ -91,16 +91,27 @@ def _start_cli(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, dict[str,
     return proc, info
 
 
+def _cmdline(pid: int) -> list[bytes]:
+    """argv of `pid`; empty for a moment while it is in execve (the Popen that started it may already
+    have returned), so read again until it is set."""
+    deadline = time.monotonic() + 5
+    while True:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if argv or time.monotonic() > deadline:
+            return argv.split(b"\0")
+        time.sleep(0.01)
+
+
 def _board_of(proc: subprocess.Popen) -> tuple[int, list[int]]:
     """The emulator's sshd (its child running sshd) and its reaper pid(s), from its own process tree."""
     sshd, reapers = None, []
-    for pid in descendants(proc.pid):
+    for pid in children(proc.pid):
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            argv = _cmdline(pid)
         except OSError:
             continue
-        if exe == "/usr/sbin/sshd" and pid in children(proc.pid):
+        if exe == "/usr/sbin/sshd":
             sshd = pid
         if b"rkdet.board.emulator.lifeline" in argv:
             reapers.append(pid)
@@ -152,7 +163,7 @@ def test_next_start_sweeps_a_board_whose_reaper_died_too(tmp_path: Path) -> None
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         time.sleep(0.5)
-        assert alive(sshd) and alive(job) and (workdir / lifeline.RECORD).exists()  # the leftovers
+        assert alive(sshd) and alive(job) and (workdir / lifeline.RECORD).exists(), (reapers, sshd, proc.pid)  # the leftovers
         with EmulatedBoard("rk3568", tmp_path / "next"):  # its start sweeps them
             assert not alive(sshd) and not alive(job)
             assert not workdir.exists()
@@ -208,13 +219,15 @@ def test_stale_legacy_sudo_rules_are_swept_and_live_ones_kept(tmp_path: Path) ->
     assert sorted(p.name for p in d.iterdir()) == sorted([f"rkdet-emulator-{live_port}", "rkdet-emulator-1"])
 
 
-def test_cleanup_removes_only_idle_users_created_by_older_emulators() -> None:
+def test_cleanup_removes_only_idle_users_created_by_older_emulators(tmp_path: Path) -> None:
     """`rkdet emulator cleanup`'s selection and removal, on users made for this test (never the shared
-    legacy users: older emulators beside this test may be using them)."""
+    legacy users: older emulators beside this test may be using them). A board running meanwhile keeps
+    its own users although useradd/userdel replace the host's /etc/passwd and /etc/shadow by rename."""
     tag = f"{os.getpid() % 100000}"
     ours, busy, foreign = f"rkdetold{tag}", f"rkdetbusy{tag}", f"rkdetother{tag}"
     made = []
     sleeper = None
+    board = EmulatedBoard("rk3588", tmp_path / "w", "busybox").start()
     try:
         for name, gecos in ((ours, users.MARKER), (busy, users.MARKER), (foreign, "someone else")):
             subprocess.run(["useradd", "--create-home", "--comment", gecos, name], check=True, capture_output=True)
@@ -235,7 +248,11 @@ def test_cleanup_removes_only_idle_users_created_by_older_emulators() -> None:
 
         with pytest.raises(KeyError):
             grp.getgrnam(ours)
+        with board.connect() as c:  # the board's /etc did not follow the host's
+            assert c.run(["id", "-u"]).out == f"{board.account.uid}\n"
+            assert c.run(["sh", "-c", "mkdir ~/still-mine && echo ok"]).out == "ok\n"
     finally:
+        board.stop()
         if sleeper is not None:
             sleeper.kill()
             sleeper.wait()

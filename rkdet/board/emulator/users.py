@@ -2,8 +2,8 @@
 the board's mount namespace, so the host's /etc and /run are never edited.
 
 Why a namespace: a board is a machine of its own. Its sshd runs under `unshare --mount` with
-private copies of /etc/passwd, /etc/group, /etc/shadow, /etc/sudoers and /etc/sudoers.d bind-mounted
-over the host's, and a tmpfs on /run (sshd's privilege-separation dir, sudo's timestamps, pin.sh's
+private copies of /etc/passwd, /etc/group, /etc/shadow, /etc/sudoers (an overlay on /etc) and
+/etc/sudoers.d (bound) over the host's, and a tmpfs on /run (sshd's privilege-separation dir, sudo's timestamps, pin.sh's
 /run/rkdet: per board). The login user exists only in those copies, with a uid drawn at random from
 a high range unused on the host (per instance: one board cannot touch another's files). When the
 last process of the namespace exits, the binds vanish with it: nothing to remove, nothing to sweep.
@@ -134,17 +134,21 @@ def write_private_etc(etc: Path, account: BoardAccount, sudo: bool) -> Path:
         if res.returncode != 0:
             raise BoardError(f"emulator: the board's sudoers is rejected by visudo: {res.stderr.strip()}")
         (etc / "sudoers.d").mkdir(mode=0o750)
+    (etc / "ns").mkdir(mode=0o700)  # the namespace mounts its overlay's upper layer here (a tmpfs)
     return etc
 
 
 _NS_SCRIPT = r"""
 set -e
 etc=$1; shift
-for f in passwd group shadow; do mount --bind "$etc/$f" "/etc/$f"; done
-if [ -e "$etc/sudoers" ]; then
-  mount --bind "$etc/sudoers" /etc/sudoers
-  if [ -d /etc/sudoers.d ]; then mount --bind "$etc/sudoers.d" /etc/sudoers.d; fi
-fi
+mount -t tmpfs -o mode=0700,nosuid,nodev rkdet-board-etc "$etc/ns"
+mkdir -m 0755 "$etc/ns/upper"
+mkdir -m 0700 "$etc/ns/work"
+for f in passwd group shadow sudoers; do
+  if [ -e "$etc/$f" ]; then cp -p "$etc/$f" "$etc/ns/upper/$f"; fi
+done
+mount -t overlay rkdet-board-etc -o "lowerdir=/etc,upperdir=$etc/ns/upper,workdir=$etc/ns/work" /etc
+if [ -d "$etc/sudoers.d" ] && [ -d /etc/sudoers.d ]; then mount --bind "$etc/sudoers.d" /etc/sudoers.d; fi
 mount -t tmpfs -o mode=0755,nosuid,nodev rkdet-board-run /run
 mkdir -m 0755 /run/sshd
 mkdir -m 1777 /run/lock
@@ -153,9 +157,12 @@ exec "$@"
 
 
 def namespace_prefix(etc: Path) -> list[str]:
-    """argv prefix: run the appended command (the board's sshd) in a private mount namespace with
-    `etc`'s files over the host's and a fresh tmpfs /run. `unshare` execs, so the pid is the
-    command's. Needs CAP_SYS_ADMIN; the host's mount table, /etc and /run are untouched."""
+    """argv prefix: run the appended command (the board's sshd) in a private mount namespace whose
+    /etc is an overlay of the host's /etc with `etc`'s passwd, group, shadow and sudoers on top (and
+    its sudoers.d bound over the host's), and whose /run is a fresh tmpfs. An overlay on the /etc
+    directory, not binds on the files: the kernel detaches a mount whose file is renamed over, and
+    useradd/userdel on the host replace /etc/passwd that way. `unshare` execs, so the pid is the
+    command's. Needs CAP_SYS_ADMIN and overlayfs; the host's mount table, /etc and /run are untouched."""
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _NS_SCRIPT, "rkdet-board-ns",
             str(etc)]
 
