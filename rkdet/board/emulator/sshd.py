@@ -90,7 +90,7 @@ class EmulatedBoard:
     """A board on 127.0.0.1: `with EmulatedBoard("rk3588", tmp) as b: BoardConnection.open(b.target, ...)`.
 
     `workdir` keeps the sshd-side files (config, keys, log); files the board user must reach
-    (home, PATH dir, fake tree, authorized_keys) go to `workdir/board` when the user can traverse
+    (home, PATH dir, fake tree, login shell) go to `workdir/board` when the user can traverse
     `workdir`, else to a private temp dir. Sessions see RKDET_ROOT, PATH (python3 first), PYTHONPATH
     (runtime double), HOME (per instance) and RKDET_EMULATED=1. `root` uses an existing tree instead of building one;
     otherwise `sysfs` picks the tree: "plain" (files owned by the board user, fast), "fuse" or
@@ -157,7 +157,8 @@ class EmulatedBoard:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> EmulatedBoard:
-        """Create keys, user, tree and config; start sshd and wait for its banner."""
+        """Check the work dir, sweep dead boards, create keys, the board's user and /etc files, tree
+        and config; start sshd in its namespace, wait for its banner, arm the reaper."""
         try:
             return self._start()
         except BaseException:
@@ -217,7 +218,8 @@ class EmulatedBoard:
         return self
 
     def stop(self) -> None:
-        """Stop sshd, remove the sudo rule and the temp dirs this instance made; idempotent."""
+        """Stand the reaper down, end the board's processes, stop sshd, unmount its tree and remove
+        the temp dirs and namespace files this instance made; idempotent."""
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
