@@ -21,7 +21,8 @@ def emulator() -> None:
 @emulator.command("start")
 @click.option("--soc", type=click.Choice(sorted(PROFILES)), default="rk3588", show_default=True)
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Keep keys, config and log here (default: a temp dir removed on exit).")
+              help="Keep keys, config and log here (default: a temp dir removed on exit). Must be writable "
+                   "by root only (refused otherwise: its keys open the board's sudo).")
 @click.option("--variant", type=click.Choice(list(VARIANTS)), default="standard", show_default=True,
               help="standard; nosftp (no SFTP subsystem); busybox (busybox shell, no SFTP); sudo (passwordless sudo).")
 @click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True,
