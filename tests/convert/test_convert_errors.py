@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +21,7 @@ def _assert_clean_failure(proc, code: int, *needles: str, out: Path | None = Non
         assert needle in error_lines[0], error_lines[0]
     if out is not None and out.exists():
         assert list(out.iterdir()) == [], f"left behind: {list(out.iterdir())}"
-    workers = subprocess.run(["pgrep", "-f", "toolkit2_worker.py"], capture_output=True, text=True).stdout.split()
-    assert workers == [], "a toolkit worker started early outlived the failed convert"
+    assert proc.leftovers == [], f"processes of this convert outlived it: {proc.leftovers}"
 
 
 def _convert(config: Path, out: Path, *extra: str, env: dict | None = None):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from convert_helpers import RKDET, REPO, run_rkdet
+from process_tree import leftovers, tree_argv
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +122,8 @@ def test_rebuild_replaces_previous_build_in_place(first_build, tiny_assets):
 
 def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.Popen([*RKDET, "convert", "--config", str(tiny_config()), "--out", str(out)],
+    report = tmp_path / "tree.json"
+    proc = subprocess.Popen(tree_argv([*RKDET, "convert", "--config", str(tiny_config()), "--out", str(out)], report),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, start_new_session=True)
     deadline = time.time() + 60
     while time.time() < deadline and not any(p.name.startswith(".tiny-rk3588.tmp") for p in out.glob(".*")):
@@ -132,5 +134,5 @@ def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()[-2000:]
     assert list(out.iterdir()) == []
-    workers = subprocess.run(["pgrep", "-f", "toolkit2_worker.py"], capture_output=True, text=True).stdout.split()
-    assert workers == [], "an early-started toolkit worker outlived the interrupted convert"
+    left = leftovers(report)  # this convert's own process tree, not every process on the machine
+    assert left == [], f"processes of the interrupted convert outlived it (an early-started toolkit worker?): {left}"

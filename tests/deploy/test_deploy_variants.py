@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import assert_untouched, deploy, run_folders
+from host_leftovers import inventory
 
 from rkdet.board.emulator.sshd import EmulatedBoard
 from rkdet.board.fake_tree import tree_digest
@@ -24,8 +25,9 @@ CASES = {
 @pytest.mark.parametrize("variant", sorted(CASES))
 def test_variant_completes_a_deploy(variant: str, fast_build: Path, tmp_path: Path) -> None:
     flags, method = CASES[variant]
+    host_before = inventory([tmp_path])
     with EmulatedBoard("rk3588", tmp_path / "board", variant) as board:
-        if variant == "sudo":  # pin state under the board's home, never the host's /run/rkdet
+        if variant == "sudo":  # pin state under the board's home (the board's /run/rkdet would do too)
             flags = (*flags, "--state-dir", f"{board.home}/pin-state")
         before = tree_digest(board.root)
         out = tmp_path / "r"
@@ -33,9 +35,14 @@ def test_variant_completes_a_deploy(variant: str, fast_build: Path, tmp_path: Pa
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "SAME (bitwise)" in proc.stderr
         assert_untouched(board, before)
+        paths = [tmp_path, board.workdir, board.board_dir]
+        mine = dict(uids=[board.account.uid], roots=[board.root], pids=[board._proc.pid],  # noqa: SLF001
+                    ports=[board.port])
         [folder] = run_folders(out)
         record = json.loads((folder / "deploy.json").read_text())
         assert record["status"] == "complete" and record["restored"] is True
         assert record["transfer"]["method"] == method and record["transfer"]["files_sent"] > 0
         assert record["settings"]["sudo"] is (variant == "sudo")
         assert len((folder / "result" / "index.jsonl").read_text().splitlines()) == 2 * 2
+    left = inventory(paths, **mine).new_since(host_before)  # the board is stopped: nothing of it may remain
+    assert left == {kind: [] for kind in left}, f"the deploy left on the host: {left}"

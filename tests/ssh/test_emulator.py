@@ -33,13 +33,13 @@ def test_fake_tree_belongs_to_the_board_user_and_is_writable(conn, board: Emulat
     assert tree_digest(board.root) == before
 
 
-def test_sudo_rule_is_removed_on_stop(tmp_path: Path) -> None:
-    with EmulatedBoard("rk3568", tmp_path / "w", "sudo") as b:
-        rule = Path(f"/etc/sudoers.d/rkdet-emulator-{b.port}")
-        assert rule.read_text().strip().endswith(f"{b.user} ALL=(ALL) NOPASSWD: ALL")
+def test_sudo_board_has_its_own_sudo_and_leaves_no_rule(tmp_path: Path) -> None:
+    with EmulatedBoard("rk3568", tmp_path / "w", "sudo") as b, b.connect() as c:
+        assert c.run(["sudo", "-n", "id", "-u"]).out == "0\n"
+        assert not Path(f"/etc/sudoers.d/rkdet-emulator-{b.port}").exists()  # the host's sudoers is not edited
         board_dir = b.board_dir
         assert b.running
-    assert not rule.exists() and not b.running
+    assert not b.running
     assert board_dir is not None and not board_dir.exists()  # private temp dir removed
 
 

@@ -21,7 +21,8 @@ def emulator() -> None:
 @emulator.command("start")
 @click.option("--soc", type=click.Choice(sorted(PROFILES)), default="rk3588", show_default=True)
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Keep keys, config and log here (default: a temp dir removed on exit).")
+              help="Keep keys, config and log here (default: a temp dir removed on exit). Must be writable "
+                   "by root only (refused otherwise: its keys open the board's sudo).")
 @click.option("--variant", type=click.Choice(list(VARIANTS)), default="standard", show_default=True,
               help="standard; nosftp (no SFTP subsystem); busybox (busybox shell, no SFTP); sudo (passwordless sudo); "
                    "hostile (TEST CONTROL: a board that lies: crafted file listings and results, a stalling SFTP).")
@@ -51,3 +52,31 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str) -> None:
         click.echo("emulator stopped", err=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@emulator.command("cleanup")
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+def cleanup(dry_run: bool) -> None:
+    """Remove what older rkdet versions left on this machine (one-off).
+
+    Before boards got their own namespaces, the emulator created the host users rkdetboard,
+    rkdetsudo and rkdetbb (GECOS "rkdet emulated board login"; removed with their homes and groups),
+    /usr/local/lib/rkdet-emulator/sh, /run/lock/rkdet-emulator.lock and
+    /etc/sudoers.d/rkdet-emulator-<port> rules. A user that still runs processes (an older emulator in
+    use) is kept and said so; a rule whose port still listens is kept.
+    """
+    from rkdet.board.emulator import users
+
+    users.require_root()
+    items = users.legacy_leftovers()
+    if not items:
+        click.echo("nothing left by older rkdet emulators")
+        return
+    for item in items:
+        if not item.removable:
+            click.echo(f"kept     {item.what}: {item.reason}")
+        elif dry_run:
+            click.echo(f"would remove {item.what}")
+        else:
+            users.remove_legacy(item)
+            click.echo(f"removed  {item.what}")

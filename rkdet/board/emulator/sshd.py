@@ -12,11 +12,12 @@ its results are labelled emulated). The emulator is sshd's parent: it waits for 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,12 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rkdet.board.emulator import hostile, users
+from rkdet.board.emulator import hostile, lifeline, users
 from rkdet.board.fake_tree import build_fake_tree
 from rkdet.board.socs import profile as soc_profile
 from rkdet.errors import BoardError, InputError
 
 SSHD = Path("/usr/sbin/sshd")
+ECHO = Path("/bin/echo")
 RUNTIME_DOUBLE = Path(__file__).resolve().parent / "runtime_double"
 _STD_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -90,7 +92,7 @@ class EmulatedBoard:
     """A board on 127.0.0.1: `with EmulatedBoard("rk3588", tmp) as b: BoardConnection.open(b.target, ...)`.
 
     `workdir` keeps the sshd-side files (config, keys, log); files the board user must reach
-    (home, PATH dir, fake tree, authorized_keys) go to `workdir/board` when the user can traverse
+    (home, PATH dir, fake tree, login shell) go to `workdir/board` when the user can traverse
     `workdir`, else to a private temp dir. Sessions see RKDET_ROOT, PATH (python3 first), PYTHONPATH
     (runtime double), HOME (per instance) and RKDET_EMULATED=1. `root` uses an existing tree instead of building one;
     otherwise `sysfs` picks the tree: "plain" (files owned by the board user, fast), "fuse" or
@@ -133,7 +135,9 @@ class EmulatedBoard:
         self.home: Path = Path()
         self.env: dict[str, str] = {}
         self._proc: subprocess.Popen | None = None
-        self._sudo_rule: Path | None = None
+        self.account: users.BoardAccount | None = None
+        self._reaper: lifeline.Reaper | None = None
+        self._claimed = False
         self._own_board_dir = False
         self._finalizer: weakref.finalize | None = None
 
@@ -155,7 +159,8 @@ class EmulatedBoard:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> EmulatedBoard:
-        """Create keys, user, tree and config; start sshd and wait for its banner."""
+        """Check the work dir, sweep dead boards, create keys, the board's user and /etc files, tree
+        and config; start sshd in its namespace, wait for its banner, arm the reaper."""
         try:
             return self._start()
         except BaseException:
@@ -166,22 +171,27 @@ class EmulatedBoard:
         users.require_root()
         if not SSHD.exists():
             raise BoardError(f"emulator: {SSHD} missing; install openssh-server (see .ci/setup)")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        shell = users.busybox_shell() if self.variant.busybox else Path("/bin/sh")
-        entry = users.ensure_user(self.user, shell)
-        self._prepare_board_dir(entry)
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+        _secure_workdir(self.workdir, given=not self._own_workdir)
+        owner = lifeline.live_owner(self.workdir)
+        if owner is not None and owner != os.getpid():
+            raise InputError(f"emulator: {self.workdir} is in use by the running emulator pid {owner}; "
+                             f"use another --dir")
+        self._claimed = True  # from here on, stop() may clear the work dir's record and /etc files
+        lifeline.sweep([] if self._own_workdir else [self.workdir])  # what killed emulators left
+        users.sweep_legacy_sudo_rules()
+        account = users.new_account(self.user, Path("/bin/sh"))
+        self._prepare_board_dir(account)
+        assert self.account is not None and self.board_dir is not None
+        etc = self.workdir / "etc"
+        shutil.rmtree(etc, ignore_errors=True)
+        users.write_private_etc(etc, self.account, self.variant.sudo)
         host_pub = self._fresh_key(self.workdir / "ssh_host_ed25519_key", "rkdet-emulator-host")
         client_pub = self._fresh_key(self.identity_file, "rkdet-emulator-client")
-        assert self.board_dir is not None
-        auth = self.board_dir / "authorized_keys"
-        auth.write_text(client_pub + "\n")
-        os.chown(auth, entry.pw_uid, entry.pw_gid)
         last_error = ""
         for _attempt in range(5):  # another process may grab the free port before sshd binds it
             self.port = free_port()
-            self._write_sshd_config(auth)
-            self._proc = self._spawn()
+            self._write_sshd_config(client_pub)
+            self._proc = self._spawn(etc)
             self._finalizer = weakref.finalize(self, _cleanup, self._proc, None)
             last_error = self._wait_ready()
             if not last_error:
@@ -194,24 +204,34 @@ class EmulatedBoard:
             keytype, keydata = host_pub.split()[:2]
             _atomic_write(self.known_hosts_file, f"[{self.host}]:{self.port} {keytype} {keydata}\n")
             _atomic_write(self.ssh_config_file, self._ssh_config_text())
-            if self.variant.sudo:
-                self._sudo_rule = users.install_sudo_rule(self.user, str(self.port))
+            remove = [str(self.workdir)] if self._own_workdir else []
+            if self._own_board_dir:
+                remove.append(str(self.board_dir))
+            inst = lifeline.Instance(os.getpid(), lifeline.start_time(os.getpid()) or 0, self._proc.pid,
+                                     str(self.workdir / "sshd_config"), self.account.uid, str(self.root),
+                                     str(self.workdir), remove)
+            lifeline.write_record(self.workdir, inst)
+            self._reaper = lifeline.Reaper(inst)
         except BaseException:
             self.stop()
             raise
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._sudo_rule,
-                                           pwd.getpwnam(self.user).pw_uid, self.root)
+        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._reaper, self.account.uid, self.root)
         return self
 
     def stop(self) -> None:
-        """Stop sshd, remove the sudo rule and the temp dirs this instance made; idempotent."""
+        """Stand the reaper down, end the board's processes, stop sshd, unmount its tree and remove
+        the temp dirs and namespace files this instance made; idempotent."""
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
         self._stack.close()  # unmounts the FUSE tree, if any
         self._proc = None
-        self._sudo_rule = None
+        self._reaper = None
+        if self._claimed:
+            (self.workdir / lifeline.RECORD).unlink(missing_ok=True)
+            shutil.rmtree(self.workdir / "etc", ignore_errors=True)
+            self._claimed = False
         if self._own_board_dir and self.board_dir is not None:
             shutil.rmtree(self.board_dir, ignore_errors=True)
             self.board_dir = None
@@ -222,16 +242,20 @@ class EmulatedBoard:
 
     def _fresh_key(self, path: Path, comment: str) -> str:
         """The key pair at `path`, generated unless a previous start in this workdir left one: a
-        board keeps its host key across reboots, so known_hosts entries stay valid."""
+        board keeps its host key across reboots, so known_hosts entries stay valid. Reused only
+        from a root-only work dir (`_secure_workdir`) and when the files are root's, regular and
+        not readable or writable by others; anything else is replaced by a fresh pair."""
         pub = path.with_name(path.name + ".pub")
-        if path.is_file() and pub.is_file():
+        if _root_only_file(path) and _root_only_file(pub, allow_read=True):
             return pub.read_text().strip()
         for p in (path, pub):
             p.unlink(missing_ok=True)
         return _keygen(path, comment)
 
-    def _prepare_board_dir(self, entry: pwd.struct_passwd) -> None:
-        """home, bin (python3 wrapper; busybox applets), the fake tree: all owned by the board user."""
+    def _prepare_board_dir(self, account: users.BoardAccount) -> None:
+        """home, bin (python3 wrapper; busybox applets), the fake tree: all owned by the board user
+        (sets `self.account`, whose home is `board_dir/home` and shell a busybox link there)."""
+        entry = account
         if users.traversable_by(self.workdir, entry):
             self.board_dir = self.workdir / "board"
             if self.board_dir.exists():
@@ -245,6 +269,8 @@ class EmulatedBoard:
         bindir = self.board_dir / "bin"
         self.home.mkdir()
         bindir.mkdir()
+        shell = users.busybox_shell(self.board_dir) if self.variant.busybox else account.shell
+        self.account = entry = dataclasses.replace(account, home=self.home, shell=shell)
         if self._given_root is None and self.sysfs_backend == "plain":
             self.root = build_fake_tree(self.profile, self.board_dir / "root")
             users.chown_tree(self.root, entry)
@@ -284,15 +310,19 @@ class EmulatedBoard:
         self.env = {"RKDET_ROOT": str(self.root), "PATH": path, "PYTHONPATH": str(RUNTIME_DOUBLE),
                     "HOME": str(self.home), "RKDET_EMULATED": "1", **self._extra_env}
 
-    def _write_sshd_config(self, authorized_keys: Path) -> None:
+    def _write_sshd_config(self, client_pub: str) -> None:
         setenv = " ".join(_config_value(f"{k}={v}") for k, v in self.env.items())
+        keytype, keydata = client_pub.split()[:2]
         lines = [
             f"Port {self.port}",
             f"ListenAddress {self.host}",
             f"HostKey {_config_value(str(self.workdir / 'ssh_host_ed25519_key'))}",
             "PidFile none",
-            f"AuthorizedKeysFile {_config_value(str(authorized_keys))}",
-            "StrictModes no",  # keys live under /tmp-like dirs owned by root
+            # the one client key, in the root-only config itself: no key file a board user could edit
+            "AuthorizedKeysFile none",
+            f"AuthorizedKeysCommand {ECHO} {keytype} {keydata}",
+            "AuthorizedKeysCommandUser nobody",
+            "StrictModes yes",
             "UsePAM no",
             "PubkeyAuthentication yes",
             "PasswordAuthentication no",
@@ -314,13 +344,15 @@ class EmulatedBoard:
             lines.append("Subsystem sftp internal-sftp")
         _atomic_write(self.workdir / "sshd_config", "\n".join(lines) + "\n")
 
-    def _spawn(self) -> subprocess.Popen:
+    def _spawn(self, etc: Path) -> subprocess.Popen:
+        """sshd in the board's own mount namespace (its users, sudo and /run; see users.py)."""
         test = subprocess.run([str(SSHD), "-t", "-f", str(self.workdir / "sshd_config")], capture_output=True, text=True)
         if test.returncode != 0:
             raise BoardError(f"emulator: sshd rejects its config: {test.stderr.strip()}")
         log = open(self.log_file, "ab")
         try:
-            return subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(self.workdir / "sshd_config")],
+            return subprocess.Popen([*users.namespace_prefix(etc), str(SSHD), "-D", "-e",
+                                     "-f", str(self.workdir / "sshd_config")],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         finally:
             log.close()
@@ -364,7 +396,7 @@ class EmulatedBoard:
         return BoardConnection.open(self.target, **opts)
 
 
-def _board_python(python: Path, board_dir: Path, entry: pwd.struct_passwd) -> Path:
+def _board_python(python: Path, board_dir: Path, entry: users.BoardAccount) -> Path:
     """`python` if the board user may run it; else a venv over a reachable same-version python
     whose .pth adds `python`'s site-packages (pyenv interpreters often live under 0700 /root)."""
     real = python.resolve()
@@ -376,7 +408,7 @@ def _board_python(python: Path, board_dir: Path, entry: pwd.struct_passwd) -> Pa
     base = next((Path(d) / f"python{version}" for d in ("/usr/bin", "/usr/local/bin")
                  if (Path(d) / f"python{version}").exists()), None)
     if probe.returncode != 0 or base is None:
-        raise BoardError(f"emulator: {python} is not executable by user {entry.pw_name} and no python{version} "
+        raise BoardError(f"emulator: {python} is not executable by user {entry.name} and no python{version} "
                          f"in /usr/bin or /usr/local/bin to stand in; pass python= an interpreter the user can run")
     venv = board_dir / "venv"
     res = subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
@@ -399,53 +431,42 @@ def _atomic_write(path: Path, text: str) -> None:
     write_atomic(str(path), text)
 
 
-def _proc_stat(pid: str) -> tuple[int, int] | None:
-    """(ppid, uid) of a live process, or None when it is gone."""
+def _root_only_file(path: Path, allow_read: bool = False) -> bool:
+    """A regular file (not a link) owned by root that group/others cannot write (nor read, unless allowed)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        uid = Path(f"/proc/{pid}").stat().st_uid
+        st = path.lstat()
     except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1]), uid
+        return False
+    bad = 0o022 if allow_read else 0o077
+    return stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & bad
+
+
+def _secure_workdir(workdir: Path, given: bool) -> None:
+    """Refuse a work dir that someone other than root could write (it holds the board's host key,
+    the client key, sshd_config and the board's /etc): such a dir, or a parent of it writable by
+    others without the sticky bit, would let its writer swap keys and log in with the board's sudo."""
+    workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for part in [workdir, *workdir.parents]:
+        st = part.stat()
+        sticky = part != workdir and st.st_mode & stat.S_ISVTX
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not sticky):
+            what = "--dir" if given else "work dir"
+            raise InputError(f"emulator: {what} {workdir}: {part} is "
+                             f"{'not owned by root' if st.st_uid != 0 else 'writable by group or others'}; "
+                             f"use a directory only root can write (e.g. mkdir -m 700)")
 
 
 def board_processes(listener: int, uid: int, root: Path) -> list[int]:
-    """This board's processes: everything under sshd (connections, their privilege-separated
-    children, sessions), and the board user's processes whose environment carries this board's
-    RKDET_ROOT (detached jobs, reparented to init)."""
-    marker = f"RKDET_ROOT={root}".encode()
-    parents: dict[int, int] = {}
-    found: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        info = _proc_stat(entry)
-        if info is None:
-            continue
-        parents[int(entry)] = info[0]
-        if info[1] == uid:
-            try:
-                env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if marker in env:
-                found.add(int(entry))
-    for pid in parents:
-        seen, cur = set(), pid
-        while cur in parents and cur not in seen and cur > 1:
-            seen.add(cur)
-            cur = parents[cur]
-            if cur == listener:
-                found.add(pid)
-                break
-    return sorted(found)
+    """This board's processes (see lifeline.board_processes)."""
+    return lifeline.board_processes(listener, uid, root)
 
 
-def _cleanup(proc: subprocess.Popen, sudo_rule: Path | None, uid: int | None = None, root: Path | None = None) -> None:
-    """Power the board off: drop the sudo rule, end its sessions and detached jobs, stop sshd.
+def _cleanup(proc: subprocess.Popen, reaper: lifeline.Reaper | None, uid: int | None = None,
+             root: Path | None = None) -> None:
+    """Power the board off: stand its reaper down, end its sessions and detached jobs, stop sshd.
     Runs at stop() or at interpreter exit."""
-    if sudo_rule is not None:
-        sudo_rule.unlink(missing_ok=True)
+    if reaper is not None:
+        reaper.disarm()
     if uid is not None and root is not None:
         for pid in board_processes(proc.pid, uid, root):
             with contextlib.suppress(OSError):
