@@ -152,10 +152,13 @@ def board_tmp() -> Iterator[Path]:
 
 
 def test_disk_full_on_the_board(board: EmulatedBoard, fast_build: Path, tmp_path: Path, board_tmp: Path) -> None:
-    """A 4 MiB tmpfs as the remote work dir: preflight refuses before anything is pushed or pinned."""
+    """A 4 MiB tmpfs as the remote work dir: preflight refuses before anything is pushed or pinned.
+    The tmpfs is mounted on the board's side (its mount namespace), as a board's small partition is."""
     mnt = board_tmp / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=1777", "rkdet-test-full", str(mnt)], check=True)
+    on_board = board.on_board_argv()
+    subprocess.run([*on_board, "mount", "-t", "tmpfs", "-o", "size=4m,mode=1777", "rkdet-test-full", str(mnt)],
+                   check=True)
     try:
         before = tree_digest(board.root)
         out = tmp_path / "r"
@@ -163,9 +166,10 @@ def test_disk_full_on_the_board(board: EmulatedBoard, fast_build: Path, tmp_path
         line = _refused(proc, out)
         assert "not enough disk in the work dir" in line and "--workdir" in line
         assert_untouched(board, before)
-        assert not list((mnt / "wd").glob("models/*/model.rknn"))  # the model was never sent
+        listing = subprocess.run([*on_board, "find", str(mnt), "-name", "model.rknn"], capture_output=True, text=True)
+        assert listing.returncode == 0 and listing.stdout == ""  # the model was never sent
     finally:
-        subprocess.run(["umount", str(mnt)], check=True)
+        subprocess.run([*on_board, "umount", str(mnt)], check=True)
 
 
 @pytest.mark.slow
@@ -203,7 +207,9 @@ def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tm
     runner fails with ENOSPC, the board is restored, and the deploy says so in one line (exit 3)."""
     mnt = board_tmp / "filling"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "rkdet-test-fill", str(mnt)], check=True)
+    on_board = board.on_board_argv()  # the tmpfs is the board's (its mount namespace), not the host's
+    subprocess.run([*on_board, "mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "rkdet-test-fill", str(mnt)],
+                   check=True)
     proc = None
     try:
         before = tree_digest(board.root)
@@ -216,19 +222,16 @@ def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tm
         while not re.search(r"inference [1-9][0-9]*/", log.read_text()):  # polls may skip counts
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
-        with open(mnt / "ballast", "wb") as f:  # the rest of the disk, as another process would
-            try:
-                while True:
-                    f.write(b"\0" * (1 << 20))
-            except OSError:
-                pass
+        # the rest of the disk, as another process on the board would (dd ends with ENOSPC)
+        subprocess.run([*on_board, "sh", "-c", 'dd if=/dev/zero of="$1" bs=1M 2> /dev/null; true', "sh",
+                        str(mnt / "ballast")], check=True)
         proc.wait(timeout=120)
         text = log.read_text()
         assert proc.returncode == EXIT_BOARD, text[-3000:]
         line = [ln for ln in text.splitlines() if ln.startswith("rkdet: ")]
         assert len(line) == 1 and "Traceback" not in text, text[-3000:]
         assert "rkdet-run failed" in line[0] and "No space left on device" in line[0], line
-        (mnt / "ballast").unlink()
+        subprocess.run([*on_board, "rm", str(mnt / "ballast")], check=True)
         assert_untouched(board, before)
         [folder] = run_folders(out)
         record = json.loads((folder / "deploy.json").read_text())
@@ -238,7 +241,7 @@ def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tm
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
-        subprocess.run(["umount", str(mnt)], check=True)
+        subprocess.run([*on_board, "umount", str(mnt)], check=True)
 
 
 @pytest.mark.parametrize("library, expected", [

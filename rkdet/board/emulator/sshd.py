@@ -158,6 +158,14 @@ class EmulatedBoard:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def on_board_argv(self) -> list[str]:
+        """argv prefix: run a command as root in the board's mount namespace (what the board sees,
+        e.g. a mount on the board's side), never the host's."""
+        if not self.running:
+            raise BoardError("emulator: the board is not running")
+        assert self._proc is not None
+        return ["nsenter", "-t", str(self._proc.pid), "-m", "--"]
+
     def start(self) -> EmulatedBoard:
         """Check the work dir, sweep dead boards, create keys, the board's user and /etc files, tree
         and config; start sshd in its namespace, wait for its banner, arm the reaper."""
