@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -128,6 +129,21 @@ class ToolkitSection(_Strict):
     memory_plan_strategy: Literal["BestFit"] = "BestFit"
     compute_order: Literal["WidthFirst", "DepthFirst"] = "WidthFirst"
     rknn_batch_size: Optional[int] = None
+    # Toolkit log errors accepted by regex (searched in the `E RKNN` line text); recorded in the manifest.
+    # Empty by default: any error-class line in toolkit.log fails the build (rkdet/convert/toolkit_log.py).
+    accept_errors: list[str] = Field(default_factory=list)
+
+    @field_validator("accept_errors")
+    @classmethod
+    def _regexes(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a valid regular expression ({exc})") from None
+            if not pattern.strip():
+                raise ValueError("an empty pattern would accept every error; name the message")
+        return v
 
     @model_validator(mode="after")
     def _no_hybrid(self) -> "ToolkitSection":

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from rkdet.config import RkdetConfig
-from rkdet.convert import fidelity, golden, manifest
+from rkdet.convert import fidelity, golden, manifest, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, preprocess
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
@@ -114,6 +114,9 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
             where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
             hint = ("; the stock YOLOv8 head is known to crash rknn-toolkit2 2.5.0: set model.prepare: "
                     "yolov8-split-head" if model.stock_yolov8_head else "")
+            logged = toolkit_log.classify(run.log).errors
+            if logged and not hint:
+                hint = f"; toolkit.log: {logged[0].first_line[:160]!r} ({logged[0].meaning})"
             raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where}{hint} "
                                   "(rerun with --keep-failed to keep the folder with toolkit.log)")
         shutil.copyfile(folder / "model.rknn", stage_dir / "model.rknn")
@@ -157,8 +160,10 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         with ThreadPoolExecutor(max_workers=1) as pool:
             reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
                                     cfg.preprocess.mean, cfg.preprocess.std)
-            environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir)
+            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir)
             ref, ref_detail = reference.result()
+        log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors)
+        toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
         io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8", "layout": "nhwc"}],
@@ -176,7 +181,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             stage_dir / "golden" / "onnx-fp32", backend="onnxruntime", backend_detail=ref_detail,
             model_path="model.onnx", model_sha256=onnx_sha, inputs=gold_inputs, outputs=ref,
             output_names=model.output_names)}
-        warnings: list[str] = []
+        warnings: list[str] = [line] if (line := log_report.summary()) else []
         fid = None
         if sim:
             golden_hashes["simulator"] = golden.write_result_set(
@@ -189,7 +194,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
-                                      fid, environment)
+                                      fid, environment, log_report.as_dict())
         fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
                                    cfg.quantize.enabled and not cfg.quantize.force_fp16, platform)
         verify_report = None
