@@ -38,7 +38,9 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     for r in results:
         for w in r.warnings:
             console.print(f"[yellow]warning[/]: {w}")
-        entry = {"platform": r.platform, "folder": str(r.folder), "fingerprint": r.fingerprint,
+        if r.fidelity_line:
+            console.print(r.fidelity_line, markup=False, highlight=False, soft_wrap=True)
+        entry = {"platform": r.platform, "fidelity": r.fidelity_line, "folder": str(r.folder), "fingerprint": r.fingerprint,
                  "rknn_sha256": r.rknn_sha256, "warnings": r.warnings}
         if r.verify is not None:
             entry["verify"] = r.verify

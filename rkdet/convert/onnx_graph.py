@@ -95,6 +95,11 @@ def _split_head(model, path: Path):
                          "(/model.N/cv2.i/cv2.i.2/Conv, /model.N/cv3.i/cv3.i.2/Conv) are not in the graph; "
                          "use an Ultralytics export or set model.prepare: none")
     input_name = _graph_inputs(model)[0].name
+    # The extractor reads the cut points' types from value_info, which only some exporters write.
+    known = {v.name for v in model.graph.value_info}
+    for name in [*box.values(), *cls.values()]:
+        if name not in known:
+            model.graph.value_info.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     cut = onnx.utils.Extractor(model).extract_model([input_name], [box[0], cls[0], box[1], cls[1], box[2], cls[2]])
     graph = cut.graph
     del graph.output[:]

@@ -48,6 +48,7 @@ class BuildResult:
     rknn_sha256: str
     warnings: list[str] = field(default_factory=list)
     verify: dict | None = None
+    fidelity_line: str | None = None  # every gate's worst result and threshold, on one line
 
 
 def materialize(files: list[ImageFile], model: PreparedModel, cfg: RkdetConfig) -> Materialized:
@@ -182,15 +183,21 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             model_path="model.onnx", model_sha256=onnx_sha, inputs=gold_inputs, outputs=ref,
             output_names=model.output_names)}
         warnings: list[str] = [line] if (line := log_report.summary()) else []
-        fid = None
+        fid, fidelity_line = None, None
         if sim:
             golden_hashes["simulator"] = golden.write_result_set(
                 stage_dir / "golden" / "simulator", backend="rknn-simulator",
                 backend_detail=f"{tk.name} {tk.version} simulator (x86_64, not an NPU)", model_path="model.rknn",
                 model_sha256=rknn_sha, inputs=gold_inputs, outputs=sim, output_names=model.output_names)
-            fid = fidelity.measure(sim, ref, fidelity.slices_for(model.output_names, model.output_shapes, model.prepare))
+            from rkdet.convert.rknn_file import read_rknn
+
+            header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
+            report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
+                                      header["outputs"])
+            fid = report.as_dict()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
-            warnings += fidelity.gate(fid, cfg.fidelity, platform)
+            fidelity_line = fidelity.summary_line(report, platform)
+            warnings += fidelity.gate(report, platform)
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
@@ -210,7 +217,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                   f"{verify_report['second_fingerprint'][:16]} != {doc['fingerprint'][:16]}: "
                                   "the build is not reproducible (see verify.json)")
         _install(stage_dir, final)
-        return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report)
+        return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report, fidelity_line)
     except BaseException:
         session.close()
         if keep_failed and stage_dir.exists():

@@ -44,6 +44,32 @@ def image_folder(folder: Path, count: int, *, seed: int, size: tuple[int, int] =
     return folder
 
 
+def flat_image_folder(folder: Path, count: int, *, seed: int, low: int, high: int,
+                      size: tuple[int, int] = (40, 40)) -> Path:
+    """`count` RGB PNGs of uniform noise in [low, high] (dark or bright sets, to move a model's output range)."""
+    import cv2
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        cv2.imwrite(str(folder / f"flat-{seed}-{i:02d}.png"), rng.integers(low, high + 1, (*size, 3), dtype=np.uint8))
+    return folder
+
+
+def score_model(path: Path, *, size: int = 32) -> Path:
+    """y = Sigmoid(1.5 * mean over channels of x): 0.5 for a black image, 0.82 for a white one (a "score"
+    whose range a dark calibration set cannot cover)."""
+    w = np.full((1, 3, 1, 1), 0.5, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["score"])],
+        "score", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1, size, size])], [_const("w", w)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def write_config(path: Path, onnx_path: Path, cal: Path, gold: Path, **sections) -> Path:
     """A config for a tiny model; keyword args replace whole sections (dicts)."""
     import yaml
@@ -70,7 +96,7 @@ def _const(name: str, value) -> onnx.TensorProto:
 
 
 def yolov8_model(path: Path, *, nc: int = 2, size: int = 640, dynamic: bool = False, metadata: bool = True,
-                 seed: int = 0, opset: int = 12) -> Path:
+                 seed: int = 0, opset: int = 12, cls_bias: float = 0.0) -> Path:
     """A tiny model with the stock Ultralytics YOLOv8 head, node names and tail (8.x export, one output
     [1, 4+nc, N]): a 3-conv backbone with strides 8/16/32, the six head convs cv2.i.2 / cv3.i.2, DFL
     (Reshape, Transpose, Softmax, Transpose, 16->1 Conv), dist2bbox and the final Concat. At 640 the tail is
@@ -117,8 +143,10 @@ def yolov8_model(path: Path, *, nc: int = 2, size: int = 640, dynamic: bool = Fa
     for i, feat in enumerate(stem):
         for branch, cout, acc in (("cv2", 64, boxes), ("cv3", nc, clss)):
             name = f"/model.22/{branch}.{i}/{branch}.{i}.2/Conv"
-            nodes.append(helper.make_node("Conv", [feat, weight(f"model.22.{branch}.{i}.2.weight", (cout, 8, 1, 1)),
-                                                   weight(f"model.22.{branch}.{i}.2.bias", (cout,), 0.5)],
+            bias = weight(f"model.22.{branch}.{i}.2.bias", (cout,), 0.5)
+            if branch == "cv3":
+                inits[-1] = _const(bias, numpy_helper.to_array(inits[-1]) + np.float32(cls_bias))
+            nodes.append(helper.make_node("Conv", [feat, weight(f"model.22.{branch}.{i}.2.weight", (cout, 8, 1, 1)), bias],
                                           [f"{name}_output_0"], name=name))
             reshape(f"{name}_output_0", f"/model.22/{branch}_{i}_flat", [1, cout, -1], f"Reshape_{branch}_{i}")
             acc.append(f"/model.22/{branch}_{i}_flat")
