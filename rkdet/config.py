@@ -35,7 +35,9 @@ class ModelSection(_Strict):
     """Where the ONNX is and how rkdet prepares its graph before the toolkit sees it."""
 
     onnx: Path
-    prepare: Literal["none", "yolov8-split-head"] = "none"
+    # yolov8-split-head: cut a stock Ultralytics YOLOv8 at its six head convs; classifier-logits: drop a
+    # final Softmax (the toolkit keeps it in float16; top-k is the same on the logits).
+    prepare: Literal["none", "yolov8-split-head", "classifier-logits"] = "none"
     input_size: Optional[tuple[int, int]] = None  # (H, W) to re-shape a fully convolutional graph to
     inputs: Optional[dict[str, list[int]]] = None  # static NCHW shapes for ONNX with dynamic dims
 
@@ -45,6 +47,15 @@ class ModelSection(_Strict):
         if v is not None and any(d <= 0 or d % 32 for d in v):
             raise ValueError("each dimension must be a positive multiple of 32")
         return v
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> "ModelSection":
+        if self.input_size is not None and self.inputs:
+            for name, shape in self.inputs.items():
+                if len(shape) == 4 and tuple(shape[2:]) != tuple(self.input_size):
+                    raise ValueError(f"model.input_size {list(self.input_size)} and model.inputs.{name} {shape} "
+                                     "disagree; keep one of them (model.inputs gives the full shape)")
+        return self
 
 
 class TargetSection(_Strict):
@@ -95,6 +106,9 @@ class QuantizeSection(_Strict):
     dataset: Path
     max_images: Optional[int] = Field(None, ge=1)
     force_fp16: bool = False
+    # Outputs allowed to stay float16 in a quantized build (the toolkit keeps a final Softmax float);
+    # recorded in the manifest. Alternative: model.prepare: classifier-logits.
+    float_outputs: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _explicit_float(self) -> "QuantizeSection":

@@ -367,8 +367,11 @@ def quantization_gate(header: dict, dtype: str, quantized: bool, platform: str,
         wanted = _ACTIVATION_DTYPES.get(dtype, ("int8",))
         floating = [f"{t['name']} ({t['dtype']})" for t in tensors if t["dtype"] not in wanted]
         if floating:
+            outs = [t["name"] for t in tensors if t["dtype"] not in wanted and t in header.get("outputs", [])]
+            hint = (f"; a final Softmax stays float16 in rknn-toolkit2: cut it (model.prepare: classifier-logits) or "
+                    f"accept it (quantize.float_outputs: [{', '.join(outs)}])" if outs else "")
             raise ConversionError(f"{platform}: the toolkit left tensors unquantized: {', '.join(floating)}; "
-                                  f"expected {'/'.join(wanted)} for quantize.dtype {dtype} (force_fp16 is false)")
+                                  f"expected {'/'.join(wanted)} for quantize.dtype {dtype} (force_fp16 is false){hint}")
     else:
         integer = [t["name"] for t in tensors if not str(t["dtype"]).startswith("float")]
         if integer:

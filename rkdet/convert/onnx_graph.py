@@ -35,6 +35,7 @@ class PreparedModel:
     prepare: str
     opset: int
     stock_yolov8_head: bool  # the unprepared Ultralytics head is still in the graph
+    warnings: tuple[str, ...] = ()  # worth telling the user, not worth failing for (e.g. imgsz mismatch)
 
 
 def _has_stock_head(model) -> bool:
@@ -113,6 +114,90 @@ def _split_head(model, path: Path):
     return cut
 
 
+def _classifier_logits(model, path: Path):
+    """Drop a final Softmax: the toolkit keeps it in float16 in a quantized build, and top-k is the same on
+    the logits. The output keeps its name (an Identity of the logits)."""
+    from onnx import helper
+
+    if len(model.graph.output) != 1:
+        raise InputError(f"{path}: model.prepare is classifier-logits but the model has {len(model.graph.output)} "
+                         "outputs; it applies to a classifier with one output: set model.prepare: none")
+    out = model.graph.output[0]
+    producer = next((n for n in model.graph.node if out.name in n.output), None)
+    if producer is None or producer.op_type not in ("Softmax", "LogSoftmax"):
+        op = producer.op_type if producer is not None else "nothing"
+        raise InputError(f"{path}: model.prepare is classifier-logits but output {out.name!r} comes from {op}, not a "
+                         "Softmax; set model.prepare: none")
+    logits = producer.input[0]
+    model.graph.node.remove(producer)
+    model.graph.node.append(helper.make_node("Identity", [logits], [out.name], name="rkdet/logits"))
+    return model
+
+
+def _metadata_imgsz(model) -> tuple[int, int] | None:
+    """Ultralytics writes `imgsz` as "[H, W]" (or one number): the size the model was exported at."""
+    import ast
+
+    raw = next((p.value for p in model.metadata_props if p.key == "imgsz"), None)
+    try:
+        value = ast.literal_eval(raw) if raw else None
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, int):
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+def _shape_chain_reshapes(model) -> list[str]:
+    """Reshape nodes whose target shape is computed from a Shape op (Shape -> Gather/Unsqueeze -> Concat):
+    ONNX shape inference cannot follow that chain, so everything after it loses its static shape."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+
+    def from_shape(name: str, depth: int = 0) -> bool:
+        node = producer.get(name)
+        if node is None or depth > 6:
+            return False
+        if node.op_type == "Shape":
+            return True
+        return any(from_shape(i, depth + 1) for i in node.input if i)
+
+    return [n.name or n.output[0] for n in model.graph.node
+            if n.op_type == "Reshape" and len(n.input) > 1 and from_shape(n.input[1])]
+
+
+def _onnxruntime_shapes(model, input_name: str, shape: list[int]) -> dict[str, list[int]] | str:
+    """What onnxruntime computes for a zero input of `shape` (or why it cannot)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        outs = session.run(None, {input_name: np.zeros(shape, np.float32)})
+    except Exception as exc:  # onnxruntime raises its own exception types
+        return f"onnxruntime cannot run it either ({str(exc).strip().splitlines()[0][:200]})"
+    return {o.name: list(a.shape) for o, a in zip(session.get_outputs(), outs)}
+
+
+def _dynamic_output_error(path: Path, model, name: str, dims: list, input_name: str, shape: list[int]) -> InputError:
+    reshapes = _shape_chain_reshapes(model)
+    ort_view = _onnxruntime_shapes(model, input_name, shape)
+    seen = (f"onnxruntime computes {', '.join(f'{k} {v}' for k, v in ort_view.items())} for input {shape}"
+            if isinstance(ort_view, dict) else ort_view)
+    if reshapes:
+        return InputError(
+            f"{path}: output {name!r} has no static shape after ONNX shape inference ({dims}): Reshape "
+            f"{reshapes[0]!r}{f' (+{len(reshapes) - 1} more)' if len(reshapes) > 1 else ''} takes its shape from a "
+            f"Shape->Concat chain (a dynamic-axes export), which shape inference cannot follow; {seen}; fix: cut the "
+            "head before it (model.prepare: yolov8-split-head for a YOLOv8) or re-export without dynamic axes at "
+            "that size")
+    return InputError(
+        f"{path}: output {name!r} has a dynamic shape after shape inference ({dims}): the graph computes it from "
+        f"values, not from the input shape; {seen}; fix: cut the head before that part (model.prepare) or give the "
+        "full input shape (model.inputs)")
+
+
 def prepare_model(section: ModelSection) -> PreparedModel:
     """Check the ONNX, apply the configured preparation and static shapes, infer and verify shapes."""
     import onnx
@@ -128,9 +213,12 @@ def prepare_model(section: ModelSection) -> PreparedModel:
     if len(inputs) != 1:
         raise InputError(f"{path}: rkdet supports single-input image models; this one has {len(inputs)} inputs")
     stock_head = _has_stock_head(model)
+    imgsz = _metadata_imgsz(model)
     if section.prepare == "yolov8-split-head":
         model = _split_head(model, path)
         stock_head = False
+    elif section.prepare == "classifier-logits":
+        model = _classifier_logits(model, path)
     graph_input = _graph_inputs(model)[0]
     dims = graph_input.type.tensor_type.shape.dim
     if section.inputs:
@@ -145,32 +233,48 @@ def prepare_model(section: ModelSection) -> PreparedModel:
             d.dim_value = int(v)
     if section.input_size is not None:
         if len(dims) != 4:
-            raise InputError(f"{path}: model.input_size needs a 4-D NCHW input; {graph_input.name} has {len(dims)} dims")
+            raise InputError(f"{path}: model.input_size needs a 4-D NCHW input; {graph_input.name} has {len(dims)} dims: "
+                             f"give the full shape with model.inputs: {{{graph_input.name}: [...]}}")
         dims[2].Clear(), dims[3].Clear()
         dims[2].dim_value, dims[3].dim_value = section.input_size
     shape_now = _dims(graph_input)
     if any(not isinstance(d, int) or d <= 0 for d in shape_now):
-        raise InputError(f"{path}: input {graph_input.name!r} has dynamic shape {shape_now}; "
-                         f"set model.inputs: {{{graph_input.name}: [1, 3, H, W]}} in the config")
+        hw = "H, W" if section.input_size is None else ", ".join(map(str, section.input_size))
+        also = (" (model.input_size sets only H and W; the other dims are dynamic too)"
+                if section.input_size is not None else "")
+        raise InputError(f"{path}: input {graph_input.name!r} has dynamic shape {shape_now}{also}; "
+                         f"set model.inputs: {{{graph_input.name}: [1, 3, {hw}]}} in the config")
     if len(shape_now) != 4 or shape_now[1] != 3 or shape_now[0] != 1:
         raise InputError(f"{path}: input {graph_input.name!r} has shape {shape_now}; rkdet expects [1, 3, H, W]")
     if section.input_size is not None or section.inputs:
         del model.graph.value_info[:]
         for out in model.graph.output:
             out.type.tensor_type.ClearField("shape")
+    keys = " / ".join(k for k, v in (("model.input_size", section.input_size), ("model.inputs", section.inputs)) if v)
     try:
-        model = shape_inference.infer_shapes(model, strict_mode=True)
-        onnx.checker.check_model(model, full_check=True)
+        inferred = shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
         raise InputError(f"{path}: the graph does not take the requested input shape {shape_now}: {first}; "
-                         "drop model.input_size or export the model at that size") from None
+                         f"{'change or drop ' + keys if keys else 'give the shape with model.inputs'}, or export the "
+                         "model at that size") from None
     out_shapes = []
-    for out in model.graph.output:
-        d = _dims(out)
+    for out in inferred.graph.output:
+        d = _dims(out) if out.type.tensor_type.HasField("shape") else ["?"]
         if any(not isinstance(x, int) or x <= 0 for x in d):
-            raise InputError(f"{path}: output {out.name!r} has no static shape ({d}) after shape inference")
+            raise _dynamic_output_error(path, model, out.name, d, graph_input.name, shape_now)
         out_shapes.append(tuple(int(x) for x in d))
+    model = inferred
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
+        raise InputError(f"{path}: the ONNX checker rejects the graph at input shape {shape_now}: {first}") from None
+    warnings = []
+    if imgsz is not None and tuple(shape_now[2:]) != imgsz:
+        given = f"model.input_size {list(section.input_size)}" if section.input_size else f"input shape {shape_now}"
+        warnings.append(f"{given} differs from the model's metadata imgsz {list(imgsz)} (the size it was exported "
+                        "at); accuracy may change: check the decision gate, or use the metadata size")
     return PreparedModel(
         onnx_bytes=model.SerializeToString(deterministic=True),
         input_name=graph_input.name,
@@ -180,4 +284,5 @@ def prepare_model(section: ModelSection) -> PreparedModel:
         prepare=section.prepare,
         opset=opset,
         stock_yolov8_head=stock_head,
+        warnings=tuple(warnings),
     )

@@ -21,7 +21,7 @@ import numpy as np
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
-from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, preprocess
+from rkdet.convert.images import IMAGE_SUFFIXES, ImageFile, Letterbox, decode_rgb, list_images, non_images, preprocess
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
 from rkdet.errors import ConversionError, InputError
@@ -182,7 +182,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             stage_dir / "golden" / "onnx-fp32", backend="onnxruntime", backend_detail=ref_detail,
             model_path="model.onnx", model_sha256=onnx_sha, inputs=gold_inputs, outputs=ref,
             output_names=model.output_names)}
-        warnings: list[str] = [line] if (line := log_report.summary()) else []
+        warnings: list[str] = list(model.warnings) + ([line] if (line := log_report.summary()) else [])
         fid, fidelity_line = None, None
         if sim:
             golden_hashes["simulator"] = golden.write_result_set(
@@ -203,7 +203,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
                                       fid, environment, log_report.as_dict())
         fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
-                                   cfg.quantize.enabled and not cfg.quantize.force_fp16, platform)
+                                   cfg.quantize.enabled and not cfg.quantize.force_fp16, platform,
+                                   cfg.quantize.float_outputs)
         verify_report = None
         if verify:
             progress(f"{platform}: --verify: rebuilding to check reproducibility")
@@ -267,6 +268,10 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     require_onnx_file(Path(cfg.model.onnx))  # hashed below, before the graph is prepared
     cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
     gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
+    skipped = [f"{key} {folder}: {', '.join(names)}" for key, folder in
+               (("quantize.dataset", cfg.quantize.dataset), ("golden.inputs", cfg.golden.inputs))
+               if (names := non_images(folder))]
+    notes = ([f"not images, not read ({', '.join(IMAGE_SUFFIXES)} only): " + "; ".join(skipped)] if skipped else [])
     overlap = {f.sha256 for f in cal_files} & {f.sha256 for f in gold_files}
     if overlap:
         names = sorted(f.path.name for f in gold_files if f.sha256 in overlap)
@@ -278,10 +283,16 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     try:
         progress("checking the ONNX model and preparing its graph")
         model = prepare_model(cfg.model)
+        unknown = [o for o in cfg.quantize.float_outputs if o not in model.output_names]
+        if unknown:
+            raise InputError(f"quantize.float_outputs names {', '.join(map(repr, unknown))}, not an output of the "
+                             f"prepared model (outputs: {', '.join(model.output_names)})")
         progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
         cal = materialize(cal_files, model, cfg)
         gold = materialize(gold_files, model, cfg)
-        return [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
-                               early if p == first else None) for p in targets]
+        results = [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
+                                  early if p == first else None) for p in targets]
+        results[0].warnings[:0] = notes  # about the inputs, not a platform: said once
+        return results
     finally:
         early.close()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +23,31 @@ def _assert_clean_failure(proc, code: int, *needles: str, out: Path | None = Non
         assert needle in error_lines[0], error_lines[0]
     if out is not None and out.exists():
         assert list(out.iterdir()) == [], f"left behind: {list(out.iterdir())}"
-    workers = subprocess.run(["pgrep", "-f", "toolkit2_worker.py"], capture_output=True, text=True).stdout.split()
-    assert workers == [], "a toolkit worker started early outlived the failed convert"
+    assert _own_workers(proc.own_tmp) == [], "a toolkit worker started early outlived the failed convert"
+
+
+def _own_workers(own_tmp: Path) -> list[int]:
+    """Live processes working in this test's own temp dir (its hermetic build folders live there): other
+    converts on the machine (other tests, other users) are not ours to count."""
+    pids = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(proc_dir / "cwd"))
+        except OSError:  # gone, or not ours to read
+            continue
+        if cwd == own_tmp or own_tmp in cwd.parents:
+            pids.append(int(proc_dir.name))
+    return pids
 
 
 def _convert(config: Path, out: Path, *extra: str, env: dict | None = None):
-    return run_rkdet("convert", "--config", str(config), "--out", str(out), *extra, env=env)
+    own_tmp = Path(tempfile.mkdtemp(prefix="own-tmp-", dir=config.parent)).resolve()
+    proc = run_rkdet("convert", "--config", str(config), "--out", str(out), *extra,
+                     env={**(env or {}), "TMPDIR": str(own_tmp)})
+    proc.own_tmp = own_tmp  # type: ignore[attr-defined]
+    return proc
 
 
 def test_missing_onnx(tiny_config, tmp_path):
@@ -68,6 +88,17 @@ def test_missing_calibration_folder(tiny_config, tmp_path):
     _assert_clean_failure(_convert(cfg, tmp_path / "out"), 2, "quantize.dataset folder not found", out=tmp_path / "out")
 
 
+def _noise_jpeg() -> bytes:
+    """A 200x200 noise JPEG (~48 kB): cut at 5000 bytes, OpenCV still decodes it, the missing rows flat."""
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", np.random.default_rng(0).integers(0, 256, (200, 200, 3), dtype=np.uint8))
+    assert ok and len(data) > 20000
+    cut = cv2.imdecode(np.frombuffer(data.tobytes()[:5000], np.uint8), cv2.IMREAD_UNCHANGED)
+    assert cut is not None and np.unique(cut[-20:]).size == 1  # the trap: it "decodes"
+    return data.tobytes()
+
+
 def _folder_with(tmp_path: Path, tiny_assets, name: str, writer) -> Path:
     folder = tmp_path / "cal-bad"
     shutil.copytree(tiny_assets["cal"], folder)
@@ -79,6 +110,7 @@ def _folder_with(tmp_path: Path, tiny_assets, name: str, writer) -> Path:
     ("zz-gray.png", lambda p: __import__("cv2").imwrite(str(p), np.full((40, 40), 128, np.uint8)), "grayscale"),
     ("zz-thin.png", lambda p: __import__("cv2").imwrite(str(p), np.zeros((8, 400, 3), np.uint8)), "outside"),
     ("zz-broken.png", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\nnot really"), "cannot decode image"),
+    ("zz-cut.jpg", lambda p: p.write_bytes(_noise_jpeg()[:5000]), "JPEG is truncated"),
 ])
 def test_bad_images_are_named(tiny_config, tiny_assets, tmp_path, name, writer, needle):
     folder = _folder_with(tmp_path, tiny_assets, name, writer)
