@@ -269,7 +269,11 @@ def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.n
         report.gates.append(result)
         if result.passed is not None:
             decided = set(output_names) if layout.kind.startswith("yolov8") else set(layout.roles)
-    report.slices = measure_slices(sim, ref, slices_for(output_names, output_shapes, prepare), limits)
+    if layout.kind == "yolov8-split":  # any split head (rkdet's cut, rknn_model_zoo's): roles from the decoder
+        slices = [Slice(n, "boxes" if layout.roles.get(n) == "box" else "scores", None) for n in output_names]
+    else:
+        slices = slices_for(output_names, output_shapes, prepare)
+    report.slices = measure_slices(sim, ref, slices, limits)
     for key, entry in report.slices.items():
         binding = entry["output"] not in decided
         limit = limits.min_slice_cosine if entry["kind"] != "all" else limits.min_cosine

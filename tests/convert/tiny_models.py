@@ -254,3 +254,34 @@ def classifier_model(path: Path, *, nc: int = 2, softmax: bool = True, size: int
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def split_head_model(path: Path, *, score_sum: bool = False, nc: int = 2, size: int = 640, cls_bias: float = -4.0) -> Path:
+    """A YOLOv8 already split per stride, as rknn_model_zoo exports it: per stride a 64-channel DFL box
+    output and a sigmoid class output, plus (`score_sum`) a 1-channel clipped sum of the class scores: 9
+    outputs. Numeric output names, as that exporter writes. Built from `yolov8_model`'s head convs."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stock = onnx.shape_inference.infer_shapes(onnx.load(yolov8_model(Path(tmp) / "stock.onnx", nc=nc, size=size,
+                                                                          cls_bias=cls_bias)))
+    convs = [f"/model.22/{b}.{i}/{b}.{i}.2/Conv_output_0" for i in range(3) for b in ("cv2", "cv3")]
+    cut = onnx.utils.Extractor(stock).extract_model(["images"], convs)
+    del cut.graph.output[:]
+    number = 318
+    for i in range(3):
+        box, cls = convs[2 * i], convs[2 * i + 1]
+        names = [str(number), str(number + 1)] + ([str(number + 2)] if score_sum else [])
+        number += 10
+        cut.graph.node.append(helper.make_node("Identity", [box], [names[0]]))
+        cut.graph.node.append(helper.make_node("Sigmoid", [cls], [names[1]]))
+        if score_sum:
+            cut.graph.node.append(helper.make_node("ReduceSum", [names[1]], [f"sum{i}"], axes=[1], keepdims=1))
+            cut.graph.node.append(helper.make_node("Clip", [f"sum{i}", "zero_f", "one_f"], [names[2]]))
+        cut.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names)
+    if score_sum:
+        cut.graph.initializer.extend([_const("zero_f", np.array(0.0, np.float32)), _const("one_f", np.array(1.0, np.float32))])
+    cut = onnx.shape_inference.infer_shapes(cut)  # fills the outputs' shapes
+    onnx.checker.check_model(cut)
+    onnx.save(cut, path)
+    return path
