@@ -268,7 +268,7 @@ class RkdetConfig(_Strict):
         return json.loads(self.model_dump_json())
 
 
-_PATH_KEYS = (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs"), ("target", "toolkit1_python"))
+PATH_KEYS = (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs"), ("target", "toolkit1_python"))
 
 
 def _known_keys(model: type[BaseModel]) -> list[str]:
@@ -306,7 +306,7 @@ def _format_error(path: Path, err: dict[str, Any]) -> str:
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> None:
-    for section, key in _PATH_KEYS:
+    for section, key in PATH_KEYS:
         sect = raw.get(section)
         if isinstance(sect, dict) and isinstance(sect.get(key), str):
             p = Path(sect[key]).expanduser()

@@ -154,7 +154,7 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                                                      model.input_shape_nchw[3], 3],
                       "channel_order": cfg.preprocess.channel_order, "mean": list(cfg.preprocess.mean),
                       "std": list(cfg.preprocess.std)},
-        "toolchain": {"toolkit": {"name": tk.name, "version": tk.version, "python": tk.python},
+        "toolchain": {"toolkit": {"name": tk.name, "version": tk.version},  # by version: no machine paths
                       "libraries": library_versions(), "host": f"{sys.platform}-{pyplatform.machine()}"},
         "build_environment": environment,
         "rknn": {"file": "model.rknn", "sha256": sha256_file(rknn_path), "size": rknn_path.stat().st_size,

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from rkdet.config import RkdetConfig
-from rkdet.convert import fidelity, golden, manifest, toolkit_log
+from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import IMAGE_SUFFIXES, ImageFile, Letterbox, decode_rgb, list_images, non_images, preprocess
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
@@ -108,7 +108,7 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
         (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
         os.rename(folder / ".job.json", folder / "job.json")
         run = session.worker.go()
-        (stage_dir / "toolkit.log").write_text(run.log)
+        (stage_dir / "toolkit.log").write_text(published.scrub(run.log, folder, tk.python))
         result_file = folder / "result.json"
         result = json.loads(result_file.read_text()) if result_file.exists() else None
         if run.returncode != 0 or not result or not result.get("ok"):
@@ -124,7 +124,7 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
         sim: dict[str, dict[str, np.ndarray]] = {}
         for name, files in result["simulator_outputs"].items():
             sim[name] = {out: np.load(folder / f, allow_pickle=False) for out, f in zip(model.output_names, files)}
-        environment = {"env": run.env, "wrappers": list(run.argv_prefix), "cwd": str(folder)}
+        environment = published.environment(run.env, run.argv_prefix, folder, tk.python)
         return environment, sim, run.log
 
 
@@ -212,7 +212,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                     golden_hashes)
             (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
         manifest.write_manifest(stage_dir / "manifest.json", doc)
-        (stage_dir / "config.resolved.json").write_text(json.dumps(cfg.resolved_dict(), indent=2, sort_keys=True) + "\n")
+        (stage_dir / "config.resolved.json").write_text(json.dumps(published.config_dict(cfg), indent=2, sort_keys=True)
+                                                        + "\n")
         if verify_report and not verify_report["fingerprint_identical"]:
             raise ConversionError(f"{platform}: --verify: a second identical build has fingerprint "
                                   f"{verify_report['second_fingerprint'][:16]} != {doc['fingerprint'][:16]}: "
