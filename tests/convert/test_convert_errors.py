@@ -89,13 +89,13 @@ def test_missing_calibration_folder(tiny_config, tmp_path):
 
 
 def _noise_jpeg() -> bytes:
-    """A 200x200 noise JPEG (~48 kB): cut at 5000 bytes, OpenCV still decodes it, the missing rows flat."""
+    """A 200x200 noise JPEG (~48 kB): cut at 5000 bytes, OpenCV still decodes it without an error."""
     import cv2
 
     ok, data = cv2.imencode(".jpg", np.random.default_rng(0).integers(0, 256, (200, 200, 3), dtype=np.uint8))
     assert ok and len(data) > 20000
     cut = cv2.imdecode(np.frombuffer(data.tobytes()[:5000], np.uint8), cv2.IMREAD_UNCHANGED)
-    assert cut is not None and np.unique(cut[-20:]).size == 1  # the trap: it "decodes"
+    assert cut is not None  # the trap: it "decodes" (missing rows flat or, measured, uninitialised memory)
     return data.tobytes()
 
 
