@@ -92,3 +92,13 @@ def test_bad_accept_pattern_is_a_config_error(tiny_config):
     proc = run_rkdet("config", "show", "--config", str(cfg))
     assert proc.returncode == 2
     assert "toolkit.accept_errors" in proc.stderr and "not a valid regular expression" in proc.stderr
+
+
+@pytest.mark.slow
+def test_regtask_fails_the_fp16_build_too(wide, tiny_assets, tmp_path):
+    """FP16 (what an INT8 failure suggests) logs the same overflow: it must not print "built" silently."""
+    cfg = write_config(tmp_path / "c.yaml", wide, tiny_assets["cal"], tiny_assets["gold"],
+                       quantize={"enabled": False, "force_fp16": True})
+    proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    assert "REGTASK" in proc.stderr.strip().splitlines()[-1] and "built" not in proc.stderr
