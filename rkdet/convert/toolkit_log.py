@@ -100,7 +100,7 @@ def _classify_line(level: str, text: str) -> KnownMessage:
 
 def _group_key(known: KnownMessage, text: str) -> str:
     # Unknown messages are grouped by their text without numbers, known ones by their table key.
-    return known.key if known.pattern else f"{known.key}:{re.sub(r'[0-9a-fx]+', '#', text)[:120]}"
+    return known.key if known.pattern else f"{known.key}:{re.sub(r'0x[0-9a-fA-F]+|[0-9]+', '#', text)[:120]}"
 
 
 def classify(log: str, accept_errors: list[str] | tuple[str, ...] = ()) -> LogReport:

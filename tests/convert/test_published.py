@@ -9,7 +9,6 @@ import os
 import re
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
