@@ -150,3 +150,21 @@ def test_rv1126_without_legacy_toolkit_explains(tiny_config, tmp_path):
 def test_unquantized_without_force_fp16_is_refused(tiny_config, tmp_path):
     cfg = tiny_config(quantize={"enabled": False})
     _assert_clean_failure(_convert(cfg, tmp_path / "out"), 2, "force_fp16", out=tmp_path / "out")
+
+
+def test_own_worker_check_sees_a_process_in_its_temp_dir(tmp_path):
+    """The leftover-worker guard above must find a live process working in the test's own temp dir (and
+    only there: other converts on the machine are not counted)."""
+    import subprocess
+    import sys
+
+    own = (tmp_path / "own").resolve()
+    (own / "rkdet-hermetic-x" / "key").mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=own / "rkdet-hermetic-x" / "key")
+    try:
+        assert proc.pid in _own_workers(own)
+        assert proc.pid not in _own_workers((tmp_path / "elsewhere").resolve())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.pid not in _own_workers(own)
