@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from rkdet.config import PLATFORMS, load_config
 
@@ -36,8 +37,8 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
                           progress=lambda msg: (status.update(msg), console.log(msg)))
     summary = []
     for r in results:
-        for w in r.warnings:
-            console.print(f"[yellow]warning[/]: {w}")
+        for w in r.warnings:  # one line each (no wrapping), model-supplied names never read as markup
+            console.print(f"[yellow]warning[/]: {escape(w)}", soft_wrap=True, highlight=False)
         if r.fidelity_line:
             console.print(r.fidelity_line, markup=False, highlight=False, soft_wrap=True)
         entry = {"platform": r.platform, "fidelity": r.fidelity_line, "folder": str(r.folder), "fingerprint": r.fingerprint,

@@ -68,6 +68,7 @@ def test_dynamic_export_builds_with_split_head_and_warns_on_imgsz(dynamic_yolo, 
     assert proc.returncode == 0, proc.stderr[-2000:]
     (warning,) = [w for w in json.loads(proc.stdout)["builds"][0]["warnings"] if "imgsz" in w]
     assert warning.startswith("input shape [1, 3, 320, 320] differs from the model's metadata imgsz [640, 640]")
+    assert f"warning: {warning}" in proc.stderr.splitlines()  # printed on one line, brackets kept literally
 
 
 @pytest.mark.slow
