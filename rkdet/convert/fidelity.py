@@ -197,6 +197,28 @@ def compare_detection_decisions(ref: Detections, cand: Detections, limits: Fidel
             "disagreement_count": len(disagreements)}
 
 
+def _probabilities(scores: np.ndarray) -> np.ndarray:
+    """Scores as probabilities: kept when they already are (a Softmax output), else softmax of the logits."""
+    x = scores.astype(np.float64)
+    if x.min() >= 0 and x.max() <= 1 and abs(x.sum() - 1) < 1e-2:
+        return x
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def compare_top_k(ref: np.ndarray, cand: np.ndarray, limits: FidelitySection) -> dict[str, Any]:
+    """Same top-k classes in order, where a swap between classes whose FP32 probabilities are within
+    score_tolerance of each other (a near tie) is not a decision change."""
+    k = min(limits.top_k, ref.size)
+    rt = np.argsort(-ref, kind="stable")[:k].tolist()
+    ct = np.argsort(-cand, kind="stable")[:k].tolist()
+    p = _probabilities(ref)
+    margins = [float(p[a] - p[b]) for a, b in zip(rt, ct) if a != b]
+    agree = all(m <= limits.score_tolerance for m in margins)
+    return {"fp32_top": rt, "quantized_top": ct, "agree": int(agree), "detections": 1,
+            "fp32_margin": max(margins) if margins else None}
+
+
 def _decide(layout: Layout, sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
             limits: FidelitySection) -> tuple[dict[str, Any], GateResult]:
     threshold = limits.min_decision_agreement
@@ -212,10 +234,7 @@ def _decide(layout: Layout, sim: dict[str, dict[str, np.ndarray]], ref: dict[str
     else:  # classification
         for name in sorted(ref):
             r, c = class_scores(layout, ref[name]), class_scores(layout, sim[name])
-            k = min(limits.top_k, r.size)
-            rt, ct = np.argsort(-r, kind="stable")[:k], np.argsort(-c, kind="stable")[:k]
-            per_input[name] = {"fp32_top": rt.tolist(), "quantized_top": ct.tolist(),
-                               "agree": int(rt.tolist() == ct.tolist()), "detections": 1}
+            per_input[name] = compare_top_k(r, c, limits)
         units = len(per_input)
         agree = sum(v["agree"] for v in per_input.values())
         what = f"{agree}/{units} golden inputs keep the same top-{limits.top_k}"

@@ -84,7 +84,8 @@ def _static_output_shapes(model, input_name: str, shape: list[int]) -> list[tupl
 
 def inspect(path: Path) -> ModelFacts:
     """Read the ONNX and decide the config values, each with where it came from."""
-    from rkdet.convert.onnx_graph import _dims, _graph_inputs, _has_stock_head, _load, _metadata_imgsz, _opset
+    from rkdet.convert.onnx_graph import (_dims, _graph_inputs, _has_stock_head, _load, _metadata_imgsz, _opset,
+                                          final_softmax)
     from rkdet.diff.decode import detect_layout
 
     model = _load(path)
@@ -126,6 +127,9 @@ def inspect(path: Path) -> ModelFacts:
     if layout != "NCHW":
         raise InputError(f"{path}: input {graph_input.name!r} is {dims}, not NCHW with 3 channels; rkdet feeds "
                          "[1, 3, H, W] (the toolkit takes NHWC uint8 on the board and transposes itself)")
+    declared = [(o.name, _dims(o)) for o in model.graph.output]
+    if 0 in dynamic and all(len(s) >= 2 and all(isinstance(d, int) and d > 0 for d in s[1:]) for _, s in declared):
+        out_shapes = [(n, [1, *s[1:]]) for n, s in declared]  # only the batch is dynamic: it is 1
     static_outs = [(n, tuple(int(d) for d in s)) for n, s in out_shapes
                    if all(isinstance(d, int) and d > 0 for d in s)]
     if _has_stock_head(model):
@@ -143,8 +147,7 @@ def inspect(path: Path) -> ModelFacts:
             facts.prepare_reason = "already split per stride: nothing to cut"
         elif layout_found.kind == "classification":
             facts.kind, facts.kind_detail = "classifier", layout_found.detail
-            producer = next((n for n in model.graph.node if out_shapes[0][0] in n.output), None)
-            if producer is not None and producer.op_type in ("Softmax", "LogSoftmax"):
+            if final_softmax(model):
                 facts.prepare = "classifier-logits"
                 facts.prepare_reason = ("drop the final Softmax: rknn-toolkit2 keeps it in float16 in a quantized "
                                         "build, and the top-k is the same on the logits")

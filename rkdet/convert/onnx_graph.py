@@ -123,15 +123,32 @@ def _classifier_logits(model, path: Path):
         raise InputError(f"{path}: model.prepare is classifier-logits but the model has {len(model.graph.output)} "
                          "outputs; it applies to a classifier with one output: set model.prepare: none")
     out = model.graph.output[0]
-    producer = next((n for n in model.graph.node if out.name in n.output), None)
-    if producer is None or producer.op_type not in ("Softmax", "LogSoftmax"):
+    chain = final_softmax(model)
+    if not chain:
+        producer = next((n for n in model.graph.node if out.name in n.output), None)
         op = producer.op_type if producer is not None else "nothing"
         raise InputError(f"{path}: model.prepare is classifier-logits but output {out.name!r} comes from {op}, not a "
                          "Softmax; set model.prepare: none")
-    logits = producer.input[0]
-    model.graph.node.remove(producer)
+    logits = chain[-1].input[0]
+    for node in chain:
+        model.graph.node.remove(node)
     model.graph.node.append(helper.make_node("Identity", [logits], [out.name], name="rkdet/logits"))
     return model
+
+
+def final_softmax(model) -> list:
+    """The nodes from the single output back to a final Softmax through Identity nodes (as Paddle exports
+    write them), output first; empty when the output does not come from a Softmax."""
+    if len(model.graph.output) != 1:
+        return []
+    producer = {o: n for n in model.graph.node for o in n.output}
+    chain, name = [], model.graph.output[0].name
+    while (node := producer.get(name)) is not None and node.op_type == "Identity" and len(chain) < 8:
+        chain.append(node)
+        name = node.input[0]
+    if node is None or node.op_type not in ("Softmax", "LogSoftmax"):
+        return []
+    return [*chain, node]
 
 
 def _metadata_imgsz(model) -> tuple[int, int] | None:
@@ -167,6 +184,84 @@ def _shape_chain_reshapes(model) -> list[str]:
             if n.op_type == "Reshape" and len(n.input) > 1 and from_shape(n.input[1])]
 
 
+# Ops through which a value computed from Shape stays a function of the input *shape* only.
+_SHAPE_ARITHMETIC = {"Gather", "Concat", "Cast", "Unsqueeze", "Squeeze", "Slice", "Mul", "Add", "Sub", "Div",
+                     "Floor", "Ceil", "ReduceProd", "Identity", "Constant", "Shape", "Range", "Equal", "Where"}
+
+
+def _fold_shape_chains(model, input_name: str, shape: list[int]) -> list[str]:
+    """Replace each Reshape target that is computed from Shape ops (and constants) only by its value at the
+    static input shape, computed once by onnxruntime, so shape inference can follow the graph. Exact: such
+    a target depends on the input's shape, never on its values. Returns the Reshape nodes folded."""
+    from onnx import helper, numpy_helper
+
+    producer = {o: n for n in model.graph.node for o in n.output}
+    constants = {i.name for i in model.graph.initializer}
+    memo: dict[str, bool] = {}
+
+    def shape_only(name: str, depth: int = 0) -> bool:
+        if name in constants or name == "":
+            return True
+        if name in memo:
+            return memo[name]
+        node = producer.get(name)
+        ok = (node is not None and depth < 32 and node.op_type in _SHAPE_ARITHMETIC
+              and (node.op_type == "Shape" or all(shape_only(i, depth + 1) for i in node.input)))
+        memo[name] = ok
+        return ok
+
+    def via_shape(name: str, depth: int = 0) -> bool:
+        node = producer.get(name)
+        return node is not None and depth < 32 and (node.op_type == "Shape" or any(via_shape(i, depth + 1) for i in node.input))
+
+    targets = [n for n in model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
+               and n.input[1] not in constants and via_shape(n.input[1]) and shape_only(n.input[1])]
+    if not targets:
+        return []
+    import numpy as np
+    import onnxruntime as ort
+
+    probe = type(model)()
+    probe.CopyFrom(model)
+    for name in {t.input[1] for t in targets}:
+        probe.graph.output.append(helper.make_tensor_value_info(name, onnx_int64(), None))
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        wanted = [t.input[1] for t in targets]
+        values = dict(zip(wanted, session.run(wanted, {input_name: np.zeros(shape, np.float32)})))
+    except Exception:  # reported below as a shape inference cannot follow, with onnxruntime's view
+        return []
+    for i, node in enumerate(targets):
+        folded = f"rkdet/reshape_target/{i}"
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(values[node.input[1]], np.int64), folded))
+        node.input[1] = folded
+    _drop_dead_nodes(model)
+    return [n.name or n.output[0] for n in targets]
+
+
+def onnx_int64() -> int:
+    import onnx
+
+    return onnx.TensorProto.INT64
+
+
+def _drop_dead_nodes(model) -> None:
+    """Remove nodes whose outputs no graph output needs (the Shape chains left behind by folding)."""
+    needed = {o.name for o in model.graph.output}
+    keep = []
+    for node in reversed(list(model.graph.node)):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(i for i in node.input if i)
+    keep.reverse()
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    used = {i for n in keep for i in n.input}
+    kept_inits = [t for t in model.graph.initializer if t.name in used or t.name in {o.name for o in model.graph.output}]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept_inits)
+
+
 def _onnxruntime_shapes(model, input_name: str, shape: list[int]) -> dict[str, list[int]] | str:
     """What onnxruntime computes for a zero input of `shape` (or why it cannot)."""
     import numpy as np
@@ -189,9 +284,9 @@ def _dynamic_output_error(path: Path, model, name: str, dims: list, input_name: 
         return InputError(
             f"{path}: output {name!r} has no static shape after ONNX shape inference ({dims}): Reshape "
             f"{reshapes[0]!r}{f' (+{len(reshapes) - 1} more)' if len(reshapes) > 1 else ''} takes its shape from a "
-            f"Shape->Concat chain (a dynamic-axes export), which shape inference cannot follow; {seen}; fix: cut the "
-            "head before it (model.prepare: yolov8-split-head for a YOLOv8) or re-export without dynamic axes at "
-            "that size")
+            f"Shape->Concat chain that also depends on values, which shape inference cannot follow; {seen}; fix: "
+            "cut the head before it (model.prepare: yolov8-split-head for a YOLOv8) or re-export without dynamic "
+            "axes at that size")
     return InputError(
         f"{path}: output {name!r} has a dynamic shape after shape inference ({dims}): the graph computes it from "
         f"values, not from the input shape; {seen}; fix: cut the head before that part (model.prepare) or give the "
@@ -250,6 +345,7 @@ def prepare_model(section: ModelSection) -> PreparedModel:
         del model.graph.value_info[:]
         for out in model.graph.output:
             out.type.tensor_type.ClearField("shape")
+    folded = _fold_shape_chains(model, graph_input.name, shape_now)
     keys = " / ".join(k for k, v in (("model.input_size", section.input_size), ("model.inputs", section.inputs)) if v)
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=True)
@@ -271,6 +367,9 @@ def prepare_model(section: ModelSection) -> PreparedModel:
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc.__class__.__name__
         raise InputError(f"{path}: the ONNX checker rejects the graph at input shape {shape_now}: {first}") from None
     warnings = []
+    if folded:
+        warnings.append(f"fixed {len(folded)} Reshape target(s) computed from Shape ops (a dynamic-axes export; first "
+                        f"{folded[0]!r}) to their values at input {shape_now}, so the graph has static shapes")
     if imgsz is not None and tuple(shape_now[2:]) != imgsz:
         given = f"model.input_size {list(section.input_size)}" if section.input_size else f"input shape {shape_now}"
         warnings.append(f"{given} differs from the model's metadata imgsz {list(imgsz)} (the size it was exported "

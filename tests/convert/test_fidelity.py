@@ -163,3 +163,14 @@ def test_quantization_gate_rejects_float_tensors():
         fidelity.quantization_gate(header, "w8a8", True, "rk3588")
     fidelity.quantization_gate(header | {"outputs": [{"name": "y", "dtype": "int8"}]}, "w8a8", True, "rk3588")
     fidelity.quantization_gate(header, "w8a8", True, "rk3588", float_outputs=["y"])
+
+
+def test_classifier_near_tie_swap_is_not_a_decision_change():
+    """Measured on rapidocr's OCR direction classifier: FP32 [0.499, 0.501] became [0.511, 0.489] in INT8."""
+    limits = FidelitySection()
+    near = fidelity.compare_top_k(np.array([0.499, 0.501]), np.array([0.511, 0.489]), limits)
+    assert near["agree"] == 1 and near["fp32_margin"] < 0.01
+    clear = fidelity.compare_top_k(np.array([0.2, 0.8]), np.array([0.7, 0.3]), limits)
+    assert clear["agree"] == 0 and clear["fp32_margin"] == pytest.approx(0.6)
+    logits = fidelity.compare_top_k(np.array([0.0, 4.0]), np.array([1.0, 0.0]), limits)  # softmax: 0.018 vs 0.982
+    assert logits["agree"] == 0

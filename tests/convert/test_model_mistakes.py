@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from convert_helpers import run_rkdet
-from tiny_models import classifier_model, write_config, yolov8_model
+from tiny_models import classifier_model, shape_chain_model, write_config, yolov8_model
 
 
 def _last_line(proc) -> str:
@@ -29,16 +29,33 @@ def test_input_size_and_inputs_disagreeing_is_exit_2_naming_both(tiny_config, tm
         assert "model.input_size [64, 64] and model.inputs.x [1, 3, 32, 32] disagree" in _last_line(proc)
 
 
-def test_shape_chain_reshape_is_reported_with_onnxruntime_view(dynamic_yolo, tiny_assets, tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", dynamic_yolo, tiny_assets["cal"], tiny_assets["gold"],
-                       model={"inputs": {"images": [1, 3, 640, 640]}})
+def test_value_dependent_shape_chain_is_reported_with_onnxruntime_view(tiny_assets, tmp_path):
+    onnx_path = shape_chain_model(tmp_path / "chain.onnx", value_dependent=True)
+    cfg = write_config(tmp_path / "c.yaml", onnx_path, tiny_assets["cal"], tiny_assets["gold"],
+                       model={"inputs": {"x": [1, 3, 32, 32]}})
     proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = _last_line(proc)
-    assert "output 'output0' has no static shape after ONNX shape inference" in line
-    assert "Reshape '/model.22/Reshape_cv2_0' (+7 more) takes its shape from a Shape->Concat chain" in line
-    assert "onnxruntime computes output0 [1, 6, 8400] for input [1, 3, 640, 640]" in line
-    assert "model.prepare: yolov8-split-head" in line and "Traceback" not in proc.stderr
+    assert "output 'y' has no static shape after ONNX shape inference" in line
+    assert "Reshape 'final_reshape' takes its shape from a Shape->Concat chain that also depends on values" in line
+    assert "onnxruntime computes y [1, 4] for input [1, 3, 32, 32]" in line
+    assert "fix: cut the head before it" in line and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_shape_only_chain_is_fixed_and_builds(tiny_assets, tmp_path):
+    """A Reshape target computed from Shape ops only is a function of the input shape: rkdet fixes it at
+    the configured shape (what the rapidocr OCR classifier needs) and says so."""
+    onnx_path = shape_chain_model(tmp_path / "chain.onnx")
+    cfg = write_config(tmp_path / "c.yaml", onnx_path, tiny_assets["cal"], tiny_assets["gold"],
+                       model={"inputs": {"x": [1, 3, 32, 32]}}, fidelity={})
+    proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp_path / "out"), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    build = json.loads(proc.stdout)["builds"][0]
+    assert any(w.startswith("fixed 1 Reshape target(s) computed from Shape ops") and "'final_reshape'" in w
+               for w in build["warnings"])
+    manifest = json.loads((Path(build["folder"]) / "manifest.json").read_text())
+    assert manifest["inputs"]["onnx_prepared"]["outputs"] == [{"name": "y", "shape": [1, 4]}]
 
 
 def test_input_size_on_a_dynamic_batch_points_to_model_inputs(dynamic_yolo, tiny_assets, tmp_path):

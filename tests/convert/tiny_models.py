@@ -285,3 +285,33 @@ def split_head_model(path: Path, *, score_sum: bool = False, nc: int = 2, size: 
     onnx.checker.check_model(cut)
     onnx.save(cut, path)
     return path
+
+
+def shape_chain_model(path: Path, *, value_dependent: bool = False, seed: int = 0) -> Path:
+    """A dynamic-axes classifier whose final Reshape takes its target from Shape -> Gather -> Unsqueeze ->
+    Concat, as Paddle and torch exports with dynamic axes write it (the OCR direction classifier of
+    rapidocr does exactly this). `value_dependent`: the target also adds 0 * max(activation), so it
+    depends on values and cannot be fixed from the input shape alone."""
+    rng = np.random.default_rng(seed)
+    inits = [_const("w", rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)),
+             _const("idx0", np.array(0, np.int64)), _const("minus1", np.array([-1], np.int64))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+             helper.make_node("Shape", ["g"], ["s"]),
+             helper.make_node("Gather", ["s", "idx0"], ["b"], axis=0),
+             helper.make_node("Unsqueeze", ["b"], ["b1"], axes=[0]),
+             helper.make_node("Concat", ["b1", "minus1"], ["target"], axis=0)]
+    if value_dependent:
+        inits.append(_const("zero", np.array(0.0, np.float32)))
+        nodes += [helper.make_node("ReduceMax", ["c"], ["m"], keepdims=0),
+                  helper.make_node("Mul", ["m", "zero"], ["m0"]),
+                  helper.make_node("Cast", ["m0"], ["m0i"], to=TensorProto.INT64),
+                  helper.make_node("Add", ["target", "m0i"], ["target2"])]
+    nodes.append(helper.make_node("Reshape", ["g", "target2" if value_dependent else "target"], ["y"], name="final_reshape"))
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "n"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
