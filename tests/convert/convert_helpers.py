@@ -16,3 +16,19 @@ def run_rkdet(*args: str, env: dict | None = None, cwd: Path | None = None, time
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([*RKDET, *args], capture_output=True, text=True, env=full_env, cwd=cwd or REPO,
                           timeout=timeout, check=False)
+
+
+def own_workers(own_tmp: Path) -> list[int]:
+    """Live processes working in a test's own temp dir (a convert run with TMPDIR=own_tmp keeps its hermetic
+    build folders, so its toolkit workers' cwd, there): other converts on the machine are not counted."""
+    pids = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            cwd = Path(os.readlink(proc_dir / "cwd"))
+        except OSError:  # gone, or not ours to read
+            continue
+        if cwd == own_tmp or own_tmp in cwd.parents:
+            pids.append(int(proc_dir.name))
+    return pids

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convert_helpers import run_rkdet
+from convert_helpers import own_workers, run_rkdet
 from tiny_models import conv_model, image_folder
 
 
@@ -23,23 +22,7 @@ def _assert_clean_failure(proc, code: int, *needles: str, out: Path | None = Non
         assert needle in error_lines[0], error_lines[0]
     if out is not None and out.exists():
         assert list(out.iterdir()) == [], f"left behind: {list(out.iterdir())}"
-    assert _own_workers(proc.own_tmp) == [], "a toolkit worker started early outlived the failed convert"
-
-
-def _own_workers(own_tmp: Path) -> list[int]:
-    """Live processes working in this test's own temp dir (its hermetic build folders live there): other
-    converts on the machine (other tests, other users) are not ours to count."""
-    pids = []
-    for proc_dir in Path("/proc").iterdir():
-        if not proc_dir.name.isdigit():
-            continue
-        try:
-            cwd = Path(os.readlink(proc_dir / "cwd"))
-        except OSError:  # gone, or not ours to read
-            continue
-        if cwd == own_tmp or own_tmp in cwd.parents:
-            pids.append(int(proc_dir.name))
-    return pids
+    assert own_workers(proc.own_tmp) == [], "a toolkit worker started early outlived the failed convert"
 
 
 def _convert(config: Path, out: Path, *extra: str, env: dict | None = None):
@@ -162,9 +145,9 @@ def test_own_worker_check_sees_a_process_in_its_temp_dir(tmp_path):
     (own / "rkdet-hermetic-x" / "key").mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=own / "rkdet-hermetic-x" / "key")
     try:
-        assert proc.pid in _own_workers(own)
-        assert proc.pid not in _own_workers((tmp_path / "elsewhere").resolve())
+        assert proc.pid in own_workers(own)
+        assert proc.pid not in own_workers((tmp_path / "elsewhere").resolve())
     finally:
         proc.kill()
         proc.wait()
-    assert proc.pid not in _own_workers(own)
+    assert proc.pid not in own_workers(own)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from convert_helpers import RKDET, REPO, run_rkdet
+from convert_helpers import RKDET, REPO, own_workers, run_rkdet
 
 pytestmark = pytest.mark.slow
 
@@ -122,8 +122,11 @@ def test_rebuild_replaces_previous_build_in_place(first_build, tiny_assets):
 
 def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
     out = tmp_path / "out"
+    own_tmp = (tmp_path / "own-tmp").resolve()
+    own_tmp.mkdir()
     proc = subprocess.Popen([*RKDET, "convert", "--config", str(tiny_config()), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(own_tmp)})
     deadline = time.time() + 60
     while time.time() < deadline and not any(p.name.startswith(".tiny-rk3588.tmp") for p in out.glob(".*")):
         time.sleep(0.05)
@@ -133,5 +136,4 @@ def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()[-2000:]
     assert list(out.iterdir()) == []
-    workers = subprocess.run(["pgrep", "-f", "toolkit2_worker.py"], capture_output=True, text=True).stdout.split()
-    assert workers == [], "an early-started toolkit worker outlived the interrupted convert"
+    assert own_workers(own_tmp) == [], "an early-started toolkit worker outlived the interrupted convert"
