@@ -58,7 +58,7 @@ def _register() -> None:
     """Attach the command groups; imports are inside so `rkdet --help` stays fast."""
     # One line per command group, each owned by its area (convert, board, diff, emulator).
     from rkdet.config_command import config_group
-    from rkdet.convert.command import convert_command
+    from rkdet.convert.command import convert_command, init_command
     from rkdet.diff.command import diff_command
     from rkdet.board.command import board_group, deploy_command
     from rkdet.board.emulator.command import emulator
@@ -68,6 +68,7 @@ def _register() -> None:
 
     main.add_command(config_group)
     main.add_command(convert_command)
+    main.add_command(init_command)
     main.add_command(diff_command)
     main.add_command(emulator)
     main.add_command(deploy_command)

@@ -36,9 +36,8 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
     shutil.copytree(REPO / "rkdet", tmp_path / "rkdet", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     inject = {
-        "diff/metrics.py": "from rkdet.board import ssh  # injected: diff reaching into the board",
         "runner.py": "import rkdet.config  # injected: the on-board runner importing rkdet",
-        "diff/decode.py": "import rkdet.diff.compare  # injected: compare -> decode -> compare",
+        "diff/metrics.py": "from rkdet.board import ssh  # injected: diff reaching into the board\nimport rkdet.diff.compare  # injected: compare -> metrics -> compare",
     }
     for rel, line in inject.items():
         path = tmp_path / "rkdet" / rel

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from rkdet.config import PLATFORMS, load_config
 from rkdet.log import log_console
@@ -36,9 +37,11 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
                           progress=lambda msg: (status.update(msg), console.log(msg)))
     summary = []
     for r in results:
-        for w in r.warnings:
-            console.print(f"[yellow]warning[/]: {w}")
-        entry = {"platform": r.platform, "folder": str(r.folder), "fingerprint": r.fingerprint,
+        for w in r.warnings:  # one line each (no wrapping), model-supplied names never read as markup
+            console.print(f"[yellow]warning[/]: {escape(w)}", soft_wrap=True, highlight=False)
+        if r.fidelity_line:
+            console.print(r.fidelity_line, markup=False, highlight=False, soft_wrap=True)
+        entry = {"platform": r.platform, "fidelity": r.fidelity_line, "folder": str(r.folder), "fingerprint": r.fingerprint,
                  "rknn_sha256": r.rknn_sha256, "warnings": r.warnings}
         if r.verify is not None:
             entry["verify"] = r.verify
@@ -50,3 +53,24 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
         console.print(line)
     if as_json:
         click.echo(json.dumps({"schema": "rkdet.convert/1", "builds": summary}, indent=2, sort_keys=True))
+
+
+@click.command("init")
+@click.option("--onnx", "onnx_path", type=click.Path(path_type=Path), required=True, help="The ONNX model to read.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Config file to write (default: <model name>.yaml here).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def init_command(onnx_path: Path, out: Path | None, force: bool) -> None:
+    """Write a commented config for your own ONNX model; guesses are marked `# CHECK`.
+
+    Also creates the folders `calibration/` and `golden/` beside it, for you to fill.
+    Exit codes: 0 written, 2 bad input.
+    """
+    from rkdet.convert.init import write_config
+
+    out = out or Path(f"{onnx_path.stem}.yaml")
+    written, facts = write_config(onnx_path, out, force)
+    checks = sum("# CHECK" in line for line in written.read_text(encoding="utf-8").splitlines())
+    click.echo(f"wrote {written}: {facts.kind} ({facts.kind_detail}); prepare {facts.prepare}; input "
+               f"{facts.shape}; {checks} line(s) marked # CHECK. Next: add images to {written.parent / 'calibration'} "
+               f"and {written.parent / 'golden'}, then `rkdet convert --config {written}`")

@@ -1,21 +1,39 @@
-"""Build fidelity: simulator (quantized) outputs against ONNX FP32, per output and per meaningful slice.
+"""Build fidelity: does the quantized build (the toolkit's simulator) decide what ONNX FP32 decides?
 
-Why slices: whole-output cosine of the stock YOLOv8 output reads 0.9995 while INT8 has zeroed every
-class score, because the box rows dominate the norm. So class-score and box parts are judged apart,
-and a build whose class scores collapse fails (exit 4) instead of shipping.
+Why decisions first: a numeric score misjudges both ways. Whole-output cosine of the stock YOLOv8 output
+reads 0.9995 while INT8 has zeroed every class score (boxes dominate the norm); a split-head class slice
+whose FP32 maximum is 0.12 (no detection anywhere) reads cosine 0.88 although nothing changes; a 2-element
+logit vector reads 0.94 with the same top-1 everywhere. So the primary gate is decision agreement on the
+golden inputs (YOLOv8: the same detections by class, IoU and score within tolerance, decoded by
+rkdet/decode.py; classifiers: the same top-k). Numeric gates measure only where FP32 carries signal
+(a slice without signal is reported, not failed) and judge the outputs no decision covers. A saturation
+check catches a quantized output pinned at its calibration range while FP32 goes beyond it.
+Every gate's result and threshold goes to fidelity.json and to one summary line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
 from rkdet.config import FidelitySection
+from rkdet.decode import (
+    CONF_THRESHOLD,
+    Detections,
+    Layout,
+    class_scores,
+    decode_yolov8,
+    detect_layout,
+    iou_matrix,
+)
 from rkdet.errors import ConversionError
 
+SCHEMA = "rkdet.fidelity/2"
 SCORE_HIGH = 0.5  # a confident FP32 class score
 SCORE_KEPT = 0.25  # what a faithful build still shows for it
+_MAX_LISTED = 5  # disagreements listed per input in fidelity.json
 
 
 @dataclass(frozen=True)
@@ -25,6 +43,41 @@ class Slice:
     output: str
     kind: str  # "scores" | "boxes" | "all"
     rows: slice | None  # along axis 1 (channels), None for the whole output
+
+    @property
+    def key(self) -> str:
+        return self.output if self.rows is None else f"{self.output}[{self.kind}]"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One gate on one subject: its measured value, threshold and verdict (None: not judged)."""
+
+    gate: str  # decision | cosine | score_collapse | score_recall | saturation
+    subject: str
+    value: float | None
+    threshold: float | None
+    passed: bool | None
+    binding: bool  # False: reported only (a decision gate covers this output)
+    note: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.binding and self.passed is False
+
+
+@dataclass
+class FidelityReport:
+    """What fidelity.json holds."""
+
+    layout: dict[str, Any]
+    gates: list[GateResult] = field(default_factory=list)
+    slices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decision: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "layout": self.layout, "gates": [asdict(g) for g in self.gates],
+                "slices": self.slices, "decision": self.decision}
 
 
 def slices_for(output_names: tuple[str, ...], output_shapes: tuple[tuple[int, ...], ...], prepare: str) -> list[Slice]:
@@ -54,67 +107,302 @@ def _part(array: np.ndarray, rows: slice | None) -> np.ndarray:
     return array if rows is None else array[:, rows]
 
 
-def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
-            slices: list[Slice]) -> dict:
-    """Per slice over all golden inputs: cosine (min over inputs), max abs diff, score recall."""
-    report: dict[str, dict] = {}
+def _signal_floor(sl: Slice, refs: list[np.ndarray], limits: FidelitySection) -> float:
+    """Scores are probabilities: an absolute floor. Other values: a share of the slice's largest |FP32|."""
+    if sl.kind == "scores":
+        return limits.score_floor
+    peak = max((float(np.max(np.abs(r))) for r in refs if r.size), default=0.0)
+    return limits.noise_floor * peak if peak > 0 else float("inf")
+
+
+def measure_slices(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
+                   slices: list[Slice], limits: FidelitySection) -> dict[str, dict[str, Any]]:
+    """Per slice over all golden inputs: cosine and relative error where FP32 carries signal, plus the
+    whole-slice cosine (for reference), max abs diff, maxima and score recall."""
+    report: dict[str, dict[str, Any]] = {}
     for sl in slices:
-        key = sl.output if sl.rows is None else f"{sl.output}[{sl.kind}]"
-        cosines, max_abs, high, kept, sim_max, ref_max = [], 0.0, 0, 0, 0.0, 0.0
-        for name in ref:
-            r = _part(ref[name][sl.output], sl.rows).astype(np.float32)
-            s = _part(sim[name][sl.output], sl.rows).astype(np.float32)
-            cosines.append(_cosine(s, r))
-            max_abs = max(max_abs, float(np.max(np.abs(s - r))))
-            sim_max, ref_max = max(sim_max, float(s.max())), max(ref_max, float(r.max()))
+        refs = [_part(ref[n][sl.output], sl.rows).astype(np.float32) for n in ref]
+        sims = [_part(sim[n][sl.output], sl.rows).astype(np.float32) for n in ref]
+        floor = _signal_floor(sl, refs, limits)
+        signal_cos, signal_rel, signal_n, whole, high, kept = [], [], 0, [], 0, 0
+        for r, s in zip(refs, sims):
+            whole.append(_cosine(s, r))
+            mask = np.abs(r) >= floor
+            if mask.any():
+                signal_n += int(mask.sum())
+                signal_cos.append(_cosine(s[mask], r[mask]))
+                rn = float(np.linalg.norm(r[mask].astype(np.float64)))
+                signal_rel.append(float(np.linalg.norm((s[mask] - r[mask]).astype(np.float64))) / rn if rn else 0.0)
             if sl.kind == "scores":
-                mask = r > SCORE_HIGH
-                high += int(mask.sum())
-                kept += int((s[mask] > SCORE_KEPT).sum())
-        entry = {"kind": sl.kind, "output": sl.output, "min_cosine": min(cosines), "max_abs": max_abs,
-                 "sim_max": sim_max, "ref_max": ref_max}
+                confident = r > SCORE_HIGH
+                high += int(confident.sum())
+                kept += int((s[confident] > SCORE_KEPT).sum())
+        entry: dict[str, Any] = {
+            "kind": sl.kind, "output": sl.output, "signal_floor": floor if np.isfinite(floor) else None,
+            "signal_elements": signal_n, "signal_inputs": len(signal_cos),
+            "signal_min_cosine": min(signal_cos) if signal_cos else None,
+            "signal_max_rel_error": max(signal_rel) if signal_rel else None,
+            "whole_min_cosine": min(whole), "max_abs": max(float(np.max(np.abs(s - r))) for r, s in zip(refs, sims)),
+            "sim_max": max(float(s.max()) for s in sims), "ref_max": max(float(r.max()) for r in refs)}
         if sl.kind == "scores":
             entry["confident_ref_scores"] = high
             entry["score_recall"] = (kept / high) if high else None
-        report[key] = entry
+        report[sl.key] = entry
     return report
 
 
-def gate(report: dict, limits: FidelitySection, platform: str) -> list[str]:
-    """Raise ConversionError when a slice fails; return warnings worth printing."""
-    warnings = []
-    for key, entry in report.items():
-        if entry["kind"] == "scores":
-            if entry["ref_max"] > SCORE_KEPT and entry["sim_max"] <= 0.0:
-                raise ConversionError(f"{platform}: class scores collapsed in {key} (FP32 max {entry['ref_max']:.3f}, "
-                                      "quantized max 0): quantize class scores apart from boxes "
-                                      "(model.prepare: yolov8-split-head) or build FP16 (quantize.force_fp16: true)")
-            recall = entry.get("score_recall")
-            if recall is not None and recall < limits.min_score_recall:
-                raise ConversionError(f"{platform}: class scores lost in {key}: only {recall:.0%} of confident FP32 "
-                                      f"scores survive quantization (fidelity.min_score_recall {limits.min_score_recall:.0%})")
-            if recall is None:
-                warnings.append(f"{key}: no FP32 score above {SCORE_HIGH} on the golden inputs; score recall not judged")
+def _match(ref: Detections, cand: Detections, match_iou: float) -> list[tuple[int, int, float]]:
+    """Greedy same-class matching, best IoU first (decisions are per class)."""
+    if not len(ref) or not len(cand):
+        return []
+    iou = iou_matrix(ref.boxes, cand.boxes)
+    iou[ref.classes[:, None] != cand.classes[None, :]] = -1.0
+    pairs, used_r, used_c = [], set(), set()
+    for flat in np.argsort(-iou, axis=None, kind="stable"):
+        r, c = divmod(int(flat), iou.shape[1])
+        if iou[r, c] < match_iou:
+            break
+        if r not in used_r and c not in used_c:
+            used_r.add(r)
+            used_c.add(c)
+            pairs.append((r, c, float(iou[r, c])))
+    return pairs
+
+
+def compare_detection_decisions(ref: Detections, cand: Detections, limits: FidelitySection,
+                                conf: float = CONF_THRESHOLD) -> dict[str, Any]:
+    """Agreement between FP32 and quantized detections of one input.
+
+    Both sides are decoded down to `conf - score_tolerance`, so a detection that quantization moves just
+    across the confidence threshold (within tolerance) still finds its partner. A detection counts when
+    either side reports it (score >= conf); it agrees when matched by class with IoU >= match_iou and
+    its score within score_tolerance."""
+    tol = limits.score_tolerance
+    pairs = _match(ref, cand, limits.match_iou)
+    agree, disagreements, units = 0, [], 0
+    for r, c, iou in pairs:
+        if ref.scores[r] < conf and cand.scores[c] < conf:
+            continue
+        units += 1
+        delta = float(cand.scores[c] - ref.scores[r])
+        if abs(delta) <= tol:
+            agree += 1
+        else:
+            disagreements.append({"what": "score", "class": int(ref.classes[r]), "fp32_score": float(ref.scores[r]),
+                                  "quantized_score": float(cand.scores[c]), "iou": iou})
+    matched_r, matched_c = {r for r, _, _ in pairs}, {c for _, c, _ in pairs}
+    for r in range(len(ref)):
+        if r not in matched_r and ref.scores[r] >= conf:
+            units += 1
+            disagreements.append({"what": "missing", "class": int(ref.classes[r]), "fp32_score": float(ref.scores[r]),
+                                  "box": [float(v) for v in ref.boxes[r]]})
+    for c in range(len(cand)):
+        if c not in matched_c and cand.scores[c] >= conf:
+            units += 1
+            disagreements.append({"what": "extra", "class": int(cand.classes[c]),
+                                  "quantized_score": float(cand.scores[c]), "box": [float(v) for v in cand.boxes[c]]})
+    return {"detections": units, "agree": agree, "disagreements": disagreements[:_MAX_LISTED],
+            "disagreement_count": len(disagreements)}
+
+
+def _probabilities(scores: np.ndarray) -> np.ndarray:
+    """Scores as probabilities: kept when they already are (a Softmax output), else softmax of the logits."""
+    x = scores.astype(np.float64)
+    if x.min() >= 0 and x.max() <= 1 and abs(x.sum() - 1) < 1e-2:
+        return x
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def compare_top_k(ref: np.ndarray, cand: np.ndarray, limits: FidelitySection) -> dict[str, Any]:
+    """Same top-k classes in order, where a swap between classes whose FP32 probabilities are within
+    score_tolerance of each other (a near tie) is not a decision change."""
+    k = min(limits.top_k, ref.size)
+    rt = np.argsort(-ref, kind="stable")[:k].tolist()
+    ct = np.argsort(-cand, kind="stable")[:k].tolist()
+    p = _probabilities(ref)
+    margins = [float(p[a] - p[b]) for a, b in zip(rt, ct) if a != b]
+    agree = all(m <= limits.score_tolerance for m in margins)
+    return {"fp32_top": rt, "quantized_top": ct, "agree": int(agree), "detections": 1,
+            "fp32_margin": max(margins) if margins else None}
+
+
+def _decide(layout: Layout, sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
+            limits: FidelitySection) -> tuple[dict[str, Any], GateResult]:
+    threshold = limits.min_decision_agreement
+    per_input: dict[str, Any] = {}
+    if layout.kind.startswith("yolov8"):
+        low = max(CONF_THRESHOLD - limits.score_tolerance, 1e-6)
+        for name in sorted(ref):
+            per_input[name] = compare_detection_decisions(decode_yolov8(layout, ref[name], conf=low),
+                                                          decode_yolov8(layout, sim[name], conf=low), limits)
+        units = sum(v["detections"] for v in per_input.values())
+        agree = sum(v["agree"] for v in per_input.values())
+        what = f"{agree}/{units} detections agree"
+    else:  # classification
+        for name in sorted(ref):
+            r, c = class_scores(layout, ref[name]), class_scores(layout, sim[name])
+            per_input[name] = compare_top_k(r, c, limits)
+        units = len(per_input)
+        agree = sum(v["agree"] for v in per_input.values())
+        what = f"{agree}/{units} golden inputs keep the same top-{limits.top_k}"
+    decision = {"kind": layout.kind, "match_iou": limits.match_iou, "score_tolerance": limits.score_tolerance,
+                "top_k": limits.top_k, "conf_threshold": CONF_THRESHOLD, "inputs": per_input}
+    if units == 0:
+        return decision, GateResult("decision", "golden inputs", None, threshold, None, True,
+                                    "no detection in FP32 or quantized output on any golden input: not judged; "
+                                    "add golden inputs the model detects something in")
+    rate = agree / units
+    return decision, GateResult("decision", "golden inputs", rate, threshold, rate >= threshold, True, what)
+
+
+def _saturation(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
+                header_outputs: list[dict[str, Any]], limits: FidelitySection) -> list[GateResult]:
+    """A quantized output pinned at an end of its range while FP32 goes beyond it by more than
+    max_saturation of the range: calibration did not see values the golden inputs produce."""
+    results = []
+    for t in header_outputs:
+        name = t["name"]
+        if str(t.get("dtype", "")).startswith("float") or len(t.get("scale", [])) != 1 or not any(name in o for o in ref.values()):
+            continue
+        scale, zp = float(t["scale"][0]), int(t["zero_point"][0])
+        lo_q, hi_q = (-128, 127) if t["dtype"] == "int8" else ((0, 255) if t["dtype"] == "uint8" else (-32768, 32767))
+        qmin, qmax = (lo_q - zp) * scale, (hi_q - zp) * scale
+        span = qmax - qmin
+        worst, ref_max, ref_min = 0.0, -np.inf, np.inf
+        for n in ref:
+            r, s = ref[n][name].astype(np.float64), sim[n][name].astype(np.float64)
+            ref_max, ref_min = max(ref_max, float(r.max())), min(ref_min, float(r.min()))
+            top, bottom = s >= qmax - scale / 2, s <= qmin + scale / 2
+            if top.any():
+                worst = max(worst, float(np.max(r[top] - qmax)) / span)
+            if bottom.any():
+                worst = max(worst, float(np.max(qmin - r[bottom])) / span)
+        note = (f"calibration range [{qmin:.4g}, {qmax:.4g}], FP32 on golden [{ref_min:.4g}, {ref_max:.4g}]")
+        results.append(GateResult("saturation", name, worst, limits.max_saturation, worst <= limits.max_saturation,
+                                  True, note))
+    return results
+
+
+def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
+            output_names: tuple[str, ...], output_shapes: tuple[tuple[int, ...], ...], prepare: str,
+            limits: FidelitySection, header_outputs: list[dict[str, Any]] | None = None) -> FidelityReport:
+    """Every gate on the golden inputs: decision, per-slice signal cosine, score collapse/recall, saturation."""
+    layout = detect_layout(list(zip(output_names, output_shapes)))
+    report = FidelityReport(layout=layout.as_dict())
+    decided: set[str] = set()
+    if layout.kind != "none":
+        report.decision, result = _decide(layout, sim, ref, limits)
+        report.gates.append(result)
+        if result.passed is not None:
+            decided = set(output_names) if layout.kind.startswith("yolov8") else set(layout.roles)
+    if layout.kind == "yolov8-split":  # any split head (rkdet's cut, rknn_model_zoo's): roles from the decoder
+        slices = [Slice(n, "boxes" if layout.roles.get(n) == "box" else "scores", None) for n in output_names]
+    else:
+        slices = slices_for(output_names, output_shapes, prepare)
+    report.slices = measure_slices(sim, ref, slices, limits)
+    for key, entry in report.slices.items():
+        binding = entry["output"] not in decided
         limit = limits.min_slice_cosine if entry["kind"] != "all" else limits.min_cosine
-        if entry["min_cosine"] < limit:
-            raise ConversionError(f"{platform}: {key} ({entry['kind']}) cosine {entry['min_cosine']:.4f} against ONNX "
-                                  f"FP32 is below {limit} (fidelity section of the config)")
-    return warnings
+        value = entry["signal_min_cosine"]
+        note = "" if binding else "reported: the decision gate covers this output"
+        if value is None:
+            note = f"no FP32 element above the signal floor {entry['signal_floor']}: not judged"
+        report.gates.append(GateResult("cosine", key, value, limit, None if value is None else value >= limit,
+                                       binding, note))
+        if entry["kind"] == "scores":
+            collapsed = entry["ref_max"] > SCORE_KEPT and entry["sim_max"] <= 0.0
+            report.gates.append(GateResult("score_collapse", key, entry["sim_max"], 0.0, not collapsed, True,
+                                           f"FP32 max {entry['ref_max']:.3f}"))
+            recall = entry["score_recall"]
+            report.gates.append(GateResult("score_recall", key, recall, limits.min_score_recall,
+                                           None if recall is None else recall >= limits.min_score_recall, True,
+                                           "" if recall is not None else f"no FP32 score above {SCORE_HIGH}: not judged"))
+    report.gates += _saturation(sim, ref, header_outputs or [], limits)
+    return report
+
+
+_FIXES = {
+    "decision": "check the disagreements in fidelity.json; try quantize.algorithm: mmse or kl_divergence, "
+                "more representative calibration images, or quantize.force_fp16: true",
+    "cosine": "try quantize.algorithm: mmse, more calibration images, or quantize.force_fp16: true",
+    "score_collapse": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16 "
+                      "(quantize.force_fp16: true)",
+    "score_recall": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16",
+    "saturation": "add calibration images like the golden ones (quantize.dataset) so the range covers them",
+}
+_KEYS = {"decision": "fidelity.min_decision_agreement", "cosine": "fidelity.min_slice_cosine / min_cosine",
+         "score_collapse": "", "score_recall": "fidelity.min_score_recall", "saturation": "fidelity.max_saturation"}
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def summary_line(report: FidelityReport, platform: str) -> str:
+    """One line: each gate kind's worst subject, its value and threshold, and its verdict."""
+    parts = []
+    for gate in ("decision", "score_collapse", "score_recall", "cosine", "saturation"):
+        results = [g for g in report.gates if g.gate == gate]
+        if not results:
+            continue
+        valued = [g for g in results if g.value is not None]
+        binding = [g for g in valued if g.binding]
+        pool = binding or valued or results
+        worst = (max if gate == "saturation" else min)(pool, key=lambda x: x.value if x.value is not None else 0.0)
+        failed = [g for g in results if g.failed]
+        g = failed[0] if failed else worst
+        verdict = ("FAIL" if failed else "ok" if binding else "reported" if valued else "not judged")
+        op = "<=" if gate == "saturation" else ">="
+        what = f" ({g.note})" if gate == "decision" and g.note and g.value is not None else ""
+        parts.append(f"{gate} {g.subject if gate != 'decision' else ''}{what} {_fmt(g.value)} {op} {_fmt(g.threshold)} "
+                     f"{verdict}".replace("  ", " "))
+    return f"{platform}: fidelity: " + "; ".join(parts)
+
+
+# The order failures are reported in: the most specific cause (with the most specific fix) first.
+_ORDER = ("score_collapse", "saturation", "decision", "score_recall", "cosine")
+
+
+def gate(report: FidelityReport, platform: str) -> list[str]:
+    """Raise ConversionError (exit 4) on the first failed gate; return what was not judged, as warnings."""
+    for g in sorted((g for g in report.gates if g.failed), key=lambda g: _ORDER.index(g.gate)):
+        op = "above" if g.gate == "saturation" else "below"
+        key = f" ({_KEYS[g.gate]})" if _KEYS[g.gate] else ""
+        what = {"decision": f"decision agreement {_fmt(g.value)} ({g.note})",
+                "cosine": f"{g.subject} cosine {_fmt(g.value)} where FP32 carries signal",
+                "score_collapse": f"class scores collapsed in {g.subject} ({g.note}, quantized max 0)",
+                "score_recall": f"class scores lost in {g.subject}: only {_fmt(g.value)} of confident FP32 scores "
+                                "survive quantization",
+                "saturation": f"{g.subject} saturates: quantized output pinned at its calibration range while "
+                              f"FP32 goes {_fmt(g.value)} of the range beyond it ({g.note})"}[g.gate]
+        limit = "" if g.gate == "score_collapse" else f", {op} the limit {_fmt(g.threshold)}{key}"
+        raise ConversionError(f"{platform}: fidelity gate failed: {what}{limit}; {_FIXES[g.gate]}")
+    unjudged = [g for g in report.gates if g.passed is None and g.binding]
+    if not unjudged:
+        return []
+    return [f"{platform}: fidelity not judged for lack of signal on the golden inputs (reported in fidelity.json): "
+            + ", ".join(f"{g.gate} {g.subject}" if g.gate != "decision" else "decision" for g in unjudged)]
 
 
 _ACTIVATION_DTYPES = {"w8a8": ("int8", "uint8"), "w4a16": ("int16",), "w8a16": ("int16",),
                       "w16a16i": ("int16",), "w16a16i_dfp": ("int16",)}
 
 
-def quantization_gate(header: dict, dtype: str, quantized: bool, platform: str) -> None:
-    """A quantized build must have quantized inputs and outputs: no silent float fallback."""
-    tensors = header.get("inputs", []) + header.get("outputs", [])
+def quantization_gate(header: dict, dtype: str, quantized: bool, platform: str,
+                      float_outputs: tuple[str, ...] | list[str] = ()) -> None:
+    """A quantized build must have quantized inputs and outputs: no silent float fallback (outputs named
+    in quantize.float_outputs may stay float, on purpose)."""
+    tensors = header.get("inputs", []) + [t for t in header.get("outputs", []) if t["name"] not in float_outputs]
     if quantized:
         wanted = _ACTIVATION_DTYPES.get(dtype, ("int8",))
         floating = [f"{t['name']} ({t['dtype']})" for t in tensors if t["dtype"] not in wanted]
         if floating:
+            outs = [t["name"] for t in tensors if t["dtype"] not in wanted and t in header.get("outputs", [])]
+            hint = (f"; a final Softmax stays float16 in rknn-toolkit2: cut it (model.prepare: classifier-logits) or "
+                    f"accept it (quantize.float_outputs: [{', '.join(outs)}])" if outs else "")
             raise ConversionError(f"{platform}: the toolkit left tensors unquantized: {', '.join(floating)}; "
-                                  f"expected {'/'.join(wanted)} for quantize.dtype {dtype} (force_fp16 is false)")
+                                  f"expected {'/'.join(wanted)} for quantize.dtype {dtype} (force_fp16 is false){hint}")
     else:
         integer = [t["name"] for t in tensors if not str(t["dtype"]).startswith("float")]
         if integer:

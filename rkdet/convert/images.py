@@ -63,6 +63,21 @@ def list_images(folder: Path, key: str, limit: int | None = None) -> list[ImageF
     return [ImageFile(p, file_sha256(str(p))) for p in files]
 
 
+def non_images(folder: Path) -> list[str]:
+    """Entries of an image folder that are not read (other suffixes, subfolders), for one warning line."""
+    return sorted((p.name + ("/" if p.is_dir() else "") for p in Path(folder).iterdir()
+                   if not (p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())), key=str.encode)
+
+
+def _jpeg_truncated(data: np.ndarray) -> bool:
+    """A JPEG whose end-of-image marker is missing after its last scan: libjpeg decodes it anyway, with
+    the missing rows flat grey (a file cut at 5000 bytes "decodes" fine), so check the markers."""
+    raw = data.tobytes()
+    if not raw.startswith(b"\xff\xd8"):
+        return False
+    return raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda")
+
+
 def decode_rgb(path: Path) -> np.ndarray:
     """Decode an 8-bit 3-channel image as RGB HWC uint8; reject grayscale, odd sizes, unreadable files."""
     import cv2  # heavy import kept local: `rkdet --help` must stay fast
@@ -71,6 +86,9 @@ def decode_rgb(path: Path) -> np.ndarray:
     image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
     if image is None:
         raise InputError(f"{path}: cannot decode image; replace it with a valid PNG or JPEG")
+    if _jpeg_truncated(data):
+        raise InputError(f"{path}: JPEG is truncated (no end-of-image marker after its last scan: the missing rows "
+                         "would decode flat); replace it with the complete file")
     if image.dtype != np.uint8:
         raise InputError(f"{path}: image is {image.dtype}, expected 8-bit; convert it to 8-bit RGB")
     if image.ndim == 2 or image.shape[2] == 1:

@@ -126,7 +126,7 @@ def combine_fingerprint(inputs_fp: str, rknn_content: str, simulator_hashes: dic
 
 def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
                    tk: Toolkit, inputs_fp: str, stage_dir: Path, golden_hashes: dict, fidelity: dict | None,
-                   environment: dict) -> dict[str, Any]:
+                   environment: dict, toolkit_log: dict | None = None) -> dict[str, Any]:
     rknn_path = stage_dir / "model.rknn"
     from rkdet.convert.rknn_file import read_rknn
 
@@ -154,13 +154,14 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                                                      model.input_shape_nchw[3], 3],
                       "channel_order": cfg.preprocess.channel_order, "mean": list(cfg.preprocess.mean),
                       "std": list(cfg.preprocess.std)},
-        "toolchain": {"toolkit": {"name": tk.name, "version": tk.version, "python": tk.python},
+        "toolchain": {"toolkit": {"name": tk.name, "version": tk.version},  # by version: no machine paths
                       "libraries": library_versions(), "host": f"{sys.platform}-{pyplatform.machine()}"},
         "build_environment": environment,
         "rknn": {"file": "model.rknn", "sha256": sha256_file(rknn_path), "size": rknn_path.stat().st_size,
                  "content_fingerprint": content, "header": rknn_header(info)},
         "golden_outputs": golden_hashes,
         "fidelity": fidelity,
+        "toolkit_log": toolkit_log,  # every E/W RKNN line classified; accepted errors with their pattern
     }
     if "SOURCE_DATE_EPOCH" in os.environ:
         doc["created_unix"] = int(os.environ["SOURCE_DATE_EPOCH"])

@@ -19,9 +19,9 @@ from typing import Callable
 import numpy as np
 
 from rkdet.config import RkdetConfig
-from rkdet.convert import fidelity, golden, manifest
+from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
-from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, preprocess
+from rkdet.convert.images import IMAGE_SUFFIXES, ImageFile, Letterbox, decode_rgb, list_images, non_images, preprocess
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
 from rkdet.errors import ConversionError, InputError
@@ -49,6 +49,7 @@ class BuildResult:
     rknn_sha256: str
     warnings: list[str] = field(default_factory=list)
     verify: dict | None = None
+    fidelity_line: str | None = None  # every gate's worst result and threshold, on one line
 
 
 def materialize(files: list[ImageFile], model: PreparedModel, cfg: RkdetConfig) -> Materialized:
@@ -107,20 +108,23 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
         job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold)
         write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.runner)
         run = session.worker.go()
-        (stage_dir / "toolkit.log").write_text(run.log)
+        (stage_dir / "toolkit.log").write_text(published.scrub(run.log, folder, tk.python))
         result_file = folder / "result.json"
         result = json.loads(result_file.read_text()) if result_file.exists() else None
         if run.returncode != 0 or not result or not result.get("ok"):
             where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
             hint = ("; the stock YOLOv8 head is known to crash rknn-toolkit2 2.5.0: set model.prepare: "
                     "yolov8-split-head" if model.stock_yolov8_head else "")
+            logged = toolkit_log.classify(run.log).errors
+            if logged and not hint:
+                hint = f"; toolkit.log: {logged[0].first_line[:160]!r} ({logged[0].meaning})"
             raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where}{hint} "
                                   "(rerun with --keep-failed to keep the folder with toolkit.log)")
         shutil.copyfile(folder / "model.rknn", stage_dir / "model.rknn")
         sim: dict[str, dict[str, np.ndarray]] = {}
         for name, files in result["simulator_outputs"].items():
             sim[name] = {out: np.load(folder / f, allow_pickle=False) for out, f in zip(model.output_names, files)}
-        environment = {"env": run.env, "wrappers": list(run.argv_prefix), "cwd": str(folder)}
+        environment = published.environment(run.env, run.argv_prefix, folder, tk.python)
         return environment, sim, run.log
 
 
@@ -157,8 +161,10 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         with ThreadPoolExecutor(max_workers=1) as pool:
             reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
                                     cfg.preprocess.mean, cfg.preprocess.std)
-            environment, sim, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir)
+            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir)
             ref, ref_detail = reference.result()
+        log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors)
+        toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
         io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8", "layout": "nhwc"}],
@@ -176,22 +182,29 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             stage_dir / "golden" / "onnx-fp32", backend="onnxruntime", backend_detail=ref_detail,
             model_path="model.onnx", model_sha256=onnx_sha, inputs=gold_inputs, outputs=ref,
             output_names=model.output_names)}
-        warnings: list[str] = []
-        fid = None
+        warnings: list[str] = list(model.warnings) + ([line] if (line := log_report.summary()) else [])
+        fid, fidelity_line = None, None
         if sim:
             golden_hashes["simulator"] = golden.write_result_set(
                 stage_dir / "golden" / "simulator", backend="rknn-simulator",
                 backend_detail=f"{tk.name} {tk.version} simulator (x86_64, not an NPU)", model_path="model.rknn",
                 model_sha256=rknn_sha, inputs=gold_inputs, outputs=sim, output_names=model.output_names)
-            fid = fidelity.measure(sim, ref, fidelity.slices_for(model.output_names, model.output_shapes, model.prepare))
+            from rkdet.convert.rknn_file import read_rknn
+
+            header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
+            report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
+                                      header["outputs"])
+            fid = report.as_dict()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
-            warnings += fidelity.gate(fid, cfg.fidelity, platform)
+            fidelity_line = fidelity.summary_line(report, platform)
+            warnings += fidelity.gate(report, platform)
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
-                                      fid, environment)
+                                      fid, environment, log_report.as_dict())
         fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
-                                   cfg.quantize.enabled and not cfg.quantize.force_fp16, platform)
+                                   cfg.quantize.enabled and not cfg.quantize.force_fp16, platform,
+                                   cfg.quantize.float_outputs)
         verify_report = None
         if verify:
             progress(f"{platform}: --verify: rebuilding to check reproducibility")
@@ -199,13 +212,14 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                     golden_hashes)
             (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
         manifest.write_manifest(stage_dir / "manifest.json", doc)
-        (stage_dir / "config.resolved.json").write_text(json.dumps(cfg.resolved_dict(), indent=2, sort_keys=True) + "\n")
+        (stage_dir / "config.resolved.json").write_text(json.dumps(published.config_dict(cfg), indent=2, sort_keys=True)
+                                                        + "\n")
         if verify_report and not verify_report["fingerprint_identical"]:
             raise ConversionError(f"{platform}: --verify: a second identical build has fingerprint "
                                   f"{verify_report['second_fingerprint'][:16]} != {doc['fingerprint'][:16]}: "
                                   "the build is not reproducible (see verify.json)")
         _install(stage_dir, final)
-        return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report)
+        return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report, fidelity_line)
     except BaseException:
         session.close()
         if keep_failed and stage_dir.exists():
@@ -255,6 +269,10 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     require_onnx_file(Path(cfg.model.onnx))  # hashed below, before the graph is prepared
     cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
     gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
+    skipped = [f"{key} {folder}: {', '.join(names)}" for key, folder in
+               (("quantize.dataset", cfg.quantize.dataset), ("golden.inputs", cfg.golden.inputs))
+               if (names := non_images(folder))]
+    notes = ([f"not images, not read ({', '.join(IMAGE_SUFFIXES)} only): " + "; ".join(skipped)] if skipped else [])
     overlap = {f.sha256 for f in cal_files} & {f.sha256 for f in gold_files}
     if overlap:
         names = sorted(f.path.name for f in gold_files if f.sha256 in overlap)
@@ -266,10 +284,16 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
     try:
         progress("checking the ONNX model and preparing its graph")
         model = prepare_model(cfg.model)
+        unknown = [o for o in cfg.quantize.float_outputs if o not in model.output_names]
+        if unknown:
+            raise InputError(f"quantize.float_outputs names {', '.join(map(repr, unknown))}, not an output of the "
+                             f"prepared model (outputs: {', '.join(model.output_names)})")
         progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
         cal = materialize(cal_files, model, cfg)
         gold = materialize(gold_files, model, cfg)
-        return [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
-                               early if p == first else None) for p in targets]
+        results = [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
+                                  early if p == first else None) for p in targets]
+        results[0].warnings[:0] = notes  # about the inputs, not a platform: said once
+        return results
     finally:
         early.close()

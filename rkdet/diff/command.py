@@ -10,7 +10,7 @@ import click
 from rkdet.diff.tolerance import Tolerance
 from rkdet.errors import InputError
 
-# Same as rkdet.diff.decode.DECODERS (a test keeps them equal); literal so `rkdet --help` skips numpy.
+# Same as rkdet.decode.DECODERS (a test keeps them equal); literal so `rkdet --help` skips numpy.
 DECODERS = ("auto", "yolov8", "classification", "none")
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from rkdet.decode import Detections, Layout, class_scores, decode_yolov8, detect_layout
 from rkdet.diff.correlate import correlate, run_setting_differences
 from rkdet.diff.decision import compare_classification, compare_detections
-from rkdet.diff.decode import Detections, Layout, class_scores, decode_yolov8, detect_layout
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
 from rkdet.diff.resultset import OutputRef, Record, Source
 from rkdet.diff.tolerance import Tolerance

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rkdet.diff.decode import Detections, iou_matrix
+from rkdet.decode import Detections, iou_matrix
 
 MATCH_IOU = 0.5
 TOP_K = 5

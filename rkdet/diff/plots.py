@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from rkdet.diff.decode import Detections
+from rkdet.decode import Detections
 from rkdet.diff.metrics import HIST_EDGES
 
 

@@ -66,6 +66,17 @@ def test_missing_calibration_folder(tiny_config, tmp_path):
     _assert_clean_failure(_convert(cfg, tmp_path / "out"), 2, "quantize.dataset folder not found", out=tmp_path / "out")
 
 
+def _noise_jpeg() -> bytes:
+    """A 200x200 noise JPEG (~48 kB): cut at 5000 bytes, OpenCV still decodes it without an error."""
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", np.random.default_rng(0).integers(0, 256, (200, 200, 3), dtype=np.uint8))
+    assert ok and len(data) > 20000
+    cut = cv2.imdecode(np.frombuffer(data.tobytes()[:5000], np.uint8), cv2.IMREAD_UNCHANGED)
+    assert cut is not None  # the trap: it "decodes" (missing rows flat or, measured, uninitialised memory)
+    return data.tobytes()
+
+
 def _folder_with(tmp_path: Path, tiny_assets, name: str, writer) -> Path:
     folder = tmp_path / "cal-bad"
     shutil.copytree(tiny_assets["cal"], folder)
@@ -77,6 +88,7 @@ def _folder_with(tmp_path: Path, tiny_assets, name: str, writer) -> Path:
     ("zz-gray.png", lambda p: __import__("cv2").imwrite(str(p), np.full((40, 40), 128, np.uint8)), "grayscale"),
     ("zz-thin.png", lambda p: __import__("cv2").imwrite(str(p), np.zeros((8, 400, 3), np.uint8)), "outside"),
     ("zz-broken.png", lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\nnot really"), "cannot decode image"),
+    ("zz-cut.jpg", lambda p: p.write_bytes(_noise_jpeg()[:5000]), "JPEG is truncated"),
 ])
 def test_bad_images_are_named(tiny_config, tiny_assets, tmp_path, name, writer, needle):
     folder = _folder_with(tmp_path, tiny_assets, name, writer)

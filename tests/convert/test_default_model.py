@@ -28,9 +28,14 @@ def test_default_build_manifest(default_build):
 def test_default_build_class_scores_survive(default_build):
     fid = json.loads((default_build / "fidelity.json").read_text())
     for name in ("cls0", "cls1", "cls2"):
-        assert fid[name]["confident_ref_scores"] > 10, "golden pages should give confident FP32 detections"
-        assert fid[name]["score_recall"] >= 0.9
-        assert fid[name]["min_cosine"] >= 0.95
+        assert fid["slices"][name]["confident_ref_scores"] > 10, "golden pages should give confident FP32 detections"
+        assert fid["slices"][name]["score_recall"] >= 0.9
+        assert fid["slices"][name]["signal_min_cosine"] >= 0.95
+    decision = next(g for g in fid["gates"] if g["gate"] == "decision")
+    assert decision["passed"] and decision["value"] >= 0.9 and decision["threshold"] == 0.9
+    assert sum(v["detections"] for v in fid["decision"]["inputs"].values()) > 100
+    assert all(g["passed"] is not False for g in fid["gates"] if g["binding"])
+    assert {g["gate"] for g in fid["gates"]} == {"decision", "cosine", "score_collapse", "score_recall", "saturation"}
 
 
 def test_golden_inputs_are_stored_exactly_as_fed(default_build):

@@ -158,6 +158,6 @@ def test_tolerance_from_mapping_and_flags() -> None:
 
 def test_decoder_choices_match() -> None:
     from rkdet.diff.command import DECODERS as CLI
-    from rkdet.diff.decode import DECODERS
+    from rkdet.decode import DECODERS
 
     assert CLI == DECODERS

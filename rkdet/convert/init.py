@@ -1,0 +1,266 @@
+"""`rkdet init`: read an ONNX model and write a commented config for it, every guess marked `# CHECK`.
+
+Why: getting a config right for one's own model took many attempts (input shape, dynamic axes, head
+preparation, normalisation, calibration folder). The model itself says most of it: its inputs (fixed or
+dynamic), outputs, opset and, for Ultralytics exports, `imgsz`, `names`, `stride` and `task` metadata. The
+layouts rkdet handles are recognised here (stock YOLOv8 single output, split head, rknn_model_zoo's
+9-output head with score_sum, classifiers) with the preparation each needs and why; what only the user
+can know (calibration images, target board, normalisation of a non-Ultralytics model) is marked `# CHECK`.
+The written config is validated by loading it before it is renamed into place.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rkdet.errors import InputError
+
+DEFAULT_SIDE = 640  # a dynamic H/W with no imgsz metadata: the usual YOLOv8 export size, marked CHECK
+
+
+@dataclass
+class ModelFacts:
+    """What the ONNX says about itself, and what rkdet decides from it (with the reasons)."""
+
+    path: Path
+    opset: int
+    input_name: str
+    input_dims: list[int | str]
+    layout: str  # "NCHW" | "NHWC" | "?"
+    outputs: list[tuple[str, list[int | str]]]
+    metadata: dict[str, str]
+    ultralytics: bool
+    imgsz: tuple[int, int] | None
+    names: dict[int, str]
+    kind: str  # yolov8-stock | yolov8-split | yolov8-split-score-sum | classifier | unknown
+    kind_detail: str
+    prepare: str
+    prepare_reason: str
+    shape: list[int]  # the static NCHW input shape to build with
+    shape_source: str
+    shape_check: bool  # the shape is a guess
+    needs_inputs: bool  # the ONNX input has dynamic dims: model.inputs must give the full shape
+    notes: list[str] = field(default_factory=list)
+
+
+def _names(raw: str | None) -> dict[int, str]:
+    try:
+        value = ast.literal_eval(raw) if raw else {}
+    except (ValueError, SyntaxError):
+        return {}
+    if isinstance(value, dict):
+        return {int(k): str(v) for k, v in value.items() if isinstance(k, int)}
+    if isinstance(value, (list, tuple)):
+        return dict(enumerate(map(str, value)))
+    return {}
+
+
+def _static_output_shapes(model, input_name: str, shape: list[int]) -> list[tuple[str, list[int | str]]]:
+    """Output shapes with the input made static (shape inference only, no graph change kept)."""
+    import onnx
+    from onnx import shape_inference
+
+    from rkdet.convert.onnx_graph import _dims, _graph_inputs
+
+    trial = onnx.ModelProto()
+    trial.CopyFrom(model)
+    graph_input = next(i for i in _graph_inputs(trial) if i.name == input_name)
+    for d, v in zip(graph_input.type.tensor_type.shape.dim, shape):
+        d.Clear()
+        d.dim_value = v
+    for out in trial.graph.output:
+        out.type.tensor_type.ClearField("shape")
+    try:
+        trial = shape_inference.infer_shapes(trial)
+    except Exception:  # a graph that does not take the shape: reported by convert with the key to change
+        return [(o.name, _dims(o)) for o in model.graph.output]
+    return [(o.name, _dims(o) if o.type.tensor_type.HasField("shape") else ["?"]) for o in trial.graph.output]
+
+
+def inspect(path: Path) -> ModelFacts:
+    """Read the ONNX and decide the config values, each with where it came from."""
+    from rkdet.convert.onnx_graph import (
+        _dims,
+        _graph_inputs,
+        _has_stock_head,
+        _load,
+        _metadata_imgsz,
+        _opset,
+        final_softmax,
+    )
+    from rkdet.decode import detect_layout
+
+    model = _load(path)
+    inputs = _graph_inputs(model)
+    if len(inputs) != 1:
+        raise InputError(f"{path}: rkdet handles single-input image models; this one has {len(inputs)} inputs "
+                         f"({', '.join(i.name for i in inputs)})")
+    graph_input = inputs[0]
+    dims = _dims(graph_input)
+    metadata = {p.key: p.value for p in model.metadata_props}
+    ultralytics = metadata.get("author", "").lower().startswith("ultralytics") or "stride" in metadata
+    imgsz = _metadata_imgsz(model)
+    if len(dims) != 4:
+        raise InputError(f"{path}: input {graph_input.name!r} has {len(dims)} dims {dims}; rkdet handles image "
+                         "models with one [1, 3, H, W] input")
+    layout = "NCHW" if dims[1] == 3 else "NHWC" if dims[3] == 3 else "?"
+    dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int) or d <= 0]
+    hw_static = 2 not in dynamic and 3 not in dynamic
+    if hw_static:
+        h, w = int(dims[2]), int(dims[3])
+        source, check = "the model's fixed input dims", False
+    elif imgsz:
+        (h, w), source, check = imgsz, "the model's metadata imgsz (its input H/W are dynamic)", False
+    else:
+        h = w = DEFAULT_SIDE
+        source, check = "a guess: the input H/W are dynamic and there is no imgsz metadata", True
+    shape = [1, 3, h, w]
+    notes = []
+    if 0 in dynamic:
+        notes.append("dynamic batch: built with batch 1")
+    out_shapes = [(o.name, _dims(o)) for o in model.graph.output]
+    if dynamic or any(not isinstance(d, int) or d <= 0 for _, s in out_shapes for d in s):
+        out_shapes = _static_output_shapes(model, graph_input.name, shape)
+    facts = ModelFacts(path=path, opset=_opset(model), input_name=graph_input.name, input_dims=dims, layout=layout,
+                       outputs=out_shapes, metadata=metadata, ultralytics=ultralytics, imgsz=imgsz,
+                       names=_names(metadata.get("names")), kind="unknown", kind_detail="", prepare="none",
+                       prepare_reason="", shape=shape, shape_source=source, shape_check=check,
+                       needs_inputs=bool(dynamic), notes=notes)
+    if layout != "NCHW":
+        raise InputError(f"{path}: input {graph_input.name!r} is {dims}, not NCHW with 3 channels; rkdet feeds "
+                         "[1, 3, H, W] (the toolkit takes NHWC uint8 on the board and transposes itself)")
+    declared = [(o.name, _dims(o)) for o in model.graph.output]
+    if 0 in dynamic and all(len(s) >= 2 and all(isinstance(d, int) and d > 0 for d in s[1:]) for _, s in declared):
+        out_shapes = [(n, [1, *s[1:]]) for n, s in declared]  # only the batch is dynamic: it is 1
+    static_outs = [(n, tuple(int(d) for d in s)) for n, s in out_shapes
+                   if all(isinstance(d, int) and d > 0 for d in s)]
+    if _has_stock_head(model):
+        facts.kind, facts.prepare = "yolov8-stock", "yolov8-split-head"
+        facts.kind_detail = "stock Ultralytics YOLOv8 head (one output [1, 4+nc, N])"
+        facts.prepare_reason = ("cut at the six head convs: rknn-toolkit2 2.5.0 crashes on the stock head, its "
+                                "[1,4+nc,8400] tail overflows the NPU's 13-bit register fields (REGTASK) and INT8 "
+                                "of the single output zeroes every class score (boxes and scores share one scale)")
+    elif len(static_outs) == len(out_shapes) and static_outs:
+        layout_found = detect_layout(static_outs)
+        if layout_found.kind == "yolov8-split":
+            score_sum = any(b.score_sum for b in layout_found.branches)
+            facts.kind = "yolov8-split-score-sum" if score_sum else "yolov8-split"
+            facts.kind_detail = layout_found.detail + (" (rknn_model_zoo layout)" if score_sum else "")
+            facts.prepare_reason = "already split per stride: nothing to cut"
+        elif layout_found.kind == "classification":
+            facts.kind, facts.kind_detail = "classifier", layout_found.detail
+            if final_softmax(model):
+                facts.prepare = "classifier-logits"
+                facts.prepare_reason = ("drop the final Softmax: rknn-toolkit2 keeps it in float16 in a quantized "
+                                        "build, and the top-k is the same on the logits")
+            else:
+                facts.prepare_reason = "ends in logits: nothing to cut"
+        elif layout_found.kind == "yolov8-single":
+            facts.kind, facts.kind_detail = "yolov8-single-unnamed", layout_found.detail
+            facts.prepare_reason = ("a YOLOv8-like single output without the Ultralytics node names: rkdet cannot "
+                                    "cut it; INT8 may zero its class scores (the fidelity gate will say)")
+    if facts.kind == "unknown":
+        facts.kind_detail = "no layout rkdet decodes: the build is judged on numeric gates only"
+        facts.prepare_reason = "nothing rkdet knows to prepare"
+    return facts
+
+
+def _yaml_str(value: str) -> str:
+    return value if re.fullmatch(r"[A-Za-z0-9_./-]+", value) else "'" + value.replace("'", "''") + "'"
+
+
+def render(facts: ModelFacts, config_path: Path) -> str:
+    """The commented YAML config (paths relative to the config file)."""
+    onnx_rel = os.path.relpath(facts.path.resolve(), config_path.resolve().parent)
+    if onnx_rel.startswith(os.path.join("..", "..")):  # far away: an absolute path reads better
+        onnx_rel = str(facts.path.resolve())
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", facts.path.stem).strip("-.") or "model"
+    name = name if re.match(r"[A-Za-z0-9]", name) else f"m{name}"
+    h, w = facts.shape[2], facts.shape[3]
+    outs = ", ".join(f"{n} {s}" for n, s in facts.outputs)
+    lines = [
+        f"# rkdet config written by `rkdet init --onnx {facts.path.name}`: every value below was read from the model",
+        "# or chosen for it; lines marked `# CHECK` are guesses or decisions only you can make.",
+        "# Then: put images in the calibration and golden folders, run `rkdet convert --config <this file>`,",
+        "# read the fidelity line it prints, and deploy (README: \"Your own model\").",
+        f"# Model: opset {facts.opset}, input {facts.input_name} {facts.input_dims}, outputs: {outs}",
+        f"# Recognised: {facts.kind} - {facts.kind_detail}",
+    ]
+    if facts.metadata.get("task"):
+        lines.append(f"# Metadata: task {facts.metadata['task']}, stride {facts.metadata.get('stride', '?')}, "
+                     f"imgsz {facts.metadata.get('imgsz', '?')}")
+    if facts.names:
+        shown = ", ".join(f"{k} {v}" for k, v in sorted(facts.names.items())[:40])
+        more = f", ... ({len(facts.names)} in all)" if len(facts.names) > 40 else ""
+        lines.append(f"# Classes (metadata names; rkdet reports class ids): {shown}{more}")
+    elif facts.kind != "unknown":
+        lines.append("# Classes: no names in the metadata  # CHECK: keep your class list next to this file")
+    lines += [f"name: {name}", "", "model:", f"  onnx: {_yaml_str(onnx_rel)}"]
+    lines.append(f"  prepare: {facts.prepare}   # {facts.prepare_reason}")
+    shape_note = f"from {facts.shape_source}" + (f"; {'; '.join(facts.notes)}" if facts.notes else "")
+    check = "  # CHECK: the size you will feed on the board" if facts.shape_check else ""
+    if facts.needs_inputs:
+        lines.append(f"  inputs:                 # the ONNX input has dynamic dims: the full static shape, {shape_note}")
+        lines.append(f"    {_yaml_str(facts.input_name)}: [1, 3, {h}, {w}]{check}")
+    else:
+        lines.append(f"  # input {facts.input_name} is fixed at [1, 3, {h}, {w}] ({shape_note}); to build at another "
+                     "size set model.input_size: [H, W] (fully convolutional graphs only)")
+    if facts.imgsz and tuple(facts.shape[2:]) != facts.imgsz:
+        lines.append(f"  # note: the metadata imgsz {list(facts.imgsz)} differs from the input dims")
+    lines += ["", "target:", "  platforms: [rk3588]           # CHECK: your board's SoC (rk3562 rk3566 rk3568 rk3576 "
+              "rk3588 rv1126b; rv1126 needs target.toolkit1_python)", ""]
+    lines.append("preprocess:")
+    if facts.ultralytics:
+        resize = "stretch" if facts.metadata.get("task") == "classify" else "letterbox"
+        lines += ["  channel_order: rgb            # Ultralytics models take RGB",
+                  f"  resize: {resize}{' ' * (22 - len(resize))}# Ultralytics "
+                  f"{'classify resizes the image' if resize == 'stretch' else 'detect letterboxes'}",
+                  "  pad_value: 114", "  mean: [0, 0, 0]               # Ultralytics: pixels / 255",
+                  "  std: [255, 255, 255]"]
+    else:
+        lines += ["  channel_order: rgb            # CHECK: the channel order the model was trained with",
+                  "  resize: letterbox             # CHECK: letterbox (keep aspect, pad) or stretch",
+                  "  pad_value: 114",
+                  "  mean: [0, 0, 0]               # CHECK: the model's normalisation, on 0..255 pixels",
+                  "  std: [255, 255, 255]          # CHECK: (ImageNet: mean [123.675, 116.28, 103.53], "
+                  "std [58.395, 57.12, 57.375])"]
+    lines += ["", "quantize:", "  enabled: true", "  dtype: w8a8", "  algorithm: normal",
+              "  dataset: calibration           # CHECK: fill with 20-200 images like the ones the model will see",
+              "  force_fp16: false", "",
+              "golden:",
+              "  inputs: golden                 # CHECK: a few held-out images (not in calibration) the model "
+              "decides something on", "",
+              "# fidelity: the defaults gate on decision agreement with ONNX FP32 (`rkdet config show` lists them)", ""]
+    return "\n".join(lines)
+
+
+def write_config(onnx_path: Path, out: Path, force: bool = False) -> tuple[Path, ModelFacts]:
+    """Inspect, render, validate (load_config) and write atomically; create the two image folders."""
+    from rkdet.config import load_config
+
+    if out.exists() and not force:
+        raise InputError(f"{out}: already exists; choose another --out or pass --force to replace it")
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        raise InputError(f"{out}: is not a regular file; choose another --out")
+    if not onnx_path.is_file():
+        raise InputError(f"{onnx_path}: --onnx model not found; pass an existing .onnx file")
+    facts = inspect(onnx_path)
+    text = render(facts, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        load_config(tmp)  # the template must always be a valid config; a bug here is ours, not the user's
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    for folder in ("calibration", "golden"):
+        (out.parent / folder).mkdir(exist_ok=True)
+    return out, facts
