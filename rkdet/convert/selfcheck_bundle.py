@@ -89,7 +89,8 @@ def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT
     chosen = []
     for page in pages[:selfcheck.MAX_INPUTS]:
         entry = _entry(page.stem, np.load(page, allow_pickle=False), refs)
-        cost = len(json.dumps(entry, sort_keys=True, indent=2)) + 8
+        text = json.dumps(entry, sort_keys=True, indent=2)
+        cost = len(text) + 4 * (text.count("\n") + 1) + 2  # as written: one list level deeper, plus ",\n"
         if chosen and size + cost > cap_bytes:
             break
         doc["inputs"].append(entry)
