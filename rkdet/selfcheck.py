@@ -28,6 +28,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 import zlib
 
@@ -338,12 +339,16 @@ def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend="rknnlite"):
     np = _runner.np
     if np is None:
         return _fail(EXIT_RUNTIME, "runtime", "numpy is not installed for %s; install python3-numpy" % sys.executable, started)
+    default_name = "model.rknn" if backend == "rknnlite" else "model.onnx"
+    guess = model if model is not None else os.path.join(os.path.dirname(os.path.abspath(bundle)), default_name)
+    hashing = _hash_in_background(guess)  # sha256 runs (GIL released) while the bundle is parsed
     try:
         spec = Bundle(bundle)
+        if backend not in spec.models:
+            raise BundleError("%s: no model for --backend %s in the bundle" % (bundle, backend))
+        inputs = [(e, decode_array(e["tensor"], e["where"] + ".tensor")) for e in spec.inputs]
     except BundleError as err:
-        return _fail(EXIT_BAD_BUNDLE, "bad-bundle", str(err), started)
-    if backend not in spec.models:
-        return _fail(EXIT_BAD_BUNDLE, "bad-bundle", "%s: no model for --backend %s in the bundle" % (bundle, backend), started)
+        return _fail(EXIT_BAD_BUNDLE, "bad-bundle", str(err), started, backend=backend, model=model)
     expected_model = spec.models[backend]
     if model is None:
         model = os.path.join(os.path.dirname(os.path.abspath(bundle)), expected_model["file"])
@@ -351,7 +356,7 @@ def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend="rknnlite"):
     if not os.path.isfile(model):
         return _fail(EXIT_RUNTIME, "runtime", "%s: model file not found; pass --model" % model, started, **facts)
     try:
-        digest = _runner.file_sha256(model)
+        digest = hashing() if hashing is not None and model == guess else _runner.file_sha256(model)
     except (OSError, IOError) as err:
         return _fail(EXIT_RUNTIME, "runtime", "%s: cannot read the model (%s)" % (model, err.strerror or err), started, **facts)
     if digest != expected_model["sha256"]:
@@ -359,10 +364,6 @@ def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend="rknnlite"):
                      "serve the model this bundle was built with, or use its build's selfcheck.json"
                      % (model, _sha_prefix(digest), expected_model["file"], _sha_prefix(expected_model["sha256"]),
                         spec.fingerprint[:16], spec.platform), started, **facts)
-    try:
-        inputs = [(e, decode_array(e["tensor"], e["where"] + ".tensor")) for e in spec.inputs]
-    except BundleError as err:
-        return _fail(EXIT_BAD_BUNDLE, "bad-bundle", str(err), started, **facts)
     try:
         runtime = _open_backend(backend, model, core_mask, spec.io)
     except _runner.RunnerError as err:
@@ -375,6 +376,34 @@ def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend="rknnlite"):
         return _fail(EXIT_BAD_BUNDLE, "bad-bundle", str(err), started, **facts)
     finally:
         runtime.close()
+
+
+def _hash_in_background(path):
+    # type: (str) -> Any
+    """Start file_sha256(path) on a thread; returns a function that waits and gives the digest (or
+    raises the OSError), or None when there is no such file to hash."""
+    if not os.path.isfile(path):
+        return None
+    box = {}  # type: Dict[str, Any]
+
+    def work():
+        # type: () -> None
+        try:
+            box["sha256"] = _runner.file_sha256(path)
+        except (OSError, IOError) as err:
+            box["error"] = err
+
+    worker = threading.Thread(target=work, name="rkdet-selfcheck-sha256")
+    worker.daemon = True
+    worker.start()
+
+    def result():
+        # type: () -> str
+        worker.join()
+        if "error" in box:
+            raise box["error"]
+        return box["sha256"]
+    return result
 
 
 def _open_backend(backend, model, core_mask, io_spec):
