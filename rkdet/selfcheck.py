@@ -112,7 +112,7 @@ class Result(object):
                  inputs=0, mismatch=None, seconds=0.0, decisions=None):
         # type: (int, str, str, Optional[str], Optional[str], Optional[bool], Optional[str], int, Optional[Mismatch], float, Optional[Dict[str, Any]]) -> None
         self.exit_code = exit_code
-        self.status = status  # "identical" | "differs" | "bad-bundle" | "runtime"
+        self.status = status  # "identical" | "differs" | "bad-bundle" | "usage" | "runtime"
         self.line = line
         self.reference = reference
         self.backend = backend
@@ -339,6 +339,11 @@ def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend="rknnlite"):
     np = _runner.np
     if np is None:
         return _fail(EXIT_RUNTIME, "runtime", "numpy is not installed for %s; install python3-numpy" % sys.executable, started)
+    if backend not in ("rknnlite", "onnxruntime") or core_mask not in _runner.CORE_MASKS:
+        return _fail(EXIT_BAD_BUNDLE, "usage", "backend %r, core mask %r: expected rknnlite|onnxruntime and one of %s"
+                     % (backend, core_mask, "|".join(_runner.CORE_MASKS)), started)
+    if backend == "onnxruntime" and core_mask != "auto":
+        return _fail(EXIT_BAD_BUNDLE, "usage", "--core-mask %s applies only to --backend rknnlite" % core_mask, started)
     default_name = "model.rknn" if backend == "rknnlite" else "model.onnx"
     guess = model if model is not None else os.path.join(os.path.dirname(os.path.abspath(bundle)), default_name)
     hashing = _hash_in_background(guess)  # sha256 runs (GIL released) while the bundle is parsed
@@ -409,8 +414,6 @@ def _hash_in_background(path):
 def _open_backend(backend, model, core_mask, io_spec):
     # type: (str, str, str, Dict[str, Any]) -> Any
     if backend == "onnxruntime":
-        if core_mask != "auto":
-            raise _runner.RunnerError("--core-mask applies only to --backend rknnlite", EXIT_RUNTIME)
         return _runner.OnnxRuntimeBackend(model)
     return _runner.RknnLiteBackend(model, core_mask=core_mask, io_spec=_runner.load_io_spec(model) or io_spec)
 

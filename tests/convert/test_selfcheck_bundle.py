@@ -109,6 +109,12 @@ def test_onnxruntime_on_the_host_is_identical_to_onnx_fp32(default_build: Path, 
     assert selfcheck.reference_for("rknnlite", emulated=True) == "onnx-fp32"
 
 
+def test_a_core_mask_for_onnxruntime_is_a_usage_error(default_build: Path) -> None:
+    result = selfcheck.check(str(default_build / "model.onnx"), str(default_build / "selfcheck.json"),
+                             backend="onnxruntime", core_mask="0_1")
+    assert (result.exit_code, result.status) == (2, "usage") and "--core-mask 0_1 applies only" in result.line
+
+
 def _reencode_with_flipped_bit(doc: dict, input_index: int, output: str, index: int) -> tuple[float, float]:
     """Flip bit 0 of one expected element and store it consistently (data and hash): as if the reference
     said another value. Returns (true value, the bundle's value)."""

@@ -112,6 +112,14 @@ def test_a_crafted_bundle_is_bad_input(conn: BoardConnection, installed: Selfche
     assert "inputs[0]" in line and "tensor.zlib: holds 1228800 bytes, uint8 [1, 640, 640, 4] needs 1638400" in line
 
 
+def test_core_mask_and_a_missing_runtime(conn: BoardConnection, installed: SelfcheckInstall) -> None:
+    res = _run(conn, [*installed.command, "--core-mask", "0_1_2"])
+    assert res.rc == 0 and _one_line(res, "out").startswith("rkdet-selfcheck: IDENTICAL"), res.err
+    res = _run(conn, installed.command, env={"PYTHONPATH": ""})  # the board's rknnlite is not importable
+    assert res.rc == 3, res.out + res.err
+    assert "rknnlite (rknn-toolkit-lite2) is not installed" in _one_line(res, "err")
+
+
 def test_install_refuses_a_build_without_a_bundle(conn: BoardConnection, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no selfcheck.json; re-run `rkdet convert`"):
         install_selfcheck(conn, tmp_path, f"{conn.home}/nothing")
