@@ -321,6 +321,19 @@ def _first_difference(actual, expected):
     return index, a[index].item(), e[index].item(), None
 
 
+def _top1_note(decision, outputs):
+    # type: (Any, List[Any]) -> str
+    """For a classifier's bundle: whether the differing outputs still give the bundle's top-1 (the
+    argmax of the one score output, as rkdet/diff/decode.py reads it). YOLOv8 decisions are not
+    re-decoded on the board: identical hashes imply identical detections, a difference is reported as is."""
+    if not isinstance(decision, dict) or decision.get("kind") != "classification" or len(outputs) != 1:
+        return ""
+    top1 = int(_runner.np.argmax(_runner.np.asarray(outputs[0]).ravel()))
+    if top1 == decision.get("top1"):
+        return "; top-1 unchanged (%d)" % top1
+    return "; top-1 CHANGED: %d, expected %r" % (top1, decision.get("top1"))
+
+
 def _sha_prefix(digest):
     # type: (str) -> str
     return digest[:16]
@@ -443,9 +456,9 @@ def _run(spec, runtime, inputs, started, facts):
             golden = decode_array(want, "%s.expected.%s.%s" % (entry["where"], ref, name))
             index, got, exp, detail = _first_difference(np.asarray(actual), golden)
             miss = Mismatch(entry["name"], name, index, exp, got, detail)
-            return _fail(EXIT_DIFFERENT, "differs", "DIFFERS from %s: %s (%s, model %s)"
-                         % (ref, miss.describe(), runtime.detail, os.path.basename(facts["model"])),
-                         started, mismatch=miss, **facts)
+            return _fail(EXIT_DIFFERENT, "differs", "DIFFERS from %s: %s%s (%s, model %s)"
+                         % (ref, miss.describe(), _top1_note(entry["decisions"].get(ref), outputs), runtime.detail,
+                            os.path.basename(facts["model"])), started, mismatch=miss, **facts)
     seconds = time.time() - started
     line = "IDENTICAL to %s: %d input%s x %d outputs, bit for bit (%s; build %s, %s; %.2f s)" % (
         ref, len(inputs), "" if len(inputs) == 1 else "s", len(names), runtime.detail, spec.fingerprint[:16],

@@ -239,3 +239,54 @@ def test_vermin_finds_no_python_3_6_violations() -> None:
     proc = subprocess.run([str(vermin), "-t=3.6-", "--no-tips", "--violations", str(SELFCHECK)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _classifier_bundle(tmp_path: Path, flip: int | None, above: bool = True) -> tuple[Path, Path, int]:
+    """A tiny real ONNX classifier (mean over pixels -> 3x5 matmul -> [1,5] scores) and its bundle, whose
+    expected scores are onnxruntime's own, except element `flip` set above the top score (or below the
+    lowest) when given."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.array([[0.9, -0.2, 0.1, 0.3, -0.5], [0.1, 0.8, -0.3, 0.2, 0.4], [-0.4, 0.2, 0.7, 0.1, 0.3]], np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["m"], axes=[2, 3], keepdims=0),
+         helper.make_node("MatMul", ["m", "W"], ["scores"])], "cls",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 5])], [numpy_helper.from_array(weight, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "cls.onnx"
+    onnx.save(model, str(path))
+    tensor = np.random.default_rng(3).integers(0, 256, (1, 4, 4, 3), dtype=np.uint8)
+    mean, std = [0.0, 0.0, 0.0], [255.0, 255.0, 255.0]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    scores = session.run(None, {"x": selfcheck.fp32_input(tensor, mean, std)})[0]
+    top1 = int(np.argmax(scores))
+    expected = scores.copy()
+    if flip is not None:
+        expected.reshape(-1)[flip] = scores.max() + 1.0 if above else scores.min() - 1.0
+    doc = {"schema": selfcheck.BUNDLE_SCHEMA, "name": "cls", "platform": "rk3588", "fingerprint": "ab" * 32,
+           "models": {"onnxruntime": {"file": "cls.onnx", "sha256": selfcheck._runner.file_sha256(str(path))}},
+           "fed_input": {"layout": "NHWC", "dtype": "uint8", "shape": [1, 4, 4, 3], "mean": mean, "std": std},
+           "io": {"inputs": [{"name": "x", "shape": [1, 4, 4, 3], "dtype": "uint8"}], "outputs": ["scores"]},
+           "inputs": [{"name": "one", "tensor": selfcheck.encode_array(tensor),
+                       "expected": {"onnx-fp32": [dict(selfcheck.encode_array(expected), name="scores")]},
+                       "decisions": {"onnx-fp32": decision_summary([("scores", expected)])}}]}
+    return path, _write(tmp_path, doc), top1
+
+
+def test_a_classifier_bundle_says_whether_the_top1_changed(tmp_path: Path) -> None:
+    model, bundle, top1 = _classifier_bundle(tmp_path, None)
+    assert json.loads(bundle.read_text())["inputs"][0]["decisions"]["onnx-fp32"] == {"kind": "classification", "top1": top1}
+    assert selfcheck.check(str(model), str(bundle), backend="onnxruntime").ok
+    other = (top1 + 1) % 5
+    model, bundle, _ = _classifier_bundle(tmp_path, other)  # the bundle expects another class on top
+    result = selfcheck.check(str(model), str(bundle), backend="onnxruntime")
+    assert result.exit_code == 1 and result.mismatch.index == other, result.line
+    assert f"; top-1 CHANGED: {top1}, expected {other}" in result.line
+    model, bundle, _ = _classifier_bundle(tmp_path, other, above=False)  # a lower score differs: same top-1
+    result = selfcheck.check(str(model), str(bundle), backend="onnxruntime")
+    assert result.exit_code == 1 and result.mismatch.index == other, result.line
+    assert f"; top-1 unchanged ({top1})" in result.line
