@@ -290,3 +290,17 @@ def test_a_classifier_bundle_says_whether_the_top1_changed(tmp_path: Path) -> No
     result = selfcheck.check(str(model), str(bundle), backend="onnxruntime")
     assert result.exit_code == 1 and result.mismatch.index == other, result.line
     assert f"; top-1 unchanged ({top1})" in result.line
+
+
+PYTHON36 = Path("/root/.pyenv/versions/3.6.15/bin/python")
+
+
+@pytest.mark.skipif(not PYTHON36.exists(), reason="no Python 3.6 interpreter here; vermin covers the syntax")
+def test_python36_runs_the_lone_copy_up_to_its_numpy_check(default_build: Path, tmp_path: Path) -> None:
+    """A real 3.6 (without numpy here) imports selfcheck.py + runner.py and ends in the documented one line."""
+    shutil.copy(SELFCHECK, tmp_path / "selfcheck.py")
+    shutil.copy(SELFCHECK.parent / "runner.py", tmp_path / "runner.py")
+    proc = subprocess.run([str(PYTHON36), "-I", str(tmp_path / "selfcheck.py"), str(default_build / "selfcheck.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr == f"rkdet-selfcheck: numpy is not installed for {PYTHON36}; install python3-numpy\n"
