@@ -22,8 +22,8 @@ from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import ImageFile, Letterbox, decode_rgb, list_images, preprocess
-from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
+from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 
