@@ -23,6 +23,7 @@ from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import IMAGE_SUFFIXES, ImageFile, Letterbox, decode_rgb, list_images, non_images, preprocess
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
+from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.runner import write_json_atomic
@@ -212,6 +213,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                     golden_hashes)
             (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
         manifest.write_manifest(stage_dir / "manifest.json", doc)
+        write_selfcheck_bundle(stage_dir, doc)  # selfcheck.json: check before you serve (docs/SELFCHECK.md)
         (stage_dir / "config.resolved.json").write_text(json.dumps(published.config_dict(cfg), indent=2, sort_keys=True)
                                                         + "\n")
         if verify_report and not verify_report["fingerprint_identical"]:

@@ -85,11 +85,13 @@ def test_wheel_carries_the_board_scripts_from_the_single_source(wheel: Path) -> 
         packaged = {n.rsplit("/", 1)[1]: zf.read(n) for n in names if n.startswith("rkdet/board_scripts/")}
         # a published artifact: no path of the machine it was built on (the build ran in a temp copy)
         leaks = [n for n in names if str(wheel.parents[1]).encode() in zf.read(n) or str(REPO).encode() in zf.read(n)]
+        entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert not leaks, leaks
     source = {p.name: p.read_bytes() for p in (REPO / "board_scripts").glob("*.sh")}
     assert source and packaged == source
     # everything else the board needs: the single-file runner, and the emulated runtime for emulated boards
-    assert {"rkdet/runner.py", "rkdet/board/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
+    assert {"rkdet/runner.py", "rkdet/selfcheck.py", "rkdet/board/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
+    assert "rkdet-selfcheck = rkdet.selfcheck:main" in entry_points  # check before you serve (docs/SELFCHECK.md)
     assert not any(n.startswith(("models/", "calibration_data/")) or n.endswith(".onnx") for n in names)
     assert not (REPO / "rkdet" / "board_scripts").exists()  # never copied into the checkout
 

@@ -1,0 +1,101 @@
+"""The self-check bundle `rkdet convert` leaves in each build folder (`selfcheck.json`).
+
+Why: a serving app must know, before it takes traffic, that the board computes what the build
+promised. The bundle carries just enough for `rkdet-selfcheck` (rkdet/selfcheck.py, on the board):
+the model's sha256 and build fingerprint, a few golden inputs as fed, their expected outputs (hash
+and data, for both references: the board's NPU runtime is judged against the simulator, onnxruntime
+and the emulated runtime against onnx-fp32) and the decision summary per input. The format and its
+encoding are defined once, in rkdet/selfcheck.py (the reader); this module only chooses and writes.
+
+Size: inputs are taken in sorted order while the bundle stays within `cap_bytes` (default 8 MiB;
+at least one input always): each input costs its compressed tensor plus both references' outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rkdet import selfcheck
+from rkdet import decode
+from rkdet.errors import ConversionError
+from rkdet.runner import read_index, write_json_atomic
+
+DEFAULT_CAP_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    """What was written: where, how big, which inputs of how many."""
+
+    path: Path
+    size: int
+    inputs: list[str]
+    golden_inputs: int
+    references: list[str]
+
+
+def _reference_outputs(result_set: Path) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """{input: [(output name, array)]} of a golden result set (one run per input)."""
+    found: dict[str, list[tuple[str, np.ndarray]]] = {}
+    for record in read_index(str(result_set)):
+        found[record["input"]] = [(o["name"], np.load(result_set / "outputs" / f"{o['hash']}.npy", allow_pickle=False))
+                                  for o in record["outputs"]]
+    return found
+
+
+def decision_summary(outputs: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
+    """What the model decides for these outputs: YOLOv8 detections, a classifier's top-1, or nothing
+    (the same decoder `rkdet diff` judges decisions with)."""
+    arrays = dict(outputs)
+    layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs])
+    if layout.kind.startswith("yolov8"):
+        return {"kind": layout.kind, "detections": decode.decode_yolov8(layout, arrays).as_list()}
+    if layout.kind == "classification":
+        return {"kind": "classification", "top1": int(np.argmax(decode.class_scores(layout, arrays)))}
+    return {"kind": "none"}
+
+
+def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]]) -> dict[str, Any]:
+    return {"name": name, "tensor": selfcheck.encode_array(tensor),
+            "expected": {ref: [dict(selfcheck.encode_array(a), name=out) for out, a in sets[name]] for ref, sets in refs.items()},
+            "decisions": {ref: decision_summary(sets[name]) for ref, sets in refs.items()}}
+
+
+def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT_CAP_BYTES) -> BundleInfo:
+    """Write `build/selfcheck.json` from the build's golden data (atomically, the runner's writer)."""
+    if not 0 < cap_bytes <= selfcheck.MAX_BUNDLE_BYTES:
+        raise ConversionError(f"self-check bundle cap {cap_bytes} bytes: expected 1..{selfcheck.MAX_BUNDLE_BYTES}")
+    refs = {ref: _reference_outputs(build / "golden" / ref) for ref in selfcheck.REFERENCES
+            if (build / "golden" / ref / "index.jsonl").is_file()}
+    pages = sorted((build / "golden" / "inputs").glob("*.npy"))
+    io_spec = json.loads((build / "model.io.json").read_text())
+    doc: dict[str, Any] = {
+        "schema": selfcheck.BUNDLE_SCHEMA, "name": manifest["name"], "platform": manifest["platform"],
+        "fingerprint": manifest["fingerprint"],
+        "models": {"rknnlite": {"file": "model.rknn", "sha256": manifest["rknn"]["sha256"]},
+                   "onnxruntime": {"file": "model.onnx", "sha256": manifest["inputs"]["onnx_prepared"]["sha256"]}},
+        "fed_input": {k: manifest["fed_input"][k] for k in ("layout", "dtype", "shape", "mean", "std")},
+        "io": io_spec, "references": {ref: {"result_set": f"golden/{ref}",
+                                            "judges": "rknnlite on an NPU" if ref == "simulator"
+                                            else "onnxruntime, and the emulated rknnlite"} for ref in refs},
+        "golden_inputs": len(pages), "cap_bytes": cap_bytes, "inputs": [],
+    }
+    size = len(json.dumps(doc, sort_keys=True, indent=2))
+    chosen = []
+    for page in pages[:selfcheck.MAX_INPUTS]:
+        entry = _entry(page.stem, np.load(page, allow_pickle=False), refs)
+        text = json.dumps(entry, sort_keys=True, indent=2)
+        cost = len(text) + 4 * (text.count("\n") + 1) + 2  # as written: one list level deeper, plus ",\n"
+        if chosen and size + cost > cap_bytes:
+            break
+        doc["inputs"].append(entry)
+        chosen.append(page.stem)
+        size += cost
+    path = build / selfcheck.BUNDLE_FILE
+    write_json_atomic(str(path), doc)
+    return BundleInfo(path, path.stat().st_size, chosen, len(pages), sorted(refs))
