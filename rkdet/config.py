@@ -197,6 +197,9 @@ class FidelitySection(_Strict):
     min_cosine: float = Field(0.98, ge=-1, le=1)
     min_slice_cosine: float = Field(0.95, ge=-1, le=1)
     min_score_recall: float = Field(0.5, ge=0, le=1)  # of FP32 scores > 0.5, share the build keeps > 0.25
+    # `rkdet layers`: a layer whose accumulated (entire) cosine vs float falls below this is where the loss
+    # is located. MEASURED_PLACEHOLDER
+    min_layer_cosine: float = Field(0.9, ge=-1, le=1)
 
 
 class RkdetConfig(_Strict):
