@@ -16,6 +16,10 @@ from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.log import log_console
 from rkdet.safe_text import for_rich
 
+# Each analysed input costs one accuracy_analysis (~35-60 s for the default model on one loaded core, see
+# bench/results/layers.md); a layer's loss shows on any input that exercises it, and the worst input counts.
+DEFAULT_MAX_INPUTS = 2
+
 
 @click.command("layers")
 @click.argument("build", required=False, type=click.Path(path_type=Path))
@@ -25,6 +29,8 @@ from rkdet.safe_text import for_rich
               help="With --config: the platform (default: the config's first).")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path),
               help="Analyse these images instead of the golden inputs.")
+@click.option("--max-inputs", default=DEFAULT_MAX_INPUTS, show_default=True, type=click.IntRange(0, None),
+              help="Analyse the first N inputs by file name (0: all); each costs one full per-layer analysis.")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="How many worst layers by single error to report.")
 @click.option("--out", type=click.Path(path_type=Path),
@@ -32,11 +38,12 @@ from rkdet.safe_text import for_rich
 @click.option("--json", "as_json", is_flag=True, help="Print layers.json on stdout.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write the HTML report here.")
 def layers_command(build: Path | None, config_path: Path | None, target: str | None, inputs_dir: Path | None,
-                   top: int, out: Path | None, as_json: bool, html_path: Path | None) -> None:
+                   max_inputs: int, top: int, out: Path | None, as_json: bool, html_path: Path | None) -> None:
     """Compare every layer of the quantized build (simulator) with the float model; name the first loss.
 
     Exit codes: 0 all layers within fidelity.min_layer_cosine, 1 a loss located, 2 bad input, 4 toolkit failed.
     """
+    from rkdet.convert.pipeline import check_writable
     from rkdet.layers.rebuild import from_build, from_config, rebuild_and_analyse
     from rkdet.layers.report import build_report, onnx_label, render_html, to_json, write_atomic
 
@@ -44,20 +51,22 @@ def layers_command(build: Path | None, config_path: Path | None, target: str | N
         raise InputError("rkdet layers: give a build folder or --config FILE (one of them)")
     src = from_build(build) if build is not None else from_config(config_path, target)  # type: ignore[arg-type]
     out = out or (build if build is not None else Path("."))
-    if not out.is_dir():
-        raise InputError(f"{out}: --out folder does not exist")
+    check_writable(out)  # before the long rebuild: layers.json and toolkit-layers.log go there
     console = log_console()
     with console.status("layers") as status:
         rebuilt = rebuild_and_analyse(src, inputs_dir, lambda m: (status.update(m), console.log(m)),
-                                      log_to=out / "toolkit-layers.log")
+                                      log_to=out / "toolkit-layers.log", max_inputs=max_inputs)
     report = build_report(rebuilt.analyses, rebuilt.model.onnx_bytes, src.cfg.fidelity.min_layer_cosine, top,
                           source=str(build if build is not None else config_path), toolkit=rebuilt.toolkit,
                           fingerprint=rebuilt.fingerprint, build_fingerprint=rebuilt.build_fingerprint,
                           timings=rebuilt.timings)
     text = to_json(report)
-    write_atomic(out / "layers.json", text)
-    if html_path is not None:
-        write_atomic(html_path, render_html(report))
+    try:
+        write_atomic(out / "layers.json", text)
+        if html_path is not None:
+            write_atomic(html_path, render_html(report))
+    except OSError as exc:
+        raise InputError(f"cannot write the report: {exc}") from None
     match = report.fingerprint_match
     console.print("rebuilt from the config (no build folder to compare fingerprints with)" if match is None else
                   f"rebuilt fingerprint {report.fingerprint[:16]} equals the build's" if match else

@@ -125,8 +125,8 @@ def _job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gol
             "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out", "analyse": analyse_list}
 
 
-def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, log_to: Path | None = None
-                        ) -> Rebuild:
+def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, log_to: Path | None = None,
+                        max_inputs: int | None = None) -> Rebuild:
     """Rebuild `src` in the hermetic worker, check its fingerprint, and analyse every input per layer."""
     cfg, platform = src.cfg, src.platform
     tk = find_toolkit(platform, cfg)
@@ -149,6 +149,8 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
         analyse = gold.tensors
         if inputs is not None:
             analyse = materialize(list_images(inputs, "--inputs"), model, cfg).tensors
+        if max_inputs:  # the first N by file name (list_images sorts): each input costs one full analysis
+            analyse = dict(list(analyse.items())[:max_inputs])
         inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
         with session:
             folder = session.folder
