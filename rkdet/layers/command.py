@@ -30,7 +30,8 @@ DEFAULT_MAX_INPUTS = 2
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path),
               help="Analyse these images instead of the golden inputs.")
 @click.option("--max-inputs", default=DEFAULT_MAX_INPUTS, show_default=True, type=click.IntRange(0, None),
-              help="Analyse the first N inputs by file name (0: all); each costs one full per-layer analysis.")
+              help="Analyse N inputs (0: all): the golden inputs whose outputs stray furthest from FP32 first "
+                   "(--inputs: the first N by name); each costs one full per-layer analysis.")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="How many worst layers by single error to report.")
 @click.option("--out", type=click.Path(path_type=Path),
@@ -59,7 +60,7 @@ def layers_command(build: Path | None, config_path: Path | None, target: str | N
     report = build_report(rebuilt.analyses, rebuilt.model.onnx_bytes, src.cfg.fidelity.min_layer_cosine, top,
                           source=str(build if build is not None else config_path), toolkit=rebuilt.toolkit,
                           fingerprint=rebuilt.fingerprint, build_fingerprint=rebuilt.build_fingerprint,
-                          timings=rebuilt.timings)
+                          timings=rebuilt.timings, output_cosine=rebuilt.output_cosine)
     text = to_json(report)
     try:
         write_atomic(out / "layers.json", text)

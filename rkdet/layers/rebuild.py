@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from rkdet.config import RkdetConfig, load_config
-from rkdet.convert import manifest
+from rkdet.convert import golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import list_images
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
@@ -57,6 +57,7 @@ class Rebuild:
     model: PreparedModel
     analyses: list[InputAnalysis]
     timings: dict[str, float]
+    output_cosine: dict[str, float]  # golden input -> its lowest output cosine (simulator vs FP32): the ranking
 
     @property
     def fingerprint_match(self) -> bool | None:
@@ -149,12 +150,23 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
         analyse = gold.tensors
         if inputs is not None:
             analyse = materialize(list_images(inputs, "--inputs"), model, cfg).tensors
-        if max_inputs:  # the first N by file name (list_images sorts): each input costs one full analysis
-            analyse = dict(list(analyse.items())[:max_inputs])
+        reference = None
+        if inputs is None:  # FP32 references, so the worker analyses the golden inputs that stray furthest first
+            reference, _ = golden.onnxruntime_reference(model.onnx_bytes, gold.tensors, model.input_name,
+                                                        cfg.preprocess.mean, cfg.preprocess.std)
         inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
         with session:
             folder = session.folder
             job = _job(folder, src, model, cal, gold, analyse)
+            job["max_inputs"] = max_inputs or None
+            if reference is not None:
+                job["reference"] = {}
+                for name, outs in reference.items():
+                    files = []
+                    for i, out in enumerate(model.output_names):
+                        _save(folder / "reference" / f"{name}.{i}.npy", outs[out])
+                        files.append(f"reference/{name}.{i}.npy")
+                    job["reference"][name] = files
             (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
             os.rename(folder / ".job.json", folder / "job.json")
             progress(f"{platform}: rebuilding with {tk.name} {tk.version} and analysing {len(analyse)} input(s) "
@@ -176,8 +188,9 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
             fingerprint = manifest.combine_fingerprint(inputs_fp, content, sim_hashes)
             analyses = [read_analysis(name, folder / rel) for name, rel in result["analysis"].items()]
             timings = dict(result.get("timings", {}), worker_s=wall)
+            ranking = {name: cos for name, cos in result.get("ranking", [])}
         build_fp = src.manifest["fingerprint"] if src.manifest is not None else None
-        return Rebuild(fingerprint, build_fp, f"{tk.name} {tk.version}", model, analyses, timings)
+        return Rebuild(fingerprint, build_fp, f"{tk.name} {tk.version}", model, analyses, timings, ranking)
     finally:
         session.close()
 

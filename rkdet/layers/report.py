@@ -48,6 +48,7 @@ class LayersReport:
     first_loss: Layer | None
     worst_single: list[Layer]
     timings: dict[str, float] = field(default_factory=dict)
+    output_cosine: dict[str, float] = field(default_factory=dict)  # golden input -> lowest output cosine
 
     @property
     def fingerprint_match(self) -> bool | None:
@@ -60,7 +61,8 @@ class LayersReport:
                 "inputs": self.inputs, "verdict": "loss" if self.first_loss else "within",
                 "first_loss": self.first_loss.index if self.first_loss else None,
                 "worst_single": [x.index for x in self.worst_single],
-                "layers": [asdict(x) for x in self.layers], "timings": self.timings}
+                "layers": [asdict(x) for x in self.layers], "timings": self.timings,
+                "output_cosine": self.output_cosine}
 
 
 def _worst(values: list[Metrics]) -> Metrics:
@@ -73,7 +75,7 @@ def _worst(values: list[Metrics]) -> Metrics:
 
 def build_report(analyses: list[InputAnalysis], onnx_bytes: bytes, min_layer_cosine: float, top: int, *,
                  source: str, toolkit: str, fingerprint: str, build_fingerprint: str | None,
-                 timings: dict[str, float]) -> LayersReport:
+                 timings: dict[str, float], output_cosine: dict[str, float] | None = None) -> LayersReport:
     """Join the inputs' tables (same layers, same order) and the ONNX mapping into one report."""
     index = OnnxIndex(onnx_bytes)
     first = analyses[0].rows
@@ -95,7 +97,8 @@ def build_report(analyses: list[InputAnalysis], onnx_bytes: bytes, min_layer_cos
     first_loss = next((x for x in measured if x.entire.cosine is not None and x.entire.cosine < min_layer_cosine), None)
     ranked = sorted((x for x in measured if x.single.cosine is not None), key=lambda x: (x.single.cosine, x.index))
     return LayersReport(source, toolkit, fingerprint, build_fingerprint, min_layer_cosine,
-                        [a.name for a in analyses], layers, first_loss, ranked[:top], timings)
+                        [a.name for a in analyses], layers, first_loss, ranked[:top], timings,
+                        dict(output_cosine or {}))
 
 
 def onnx_label(layer: Layer) -> str:

@@ -31,6 +31,34 @@ def _last_error_line(exc: BaseException) -> str:
     return (informative or lines or [exc.__class__.__name__])[-1][:400]
 
 
+def _cosine(a, b) -> float:
+    import numpy as np
+
+    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    na, nb = float(np.linalg.norm(a64)), float(np.linalg.norm(b64))
+    return 1.0 if na == nb == 0 else 0.0 if na == 0 or nb == 0 else float(a64 @ b64 / (na * nb))
+
+
+def _pick(job: dict, outputs: dict[str, list[str]]) -> tuple[list[list[str]], list[list]]:
+    """The inputs to analyse: with FP32 references ("reference": {name: [files]}), the `max_inputs`
+    whose simulator outputs stray furthest (lowest cosine over the outputs) first; else in job order."""
+    import numpy as np
+
+    analyse = [list(x) for x in job["analyse"]]
+    refs = job.get("reference") or {}
+    ranking = []
+    if refs:
+        for name, _ in analyse:
+            sims = outputs.get(name, [])
+            cos = [_cosine(np.load(r, allow_pickle=False), np.load(s, allow_pickle=False))
+                   for r, s in zip(refs.get(name, []), sims)]
+            ranking.append([name, min(cos) if cos else 1.0])
+        order = {name: i for i, (name, _) in enumerate(sorted(ranking, key=lambda x: (x[1], x[0])))}
+        analyse.sort(key=lambda x: order[x[0]])
+    limit = job.get("max_inputs") or len(analyse)
+    return analyse[:limit], ranking
+
+
 def run_job(job: dict) -> int:
     import time
 
@@ -75,8 +103,9 @@ def run_job(job: dict) -> int:
             outputs[name] = files
         timings["golden_s"] = time.monotonic() - started
         started = time.monotonic()
+        analyse, ranking = _pick(job, outputs)
         analysed: dict[str, str] = {}
-        for name, rel in job["analyse"]:  # NCHW uint8: accuracy_analysis reads .npy files as nchw
+        for name, rel in analyse:  # NCHW uint8: accuracy_analysis reads .npy files as nchw
             stage = f"accuracy_analysis ({name})"
             target = Path("analysis") / name
             if rknn.accuracy_analysis(inputs=[rel], output_dir=str(target)) != 0:
@@ -84,7 +113,8 @@ def run_job(job: dict) -> int:
             analysed[name] = str(target)
         timings["analysis_s"] = time.monotonic() - started
         Path("result.json").write_text(json.dumps({"ok": True, "rknn": job["export"], "simulator_outputs": outputs,
-                                                   "analysis": analysed, "timings": timings}))
+                                                   "analysis": analysed, "ranking": ranking,
+                                                   "timings": timings}))
         return 0
     except Exception as exc:  # the toolkit raises bare ValueError/IndexError with its own traceback text
         traceback.print_exc()

@@ -32,8 +32,27 @@ def _convert(tmp: Path, onnx_path: Path, images: dict[str, Path], *extra: str) -
 @pytest.fixture(scope="module")
 def fragile(tmp_path_factory, images):
     tmp = tmp_path_factory.mktemp("fragile")
-    cfg, _ = _convert(tmp, fragile_model(tmp / "fragile.onnx"), images)
+    cfg, _ = _convert(tmp, fragile_model(tmp / "fragile.onnx"), images, "--keep-failed")
     return cfg, tmp
+
+
+def test_failed_build_kept_by_convert(fragile):
+    """The fidelity gate refuses the fragile build; the folder --keep-failed keeps is either complete
+    enough for `rkdet layers` (then it names the node) or refused in one line naming what is missing."""
+    _, tmp = fragile
+    failed = tmp / "out" / "tiny-rk3588.failed"
+    assert failed.is_dir()
+    needed = ("manifest.json", "config.resolved.json", "model.onnx")
+    missing = [n for n in needed if not (failed / n).is_file()]
+    proc = run_rkdet("layers", str(failed), "--out", str(tmp), "--json")
+    if missing:
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"missing {', '.join(missing)}" in lines[0] and "--config" in lines[0]
+    else:
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        doc = json.loads(proc.stdout)
+        assert doc["layers"][doc["first_loss"]]["onnx"]["node"] == "cancel"
 
 
 def test_fragile_model_names_the_cancelling_sub(fragile):
@@ -60,6 +79,9 @@ def test_fragile_model_names_the_cancelling_sub(fragile):
     assert kinds["x"] == "input" and kinds["x_int8"] == "derived"
     assert [x["index"] for x in layers] == list(range(len(layers)))
     assert doc["fingerprint_match"] is None  # from a config: nothing to compare with
+    # the analysed inputs are the golden ones whose outputs stray furthest from FP32, worst first
+    ranking = doc["output_cosine"]
+    assert len(ranking) == 2 and doc["inputs"] == sorted(ranking, key=lambda n: (ranking[n], n))
     assert "loss located" in proc.stderr and "cancel (Sub)" in proc.stderr
     page = html.read_text()
     assert "cancel (Sub)" in page and "data:image/png;base64," in page and "first loss" in page
