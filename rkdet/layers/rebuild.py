@@ -169,8 +169,9 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
                     job["reference"][name] = files
             (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
             os.rename(folder / ".job.json", folder / "job.json")
-            progress(f"{platform}: rebuilding with {tk.name} {tk.version} and analysing {len(analyse)} input(s) "
-                     "per layer (hermetic subprocess)")
+            progress(f"{platform}: rebuilding with {tk.name} {tk.version} and analysing "
+                     f"{min(max_inputs or len(analyse), len(analyse))} of {len(analyse)} input(s) per layer "
+                     "(hermetic subprocess)")
             started = time.monotonic()
             run = session.worker.go()
             wall = time.monotonic() - started

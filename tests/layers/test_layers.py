@@ -136,3 +136,13 @@ def test_not_a_folder_and_both_sources_are_exit_2(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "does not exist" in proc.stderr
     proc = run_rkdet("layers")
     assert proc.returncode == 2 and "one of them" in proc.stderr
+
+
+def test_unwritable_out_is_one_line_exit_2_before_any_build(fragile):
+    cfg, tmp = fragile
+    blocker = tmp / "a-file"
+    blocker.write_text("not a folder")
+    proc = run_rkdet("layers", "--config", str(cfg), "--out", str(blocker / "sub"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not writable" in lines[0] and "Traceback" not in proc.stderr
