@@ -79,20 +79,28 @@ def build_report(analyses: list[InputAnalysis], onnx_bytes: bytes, min_layer_cos
     """Join the inputs' tables (same layers, same order) and the ONNX mapping into one report."""
     index = OnnxIndex(onnx_bytes)
     first = analyses[0].rows
+    refs = [index.lookup(row.name) for row in first]
+    measured_at: dict[str, int] = {}  # ONNX node -> its first measured layer (cls0_int8 before its exDataConvert cls0)
+    for pos, (row, ref) in enumerate(zip(first, refs)):
+        if row.entire is not None and ref.node:
+            measured_at.setdefault(ref.node, pos)
+    fused_into: dict[int, list[OnnxRef]] = {}
+    for row, ref in zip(first, refs):
+        if row.entire is None and ref.tensor:  # fused: attach to the measured layer that reads its output
+            target = next((measured_at[n] for n in index.downstream(ref.tensor) if n in measured_at), None)
+            if target is not None:
+                fused_into.setdefault(target, []).append(ref)
     layers: list[Layer] = []
-    pending: list[OnnxRef] = []
     for pos, row in enumerate(first):
-        ref = index.lookup(row.name)
-        if row.entire is None:  # fused into the next measured layer
-            pending.append(ref)
+        if row.entire is None:
             continue
         per_input = [(a.name, a.rows[pos]) for a in analyses if pos < len(a.rows) and a.rows[pos].name == row.name]
         entire = _worst([r.entire for _, r in per_input if r.entire])
         single = _worst([r.single for _, r in per_input if r.single])
         worst_input = min(per_input, key=lambda p: p[1].entire.cosine if p[1].entire and p[1].entire.cosine
                           is not None else 2.0)[0]
-        layers.append(Layer(len(layers), row.op, row.name, ref, pending, entire, single, worst_input))
-        pending = []
+        layers.append(Layer(len(layers), row.op, row.name, refs[pos], fused_into.get(pos, []), entire, single,
+                            worst_input))
     measured = [x for x in layers if x.op != "Input"]
     first_loss = next((x for x in measured if x.entire.cosine is not None and x.entire.cosine < min_layer_cosine), None)
     ranked = sorted((x for x in measured if x.single.cosine is not None), key=lambda x: (x.single.cosine, x.index))
