@@ -57,8 +57,10 @@ def layers_command(build: Path | None, config_path: Path | None, target: str | N
     with console.status("layers") as status:
         rebuilt = rebuild_and_analyse(src, inputs_dir, lambda m: (status.update(m), console.log(m)),
                                       log_to=out / "toolkit-layers.log", max_inputs=max_inputs)
+    named = build if build is not None else config_path
+    assert named is not None
     report = build_report(rebuilt.analyses, rebuilt.model.onnx_bytes, src.cfg.fidelity.min_layer_cosine, top,
-                          source=str(build if build is not None else config_path), toolkit=rebuilt.toolkit,
+                          source=named.name, toolkit=rebuilt.toolkit,
                           fingerprint=rebuilt.fingerprint, build_fingerprint=rebuilt.build_fingerprint,
                           timings=rebuilt.timings, output_cosine=rebuilt.output_cosine)
     text = to_json(report)
