@@ -140,11 +140,13 @@ def main() -> None:
         f"{ort_s:.2f} s per input (in process, 1 thread).",
         "- Quantized side of that method needs `load_onnx(outputs=[...])`: a *different* graph (every tensor an "
         "output stops the fusions and moves the quantization points of the real build), so its per-layer "
-        "values are not those of the build, and it costs one more full build. Not exact enough: not used.",
+        "values would not be those of the build, and it costs one more full build (argued, not measured here: not used).",
         f"- accuracy_analysis runs on the very build (the rebuilt fingerprint "
         f"{'equals' if last['fingerprint_match'] else 'DIFFERS from'} the build's here) and gives both "
-        "*entire* and *single* errors; its cost is dominated by writing every layer's dump as .txt and .npy "
-        f"({t.get('analysis_s', 0) / max(n_in, 1):.1f} s per input above). `--max-inputs` (default 2) bounds it.",
+        "*entire* and *single* errors; it costs far more than plain simulator inference (two passes, entire and single, and a .txt + .npy dump of "
+        f"every layer: "
+        f"{t.get('golden_s', 0) / max(len(last['output_cosine']) or 8, 1):.1f} s per plain inference vs "
+        f"{t.get('analysis_s', 0) / max(n_in, 1):.1f} s per input above). `--max-inputs` (default 2) bounds it.",
         "",
         "## Default model result (last round)",
         "",
