@@ -65,6 +65,7 @@ def _register() -> None:
     from rkdet.board.emulator.demo import demo_command
     from rkdet.fleet.command import fleet_group
     from rkdet.history.command import history_group
+    from rkdet.layers.command import layers_command
 
     main.add_command(config_group)
     main.add_command(convert_command)
@@ -76,6 +77,7 @@ def _register() -> None:
     main.add_command(demo_command)
     main.add_command(fleet_group)
     main.add_command(history_group)
+    main.add_command(layers_command)
 
 
 _register()

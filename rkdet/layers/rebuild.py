@@ -1,0 +1,198 @@
+"""Rebuild a build in the hermetic toolkit worker and run the toolkit's per-layer accuracy analysis.
+
+The toolkit's simulator only runs a model built in the same process, so `rkdet layers` repeats the
+build with exactly the options the build recorded (its `config.resolved.json`, checked against the
+manifest's input fingerprint) in the same hermetic folder and environment as `rkdet convert`, and
+checks that the rebuilt build fingerprint (inputs + `.rknn` content + simulator golden outputs) equals
+the build's before trusting the per-layer dumps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from pydantic import ValidationError
+
+from rkdet.config import RkdetConfig, load_config
+from rkdet.convert import golden, manifest
+from rkdet.convert.hermetic import ToolkitSession
+from rkdet.convert.images import list_images
+from rkdet.convert.onnx_graph import PreparedModel, prepare_model
+from rkdet.convert.pipeline import Materialized, materialize
+from rkdet.convert.toolkits import find_toolkit, toolkit2_options
+from rkdet.errors import ConversionError, InputError
+from rkdet.layers.analysis import InputAnalysis, read_analysis
+from rkdet.runner import output_hash
+
+WORKER = Path(__file__).resolve().parent / "toolkit2_layers_worker.py"
+# What `rkdet layers BUILD` reads from a build folder (a failed build kept with --keep-failed has them too).
+NEEDED = ("manifest.json", "config.resolved.json", "model.onnx")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Source:
+    """What is analysed: the config, the platform, and the build it came from (None: from a config)."""
+
+    cfg: RkdetConfig
+    platform: str
+    build: Path | None
+    manifest: dict | None
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """The rebuild's identity and the per-layer analysis of each analysed input."""
+
+    fingerprint: str
+    build_fingerprint: str | None  # the build folder's, None when analysing straight from a config
+    toolkit: str
+    model: PreparedModel
+    analyses: list[InputAnalysis]
+    timings: dict[str, float]
+    output_cosine: dict[str, float]  # golden input -> its lowest output cosine (simulator vs FP32): the ranking
+
+    @property
+    def fingerprint_match(self) -> bool | None:
+        return None if self.build_fingerprint is None else self.fingerprint == self.build_fingerprint
+
+
+def from_build(folder: Path) -> Source:
+    """Read a build folder; a missing or unreadable piece is one line naming it (exit 2)."""
+    if not folder.is_dir():
+        raise InputError(f"{folder}: not a build folder (it does not exist); pass a folder written by rkdet convert")
+    missing = [n for n in NEEDED if not (folder / n).is_file()]
+    if missing:
+        raise InputError(f"{folder}: not a complete build folder: missing {', '.join(missing)} "
+                         "(rkdet layers needs what rkdet convert writes; rebuild it, or use --config)")
+    docs = {}
+    for name in ("manifest.json", "config.resolved.json"):
+        try:
+            docs[name] = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{folder / name}: unreadable ({exc.__class__.__name__}); rebuild with rkdet convert") from None
+    doc = docs["manifest.json"]
+    if not isinstance(doc, dict) or not isinstance(doc.get("platform"), str) or not doc.get("fingerprint"):
+        raise InputError(f"{folder / 'manifest.json'}: no platform or fingerprint; rebuild with rkdet convert")
+    try:
+        cfg = RkdetConfig.model_validate(docs["config.resolved.json"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first.get("loc", ()))
+        raise InputError(f"{folder / 'config.resolved.json'}: key {key!r}: {first.get('msg')}; rebuild with rkdet convert") from None
+    return Source(cfg, doc["platform"], folder, doc)
+
+
+def from_config(path: Path, platform: str | None) -> Source:
+    cfg = load_config(path)
+    return Source(cfg, (platform or cfg.target.platforms[0]).lower(), None, None)
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def _job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gold: Materialized,
+         analyse: dict[str, np.ndarray]) -> dict:
+    """The build part is laid out as rkdet convert lays it out (relative paths, same file names)."""
+    (folder / "model.onnx").write_bytes(model.onnx_bytes)
+    lines = []
+    for i, f in enumerate(cal.files):
+        rel = f"cal/{i:04d}.npy"
+        _save(folder / rel, cal.tensors[f.name].transpose(0, 3, 1, 2))
+        lines.append(rel)
+    (folder / "dataset.txt").write_text("\n".join(lines) + "\n")
+    golden_list = []
+    for f in gold.files:
+        rel = f"golden/{f.name}.npy"
+        _save(folder / rel, gold.tensors[f.name])
+        golden_list.append([f.name, rel])
+    analyse_list = []
+    for name, tensor in analyse.items():
+        rel = f"analyse/{name}.npy"
+        _save(folder / rel, tensor.transpose(0, 3, 1, 2))
+        analyse_list.append([name, rel])
+    config, build, do_quantization = toolkit2_options(src.cfg, src.platform)
+    return {"config": config, "build": build, "do_quantization": do_quantization,
+            "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
+            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out", "analyse": analyse_list}
+
+
+def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, log_to: Path | None = None,
+                        max_inputs: int | None = None) -> Rebuild:
+    """Rebuild `src` in the hermetic worker, check its fingerprint, and analyse every input per layer."""
+    cfg, platform = src.cfg, src.platform
+    tk = find_toolkit(platform, cfg)
+    if not tk.has_simulator:
+        raise InputError(f"{platform}: {tk.name} has no simulator; rkdet layers needs rknn-toolkit2 (rk3562/66/68/76/88, rv1126b)")
+    cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
+    gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
+    key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
+    session = ToolkitSession(key, tk.python, WORKER)  # imports the toolkit while the host prepares
+    try:
+        progress("preparing the model and the images as rkdet convert does")
+        model = prepare_model(cfg.model)
+        if src.manifest is not None:
+            recorded = src.manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")
+            if recorded != manifest.sha256_bytes(model.onnx_bytes):
+                raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {src.build} was made "
+                                 "(its prepared graph hashes differently); rebuild with rkdet convert")
+        cal = materialize(cal_files, model, cfg)
+        gold = materialize(gold_files, model, cfg)
+        analyse = gold.tensors
+        if inputs is not None:
+            analyse = materialize(list_images(inputs, "--inputs"), model, cfg).tensors
+        reference = None
+        if inputs is None:  # FP32 references, so the worker analyses the golden inputs that stray furthest first
+            reference, _ = golden.onnxruntime_reference(model.onnx_bytes, gold.tensors, model.input_name,
+                                                        cfg.preprocess.mean, cfg.preprocess.std)
+        inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
+        with session:
+            folder = session.folder
+            job = _job(folder, src, model, cal, gold, analyse)
+            job["max_inputs"] = max_inputs or None
+            if reference is not None:
+                job["reference"] = {}
+                for name, outs in reference.items():
+                    files = []
+                    for i, out in enumerate(model.output_names):
+                        _save(folder / "reference" / f"{name}.{i}.npy", outs[out])
+                        files.append(f"reference/{name}.{i}.npy")
+                    job["reference"][name] = files
+            (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
+            os.rename(folder / ".job.json", folder / "job.json")
+            progress(f"{platform}: rebuilding with {tk.name} {tk.version} and analysing "
+                     f"{min(max_inputs or len(analyse), len(analyse))} of {len(analyse)} input(s) per layer "
+                     "(hermetic subprocess)")
+            started = time.monotonic()
+            run = session.worker.go()
+            wall = time.monotonic() - started
+            if log_to is not None:
+                log_to.write_text(run.log)
+            result_file = folder / "result.json"
+            result = json.loads(result_file.read_text()) if result_file.exists() else None
+            if run.returncode != 0 or not result or not result.get("ok"):
+                where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
+                raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where}")
+            content = manifest.rknn_content_fingerprint(folder / "model.rknn")
+            sim_hashes = {name: {out: output_hash(np.load(folder / f, allow_pickle=False))
+                                 for out, f in zip(model.output_names, files)}
+                          for name, files in result["simulator_outputs"].items()}
+            fingerprint = manifest.combine_fingerprint(inputs_fp, content, sim_hashes)
+            analyses = [read_analysis(name, folder / rel) for name, rel in result["analysis"].items()]
+            timings = dict(result.get("timings", {}), worker_s=wall)
+            ranking = {name: cos for name, cos in result.get("ranking", [])}
+        build_fp = src.manifest["fingerprint"] if src.manifest is not None else None
+        return Rebuild(fingerprint, build_fp, f"{tk.name} {tk.version}", model, analyses, timings, ranking)
+    finally:
+        session.close()
+
+

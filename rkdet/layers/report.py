@@ -1,0 +1,208 @@
+"""Per-layer findings: aggregate the analysed inputs, locate the loss, write layers.json and the HTML.
+
+Per layer the worst input counts (lowest cosine, highest relative L2 and max abs), so a loss that only
+one golden input shows is not averaged away. The *first loss* is the first layer in graph order whose
+entire cosine (accumulated error) is below `fidelity.min_layer_cosine`; the *worst single* layers are
+the k with the lowest single cosine (that layer alone, fed float inputs): the layers that cause the loss,
+not the ones that inherit it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from html import escape
+from pathlib import Path
+
+from rkdet.layers.analysis import InputAnalysis, Metrics
+from rkdet.layers.mapping import OnnxIndex, OnnxRef
+
+SCHEMA = "rkdet.layers/1"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One RKNN layer, its ONNX origin (and the ONNX nodes fused into it), its worst errors."""
+
+    index: int
+    op: str
+    rknn_name: str
+    onnx: OnnxRef
+    fused: list[OnnxRef]
+    entire: Metrics
+    single: Metrics
+    worst_input: str
+
+
+@dataclass
+class LayersReport:
+    source: str
+    toolkit: str
+    fingerprint: str
+    build_fingerprint: str | None
+    min_layer_cosine: float
+    inputs: list[str]
+    layers: list[Layer]
+    first_loss: Layer | None
+    worst_single: list[Layer]
+    timings: dict[str, float] = field(default_factory=dict)
+    output_cosine: dict[str, float] = field(default_factory=dict)  # golden input -> lowest output cosine
+
+    @property
+    def fingerprint_match(self) -> bool | None:
+        return None if self.build_fingerprint is None else self.fingerprint == self.build_fingerprint
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "source": self.source, "toolkit": self.toolkit,
+                "fingerprint": self.fingerprint, "build_fingerprint": self.build_fingerprint,
+                "fingerprint_match": self.fingerprint_match, "min_layer_cosine": self.min_layer_cosine,
+                "inputs": self.inputs, "verdict": "loss" if self.first_loss else "within",
+                "first_loss": self.first_loss.index if self.first_loss else None,
+                "worst_single": [x.index for x in self.worst_single],
+                "layers": [asdict(x) for x in self.layers], "timings": self.timings,
+                "output_cosine": self.output_cosine}
+
+
+def _worst(values: list[Metrics]) -> Metrics:
+    def pick(attr: str, lowest: bool) -> float | None:
+        xs = [getattr(v, attr) for v in values if getattr(v, attr) is not None]
+        return (min(xs) if lowest else max(xs)) if xs else None
+
+    return Metrics(pick("cosine", True), pick("rel_l2", False), pick("max_abs", False))
+
+
+def build_report(analyses: list[InputAnalysis], onnx_bytes: bytes, min_layer_cosine: float, top: int, *,
+                 source: str, toolkit: str, fingerprint: str, build_fingerprint: str | None,
+                 timings: dict[str, float], output_cosine: dict[str, float] | None = None) -> LayersReport:
+    """Join the inputs' tables (same layers, same order) and the ONNX mapping into one report."""
+    index = OnnxIndex(onnx_bytes)
+    first = analyses[0].rows
+    refs = [index.lookup(row.name) for row in first]
+    measured_at: dict[str, int] = {}  # ONNX node -> its first measured layer (cls0_int8 before its exDataConvert cls0)
+    for pos, (row, ref) in enumerate(zip(first, refs)):
+        if row.entire is not None and ref.node:
+            measured_at.setdefault(ref.node, pos)
+    fused_into: dict[int, list[OnnxRef]] = {}
+    for row, ref in zip(first, refs):
+        if row.entire is None and ref.tensor:  # fused: attach to the measured layer that reads its output
+            target = next((measured_at[n] for n in index.downstream(ref.tensor) if n in measured_at), None)
+            if target is not None:
+                fused_into.setdefault(target, []).append(ref)
+    layers: list[Layer] = []
+    for pos, row in enumerate(first):
+        if row.entire is None:
+            continue
+        per_input = [(a.name, a.rows[pos]) for a in analyses if pos < len(a.rows) and a.rows[pos].name == row.name]
+        entire = _worst([r.entire for _, r in per_input if r.entire])
+        single = _worst([r.single for _, r in per_input if r.single])
+        worst_input = min(per_input, key=lambda p: p[1].entire.cosine if p[1].entire and p[1].entire.cosine
+                          is not None else 2.0)[0]
+        layers.append(Layer(len(layers), row.op, row.name, refs[pos], fused_into.get(pos, []), entire, single,
+                            worst_input))
+    measured = [x for x in layers if x.op != "Input"]
+    first_loss = next((x for x in measured if x.entire.cosine is not None and x.entire.cosine < min_layer_cosine), None)
+    ranked = sorted((x for x in measured if x.single.cosine is not None), key=lambda x: (x.single.cosine, x.index))
+    return LayersReport(source, toolkit, fingerprint, build_fingerprint, min_layer_cosine,
+                        [a.name for a in analyses], layers, first_loss, ranked[:top], timings,
+                        dict(output_cosine or {}))
+
+
+def onnx_label(layer: Layer) -> str:
+    """`node (OpType)` for the layer and its fused members, or why there is no ONNX counterpart."""
+    parts = [f"{r.node} ({r.op_type})" for r in [*layer.fused, layer.onnx] if r.node]
+    if not parts:
+        return "graph input" if layer.onnx.kind == "input" else "no ONNX counterpart (added by the toolkit)"
+    return " + ".join(dict.fromkeys(parts))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Temp name in the same folder, then rename (never over a device, FIFO or symlink)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise OSError(f"{path}: exists and is not a regular file")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_json(report: LayersReport) -> str:
+    return json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def cosine_plot(report: LayersReport) -> bytes:
+    """Entire and single cosine along the graph, the threshold, the culprits marked."""
+    from matplotlib.figure import Figure
+
+    from rkdet.diff.plots import _png
+
+    fig = Figure(figsize=(11, 3.6))
+    ax = fig.add_subplot()
+    xs = [x.index for x in report.layers]
+    ax.plot(xs, [x.entire.cosine for x in report.layers], lw=1.4, color="#1f5fa8", label="entire (accumulated)")
+    ax.plot(xs, [x.single.cosine for x in report.layers], lw=1.0, color="#8a8a8a", ls="--", label="single (alone)")
+    ax.axhline(report.min_layer_cosine, color="#c62828", lw=0.8, ls=":", label="fidelity.min_layer_cosine")
+    for x in report.worst_single:
+        ax.plot([x.index], [x.single.cosine], "o", color="#e08a00", ms=6)
+    if report.worst_single:
+        ax.plot([], [], "o", color="#e08a00", label="worst single")
+    if report.first_loss:
+        ax.axvline(report.first_loss.index, color="#c62828", lw=1.2)
+        ax.plot([report.first_loss.index], [report.first_loss.entire.cosine], "v", color="#c62828", ms=8,
+                label=f"first loss: layer {report.first_loss.index}")
+    ax.set_xlabel("RKNN layer (graph order)")
+    ax.set_ylabel("cosine vs float")
+    ax.legend(loc="lower left", fontsize=8)
+    return _png(fig)
+
+
+def _n(x: float | None, spec: str) -> str:
+    return "–" if x is None else escape(format(x, spec))
+
+
+def _row(x: Layer, marks: str) -> str:
+    e, s = x.entire, x.single
+    return (f"<tr><td class='num'>{x.index}</td><td>{marks}</td><td>{escape(x.op)}</td><td><code>{escape(x.rknn_name)}"
+            f"</code></td><td>{escape(onnx_label(x))}</td><td class='num'>{_n(e.cosine, '.5f')}</td>"
+            f"<td class='num'>{_n(e.rel_l2, '.3g')}</td><td class='num'>{_n(e.max_abs, '.3g')}</td>"
+            f"<td class='num'>{_n(s.cosine, '.5f')}</td><td class='num'>{_n(s.rel_l2, '.3g')}</td>"
+            f"<td>{escape(x.worst_input)}</td></tr>")
+
+
+def render_html(report: LayersReport) -> str:
+    from rkdet.diff.html import _CSS, _img
+
+    worst = {x.index for x in report.worst_single}
+    loss = report.first_loss
+    if loss:
+        verdict = (f"<div class='verdict different'>loss located: layer {loss.index} {escape(loss.rknn_name)} — "
+                   f"{escape(onnx_label(loss))}: entire cosine {_n(loss.entire.cosine, '.5f')} &lt; "
+                   f"{report.min_layer_cosine}</div>")
+    else:
+        verdict = (f"<div class='verdict same'>every layer within fidelity.min_layer_cosine "
+                   f"{report.min_layer_cosine}</div>")
+    match = report.fingerprint_match
+    fp = ("rebuilt from a config (no build to compare)" if match is None else
+          "rebuilt fingerprint equals the build's" if match else
+          "<span class='bad'>rebuilt fingerprint DIFFERS from the build's</span>")
+    head = ("<tr><th>#</th><th></th><th>op</th><th>RKNN layer</th><th>ONNX node(s)</th><th>entire cos</th>"
+            "<th>entire rel L2</th><th>entire max abs</th><th>single cos</th><th>single rel L2</th>"
+            "<th>worst input</th></tr>")
+    rows = []
+    for x in report.layers:
+        marks = ("<span class='bad'>first loss</span> " if loss is not None and x.index == loss.index else "") + \
+                ("<span class='bad'>worst single</span>" if x.index in worst else "")
+        rows.append(_row(x, marks))
+    culprits = "".join(_row(x, "") for x in report.worst_single)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>rkdet layers</title><style>{_CSS}</style>"
+            f"</head><body><h1>rkdet layers: {escape(report.source)}</h1>{verdict}"
+            f"<p>{escape(report.toolkit)} simulator vs float, {len(report.inputs)} input(s): "
+            f"{escape(', '.join(report.inputs))}. Build {escape(report.fingerprint[:16])}: {fp}.</p>"
+            f"{_img(cosine_plot(report), 'cosine along the graph')}"
+            f"<h2>Worst layers by single error (the cause, not the inherited loss)</h2><table>{head}{culprits}</table>"
+            f"<h2>All layers</h2><table>{head}{''.join(rows)}</table></body></html>\n")
