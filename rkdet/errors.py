@@ -48,6 +48,10 @@ class ConversionError(RkdetError):
     exit_code = EXIT_CONVERSION
 
 
+class FidelityGateError(ConversionError):
+    """A build failed a fidelity gate (exit 4): `rkdet layers` can say which layer lost it."""
+
+
 class BoardError(RkdetError):
     """The board or the connection to it failed (exit 3)."""
 

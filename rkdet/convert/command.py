@@ -9,6 +9,7 @@ import click
 from rich.markup import escape
 
 from rkdet.config import PLATFORMS, load_config
+from rkdet.errors import FidelityGateError
 from rkdet.log import log_console
 
 
@@ -32,9 +33,12 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
 
     console = log_console()
     cfg = load_config(config_path)
-    with console.status("converting") as status:
-        results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
-                          progress=lambda msg: (status.update(msg), console.log(msg)))
+    try:
+        with console.status("converting") as status:
+            results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
+                              progress=lambda msg: (status.update(msg), console.log(msg)))
+    except FidelityGateError as err:  # point at the tool that locates the loss
+        raise FidelityGateError(f"{err}; to see which layer loses it: rkdet layers --config {config_path}") from None
     summary = []
     for r in results:
         for w in r.warnings:  # one line each (no wrapping), model-supplied names never read as markup

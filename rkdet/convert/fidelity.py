@@ -28,7 +28,7 @@ from rkdet.decode import (
     detect_layout,
     iou_matrix,
 )
-from rkdet.errors import ConversionError
+from rkdet.errors import ConversionError, FidelityGateError
 
 SCHEMA = "rkdet.fidelity/2"
 SCORE_HIGH = 0.5  # a confident FP32 class score
@@ -365,7 +365,7 @@ _ORDER = ("score_collapse", "saturation", "decision", "score_recall", "cosine")
 
 
 def gate(report: FidelityReport, platform: str) -> list[str]:
-    """Raise ConversionError (exit 4) on the first failed gate; return what was not judged, as warnings."""
+    """Raise FidelityGateError (exit 4) on the first failed gate; return what was not judged, as warnings."""
     for g in sorted((g for g in report.gates if g.failed), key=lambda g: _ORDER.index(g.gate)):
         op = "above" if g.gate == "saturation" else "below"
         key = f" ({_KEYS[g.gate]})" if _KEYS[g.gate] else ""
@@ -377,7 +377,7 @@ def gate(report: FidelityReport, platform: str) -> list[str]:
                 "saturation": f"{g.subject} saturates: quantized output pinned at its calibration range while "
                               f"FP32 goes {_fmt(g.value)} of the range beyond it ({g.note})"}[g.gate]
         limit = "" if g.gate == "score_collapse" else f", {op} the limit {_fmt(g.threshold)}{key}"
-        raise ConversionError(f"{platform}: fidelity gate failed: {what}{limit}; {_FIXES[g.gate]}")
+        raise FidelityGateError(f"{platform}: fidelity gate failed: {what}{limit}; {_FIXES[g.gate]}")
     unjudged = [g for g in report.gates if g.passed is None and g.binding]
     if not unjudged:
         return []

@@ -20,7 +20,7 @@ from fuse_helpers import CLIENT_TIMEOUT_S, NPU, POLICY0, ops, read, require_fuse
 from rkdet.board.emulator import mount as mount_mod
 from rkdet.board.emulator.mount import EmulatedSysfs, emulated_sysfs, mount_entry, namespace_argv
 from rkdet.board.emulator.sysfs_fuse import profile_from_json, profile_to_json
-from rkdet.board.socs import PROFILES, RK3588
+from rkdet.board.socs import PROFILES, RK3588, rk3588
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 
@@ -45,6 +45,22 @@ def test_namespace_mode_shows_emulated_sys_at_real_paths_and_host_is_unchanged(b
     if before[2] is not None:
         assert lines[1] == "77"
     assert _host_view() == before  # same mount table, still no devfreq, compaction untouched
+
+
+def test_namespace_mode_hides_the_hosts_knob_an_image_without_it_lacks(tmp_path):
+    """An image without CONFIG_COMPACTION: inside the namespace the knob is absent (as on that board)
+    and a write aimed at it cannot reach this machine's real /proc/sys/vm/compaction_proactiveness."""
+    require_fuse()
+    before = _host_view()
+    with emulated_sysfs(rk3588(compaction=False), tmp_path / "w", backend="fuse") as board:
+        assert not (board.root / "proc/sys/vm/compaction_proactiveness").exists()
+        script = ('test -e /proc/sys/vm/compaction_proactiveness && echo present || echo absent; '
+                  'echo 0 > /proc/sys/vm/compaction_proactiveness 2>/dev/null && echo wrote || echo refused')
+        inside = subprocess.run(namespace_argv(board.root) + ["sh", "-c", script], capture_output=True, text=True,
+                                timeout=CLIENT_TIMEOUT_S)
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.split() == ["absent", "refused"]
+    assert _host_view() == before
 
 
 def test_namespace_mode_fails_cleanly_when_the_root_has_no_sys(tmp_path):

@@ -221,7 +221,15 @@ set -e
 root=$1; shift
 mount --bind "$root/sys" /sys
 for rel in $RKDET_NS_PROC_FILES; do
-  if [ -e "$root/$rel" ] && [ -e "/$rel" ]; then mount --bind "$root/$rel" "/$rel"; fi
+  if [ -e "$root/$rel" ] && [ -e "/$rel" ]; then
+    mount --bind "$root/$rel" "/$rel"
+  elif [ -e "/$rel" ]; then
+    case $rel in
+      # a knob the emulated image lacks (no CONFIG_COMPACTION) must not leave the host's writable:
+      # an empty read-only tmpfs hides its whole folder (the board has none of that folder's knobs)
+      proc/sys/*) d=${rel%/*}; mount -t tmpfs -o ro,size=4k,mode=555 rkdet-absent "/$d" ;;
+    esac
+  fi
 done
 unset RKDET_NS_PROC_FILES
 exec "$@"
@@ -231,7 +239,9 @@ exec "$@"
 def namespace_argv(root: Path) -> list[str]:
     """argv prefix: run the appended command in a private mount namespace that sees `root`'s
     ``sys`` at /sys and its procfs files (compaction_proactiveness, osrelease, version) at their
-    real paths. Needs CAP_SYS_ADMIN; the host's mount table is untouched. /proc/device-tree cannot
+    real paths; a procfs knob the emulated image lacks is hidden (its folder is an empty read-only
+    tmpfs), so no write meant for the board reaches the host. Needs CAP_SYS_ADMIN; the host's mount
+    table is untouched. /proc/device-tree cannot
     be provided where the host has none (x86): scripts read /sys/firmware/devicetree/base.
 
     Usage: ``subprocess.run(namespace_argv(h.root) + ["sh", "-c", "cat /sys/class/devfreq/*/cur_freq"])``
