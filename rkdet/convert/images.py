@@ -124,3 +124,12 @@ def preprocess(image_rgb: np.ndarray, size_hw: tuple[int, int], pp: PreprocessSe
     if pp.channel_order == "bgr":
         out = out[:, :, ::-1]
     return np.ascontiguousarray(out[None]), box
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """An image set decoded and preprocessed exactly as the board is fed."""
+
+    files: list[ImageFile]
+    tensors: dict[str, np.ndarray]  # name -> uint8 NHWC [1,H,W,3]
+    letterboxes: dict[str, Letterbox]

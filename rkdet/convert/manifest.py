@@ -25,7 +25,7 @@ from rkdet.runner import file_sha256, output_hash
 if TYPE_CHECKING:
     from rkdet.config import RkdetConfig
     from rkdet.convert.onnx_graph import PreparedModel
-    from rkdet.convert.pipeline import Materialized
+    from rkdet.convert.images import Materialized
     from rkdet.convert.toolkits import Toolkit
 
 SCHEMA = "rkdet.manifest/1"

@@ -21,7 +21,8 @@ import numpy as np
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
-from rkdet.convert.images import IMAGE_SUFFIXES, ImageFile, Letterbox, decode_rgb, list_images, non_images, preprocess
+from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images,
+                                  non_images, preprocess)
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
 from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
@@ -29,15 +30,6 @@ from rkdet.errors import ConversionError, InputError
 from rkdet.runner import write_json_atomic
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Materialized:
-    """An image set decoded and preprocessed exactly as the board is fed."""
-
-    files: list[ImageFile]
-    tensors: dict[str, np.ndarray]  # name -> uint8 NHWC [1,H,W,3]
-    letterboxes: dict[str, Letterbox]
 
 
 @dataclass

@@ -24,7 +24,8 @@ from rkdet.convert import golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import list_images
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
-from rkdet.convert.pipeline import Materialized, materialize
+from rkdet.convert.images import Materialized
+from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
