@@ -9,6 +9,11 @@ numpy and rknn); it imports the toolkit at once, then waits for `go` on stdin, s
 complete (so the slow import overlaps the host's preparation). All paths in the job are relative to
 the folder. Writes `result.json` ({"ok": true, ...} or {"ok": false, "stage": ..., "error": ...}).
 Exit 0 on success, 4 on a toolkit failure, 2 on a bad job or no "go".
+
+`rkdet layers` runs the same worker (the same build, so the same fingerprint) with an "analyse" list
+in the job: after the golden simulator outputs, the toolkit's `accuracy_analysis` runs once per
+analysed input into `analysis/<name>/` (the `max_inputs` whose simulator outputs stray furthest from
+the FP32 "reference" first), and result.json adds "analysis", "ranking" and "timings".
 """
 
 from __future__ import annotations
@@ -30,11 +35,43 @@ def _last_error_line(exc: BaseException) -> str:
     return (informative or lines or [exc.__class__.__name__])[-1][:400]
 
 
+def _cosine(a, b) -> float:
+    import numpy as np
+
+    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    na, nb = float(np.linalg.norm(a64)), float(np.linalg.norm(b64))
+    return 1.0 if na == nb == 0 else 0.0 if na == 0 or nb == 0 else float(a64 @ b64 / (na * nb))
+
+
+def _pick(job: dict, outputs: dict) -> tuple:
+    """The inputs to analyse: with FP32 references ("reference": {name: [files]}), the `max_inputs`
+    whose simulator outputs stray furthest (lowest cosine over the outputs) first; else in job order."""
+    import numpy as np
+
+    analyse = [list(x) for x in job["analyse"]]
+    refs = job.get("reference") or {}
+    ranking = []
+    if refs:
+        for name, _ in analyse:
+            sims = outputs.get(name, [])
+            cos = [_cosine(np.load(r, allow_pickle=False), np.load(s, allow_pickle=False))
+                   for r, s in zip(refs.get(name, []), sims)]
+            ranking.append([name, min(cos) if cos else 1.0])
+        order = {name: i for i, (name, _) in enumerate(sorted(ranking, key=lambda x: (x[1], x[0])))}
+        analyse.sort(key=lambda x: order[x[0]])
+    limit = job.get("max_inputs") or len(analyse)
+    return analyse[:limit], ranking
+
+
 def run_job(job: dict) -> int:
+    import time
+
     import numpy as np
     from rknn.api import RKNN
 
     rknn = RKNN(verbose=False)
+    timings: dict = {}
+    started = time.monotonic()
     try:
         stage = "config"
         ret = rknn.config(**job["config"])
@@ -52,6 +89,8 @@ def run_job(job: dict) -> int:
         ret = rknn.export_rknn(job["export"])
         if ret != 0:
             return _fail(stage, f"rknn.export_rknn returned {ret}")
+        timings["build_s"] = time.monotonic() - started
+        started = time.monotonic()
         outputs: dict[str, list[str]] = {}
         if job.get("golden"):
             stage = "init_runtime (simulator)"
@@ -72,7 +111,21 @@ def run_job(job: dict) -> int:
                     np.save(target, np.ascontiguousarray(array), allow_pickle=False)
                     files.append(str(target))
                 outputs[name] = files
-        Path("result.json").write_text(json.dumps({"ok": True, "rknn": job["export"], "simulator_outputs": outputs}))
+        result = {"ok": True, "rknn": job["export"], "simulator_outputs": outputs}
+        if job.get("analyse"):  # rkdet layers: per-layer accuracy of this very build
+            timings["golden_s"] = time.monotonic() - started
+            started = time.monotonic()
+            analyse, ranking = _pick(job, outputs)
+            analysed = {}
+            for name, rel in analyse:  # NCHW uint8: accuracy_analysis reads .npy files as nchw
+                stage = f"accuracy_analysis ({name})"
+                target = Path("analysis") / name
+                if rknn.accuracy_analysis(inputs=[rel], output_dir=str(target)) != 0:
+                    return _fail(stage, "rknn.accuracy_analysis returned an error (see toolkit.log)")
+                analysed[name] = str(target)
+            timings["analysis_s"] = time.monotonic() - started
+            result.update(analysis=analysed, ranking=ranking, timings=timings)
+        Path("result.json").write_text(json.dumps(result))
         return 0
     except Exception as exc:  # the toolkit raises bare ValueError/IndexError with its own traceback text
         traceback.print_exc()

@@ -24,7 +24,8 @@ DEFAULT_MAX_INPUTS = 2
 @click.command("layers")
 @click.argument("build", required=False, type=click.Path(path_type=Path))
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="Analyse a config's build without a build folder (e.g. one that failed the fidelity gate).")
+              help="Analyse a config's build without a build folder (e.g. one that failed the fidelity gate); with "
+                   "BUILD: where the model and images it names are (a published build records names only).")
 @click.option("--target", type=click.Choice(PLATFORMS, case_sensitive=False),
               help="With --config: the platform (default: the config's first).")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path),
@@ -48,9 +49,9 @@ def layers_command(build: Path | None, config_path: Path | None, target: str | N
     from rkdet.layers.rebuild import from_build, from_config, rebuild_and_analyse
     from rkdet.layers.report import build_report, onnx_label, render_html, to_json, write_atomic
 
-    if (build is None) == (config_path is None):
-        raise InputError("rkdet layers: give a build folder or --config FILE (one of them)")
-    src = from_build(build) if build is not None else from_config(config_path, target)  # type: ignore[arg-type]
+    if build is None and config_path is None:
+        raise InputError("rkdet layers: give a build folder (with --config FILE for where its images are) or --config FILE")
+    src = from_build(build, config_path) if build is not None else from_config(config_path, target)  # type: ignore[arg-type]
     out = out or (build if build is not None else Path("."))
     check_writable(out)  # before the long rebuild: layers.json and toolkit-layers.log go there
     console = log_console()

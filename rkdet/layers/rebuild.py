@@ -19,19 +19,17 @@ from typing import Callable
 import numpy as np
 from pydantic import ValidationError
 
-from rkdet.config import RkdetConfig, load_config
+from rkdet.config import PATH_KEYS, RkdetConfig, load_config
 from rkdet.convert import golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
-from rkdet.convert.images import list_images
+from rkdet.convert.images import Materialized, list_images
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
-from rkdet.convert.images import Materialized
 from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
 from rkdet.runner import output_hash
 
-WORKER = Path(__file__).resolve().parent / "toolkit2_layers_worker.py"
 # What `rkdet layers BUILD` reads from a build folder (a failed build kept with --keep-failed has them too).
 NEEDED = ("manifest.json", "config.resolved.json", "model.onnx")
 
@@ -65,8 +63,12 @@ class Rebuild:
         return None if self.build_fingerprint is None else self.fingerprint == self.build_fingerprint
 
 
-def from_build(folder: Path) -> Source:
-    """Read a build folder; a missing or unreadable piece is one line naming it (exit 2)."""
+def from_build(folder: Path, paths_from: Path | None = None) -> Source:
+    """Read a build folder; a missing or unreadable piece is one line naming it (exit 2).
+
+    A published build records its model and image folders by name only (no machine paths), so where
+    they are comes from `paths_from`, the config that built it (the rebuilt fingerprint then shows
+    whether they are the same files)."""
     if not folder.is_dir():
         raise InputError(f"{folder}: not a build folder (it does not exist); pass a folder written by rkdet convert")
     missing = [n for n in NEEDED if not (folder / n).is_file()]
@@ -88,6 +90,18 @@ def from_build(folder: Path) -> Source:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first.get("loc", ()))
         raise InputError(f"{folder / 'config.resolved.json'}: key {key!r}: {first.get('msg')}; rebuild with rkdet convert") from None
+    if paths_from is not None:
+        located = load_config(paths_from)
+        updates = {section: getattr(cfg, section).model_copy(update={key: getattr(getattr(located, section), key)})
+                   for section, key in PATH_KEYS if section in ("model", "quantize", "golden")}
+        cfg = cfg.model_copy(update=updates)
+    else:
+        for section, key in (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs")):
+            value = getattr(getattr(cfg, section), key)
+            if value is not None and not Path(value).is_absolute():
+                raise InputError(f"{folder / 'config.resolved.json'}: {section}.{key} is {str(value)!r} without its "
+                                 f"location (a published build records no machine paths); pass the config that "
+                                 f"built it: rkdet layers {folder} --config FILE")
     return Source(cfg, doc["platform"], folder, doc)
 
 
@@ -137,7 +151,8 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
     cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
     gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
     key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
-    session = ToolkitSession(key, tk.python, WORKER)  # imports the toolkit while the host prepares
+    # the convert's own worker (same build steps, so the same fingerprint), with an "analyse" step in the job
+    session = ToolkitSession(key, tk.python, tk.worker)  # imports the toolkit while the host prepares
     try:
         progress("preparing the model and the images as rkdet convert does")
         model = prepare_model(cfg.model)

@@ -38,12 +38,12 @@ def fragile(tmp_path_factory, images):
 def test_failed_build_kept_by_convert(fragile):
     """The fidelity gate refuses the fragile build; the folder --keep-failed keeps is either complete
     enough for `rkdet layers` (then it names the node) or refused in one line naming what is missing."""
-    _, tmp = fragile
+    cfg, tmp = fragile
     failed = tmp / "out" / "tiny-rk3588.failed"
     assert failed.is_dir()
     needed = ("manifest.json", "config.resolved.json", "model.onnx")
     missing = [n for n in needed if not (failed / n).is_file()]
-    proc = run_rkdet("layers", str(failed), "--out", str(tmp), "--json")
+    proc = run_rkdet("layers", str(failed), "--config", str(cfg), "--out", str(tmp), "--json")
     if missing:
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
@@ -94,7 +94,11 @@ def test_fragile_build_folder_rebuilds_to_the_same_fingerprint(fragile, images):
     proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp / "out"), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     build = Path(json.loads(proc.stdout)["builds"][0]["folder"])
-    proc = run_rkdet("layers", str(build), "--json")
+    # a published build names its model and images without their location: said in one line
+    alone = run_rkdet("layers", str(build), "--json")
+    assert alone.returncode == 2 and "without its location" in alone.stderr and "--config" in alone.stderr
+    assert alone.stderr.count("\n") == 1, alone.stderr
+    proc = run_rkdet("layers", str(build), "--config", str(cfg), "--json")
     assert proc.returncode == 1, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["fingerprint_match"] is True, (doc["fingerprint"], doc["build_fingerprint"])
@@ -130,11 +134,11 @@ def test_build_folder_missing_a_piece_is_one_line_exit_2(tmp_path, missing):
     assert len(lines) == 1 and f"missing {missing}" in lines[0] and "Traceback" not in proc.stderr
 
 
-def test_not_a_folder_and_both_sources_are_exit_2(tmp_path):
+def test_not_a_folder_and_no_source_are_exit_2(tmp_path):
     proc = run_rkdet("layers", str(tmp_path / "nope"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "does not exist" in proc.stderr
     proc = run_rkdet("layers")
-    assert proc.returncode == 2 and "one of them" in proc.stderr
+    assert proc.returncode == 2 and "give a build folder" in proc.stderr
 
 
 def test_unwritable_out_is_one_line_exit_2_before_any_build(fragile):

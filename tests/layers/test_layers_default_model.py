@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
-from convert_helpers import run_rkdet
+from convert_helpers import REPO, run_rkdet
 from rkdet.diff.metrics import compare_arrays
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,8 @@ def _golden_output(build: Path, kind: str, input_name: str, output: str) -> np.n
 
 def test_default_model_layers(default_build: Path, tmp_path: Path) -> None:
     html = tmp_path / "layers.html"
-    proc = run_rkdet("layers", str(default_build), "--out", str(tmp_path), "--max-inputs", "1", "--json",
+    proc = run_rkdet("layers", str(default_build), "--config", str(REPO / "configs" / "yolov8.yaml"),
+                     "--out", str(tmp_path), "--max-inputs", "1", "--json",
                      "--html", str(html), timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
