@@ -1030,7 +1030,7 @@ def _run(args, samples, backend, affinity):
     record = {
         "schema": RUN_SCHEMA, "backend": backend.name, "backend_detail": backend.detail,
         "backend_options": backend.options, "emulated": backend.emulated,
-        "model": {"path": args.model, "sha256": file_sha256(args.model)},
+        "model": {"path": os.path.basename(args.model), "sha256": file_sha256(args.model)},  # no board path: published
         "inputs": [s.describe() for s in samples], "outputs": backend.output_names,
         "repeats": args.repeats, "warmup": args.warmup, "core_mask": args.core_mask,
         "affinity": affinity, "snapshot_every": args.snapshot_every,

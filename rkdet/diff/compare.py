@@ -456,7 +456,7 @@ def verdict_line(c: Comparison) -> str:
     """One line: SAME/DIFFERENT, the tolerance, and where the first failure is."""
     tol = c.tolerance.describe()
     total = c.a.records + (c.b.records if c.b else 0)
-    versus = f" against B ({c.b.source.label})" if c.b else " run-to-run"
+    versus = f" against B ({c.b.source.short_label})" if c.b else " run-to-run"
     if not c.failures:
         what = "bit-identical" if c.tolerance.bitwise else "within tolerance"
         distinct = max((len(ia.groups) for ia in c.a.inputs.values()), default=1)

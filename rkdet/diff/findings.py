@@ -10,7 +10,9 @@ Strings in the tree are raw data (names from the result set): each presenter esc
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rkdet.diff.compare import Comparison, InputAnalysis, OutputAnalysis, SetAnalysis
@@ -172,3 +174,20 @@ def findings(c: Comparison) -> Findings:
         board += [(s.role, f) for f in s.correlation]
     return Findings(c.verdict, c.exit_code, c.mode, c.tolerance.describe(), list(c.notes), _sections(c), locations,
                     board)
+
+
+def shown_path(path: str | Path, base: Path | None) -> str:
+    """A result set's path as a report written into `base` shows it: relative to that folder, so a
+    published run folder (report.json, report.html) names no workstation path; as given otherwise."""
+    if base is None:
+        return str(path)
+    try:
+        return os.path.relpath(Path(path).resolve(), Path(base).resolve())
+    except ValueError:  # another drive (not on POSIX)
+        return str(path)
+
+
+def report_base(path: Path) -> Path | None:
+    """The folder a report file's paths are shown relative to; None for /dev/stdout, a FIFO or a device."""
+    path = Path(path)
+    return path.resolve().parent if not path.exists() or path.is_file() else None

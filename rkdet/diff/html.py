@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import base64
 from html import escape
+from pathlib import Path
 
 from rkdet.diff import plots
 from rkdet.diff.compare import Comparison, SetAnalysis
-from rkdet.diff.findings import SCHEMA, Decision, Findings, findings, run_ranges
+from rkdet.diff.findings import (
+    SCHEMA,
+    Decision,
+    Findings,
+    findings,
+    run_ranges,
+    shown_path,
+)
 from rkdet.diff.metrics import NumericStats
 
 _CSS = """
@@ -40,11 +48,11 @@ def _runs_text(runs: list[int], limit: int = 6) -> str:
     return ", ".join(parts) + (f", … ({len(ranges) - limit} more)" if len(ranges) > limit else "")
 
 
-def _source(s: SetAnalysis) -> str:
+def _source(s: SetAnalysis, base: Path | None) -> str:
     info = s.source.run_info
     emu = ' <span class="emulated">EMULATED</span>' if info.get("emulated") else ""
     detail = info.get("backend_detail") or info.get("backend") or s.source.kind
-    return (f"<li><b>{s.role}</b>: <code>{escape(str(s.source.path))}</code> — {escape(str(detail))}{emu}; "
+    return (f"<li><b>{s.role}</b>: <code>{escape(shown_path(s.source.path, base))}</code> — {escape(str(detail))}{emu}; "
             f"{s.records} inferences, {len(s.inputs)} input(s), {s.runs} run(s); core_mask "
             f"{escape(str(info.get('core_mask')))}, affinity {escape(str(info.get('affinity')))}</li>")
 
@@ -110,8 +118,8 @@ def _findings(f: Findings) -> str:
     return "<ul>" + "".join(items) + "</ul>" if items else "<p class='muted'>No divergence to locate.</p>"
 
 
-def render_html(c: Comparison) -> str:
-    """The whole report as one HTML string."""
+def render_html(c: Comparison, base: Path | None = None) -> str:
+    """The whole report as one HTML string (result-set paths relative to `base`, the report's folder)."""
     tree = findings(c)
     cls = "same" if c.exit_code == 0 else "different"
     latency = {f"{s.role} {ia.name}": ia.latencies for s in (c.a, c.b) if s is not None for ia in s.inputs.values()}
@@ -125,7 +133,7 @@ def render_html(c: Comparison) -> str:
                         o.get("image"), o["reference"], o["candidate"], c.layout.input_size,
                         f"reference ({o['reference_label']})", f"set {o['set']} run {o['run']}"), "detections"))
     notes = "".join(f"<li>{escape(n)}</li>" for n in tree.notes)
-    sources = "".join(_source(s) for s in (c.a, c.b) if s is not None)
+    sources = "".join(_source(s, base) for s in (c.a, c.b) if s is not None)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>rkdet diff: {escape(c.verdict[:80])}</title>
 <style>{_CSS}</style></head><body>

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
-from rkdet.diff.findings import SCHEMA, run_ranges
+from rkdet.diff.findings import SCHEMA, report_base, run_ranges, shown_path
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
 from rkdet.runner import write_atomic
@@ -34,12 +34,12 @@ def _latency(values: list[tuple[int, float]]) -> dict[str, float] | None:
     return {"min": ms[0], "median": ms[len(ms) // 2], "max": ms[-1]}
 
 
-def _set(s: SetAnalysis | None) -> dict[str, Any] | None:
+def _set(s: SetAnalysis | None, base: Path | None) -> dict[str, Any] | None:
     if s is None:
         return None
     info = s.source.run_info
     return {
-        "path": str(s.source.path), "kind": s.source.kind, "note": s.source.note,
+        "path": shown_path(s.source.path, base), "kind": s.source.kind, "note": s.source.note,
         "backend": info.get("backend"), "backend_detail": info.get("backend_detail"),
         "emulated": info.get("emulated"), "core_mask": info.get("core_mask"), "affinity": info.get("affinity"),
         "status": info.get("status"), "records": s.records, "runs": s.runs,
@@ -65,8 +65,8 @@ def _failure(f: Failure) -> dict[str, Any]:
             "slice_reasons": f.slice_reasons, "stats": f.stats.as_dict()}
 
 
-def to_json(c: Comparison) -> dict[str, Any]:
-    """The whole comparison as plain JSON types with stable field names."""
+def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
+    """The whole comparison as plain JSON types with stable field names (paths relative to `base`)."""
     first = min(c.failures, key=lambda x: (x.set, x.first_run)) if c.failures else None
     return {
         "schema": SCHEMA,
@@ -81,7 +81,7 @@ def to_json(c: Comparison) -> dict[str, Any]:
         "failures": [_failure(f) for f in c.failures],
         "abs_diff_histogram": {"edges": list(HIST_EDGES), "counts": c.abs_hist,
                                "counted": "differing elements, once per distinct output"},
-        "sets": {"A": _set(c.a), "B": _set(c.b)},
+        "sets": {"A": _set(c.a, base), "B": _set(c.b, base)},
     }
 
 
@@ -110,8 +110,8 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def json_text(c: Comparison) -> str:
-    return json.dumps(_finite(to_json(c)), indent=2, sort_keys=True, allow_nan=False, default=_json_default) + "\n"
+def json_text(c: Comparison, base: Path | None = None) -> str:
+    return json.dumps(_finite(to_json(c, base)), indent=2, sort_keys=True, allow_nan=False, default=_json_default) + "\n"
 
 
 def _json_default(value: Any) -> Any:
@@ -121,13 +121,13 @@ def _json_default(value: Any) -> Any:
 
 
 def write_json(c: Comparison, path: Path) -> Path:
-    return write_report_file(path, json_text(c))
+    return write_report_file(path, json_text(c, report_base(path)))
 
 
 def write_html(c: Comparison, path: Path) -> Path:
     from rkdet.diff.html import render_html  # matplotlib only when HTML is asked for (html never imports report)
 
-    return write_report_file(path, render_html(c))
+    return write_report_file(path, render_html(c, report_base(path)))
 
 
 def write_reports(comparison: Comparison, out_dir: str | Path) -> dict[str, Path]:

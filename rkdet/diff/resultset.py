@@ -194,6 +194,13 @@ class Source:
         return str(self.path)
 
     @property
+    def short_label(self) -> str:
+        """How a verdict names this set: its last three path parts (`…/<build>/golden/onnx-fp32`), so a
+        verdict stored in a published report names no workstation folder (errors use the full label)."""
+        parts = Path(self.path).parts
+        return str(self.path) if len(parts) <= 3 else "…/" + "/".join(parts[-3:])
+
+    @property
     def single_file(self) -> bool:
         return self.kind in ("npy", "npz")
 

@@ -29,8 +29,8 @@ def test_published_folder_has_no_user_names_or_host_paths(board: EmulatedBoard, 
     assert not {"RKDET_STATE_DIR", "RKDET_WORK_DIR"} & set(record["job_env"])
     secrets = [f"{board.user}@", str(fast_build.resolve()), str(fast_build), str(board.home), str(board.board_dir),
                str(tmp_path)]
-    # the files deploy writes (report.json/report.html are the diff's: see docs/SECURITY.md)
-    for name in ("deploy.json", "board.json", "pin.json", "job.log"):  # result/run.json: the runner's model.path
+    # every file of the published run folder: deploy's, the diff's reports and the runner's run.json
+    for name in ("deploy.json", "board.json", "pin.json", "job.log", "report.json", "report.html", "result/run.json"):
         text = (folder / name).read_text(errors="replace")
         leaked = [s for s in secrets if s in text]
         assert not leaked, f"{name} holds {leaked}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +96,10 @@ def test_reports_written_atomically(sets: dict[str, Path], tmp_path: Path) -> No
     c = compare(sets["flip"], None, Tolerance())
     paths = write_reports(c, tmp_path / "out")
     assert set(paths) == {"json", "html"}
-    assert json.loads(paths["json"].read_text()) == json.loads(json.dumps(to_json(c)))
+    written = json.loads(paths["json"].read_text())
+    assert written == json.loads(json.dumps(to_json(c, (tmp_path / "out").resolve())))
+    # paths are shown relative to the report's own folder (a published run folder names no host path)
+    assert written["sets"]["A"]["path"] == os.path.relpath(sets["flip"].resolve(), (tmp_path / "out").resolve())
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.html", "report.json"]
 
 
