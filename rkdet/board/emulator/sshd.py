@@ -47,6 +47,7 @@ class Variant:
     sftp: bool = True
     busybox: bool = False  # busybox ash login shell and a PATH of busybox applets only
     sudo: bool = False  # passwordless `sudo -n` for the login user (this instance only)
+    sudo_password: bool = False  # TEST CONTROL: the sudo rule lacks NOPASSWD (`sudo -n` refuses: password required)
     hostile: bool = False  # TEST CONTROL: crafted listings, results and a stalling SFTP (hostile.py)
 
 
@@ -192,7 +193,7 @@ class EmulatedBoard:
         assert self.account is not None and self.board_dir is not None
         etc = self.workdir / "etc"
         shutil.rmtree(etc, ignore_errors=True)
-        users.write_private_etc(etc, self.account, self.variant.sudo)
+        users.write_private_etc(etc, self.account, self.variant.sudo, nopasswd=not self.variant.sudo_password)
         host_pub = self._fresh_key(self.workdir / "ssh_host_ed25519_key", "rkdet-emulator-host")
         client_pub = self._fresh_key(self.identity_file, "rkdet-emulator-client")
         last_error = ""
