@@ -139,7 +139,10 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
             if given_build is None:
-                build = Path(load_record(folder).get("build") or build)
+                recorded = load_record(folder).get("build")
+                if not recorded and build is None:
+                    raise InputError(f"{folder}: the run's build folder is not recorded; pass --build")
+                build = Path(recorded or build)
                 if chosen is None:
                     chosen = build_deploy_settings(build)
         assert chosen is not None and build is not None
