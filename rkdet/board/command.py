@@ -121,8 +121,8 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
         console.log(literal(message))
 
     given_build = build
-    if build is not None and not resume:
-        load_build(build)  # a wrong --build is exit 2 naming the folder, before its settings or any connection
+    if build is not None and config_path is None and not resume:
+        load_build(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
     if resume and build is None and config_path is None:  # judged by the build that run was of (below)
         chosen, build = _settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
     else:
@@ -132,8 +132,8 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             json.loads(emulator_fault)
         except ValueError:
             raise InputError("--emulator-fault: not valid JSON") from None
-    if given_build is None and not resume:
-        load_build(build)  # the config's default build, likewise
+    if not resume and (config_path is not None or given_build is None):
+        load_build(build)  # after the config's own errors (and the default build); all before any connection
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout, sftp_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
