@@ -58,9 +58,10 @@ def _register() -> None:
     """Attach the command groups; imports are inside so `rkdet --help` stays fast."""
     # One line per command group, each owned by its area (convert, board, diff, emulator).
     from rkdet.config_command import config_group
+    from rkdet.deploy_command import deploy_command
     from rkdet.convert.command import convert_command, init_command
     from rkdet.diff.command import diff_command
-    from rkdet.board.command import board_group, deploy_command
+    from rkdet.board.command import board_group
     from rkdet.board.emulator.command import emulator
     from rkdet.board.emulator.demo import demo_command
     from rkdet.fleet.command import fleet_group

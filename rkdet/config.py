@@ -382,3 +382,49 @@ def explicit_keys(path: str | Path) -> set[str]:
         if isinstance(value, dict):
             keys.update(f"{section}.{k}" for k in value)
     return keys
+
+
+# The file inside a build folder that holds the config it was built with (rkdet.convert.published).
+RESOLVED_CONFIG = "config.resolved.json"
+
+
+class DeploySettings(BaseModel):
+    """The parts of a config that decide how a board runs a build and how its results are judged
+    (a config file's, or a build's own resolved config's), and where they came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: RunSection = RunSection()
+    board: BoardSection = BoardSection()
+    tolerances: Tolerance = Tolerance()
+    source: str
+
+
+def deploy_settings(cfg: RkdetConfig, source: str | Path) -> DeploySettings:
+    """The run/board/tolerances sections of a loaded config file."""
+    return DeploySettings(run=cfg.run, board=cfg.board, tolerances=cfg.tolerances, source=str(source))
+
+
+def build_deploy_settings(build: str | Path) -> DeploySettings:
+    """The run/board/tolerances a build was made with, from its `config.resolved.json`: a build deploys
+    without the config file it came from (whose paths, there, are names only and are not needed)."""
+    path = Path(build) / RESOLVED_CONFIG
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing; pass --config FILE, or re-run rkdet convert to make a complete "
+                          "build folder") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a readable JSON config ({exc.__class__.__name__}); pass --config FILE, "
+                          "or re-run rkdet convert") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: not a JSON object; pass --config FILE, or re-run rkdet convert")
+    sections: dict[str, Any] = {}
+    for name, model in (("run", RunSection), ("board", BoardSection), ("tolerances", Tolerance)):
+        try:
+            sections[name] = model.model_validate(doc.get(name) or {})
+        except ValidationError as exc:
+            first = dict(exc.errors()[0])
+            first["loc"] = (name, *first.get("loc", ()))
+            raise ConfigError(_format_error(path, first)) from None
+    return DeploySettings(**sections, source=str(path))

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 from rich.text import Text
 
-from rkdet.config import CORE_MASKS, load_config
-from rkdet.errors import EXIT_OK, InputError
+from rkdet.config import (CORE_MASKS, DEFAULT_CONFIG, RESOLVED_CONFIG, DeploySettings, build_deploy_settings,
+                          deploy_settings, load_config)
+from rkdet.errors import EXIT_OK, BoardError, InputError
 from rkdet.log import log_console
 from rkdet.textsafe import literal
+
+if TYPE_CHECKING:
+    from rkdet.board.deploy import DeployOutcome
 
 
 def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -56,45 +60,58 @@ def open_connection(board: str, user: str | None, port: int | None, identity: Pa
                                 accept_new_host_key=accept_new_host_key, timeouts=timeouts)
 
 
-def _default_build(config_path: Path) -> tuple[Any, Path]:
-    cfg = load_config(config_path)
-    return cfg, Path("build") / f"{cfg.name}-{cfg.target.platforms[0]}"
+def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags of `rkdet deploy` (the command itself is rkdet/deploy_command.py, which also records the run)."""
+    options = [
+        click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+                     help="Config whose run/board/tolerances sections apply (default: the build's own "
+                          f"{RESOLVED_CONFIG}; without --build, {DEFAULT_CONFIG})."),
+        click.option("--build", type=click.Path(path_type=Path), default=None,
+                     help="Build folder from rkdet convert (default build/<name>-<first platform> of the config)."),
+        click.option("--repeats", type=click.IntRange(min=1), default=None, help="Runs over the golden inputs (config run.repeats)."),
+        click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unrecorded warm-up passes (config run.warmup)."),
+        click.option("--core-mask", type=click.Choice(CORE_MASKS), default=None, help="NPU cores (config run.core_mask)."),
+        click.option("--backend", type=click.Choice(["rknnlite", "onnxruntime"]), default=None,
+                     help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU."),
+        click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+                     help="Results root: <out>/<board>/<fingerprint>/<run-id>/ (runs are recorded in <out>/rkdet.db)."),
+        click.option("--workdir", default=None, help="Remote work dir (default ~/.cache/rkdet or /tmp/rkdet-<user>)."),
+        click.option("--state-dir", default=None, help="Remote pin state dir (default /run/rkdet as root, else <workdir>/state)."),
+        click.option("--no-pin", is_flag=True, help="Run without pinning clocks (results say so)."),
+        click.option("--keep", is_flag=True, help="Keep the run folder on the board after pulling it."),
+        click.option("--resume", is_flag=True, help="Re-attach to this board's unfinished run and pull it."),
+        click.option("--install-selfcheck", is_flag=True,
+                     help="After a passing deploy, install the build's self-check in <workdir>/selfcheck on the board, "
+                          "run it once and print the command for a unit's ExecStartPre= (docs/SELFCHECK.md)."),
+        click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for the run."),
+        click.option("--emulator-fault", default=None, metavar="JSON",
+                     help="TEST CONTROL (emulated board only): flip one bit, e.g. "
+                          '\'{"occurrence": 5, "input_sha256": null, "output": "cls0", "index": 123, "bit": 0}\'.'),
+        click.option("--json", "as_json", is_flag=True, help="Print the deploy record as JSON on stdout."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
 
 
-@click.command("deploy")
-@connection_options
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml",
-              show_default=True, help="Config whose run/board/tolerances sections apply.")
-@click.option("--build", type=click.Path(path_type=Path), default=None,
-              help="Build folder from rkdet convert (default build/<name>-<first platform>).")
-@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Runs over the golden inputs (config run.repeats).")
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unrecorded warm-up passes (config run.warmup).")
-@click.option("--core-mask", type=click.Choice(CORE_MASKS), default=None, help="NPU cores (config run.core_mask).")
-@click.option("--backend", type=click.Choice(["rknnlite", "onnxruntime"]), default=None,
-              help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU.")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="Results root: <out>/<board>/<fingerprint>/<run-id>/.")
-@click.option("--workdir", default=None, help="Remote work dir (default ~/.cache/rkdet or /tmp/rkdet-<user>).")
-@click.option("--state-dir", default=None, help="Remote pin state dir (default /run/rkdet as root, else <workdir>/state).")
-@click.option("--no-pin", is_flag=True, help="Run without pinning clocks (results say so).")
-@click.option("--keep", is_flag=True, help="Keep the run folder on the board after pulling it.")
-@click.option("--resume", is_flag=True, help="Re-attach to this board's unfinished run and pull it.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for the run.")
-@click.option("--emulator-fault", default=None, metavar="JSON",
-              help="TEST CONTROL (emulated board only): flip one bit, e.g. "
-                   '\'{"occurrence": 5, "input_sha256": null, "output": "cls0", "index": 123, "bit": 0}\'.')
-@click.option("--json", "as_json", is_flag=True, help="Print the deploy record as JSON on stdout.")
-def deploy_command(board: str, user: str | None, port: int | None, identity: Path | None, known_hosts: Path | None,
-                   ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, connect_timeout: float,
-                   sftp_timeout: float, config_path: Path,
-                   build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
-                   backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
-                   keep: bool, resume: bool, timeout: float, emulator_fault: str | None, as_json: bool) -> None:
-    """Run a build on a board, pinned, and judge the results: run against run and against golden.
+def _settings_source(config_path: Path | None, build: Path | None) -> tuple[DeploySettings, Path]:
+    """Run/board/tolerances settings and the build folder: --config when given, else the build's own
+    resolved config, else the default config (whose name and first platform also name the build)."""
+    if config_path is None and build is not None:
+        return build_deploy_settings(build), build
+    cfg = load_config(config_path or DEFAULT_CONFIG)
+    return deploy_settings(cfg, config_path or DEFAULT_CONFIG), build or Path("build") / f"{cfg.name}-{cfg.target.platforms[0]}"
 
-    Exit codes: 0 deterministic and within tolerance of golden, 1 divergence found,
-    2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
-    """
+
+def run_deploy(board: str, user: str | None, port: int | None, identity: Path | None, known_hosts: Path | None,
+               ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, connect_timeout: float,
+               sftp_timeout: float, config_path: Path | None,
+               build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
+               backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
+               keep: bool, resume: bool, install_selfcheck: bool, timeout: float, emulator_fault: str | None,
+               as_json: bool) -> DeployOutcome:
+    """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
+    (the caller records it and exits with its code)."""
     from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build, load_record,
                                     pin_env_from_config)
 
@@ -103,44 +120,76 @@ def deploy_command(board: str, user: str | None, port: int | None, identity: Pat
     def log(message: str) -> None:  # deploy's messages carry board-sourced names (SoC, paths)
         console.log(literal(message))
 
-    cfg, default_build = _default_build(config_path)
-    given_build, build = build, build or default_build
-    run = cfg.run
+    given_build = build
+    if build is not None and config_path is None and not resume:
+        load_build(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
+    if resume and build is None and config_path is None:  # judged by the build that run was of (below)
+        chosen, build = _settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
+    else:
+        chosen, build = _settings_source(config_path, build)
     if emulator_fault is not None:
         try:
             json.loads(emulator_fault)
         except ValueError:
             raise InputError("--emulator-fault: not valid JSON") from None
-    settings = RunSettings(
-        repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
-        core_mask=core_mask or run.core_mask, backend=backend or run.backend, snapshot_every=run.snapshot_every,
-        cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None, pin=cfg.board.pin and not no_pin,
-        pin_env=pin_env_from_config(cfg.board), sudo=cfg.board.sudo if sudo is None else sudo,
-        workdir=workdir or cfg.board.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault,
-        timeout=timeout, tolerances=cfg.tolerances.model_dump())
-    if not resume:
-        load_build(build)  # a wrong --build is exit 2 before any connection
+    if not resume and (config_path is not None or given_build is None):
+        load_build(build)  # after the config's own errors (and the default build); all before any connection
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout, sftp_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
             if given_build is None:
-                build = Path(load_record(folder).get("build") or build)
-            outcome = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal).resume(folder)
-        else:
-            outcome = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal).run()
+                recorded = load_record(folder).get("build")
+                if not recorded and build is None:
+                    raise InputError(f"{folder}: the run's build folder is not recorded; pass --build")
+                build = Path(recorded or build)
+                if chosen is None:
+                    chosen = build_deploy_settings(build)
+        assert chosen is not None and build is not None
+        log(f"settings (run, board, tolerances) from {chosen.source}")
+        run, brd = chosen.run, chosen.board
+        settings = RunSettings(
+            repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
+            core_mask=core_mask or run.core_mask, backend=backend or run.backend, snapshot_every=run.snapshot_every,
+            cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None, pin=brd.pin and not no_pin,
+            pin_env=pin_env_from_config(brd), sudo=brd.sudo if sudo is None else sudo,
+            workdir=workdir or brd.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault,
+            timeout=timeout, tolerances=chosen.tolerances.model_dump())
+        deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal)
+        outcome = deployment.resume(folder) if resume else deployment.run()
+        if install_selfcheck:
+            _install_selfcheck(conn, build, outcome, settings.backend, log)
     for warning in outcome.warnings:
         console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
     if outcome.emulated:
         console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
     colour = "green" if outcome.exit_code == EXIT_OK else "red"
     console.print(literal(outcome.verdict, colour))
+    restored = "not pinned" if not settings.pin else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
     console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "
                   f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
-                  f"board restored: {outcome.restored}"))
+                  f"board restored: {restored}"))
     if as_json:
         click.echo(json.dumps(outcome.record, indent=2, sort_keys=True))
-    raise SystemExit(outcome.exit_code)
+    return outcome
+
+
+def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: str, log: Callable[[str], None]) -> None:
+    """--install-selfcheck: after a passing deploy, the build's self-check into <workdir>/selfcheck, run once."""
+    from rkdet.board.selfcheck_install import install_selfcheck
+
+    if outcome.exit_code != EXIT_OK or outcome.record.get("status") != "complete":
+        outcome.warnings.append("self-check not installed: the deploy did not pass")
+        return
+    remote = f"{outcome.record['remote']['workdir']}/selfcheck"
+    done = install_selfcheck(conn, build, remote, emulated=outcome.emulated, backend=backend)
+    res = conn.run(done.command, check=False, timeout=300)
+    line = (res.out.strip() or res.err.strip()).splitlines()[-1:] or [f"exit {res.rc}, no output"]
+    if res.rc != 0:
+        raise BoardError(f"{conn.target.label}: the self-check installed in {remote} failed on its first run "
+                         f"(exit {res.rc}): {line[0][:300]}")
+    log(f"self-check installed in {remote} and run once: {line[0][:300]}")
+    log(f"for a systemd unit (docs/SELFCHECK.md): ExecStartPre={done.command_line}")
 
 
 @click.group("board")

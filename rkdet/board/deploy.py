@@ -200,7 +200,10 @@ def run_board_script(conn: BoardConnection, name: str, scripts_dir: str, env: di
     board_scripts.check_board_env(env)
     res = conn.run(["sh", f"{scripts_dir}/{name}.sh"], check=False, sudo=sudo, env=env,
                    keep_env=SESSION_ENV if sudo else ())
-    return res.rc, board_scripts.parse_records(res.out)
+    records = board_scripts.parse_records(res.out)
+    if sudo and res.rc != 0 and not records and conn.sudo_wants_password(res):  # the script never started
+        raise BoardError(conn.sudo_password_message())
+    return res.rc, records
 
 
 def probe_board(conn: BoardConnection, scripts_dir: str, env: dict[str, str], sudo: bool) -> board_scripts.ProbeReport:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkdet.board.ssh import BoardConnection, remote_command
-from rkdet.board.transfer import TransferStats
+from rkdet.board.transfer import TransferStats, push
 from rkdet.errors import InputError
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -66,12 +66,12 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     for local, name in files:
         if not local.is_file():
             raise InputError(f"{build_dir}: {local.name} missing; the build folder is incomplete, re-run rkdet convert")
-        stats.add(conn.push(local, f"{remote_dir}/{name}"))
+        stats.add(push(conn, local, f"{remote_dir}/{name}"))
     if emulated:  # the normalisation the real .rknn has baked in, for the test double
         with tempfile.TemporaryDirectory(prefix="rkdet-selfcheck-") as tmp:
             sidecar = Path(tmp) / "model.emu.json"
             sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
-            stats.add(conn.push(sidecar, f"{remote_dir}/model.emu.json"))
+            stats.add(push(conn, sidecar, f"{remote_dir}/model.emu.json"))
     model = f"{remote_dir}/model.rknn" if backend == "rknnlite" else f"{remote_dir}/model.onnx"
     command = ["python3", f"{remote_dir}/selfcheck.py", f"{remote_dir}/{BUNDLE}", "--model", model, "--backend", backend]
     return SelfcheckInstall(remote_dir, f"{remote_dir}/{BUNDLE}", model, command, stats)

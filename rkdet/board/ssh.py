@@ -504,10 +504,21 @@ class BoardConnection:
 
     def _failure(self, argv: Sequence[str], result: CommandResult, sudo: bool) -> str:
         last = (result.err.strip().splitlines() or result.out.strip().splitlines() or [""])[-1][:200]
-        if sudo and "password is required" in result.err:
-            return (f"{self.target.label}: sudo needs a password for {self.target.user}; "
-                    f"allow it with NOPASSWD in sudoers or connect as a user that may run the command")
+        if sudo and self.sudo_wants_password(result):
+            return self.sudo_password_message()
         return f"{self.target.label}: `{remote_command(argv)[:120]}` exited {result.rc}: {last}"
+
+    @staticmethod
+    def sudo_wants_password(result: CommandResult) -> bool:
+        """True when `sudo -n` refused because the board's sudoers asks this user for a password."""
+        return "a password is required" in result.err
+
+    def sudo_password_message(self) -> str:
+        """The one line for a board whose sudo wants a password: the cause, as sudo says it, and the fix."""
+        user = self.target.user
+        return (f"{self.target.label}: sudo: a password is required for {user} (rkdet runs `sudo -n`, which never "
+                f"prompts); on the board add a NOPASSWD rule for {user} (visudo -f /etc/sudoers.d/rkdet: "
+                f"`{user} ALL=(ALL) NOPASSWD: ALL`), or log in as root (--user root) without --sudo")
 
     def stream(self, command: str, *, stdout: Callable[[bytes], object] | None = None,
                stderr: Callable[[bytes], object] | None = None, stdin: bytes | IO[bytes] | None = None,

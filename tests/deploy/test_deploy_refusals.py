@@ -208,7 +208,7 @@ def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tm
     mnt = board_tmp / "filling"
     mnt.mkdir()
     on_board = board.on_board_argv()  # the tmpfs is the board's (its mount namespace), not the host's
-    subprocess.run([*on_board, "mount", "-t", "tmpfs", "-o", "size=96m,mode=1777", "rkdet-test-fill", str(mnt)],
+    subprocess.run([*on_board, "mount", "-t", "tmpfs", "-o", "size=160m,mode=1777", "rkdet-test-fill", str(mnt)],
                    check=True)
     proc = None
     try:

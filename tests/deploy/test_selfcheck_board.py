@@ -15,6 +15,7 @@ import pytest
 from rkdet.board.emulator.sshd import EmulatedBoard
 from rkdet.board.selfcheck_install import SelfcheckInstall, install_selfcheck
 from rkdet.board.ssh import BoardConnection, CommandResult
+from rkdet.board.transfer import push
 from rkdet.errors import InputError
 from rkdet.runner import read_index
 
@@ -88,7 +89,7 @@ def test_a_wrong_model_is_refused(conn: BoardConnection, installed: SelfcheckIns
     data[100] ^= 0xFF
     wrong.write_bytes(bytes(data))
     remote = f"{installed.remote_dir}/other.rknn"
-    conn.push(wrong, remote)
+    push(conn, wrong, remote)
     argv = [*installed.command[:3], "--model", remote]
     res = _run(conn, argv)
     assert res.rc == 3, res.out + res.err
@@ -105,7 +106,7 @@ def test_a_crafted_bundle_is_bad_input(conn: BoardConnection, installed: Selfche
     crafted = tmp_path / "crafted.json"
     crafted.write_text(json.dumps(doc))
     remote = f"{installed.remote_dir}/crafted.json"
-    conn.push(crafted, remote)
+    push(conn, crafted, remote)
     res = _run(conn, [*installed.command[:2], remote, *installed.command[3:]])
     assert res.rc == 2, res.out + res.err
     line = _one_line(res, "err")

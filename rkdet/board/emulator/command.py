@@ -38,10 +38,14 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str) -> None:
             backend = board.sysfs.backend if board.sysfs is not None else "plain"
             click.echo(f"  emulated sysfs ({backend}): RKDET_ROOT={board.root}")
             click.echo(f"  ssh:    {shlex.join(board.ssh_argv())}")
-            click.echo(f"  deploy: rkdet deploy --board {board.alias} --ssh-config {shlex.quote(str(board.ssh_config_file))}")
+            sudo = " --sudo" if board.variant.sudo else ""  # its login is not root: board work goes through sudo
+            click.echo(f"  deploy: rkdet deploy --board {board.alias} --ssh-config "
+                       f"{shlex.quote(str(board.ssh_config_file))}{sudo}")
             click.echo(f"     or: rkdet deploy --board {board.target} --user {board.user} "
                        f"--identity {shlex.quote(str(board.identity_file))} "
-                       f"--known-hosts {shlex.quote(str(board.known_hosts_file))}")
+                       f"--known-hosts {shlex.quote(str(board.known_hosts_file))}{sudo}")
+            click.echo("  (these deploy build/<name>-<platform> of ./configs/yolov8.yaml; elsewhere add "
+                       "--build FOLDER, a folder made by `rkdet convert`)")
             click.echo("press Ctrl-C to stop", err=True)
             try:
                 while not stop.wait(0.5):

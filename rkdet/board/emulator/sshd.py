@@ -47,6 +47,7 @@ class Variant:
     sftp: bool = True
     busybox: bool = False  # busybox ash login shell and a PATH of busybox applets only
     sudo: bool = False  # passwordless `sudo -n` for the login user (this instance only)
+    sudo_password: bool = False  # TEST CONTROL: the sudo rule lacks NOPASSWD (`sudo -n` refuses: password required)
     hostile: bool = False  # TEST CONTROL: crafted listings, results and a stalling SFTP (hostile.py)
 
 
@@ -192,7 +193,7 @@ class EmulatedBoard:
         assert self.account is not None and self.board_dir is not None
         etc = self.workdir / "etc"
         shutil.rmtree(etc, ignore_errors=True)
-        users.write_private_etc(etc, self.account, self.variant.sudo)
+        users.write_private_etc(etc, self.account, self.variant.sudo, nopasswd=not self.variant.sudo_password)
         host_pub = self._fresh_key(self.workdir / "ssh_host_ed25519_key", "rkdet-emulator-host")
         client_pub = self._fresh_key(self.identity_file, "rkdet-emulator-client")
         last_error = ""
@@ -299,7 +300,7 @@ class EmulatedBoard:
             raise InputError(f"emulator: python {self.python} not found")
         if not users.traversable_by(RUNTIME_DOUBLE, entry):  # e.g. rkdet installed in a venv under a 0700 home
             raise InputError(f"emulator: {RUNTIME_DOUBLE} (the emulated runtime) is not readable by the board user "
-                             f"{entry.pw_name}; install rkdet in a venv under a world-readable folder (e.g. /opt)")
+                             f"{entry.name}; install rkdet in a venv under a world-readable folder (e.g. /opt)")
         board_python = _board_python(self.python, self.board_dir, entry)
         wrapper = bindir / "python3"
         wrapper.write_text(f"#!/bin/sh\nexec {_sh_quote(str(board_python))} \"$@\"\n")

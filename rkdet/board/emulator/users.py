@@ -110,11 +110,12 @@ def _write(path: Path, text: str, mode: int, gid: int = 0) -> None:
     os.chmod(path, mode)
 
 
-def write_private_etc(etc: Path, account: BoardAccount, sudo: bool) -> Path:
+def write_private_etc(etc: Path, account: BoardAccount, sudo: bool, *, nopasswd: bool = True) -> Path:
     """The board's /etc files in `etc` (root-owned, 0700): the host's passwd and group entries
     (system users such as sshd's privsep user) plus the board user; a shadow holding only the board
     user (no host hash is copied); with `sudo`, a sudoers granting it `NOPASSWD: ALL` (inside the
-    board only) and an empty sudoers.d, so the host's drop-ins do not apply there."""
+    board only) and an empty sudoers.d, so the host's drop-ins do not apply there. `nopasswd=False`
+    (TEST CONTROL) writes the rule without NOPASSWD: a board whose sudo wants a password."""
     if sudo and not SUDO.exists():
         raise BoardError("emulator: sudo is not installed; install it (see .ci/setup) for the sudo variant")
     etc.mkdir(mode=0o700)
@@ -129,7 +130,7 @@ def write_private_etc(etc: Path, account: BoardAccount, sudo: bool) -> Path:
     shadow_gid = next((g.gr_gid for g in grp.getgrall() if g.gr_name == "shadow"), 0)
     _write(etc / "shadow", f"{a.name}:*:19000:0:99999:7:::\n", 0o640, shadow_gid)  # `*`: key login only
     if sudo:
-        _write(etc / "sudoers", f"{_SUDOERS}{a.name}\tALL=(ALL) NOPASSWD: ALL\n", 0o440)
+        _write(etc / "sudoers", f"{_SUDOERS}{a.name}\tALL=(ALL) {'NOPASSWD: ' if nopasswd else ''}ALL\n", 0o440)
         res = subprocess.run(["visudo", "-c", "-q", "-f", str(etc / "sudoers")], capture_output=True, text=True)
         if res.returncode != 0:
             raise BoardError(f"emulator: the board's sudoers is rejected by visudo: {res.stderr.strip()}")

@@ -1,0 +1,113 @@
+"""Deploy as a new user does (issue 12 §4): from a build alone, with the lines `rkdet emulator start`
+prints, and messages that name the cause; a completed run is recorded in the results database, and
+--install-selfcheck leaves a working self-check on the board."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deploy_helpers import CONFIG, board_args, error_line, run_folders
+
+from rkdet.board.emulator.sshd import VARIANTS, EmulatedBoard
+
+
+def _rkdet(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """The real CLI, run from `cwd` (a folder without configs/yolov8.yaml unless said otherwise); wide
+    lines, so that a path in a log line is not wrapped."""
+    return subprocess.run([sys.executable, "-m", "rkdet.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env={**os.environ, "COLUMNS": "1000"})
+
+
+def test_a_build_alone_deploys_records_the_run_and_installs_the_selfcheck(board: EmulatedBoard, fast_build: Path,
+                                                                          tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    assert not (tmp_path / "configs").exists()
+    proc = _rkdet(["deploy", *board_args(board), "--build", fast_build, "--out", out, "--repeats", "1",
+                   "--warmup", "0", "--no-pin", "--install-selfcheck"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = proc.stderr
+    assert f"settings (run, board, tolerances) from {fast_build}/config.resolved.json" in err
+    assert "board restored: not pinned" in err and "None" not in err
+    [folder] = run_folders(out)
+    # the run is in the results database
+    assert f"recorded in {out}/rkdet.db" in err
+    hist = _rkdet(["history", "--results", out, "--json"], cwd=tmp_path, timeout=60)
+    assert hist.returncode == 0, hist.stderr
+    runs = json.loads(hist.stdout)["runs"]
+    assert [r["run_id"] for r in runs] == [folder.name]
+    # the self-check: installed under the workdir, run once, its ExecStartPre= line works as printed
+    with board.connect() as conn:
+        remote = f"{conn.default_workdir()}/selfcheck"
+    assert f"self-check installed in {remote} and run once: rkdet-selfcheck: IDENTICAL to onnx-fp32" in err
+    line = next(x for x in proc.stderr.splitlines() if "ExecStartPre=" in x)
+    command = line.split("ExecStartPre=", 1)[1].strip()
+    assert command.startswith(f"python3 {remote}/selfcheck.py ")
+    with board.connect() as conn:
+        res = conn.run(["sh", "-c", command], check=False, timeout=300)
+    assert res.rc == 0 and "IDENTICAL to onnx-fp32" in res.out, (res.out, res.err)
+
+
+def test_a_broken_resolved_config_is_bad_input_naming_file_and_key(board: EmulatedBoard, tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    (build / "golden" / "inputs").mkdir(parents=True)
+    for name in ("manifest.json", "model.io.json", "model.rknn"):  # a build folder, as far as deploy checks first
+        (build / name).write_text("{}")
+    (build / "config.resolved.json").write_text(json.dumps({"run": {"repeats": 0}, "board": {}, "tolerances": {}}))
+    proc = _rkdet(["deploy", *board_args(board), "--build", build, "--out", tmp_path / "r"], cwd=tmp_path)
+    assert proc.returncode == 2
+    line = error_line(proc)
+    assert f"{build}/config.resolved.json" in line and "'run.repeats'" in line
+    (build / "config.resolved.json").unlink()
+    proc = _rkdet(["deploy", *board_args(board), "--build", build, "--out", tmp_path / "r"], cwd=tmp_path)
+    assert proc.returncode == 2 and "config.resolved.json: missing; pass --config" in error_line(proc)
+
+
+def test_sudo_that_wants_a_password_is_named_with_the_fix(fast_build: Path, tmp_path: Path) -> None:
+    variant = dataclasses.replace(VARIANTS["sudo"], sudo_password=True)
+    with EmulatedBoard("rk3588", tmp_path / "board", variant) as board:
+        proc = _rkdet(["deploy", *board_args(board), "--config", CONFIG, "--build", fast_build,
+                       "--out", tmp_path / "r", "--repeats", "1", "--warmup", "0", "--sudo"], cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert f"settings (run, board, tolerances) from {CONFIG}" in proc.stderr
+    line = error_line(proc)
+    assert "sudo: a password is required for rkdetsudo" in line and "NOPASSWD" in line and "--user root" in line
+    assert "ended without a result" not in line
+
+
+def test_the_printed_deploy_line_of_a_sudo_board_works_as_printed(fast_build: Path, tmp_path: Path) -> None:
+    rkdet = Path(sys.executable).with_name("rkdet")
+    proc = subprocess.Popen([str(rkdet), "emulator", "start", "--variant", "sudo", "--dir", str(tmp_path / "d")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if line.strip().startswith("or: rkdet deploy") or not line:
+                break
+        printed = {key: next(x for x in lines if x.strip().startswith(key)).split(":", 1)[1].strip()
+                   for key in ("deploy:", "or:")}
+        for key, text in printed.items():
+            argv = shlex.split(text)
+            assert argv[:2] == ["rkdet", "deploy"] and "--sudo" in argv, text
+            out = tmp_path / key.rstrip(":")
+            res = _rkdet([*argv[1:], "--build", fast_build, "--out", out, "--repeats", "1", "--warmup", "0"],
+                         cwd=tmp_path)
+            assert res.returncode == 0, (key, res.stderr[-3000:])
+            assert "SAME (bitwise)" in res.stderr and "board restored: yes" in res.stderr
+            [folder] = run_folders(out)
+            record = json.loads((folder / "deploy.json").read_text())
+            assert record["settings"]["sudo"] is True and record["status"] == "complete"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
