@@ -131,3 +131,22 @@ def test_restart_in_the_same_dir_keeps_the_host_key(tmp_path: Path) -> None:
         assert (b.workdir / "ssh_host_ed25519_key.pub").read_text() == first_key
         with b.connect() as c:  # its fresh known_hosts names the new port with the same key
             assert c.run(["true"]).rc == 0
+
+
+def test_emulator_start_builds_the_profile_variant_asked_for(tmp_path: Path) -> None:
+    """`rkdet emulator start --speed-bin/--no-compaction/--no-thp` gives the sourced variant profiles."""
+    from rkdet.board.emulator.command import board_profile
+
+    bin2304 = board_profile("rk3588", "2304", True, True)
+    big = [p for p in bin2304.cpu_policies if max(p.frequencies_khz) > 2_000_000]
+    assert big and all(max(p.frequencies_khz) == 2_304_000 for p in big)
+    assert max(max(p.frequencies_khz) for p in board_profile("rk3588", None, True, True).cpu_policies) == 2_256_000
+    bare = board_profile("rk3568", None, False, False)
+    assert not bare.has_compaction_proactiveness and bare.thp_enabled is None
+    with pytest.raises(InputError, match="--speed-bin is an RK3588 option"):
+        board_profile("rk3568", "2304", True, True)
+    with pytest.raises(InputError, match="one image profile"):
+        board_profile("rv1126", None, False, True)
+    with EmulatedBoard(bin2304, tmp_path / "w", "standard") as board:  # the board serves that profile's tree
+        top = board.root / "sys/devices/system/cpu/cpufreq" / big[0].name / "cpuinfo_max_freq"
+        assert top.read_text().strip() == "2304000"

@@ -9,8 +9,23 @@ from pathlib import Path
 
 import click
 
+from rkdet.board import socs
 from rkdet.board.emulator.sshd import VARIANTS, EmulatedBoard
-from rkdet.board.socs import PROFILES
+from rkdet.board.socs import PROFILES, SocProfile
+from rkdet.errors import InputError
+
+
+def board_profile(soc: str, speed_bin: str | None, compaction: bool, thp: bool) -> SocProfile:
+    """The profile variant the flags ask for (socs.py builds each one from its sources)."""
+    if soc == "rk3588":
+        return socs.rk3588(speed_bin=int(speed_bin or 2256) * 1000, compaction=compaction, thp=thp)
+    if speed_bin is not None:
+        raise InputError(f"emulator: --speed-bin is an RK3588 option ({soc} has one top OPP)")
+    if soc == "rk3568":
+        return socs.rk3568(compaction=compaction, thp=thp)
+    if not (compaction and thp):
+        raise InputError(f"emulator: {soc} has one image profile (--no-compaction/--no-thp: rk3588, rk3568)")
+    return PROFILES[soc]
 
 
 @click.group("emulator")
@@ -28,13 +43,20 @@ def emulator() -> None:
                    "hostile (TEST CONTROL: a board that lies: crafted file listings and results, a stalling SFTP).")
 @click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True,
               help="Emulated sysfs: FUSE with kernel semantics (auto falls back to plain files).")
-def start(soc: str, workdir: Path | None, variant: str, sysfs: str) -> None:
+@click.option("--speed-bin", type=click.Choice(["2256", "2304", "2352", "2400"]), default=None,
+              help="RK3588 only: the big cores' top OPP in MHz, as the chip's speed bin sets it (default 2256).")
+@click.option("--no-compaction", is_flag=True, help="An image without CONFIG_COMPACTION (no compaction_proactiveness).")
+@click.option("--no-thp", is_flag=True, help="An image without transparent huge pages.")
+def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: str | None, no_compaction: bool,
+          no_thp: bool) -> None:
     """Start the board, print how to reach it, and stop cleanly on Ctrl-C (or SIGTERM)."""
+    profile = board_profile(soc, speed_bin, not no_compaction, not no_thp)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with EmulatedBoard(soc, workdir, variant, sysfs=sysfs) as board:
-            click.echo(f"emulated {soc} board ({variant}) listening on {board.target} as user {board.user}")
+        with EmulatedBoard(profile, workdir, variant, sysfs=sysfs) as board:
+            image = f" [{profile.variant}]" if profile.variant else ""
+            click.echo(f"emulated {soc}{image} board ({variant}) listening on {board.target} as user {board.user}")
             backend = board.sysfs.backend if board.sysfs is not None else "plain"
             click.echo(f"  emulated sysfs ({backend}): RKDET_ROOT={board.root}")
             click.echo(f"  ssh:    {shlex.join(board.ssh_argv())}")

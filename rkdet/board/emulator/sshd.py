@@ -29,6 +29,7 @@ from typing import Any
 
 from rkdet.board.emulator import hostile, lifeline, users
 from rkdet.board.fake_tree import build_fake_tree
+from rkdet.board.socs import SocProfile
 from rkdet.board.socs import profile as soc_profile
 from rkdet.errors import BoardError, InputError
 
@@ -100,11 +101,11 @@ class EmulatedBoard:
     "auto" (kernel semantics via `mount.emulated_sysfs`; `.sysfs.control` drives the thermal model).
     """
 
-    def __init__(self, soc: str = "rk3588", workdir: str | Path | None = None, variant: str | Variant = "standard",
-                 *, root: str | Path | None = None, sysfs: str = "plain", python: str | Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        try:
-            self.profile = soc_profile(soc)
+    def __init__(self, soc: str | SocProfile = "rk3588", workdir: str | Path | None = None,
+                 variant: str | Variant = "standard", *, root: str | Path | None = None, sysfs: str = "plain",
+                 python: str | Path | None = None, env: dict[str, str] | None = None) -> None:
+        try:  # a SoC name (its default profile) or a profile variant (a speed bin, an image without compaction)
+            self.profile = soc if isinstance(soc, SocProfile) else soc_profile(soc)
         except KeyError as err:
             raise InputError(f"emulator: {err.args[0]}") from None
         if isinstance(variant, str):
