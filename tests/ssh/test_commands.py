@@ -38,7 +38,7 @@ def test_shell_metacharacters_in_paths_execute_nothing(conn: BoardConnection, re
     conn.run(["mkdir", "-p", weird])
     conn.run(["sh", "-c", 'printf hi > "$1/f"', "sh", weird])
     assert conn.run(["cat", f"{weird}/f"]).out == "hi"
-    listing = conn.run(["find", remote_tmp, conn.home, "/home/" + conn.target.user, "-maxdepth", "1"]).out
+    listing = conn.run(["find", remote_tmp, conn.home, "-maxdepth", "1"]).out  # where an injected `touch` lands
     assert "/x\n" not in listing and "/y\n" not in listing
     assert conn.run(["ls", remote_tmp]).out == NASTY + "\n"
 
@@ -97,7 +97,7 @@ def test_sudo_variant_runs_as_root_and_keeps_requested_env(boards) -> None:
 
 
 def test_sudo_without_rule_says_so(conn: BoardConnection) -> None:
-    with pytest.raises(BoardError, match="sudo needs a password") as info:
+    with pytest.raises(BoardError, match="a password is required") as info:
         conn.run(["id"], sudo=True)
     assert info.value.exit_code == EXIT_BOARD
 
