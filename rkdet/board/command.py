@@ -164,6 +164,8 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
     if outcome.emulated:
         console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
     colour = "green" if outcome.exit_code == EXIT_OK else "red"
+    for line in outcome.verdict_lines:
+        console.print(literal(line, "green" if ": YES " in line else "red"), soft_wrap=True)
     console.print(literal(outcome.verdict, colour))
     restored = "not pinned" if not settings.pin else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
     console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "

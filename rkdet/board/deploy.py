@@ -69,6 +69,7 @@ class DeployOutcome:
     restored: bool | None
     warnings: list[str] = field(default_factory=list)
     record: dict[str, Any] = field(default_factory=dict)
+    verdict_lines: list[str] = field(default_factory=list)  # "repeatable: …", "agrees with the reference: …"
 
 
 @contextmanager
@@ -604,6 +605,7 @@ class Deployment:
                fit: BoardFit) -> DeployOutcome:
         from rkdet.diff.api import compare
         from rkdet.diff.report import write_reports
+        from rkdet.diff.resultset import reference_set
 
         try:
             run = json.loads((result_local / "run.json").read_text())
@@ -613,17 +615,18 @@ class Deployment:
             raise BoardError(f"{self.conn.target.label}: the board's result run.json is unreadable ({exc}); "
                              "the run's results cannot be judged (a broken or hostile board?)") from None
         emulated = run.get("emulated") is True
-        golden = "onnx-fp32" if (emulated or run.get("backend") == "onnxruntime") else "simulator"
-        reference = self.build / "golden" / golden
-        if not reference.exists():
-            reference = self.build / "golden" / "onnx-fp32"
+        reference = reference_set(self.build, run)  # the one rule `rkdet diff RUN BUILD` applies too
         tolerance = Tolerance.from_mapping(self.record.get("tolerances"))
         comparison = compare(result_local, reference, tolerance)
         write_reports(comparison, self.folder)
-        self.record.update(verdict=comparison.verdict, diff_exit=comparison.exit_code, reference=str(reference))
+        self.record.update(verdict=comparison.verdict, diff_exit=comparison.exit_code, reference=str(reference),
+                           repeatable=comparison.repeatable.as_dict(),
+                           agrees=comparison.agrees.as_dict() if comparison.agrees is not None else None)
         self._save()
         code = EXIT_OK if comparison.exit_code == 0 else EXIT_DIFFERENT
-        return DeployOutcome(self.folder, code, comparison.verdict, emulated, transfer, restored, warnings, self.record)
+        lines = [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None]
+        return DeployOutcome(self.folder, code, comparison.verdict, emulated, transfer, restored, warnings, self.record,
+                             lines)
 
     def _save(self) -> None:
         """deploy.json without user names or paths (publishable); the rest, while the run may still be
