@@ -27,7 +27,7 @@ def _config_tolerance(path: Path | None) -> Tolerance:
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path), required=False)
 @click.option("--tolerance", "tolerances", multiple=True, metavar="KEY=VALUE",
-              help="max_abs, max_ulp, min_cosine or max_rel_l2; repeatable; overrides --config. Default: bitwise.")
+              help="max_abs, max_ulp, max_lsb, min_cosine or max_rel_l2; repeatable; overrides --config. Default: bitwise.")
 @click.option("--config", "config", type=click.Path(path_type=Path, dir_okay=False),
               help="YAML config whose `tolerances` section declares the tolerance.")
 @click.option("--decoder", type=click.Choice(DECODERS), default="auto", show_default=True,

@@ -119,12 +119,14 @@ class Verdict:
     decisions_changed: int = 0  # distinct results whose detections / top-1 differ
     max_abs: float = 0.0
     max_ulp: int = 0
+    max_lsb: float | None = None  # in quantization steps, where the output's step is known
     min_cosine: float | None = None
     reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing", "outputs_outside",
-                                              "decisions_changed", "max_abs", "max_ulp", "min_cosine", "reason")}
+                                              "decisions_changed", "max_abs", "max_ulp", "max_lsb", "min_cosine",
+                                              "reason")}
 
     def line(self) -> str:
         """`repeatable: YES (…)` / `agrees with the reference: NO (…)`: one line for terminals and logs."""
@@ -132,6 +134,7 @@ class Verdict:
         if self.name == "agrees":
             label += f" ({self.reference})"
         dist = (f"max {self.max_ulp} ULP, max abs {self.max_abs:.3g}"
+                + (f", max {self.max_lsb:g} LSB" if self.max_lsb is not None else "")
                 + (f", min cosine {self.min_cosine:.6f}" if self.min_cosine is not None else "")
                 + f", {self.decisions_changed} decision(s) changed")
         state = "bit-identical" if self.outputs_differing == 0 else f"{self.outputs_differing} output(s) not bit-identical ({dist})"
@@ -224,11 +227,12 @@ class _Engine:
         key = (ref.hash, str(r.dtype))
         if key not in self.norms:
             self.norms[key] = reference_norm2(r)
-        stats = compare_arrays(r, c, self.tolerance, ref_norm2=self.norms[key])
+        lsb = ref_src.quant_steps.get(ref.name) or cand_src.quant_steps.get(cand.name)
+        stats = compare_arrays(r, c, self.tolerance, ref_norm2=self.norms[key], lsb=lsb)
         slices = {}
         assert self.layout is not None
         for slice_name, index in self.layout.slices.get(cand.name, {}).items():
-            slices[slice_name] = compare_arrays(r[index], c[index], self.tolerance)
+            slices[slice_name] = compare_arrays(r[index], c[index], self.tolerance, lsb=lsb)
         self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
         return stats, slices
 
@@ -504,6 +508,8 @@ def _distance(v: Verdict, stats: list[NumericStats]) -> Verdict:
     v.outputs_differing = len(stats)
     v.max_abs = max((s.max_abs for s in stats), default=0.0)
     v.max_ulp = max((s.max_ulp for s in stats), default=0)
+    lsbs = [s.max_lsb for s in stats if s.max_lsb is not None]
+    v.max_lsb = max(lsbs) if lsbs else (None if stats else 0.0)
     cosines = [s.cosine for s in stats if s.cosine is not None]
     v.min_cosine = min(cosines) if cosines else (None if stats else 1.0)
     return v

@@ -175,6 +175,7 @@ class Source:
     note: str | None = None
     verify: bool = True
     cache: ArrayCache = field(default_factory=ArrayCache)
+    quant_steps: dict[str, float] = field(default_factory=dict)  # output -> int8 scale (LSB), from a build
 
     # -- overridden by the concrete kinds -------------------------------------------------
     def records(self) -> Iterator[Record]:
@@ -335,6 +336,33 @@ def reference_set(build: Path, run_info: dict[str, Any] | None) -> Path:
     return golden / wanted
 
 
+def quant_steps(build: Path) -> dict[str, float]:
+    """Output name -> quantization step (the int8 scale) from a build's manifest.json (`rknn.header.outputs`),
+    for `max_lsb`; empty when the manifest is absent, unreadable or names no single per-tensor scale."""
+    import json
+
+    try:
+        doc = json.loads((Path(build) / "manifest.json").read_text())
+        outputs = doc["rknn"]["header"]["outputs"]
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+        return {}
+    steps: dict[str, float] = {}
+    for t in outputs if isinstance(outputs, list) else []:
+        scale = t.get("scale") if isinstance(t, dict) else None
+        if (isinstance(t.get("name"), str) and t.get("dtype") in ("int8", "uint8") and isinstance(scale, list)
+                and len(scale) == 1 and isinstance(scale[0], (int, float)) and math.isfinite(scale[0]) and scale[0] > 0):
+            steps[t["name"]] = float(scale[0])
+    return steps
+
+
+def _golden_set(path: Path, note: str | None = None) -> ResultSetDir:
+    """A result set; a build's golden set also knows the build's output quantization steps."""
+    src = ResultSetDir(path, note=note)
+    if path.parent.name == "golden":
+        src.quant_steps = quant_steps(path.parent.parent)
+    return src
+
+
 def _run_folder_result(p: Path) -> Path | None:
     """A deploy run folder (deploy.json + result/): its result set."""
     sub = p / "result"
@@ -352,7 +380,7 @@ def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | Non
             return ArrayFile(p)
         raise InputError(f"{role} {p}: not a result set folder, build folder or .npy/.npz file")
     if (p / "index.jsonl").exists() or (p / "run.json").exists():
-        return ResultSetDir(p)
+        return _golden_set(p)
     result = _run_folder_result(p)
     if result is not None:
         return ResultSetDir(result)
@@ -365,7 +393,7 @@ def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | Non
                    "or an emulated board)" if against is not None and "backend" in against else "A names no board runtime")
             other = "onnx-fp32" if chosen.name == "simulator" else "simulator"
             shown = p / chosen.name if what == "golden folder" else p / "golden" / chosen.name
-            return ResultSetDir(chosen, note=f"{role} {p} is a {what}: using its {chosen.name} outputs ({shown}), "
+            return _golden_set(chosen, note=f"{role} {p} is a {what}: using its {chosen.name} outputs ({shown}), "
                                              f"picked by {why}; pass {shown.parent / other} to compare with the other set")
     raise InputError(f"{role} {p}: not a result set (no run.json/index.jsonl), run folder (no result/), build folder "
                      f"(no golden/simulator) or .npy/.npz file")

@@ -94,3 +94,51 @@ def test_not_repeatable_is_named(default_build: Path, tmp_path: Path) -> None:
     assert not c.repeatable.ok and c.exit_code == 1
     assert c.repeatable.max_ulp == 1
     assert "not repeatable" in c.verdict
+
+
+def _shift(result: Path, output: str, lsb: float, k: int, steps: int) -> None:
+    """Move k elements of `output` of every inference by `steps` quantization steps (as an NPU that is
+    `steps` LSB off the simulator would), rewriting outputs/<hash>.npy and index.jsonl consistently."""
+    from rkdet.runner import output_hash
+
+    lines = []
+    for line in (result / "index.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        for out in rec["outputs"]:
+            if out["name"] == output:
+                arr = np.load(result / "outputs" / f"{out['hash']}.npy")
+                flat = arr.reshape(-1).copy()
+                at = np.linspace(0, flat.size - 1, k).astype(int)
+                flat[at] = (flat[at].astype(np.float64) + steps * lsb).astype(flat.dtype)
+                moved = flat.reshape(arr.shape)
+                out["hash"] = output_hash(moved)
+                np.save(result / "outputs" / f"{out['hash']}.npy", moved)
+        lines.append(json.dumps(rec))
+    (result / "index.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("steps,tolerance,agrees", [(0, {}, True), (1, {"max_lsb": 1}, True), (1, {}, False),
+                                                    (2, {"max_lsb": 1}, False)])
+def test_npu_lsb_off_the_simulator(default_build: Path, tmp_path: Path, steps: int, tolerance: dict,
+                                   agrees: bool) -> None:
+    """An NPU's results k LSB off the simulator: repeatable holds; agrees by `max_lsb`; the distance in LSB
+    is reported even when within tolerance."""
+    from rkdet.diff.resultset import quant_steps
+    from rkdet.tolerance import Tolerance
+
+    result = tmp_path / "run" / "result"
+    shutil.copytree(default_build / "golden" / "simulator", result)
+    run = json.loads((result / "run.json").read_text())
+    run.update(backend="rknnlite", emulated=False)
+    (result / "run.json").write_text(json.dumps(run))
+    lsb = quant_steps(default_build)["cls0"]
+    if steps:
+        _shift(result, "cls0", lsb, 3, steps)
+    c = compare(tmp_path / "run", default_build, Tolerance.from_mapping(tolerance))
+    assert c.repeatable.ok
+    assert c.agrees is not None and c.agrees.reference == "simulator"
+    assert c.agrees.ok is agrees and c.exit_code == (0 if agrees else 1), c.verdict
+    assert c.agrees.max_lsb == pytest.approx(steps, abs=0.01)
+    assert c.agrees.outputs_differing == (8 if steps else 0)
+    if not agrees:
+        assert "disagrees with the reference" in c.verdict
