@@ -142,3 +142,25 @@ def test_npu_lsb_off_the_simulator(default_build: Path, tmp_path: Path, steps: i
     assert c.agrees.outputs_differing == (8 if steps else 0)
     if not agrees:
         assert "disagrees with the reference" in c.verdict
+
+
+def test_html_leads_with_both_verdicts_and_a_grid(default_build: Path, tmp_path: Path) -> None:
+    """The HTML report: the two verdicts first, then an inputs × outputs grid; the per-record table folds."""
+    from rkdet.diff.html import render_html
+    from rkdet.diff.resultset import quant_steps
+
+    result = tmp_path / "run" / "result"
+    shutil.copytree(default_build / "golden" / "simulator", result)
+    run = json.loads((result / "run.json").read_text())
+    run.update(backend="rknnlite", emulated=False)
+    (result / "run.json").write_text(json.dumps(run))
+    _shift(result, "cls0", quant_steps(default_build)["cls0"], 2, 1)
+    html = render_html(compare(tmp_path / "run", default_build))
+    rep, agr, grid, table = (html.index("repeatable: YES"), html.index("agrees with the reference (simulator): NO"),
+                             html.index('<table class="grid">'), html.index("<details>"))
+    assert rep < agr < grid < table
+    grid_html = html[grid:html.index("</table>", grid)]
+    assert grid_html.count("<tr>") == 1 + 8  # header + one row per input
+    assert grid_html.count('<span class="bad">✗</span>') == 8  # cls0 of every input is outside (bitwise)
+    assert grid_html.count("● =") == 8 * 5  # every other output is repeatable and bit-identical to the simulator
+    assert html.index("<details>") < html.index("<th>set</th>") < html.index("</details>")
