@@ -348,7 +348,9 @@ def quant_steps(build: Path) -> dict[str, float]:
         return {}
     steps: dict[str, float] = {}
     for t in outputs if isinstance(outputs, list) else []:
-        scale = t.get("scale") if isinstance(t, dict) else None
+        if not isinstance(t, dict):
+            continue
+        scale = t.get("scale")
         if (isinstance(t.get("name"), str) and t.get("dtype") in ("int8", "uint8") and isinstance(scale, list)
                 and len(scale) == 1 and isinstance(scale[0], (int, float)) and math.isfinite(scale[0]) and scale[0] > 0):
             steps[t["name"]] = float(scale[0])

@@ -164,3 +164,18 @@ def test_html_leads_with_both_verdicts_and_a_grid(default_build: Path, tmp_path:
     assert grid_html.count('<span class="bad">✗</span>') == 8  # cls0 of every input is outside (bitwise)
     assert grid_html.count("● =") == 8 * 5  # every other output is repeatable and bit-identical to the simulator
     assert html.index("<details>") < html.index("<th>set</th>") < html.index("</details>")
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]", '{"rknn": {"header": {"outputs": 5}}}',
+                                  '{"rknn": {"header": {"outputs": [5, null, "x"]}}}',
+                                  '{"rknn": {"header": {"outputs": [{"name": "cls0", "dtype": "int8", "scale": ["x"]},'
+                                  ' {"name": "box0", "dtype": "int8", "scale": [-1.0]}, {"name": 3, "scale": [1.0]},'
+                                  ' {"name": "box1", "dtype": "int8", "scale": [0.5, 0.5]},'
+                                  ' {"name": "cls1", "dtype": "int8", "scale": [0.25]}]}}}'])
+def test_quant_steps_from_a_bad_manifest_are_empty_never_a_crash(tmp_path: Path, text: str) -> None:
+    """A build's manifest.json is read for the LSB only: anything malformed yields no step (max_lsb then
+    accepts nothing for that output), never a traceback."""
+    from rkdet.diff.resultset import quant_steps
+
+    (tmp_path / "manifest.json").write_text(text)
+    assert quant_steps(tmp_path) == ({"cls1": 0.25} if "cls1" in text else {})
