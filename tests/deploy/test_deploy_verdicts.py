@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from deploy_helpers import CONFIG, deploy, run_folders
+from deploy_helpers import CONFIG, deploy, rkdet, run_folders
 
 from rkdet.board.emulator.sshd import EmulatedBoard
 
@@ -26,13 +26,17 @@ def _config(tmp_path: Path, tolerances: str) -> Path:
 def _deploy(board: EmulatedBoard, build: Path, tmp_path: Path, *extra: str, tolerances: str | None = None):
     out = tmp_path / "results"
     args = list(extra)
-    if tolerances is not None:
-        args += ["--config", str(_config(tmp_path, tolerances))]
-    proc = deploy(board, build, out, *args, repeats=3, warmup=1)
+    cfg = ["--config", str(_config(tmp_path, tolerances))] if tolerances is not None else []
+    proc = deploy(board, build, out, *args, *cfg, repeats=3, warmup=1)
     [folder] = run_folders(out)
     report = json.loads((folder / "report.json").read_text())
     record = json.loads((folder / "deploy.json").read_text())
     run = json.loads((folder / "result" / "run.json").read_text())
+    # `rkdet diff RUN-FOLDER BUILD` (the README's line) judges it exactly as deploy did: same rule, same verdicts
+    again = rkdet(["diff", str(folder), str(build), "--json", *cfg])
+    assert again.returncode == proc.returncode, again.stderr[-2000:]
+    redo = json.loads(again.stdout)
+    assert (redo["repeatable"], redo["agrees"]) == (report["repeatable"], report["agrees"])
     return proc, report, record, run
 
 
