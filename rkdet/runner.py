@@ -630,6 +630,7 @@ class OnnxRuntimeBackend(object):
         self.detail = "onnxruntime %s on %s (CPUExecutionProvider, intra_op=%d, inter_op=1, ORT_SEQUENTIAL, graph_optimization=%s)" % (
             ort.__version__, platform.machine(), threads, graph_opt)
         self.emulated = False
+        self.emulates_npu = False
         self._input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
         types = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
@@ -722,6 +723,10 @@ class RknnLiteBackend(object):
         if ret != 0:
             raise RunnerError("%s: RKNNLite.init_runtime(core_mask=%s) failed (returned %r); check the NPU driver and core mask"
                               % (model, core_mask, ret), EXIT_BOARD)
+        # Only rkdet's emulated runtime says this (its test-control NPU mode: the simulator's outputs).
+        self.emulates_npu = bool(emulation) and getattr(self._lite, "rkdet_emulates_npu", False) is True
+        if self.emulates_npu:
+            emulation = "%s; EMULATED NPU mode: the RKNN simulator's outputs, not onnxruntime" % emulation
         self.detail = "rknnlite %s%s%s" % (version, " (legacy v1 API, no core_mask)" if self._legacy else "",
                                             " (EMULATED: %s)" % emulation if emulation else "")
         io_spec = io_spec or {}
@@ -1030,6 +1035,7 @@ def _run(args, samples, backend, affinity):
     record = {
         "schema": RUN_SCHEMA, "backend": backend.name, "backend_detail": backend.detail,
         "backend_options": backend.options, "emulated": backend.emulated,
+        "emulates_npu": bool(getattr(backend, "emulates_npu", False)),
         "model": {"path": os.path.basename(args.model), "sha256": file_sha256(args.model)},  # no board path: published
         "inputs": [s.describe() for s in samples], "outputs": backend.output_names,
         "repeats": args.repeats, "warmup": args.warmup, "core_mask": args.core_mask,

@@ -286,11 +286,24 @@ class Bundle(object):
 # The check.
 
 
-def reference_for(backend_name, emulated):
-    # type: (str, bool) -> str
-    """The result set a board's outputs are judged against: the simulator for rknnlite on an NPU,
-    onnx-fp32 for onnxruntime and for the emulated rknnlite (it computes with onnxruntime FP32)."""
-    return "simulator" if backend_name == "rknnlite" and not emulated else "onnx-fp32"
+def reference_for(backend_name, emulated, emulates_npu=False):
+    # type: (str, bool, bool) -> str
+    """THE rule (deploy, `rkdet diff` and this self-check all call it): the golden set a board's outputs
+    are judged against. The simulator for rknnlite on an NPU, and for an emulated rknnlite that emulates
+    an NPU's INT8 outputs (its test-control NPU mode; run.json `emulates_npu`); onnx-fp32 for onnxruntime
+    and for the emulated rknnlite's default mode (it computes with onnxruntime FP32)."""
+    if backend_name != "rknnlite":
+        return "onnx-fp32"
+    return "simulator" if (not emulated or emulates_npu) else "onnx-fp32"
+
+
+def reference_for_run(run_info):
+    # type: (Any) -> Optional[str]
+    """The rule applied to a result set's run.json; None when it names no board backend (a golden set,
+    an array file): then nothing can be picked."""
+    if not isinstance(run_info, dict) or run_info.get("backend") not in ("rknnlite", "onnxruntime"):
+        return None
+    return reference_for(run_info["backend"], run_info.get("emulated") is True, run_info.get("emulates_npu") is True)
 
 
 def fp32_input(tensor, mean, std):
@@ -434,7 +447,7 @@ def _open_backend(backend, model, core_mask, io_spec):
 def _run(spec, runtime, inputs, started, facts):
     # type: (Bundle, Any, List[Tuple[Dict[str, Any], Any]], float, Dict[str, Any]) -> Result
     np = _runner.np
-    ref = reference_for(runtime.name, runtime.emulated)
+    ref = reference_for(runtime.name, runtime.emulated, getattr(runtime, "emulates_npu", False))
     facts = dict(facts, reference=ref, emulated=runtime.emulated, inputs=len(inputs),
                  decisions={e["name"]: e["decisions"].get(ref) for e, _ in inputs})
     missing = [e["name"] for e, _ in inputs if ref not in e["expected"]]

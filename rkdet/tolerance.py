@@ -9,7 +9,9 @@ PyYAML reads `1e-3` (no dot) as a string.
 
 Semantics (also in docs/DIFF_REPORT.md): with every bound at its default the comparison is
 *bitwise* (hash equality). Otherwise every declared bound must hold for an output to pass:
-``max_abs``/``max_ulp`` (when > 0) are element-wise (an element passes if either accepts it),
+``max_abs``/``max_ulp``/``max_lsb`` (when > 0) are element-wise (an element passes if any accepts it;
+``max_lsb`` is the int8 distance in quantization steps: |a - b| for integer outputs, |a - b| / scale for
+an NPU's dequantized float outputs whose scale the build's manifest names),
 ``min_cosine``/``max_rel_l2`` (when set) apply to the whole output.
 """
 
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from rkdet.errors import InputError
 
-KEYS = ("max_abs", "max_ulp", "min_cosine", "max_rel_l2")
+KEYS = ("max_abs", "max_ulp", "max_lsb", "min_cosine", "max_rel_l2")
 _short = reprlib.Repr()
 _short.maxstring = _short.maxother = 40
 _short.maxlevel, _short.maxlist, _short.maxdict = 1, 3, 3
@@ -67,14 +69,15 @@ class Tolerance(BaseModel):
 
     max_abs: float = 0.0
     max_ulp: int = 0
+    max_lsb: int = 0  # int8 distance in quantization steps (LSB), element-wise
     min_cosine: Optional[float] = None
     max_rel_l2: Optional[float] = None
 
-    @field_validator("max_abs", "max_ulp", "min_cosine", "max_rel_l2", mode="before")
+    @field_validator("max_abs", "max_ulp", "max_lsb", "min_cosine", "max_rel_l2", mode="before")
     @classmethod
     def _checked(cls, value: Any, info: Any) -> Any:
         key = info.field_name
-        return _number(key, value, integer=key == "max_ulp", nullable=key in ("min_cosine", "max_rel_l2"))
+        return _number(key, value, integer=key in ("max_ulp", "max_lsb"), nullable=key in ("min_cosine", "max_rel_l2"))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None, *, where: str = "tolerances") -> Tolerance:
@@ -102,7 +105,7 @@ class Tolerance(BaseModel):
     @property
     def bitwise(self) -> bool:
         """True when nothing but bit-identical outputs is accepted."""
-        return self.max_abs == 0 and self.max_ulp == 0 and self.min_cosine is None and self.max_rel_l2 is None
+        return (self.max_abs == 0 and self.max_ulp == 0 and self.max_lsb == 0 and self.min_cosine is None and self.max_rel_l2 is None)
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()
@@ -116,6 +119,8 @@ class Tolerance(BaseModel):
             parts.append(f"max_abs={self.max_abs:g}")
         if self.max_ulp > 0:
             parts.append(f"max_ulp={self.max_ulp}")
+        if self.max_lsb > 0:
+            parts.append(f"max_lsb={self.max_lsb}")
         if self.min_cosine is not None:
             parts.append(f"min_cosine={self.min_cosine:g}")
         if self.max_rel_l2 is not None:

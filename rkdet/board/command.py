@@ -87,6 +87,9 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--emulator-fault", default=None, metavar="JSON",
                      help="TEST CONTROL (emulated board only): flip one bit, e.g. "
                           '\'{"occurrence": 5, "input_sha256": null, "output": "cls0", "index": 123, "bit": 0}\'.'),
+        click.option("--emulator-npu", "emulator_npu", type=click.IntRange(min=0), default=None, metavar="K",
+                     help="TEST CONTROL (emulated board only): emulate an NPU: answer with the build's simulator outputs, "
+                          "K elements one LSB off (0: exactly); run.json then says emulates_npu."),
         click.option("--json", "as_json", is_flag=True, help="Print the deploy record as JSON on stdout."),
     ]
     for option in reversed(options):
@@ -109,6 +112,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
                backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
                keep: bool, resume: bool, install_selfcheck: bool, timeout: float, emulator_fault: str | None,
+               emulator_npu: int | None,
                as_json: bool) -> DeployOutcome:
     """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
     (the caller records it and exits with its code)."""
@@ -153,7 +157,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             core_mask=core_mask or run.core_mask, backend=backend or run.backend, snapshot_every=run.snapshot_every,
             cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None, pin=brd.pin and not no_pin,
             pin_env=pin_env_from_config(brd), sudo=brd.sudo if sudo is None else sudo,
-            workdir=workdir or brd.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault,
+            workdir=workdir or brd.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
             timeout=timeout, tolerances=chosen.tolerances.model_dump())
         deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal)
         outcome = deployment.resume(folder) if resume else deployment.run()
@@ -162,8 +166,12 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
     for warning in outcome.warnings:
         console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
     if outcome.emulated:
-        console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
+        source = ("the build's RKNN simulator outputs (emulated NPU mode)" if emulator_npu is not None
+                  else "onnxruntime on CPU")
+        console.print(f"[magenta]EMULATED[/]: outputs come from the rkdet emulator ({source}), not an NPU")
     colour = "green" if outcome.exit_code == EXIT_OK else "red"
+    for line in outcome.verdict_lines:
+        console.print(literal(line, "green" if ": YES " in line else "red"), soft_wrap=True)
     console.print(literal(outcome.verdict, colour))
     restored = "not pinned" if not settings.pin else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
     console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "

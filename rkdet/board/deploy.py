@@ -53,6 +53,7 @@ class RunSettings:
     state_dir: str | None = None
     keep: bool = False
     fault: str | None = None  # TEST CONTROL for the emulated runtime (RKDET_EMU_FAULT), never on real boards
+    emulate_npu: int | None = None  # TEST CONTROL: the emulated runtime's NPU mode, K elements one LSB off
     timeout: float = 3600.0
     tolerances: dict[str, Any] = field(default_factory=dict)
 
@@ -69,6 +70,7 @@ class DeployOutcome:
     restored: bool | None
     warnings: list[str] = field(default_factory=list)
     record: dict[str, Any] = field(default_factory=dict)
+    verdict_lines: list[str] = field(default_factory=list)  # "repeatable: …", "agrees with the reference: …"
 
 
 @contextmanager
@@ -231,7 +233,7 @@ def push_scripts(conn: BoardConnection, layout: dict[str, str]) -> TransferStats
 
 
 def _push_build(conn: BoardConnection, build: Path, layout: dict[str, str], manifest: dict, emulated: bool,
-                progress: bool) -> TransferStats:
+                progress: bool, emulate_npu: int | None = None) -> TransferStats:
     """Runner, model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too."""
@@ -244,7 +246,15 @@ def _push_build(conn: BoardConnection, build: Path, layout: dict[str, str], mani
         fed = manifest["fed_input"]
         with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
             sidecar = Path(tmp) / "model.emu.json"
-            sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
+            prep: dict[str, Any] = {"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}
+            if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
+                from rkdet.diff.resultset import quant_steps
+
+                golden = f"{layout['model_dir']}/npu-golden"
+                stats.add(push(conn, build / "golden" / "simulator", golden, progress=progress))
+                prep["npu"] = {"golden": golden, "inputs": layout["inputs"], "lsb_k": emulate_npu,
+                               "steps": quant_steps(build), "output": None}
+            sidecar.write_text(json.dumps(prep))
             stats.add(push(conn, sidecar, f"{layout['model_dir']}/model.emu.json"))
     with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:
         inputs = build / "golden" / "inputs"
@@ -367,7 +377,8 @@ class Deployment:
                        "platform": self.manifest["platform"], "remote": layout, "job_env": env,
                        "settings": {"repeats": s.repeats, "warmup": s.warmup, "core_mask": s.core_mask,
                                     "backend": s.backend, "pin": s.pin, "sudo": s.sudo,
-                                    "snapshot_every": s.snapshot_every, "fault_injected": bool(s.fault)},
+                                    "snapshot_every": s.snapshot_every, "fault_injected": bool(s.fault),
+                                    "emulated_npu_lsb_k": s.emulate_npu},
                        "tolerances": dict(s.tolerances)}
         self._save()
         self.log(f"preflight on {self.conn.target.label}")
@@ -380,10 +391,13 @@ class Deployment:
                           need_kb=self._need_kb())
         if s.fault and not emulated:
             raise InputError("--emulator-fault is a test control of the emulated runtime; this board is not emulated")
+        if s.emulate_npu is not None and not emulated:
+            raise InputError("--emulator-npu is a test control of the emulated runtime (--backend rknnlite); "
+                             "this board's runtime is not emulated")
         self._refuse_if_busy(workdir)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.manifest['fingerprint'][:16]}")
         transfer.add(_push_build(self.conn, self.build, layout, self.manifest, emulated or s.backend == "onnxruntime",
-                                 self.progress))
+                                 self.progress, s.emulate_npu if emulated else None))
         self.record.update(status="running", emulated=emulated, warnings=list(fit.warnings),
                            transfer={"bytes_sent": transfer.bytes_sent, "files_sent": transfer.files_sent,
                                      "files_skipped": transfer.files_skipped, "method": transfer.method,
@@ -604,6 +618,7 @@ class Deployment:
                fit: BoardFit) -> DeployOutcome:
         from rkdet.diff.api import compare
         from rkdet.diff.report import write_reports
+        from rkdet.diff.resultset import reference_set
 
         try:
             run = json.loads((result_local / "run.json").read_text())
@@ -613,17 +628,18 @@ class Deployment:
             raise BoardError(f"{self.conn.target.label}: the board's result run.json is unreadable ({exc}); "
                              "the run's results cannot be judged (a broken or hostile board?)") from None
         emulated = run.get("emulated") is True
-        golden = "onnx-fp32" if (emulated or run.get("backend") == "onnxruntime") else "simulator"
-        reference = self.build / "golden" / golden
-        if not reference.exists():
-            reference = self.build / "golden" / "onnx-fp32"
+        reference = reference_set(self.build, run)  # the one rule `rkdet diff RUN BUILD` applies too
         tolerance = Tolerance.from_mapping(self.record.get("tolerances"))
         comparison = compare(result_local, reference, tolerance)
         write_reports(comparison, self.folder)
-        self.record.update(verdict=comparison.verdict, diff_exit=comparison.exit_code, reference=str(reference))
+        self.record.update(verdict=comparison.verdict, diff_exit=comparison.exit_code, reference=str(reference),
+                           repeatable=comparison.repeatable.as_dict(),
+                           agrees=comparison.agrees.as_dict() if comparison.agrees is not None else None)
         self._save()
         code = EXIT_OK if comparison.exit_code == 0 else EXIT_DIFFERENT
-        return DeployOutcome(self.folder, code, comparison.verdict, emulated, transfer, restored, warnings, self.record)
+        lines = [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None]
+        return DeployOutcome(self.folder, code, comparison.verdict, emulated, transfer, restored, warnings, self.record,
+                             lines)
 
     def _save(self) -> None:
         """deploy.json without user names or paths (publishable); the rest, while the run may still be

@@ -15,10 +15,11 @@ def compare(a_path: str | Path, b_path: str | Path | None = None, tolerance: Tol
             decoder: str = "auto") -> Comparison:
     """Compare result set `a_path` run-to-run, and against `b_path`'s run 0 per input when given.
 
-    Either path may be a result-set folder, a build folder (its golden/simulator set is used and a
-    note says so), a golden/ folder, or a single .npy/.npz. Raises rkdet.errors.InputError (exit 2)
+    Either path may be a result-set folder, a deploy run folder (its result/), a build folder (B's: the
+    golden set rkdet.diff.resultset.reference_set picks for A's run.json, the rule deploy uses; a note
+    says which), a golden/ folder, or a single .npy/.npz. Raises rkdet.errors.InputError (exit 2)
     for unreadable or mismatched input; otherwise `.exit_code` is 0 (same within tolerance) or 1.
     """
     a = open_source(a_path, "A")
-    b = open_source(b_path, "B") if b_path is not None else None
+    b = open_source(b_path, "B", against=a.run_info) if b_path is not None else None
     return run_comparison(a, b, tolerance or Tolerance(), decoder)

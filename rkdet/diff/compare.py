@@ -103,6 +103,45 @@ class SetAnalysis:
 
 
 @dataclass
+class Verdict:
+    """One named verdict and the real distance behind it (reported even when it holds).
+
+    `repeatable`: every run of A gave bit-identical outputs per input (always bitwise: the determinism
+    claim). `agrees`: A against B's run 0 (the reference), by the tolerance and at decision level (same
+    detections / same top-1)."""
+
+    name: str  # "repeatable" | "agrees"
+    ok: bool
+    reference: str | None = None  # agrees: the reference set's name (simulator, onnx-fp32, or its label)
+    tolerance: str = "bitwise"
+    outputs_differing: int = 0  # distinct (input, output, hash) that are not bit-identical
+    outputs_outside: int = 0  # of those, outside the tolerance
+    decisions_changed: int = 0  # distinct results whose detections / top-1 differ
+    max_abs: float = 0.0
+    max_ulp: int = 0
+    max_lsb: float | None = None  # in quantization steps, where the output's step is known
+    min_cosine: float | None = None
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing", "outputs_outside",
+                                              "decisions_changed", "max_abs", "max_ulp", "max_lsb", "min_cosine",
+                                              "reason")}
+
+    def line(self) -> str:
+        """`repeatable: YES (…)` / `agrees with the reference: NO (…)`: one line for terminals and logs."""
+        label = "repeatable" if self.name == "repeatable" else "agrees with the reference"
+        if self.name == "agrees":
+            label += f" ({self.reference})"
+        dist = (f"max {self.max_ulp} ULP, max abs {self.max_abs:.3g}"
+                + (f", max {self.max_lsb:g} LSB" if self.max_lsb is not None else "")
+                + (f", min cosine {self.min_cosine:.6f}" if self.min_cosine is not None else "")
+                + f", {self.decisions_changed} decision(s) changed")
+        state = "bit-identical" if self.outputs_differing == 0 else f"{self.outputs_differing} output(s) not bit-identical ({dist})"
+        return f"{label}: {'YES' if self.ok else 'NO'} [{self.tolerance}]: {state}{'; ' + self.reason if self.reason else ''}"
+
+
+@dataclass
 class Comparison:
     """The result of `rkdet diff`: what was compared, how, every finding, and the verdict."""
 
@@ -116,6 +155,8 @@ class Comparison:
     overlay: dict[str, Any] | None = None  # detection overlay for the HTML report
     exit_code: int = EXIT_OK
     verdict: str = ""
+    repeatable: Verdict = field(default_factory=lambda: Verdict("repeatable", True))
+    agrees: Verdict | None = None  # only with a reference B
 
     @property
     def mode(self) -> str:
@@ -186,11 +227,12 @@ class _Engine:
         key = (ref.hash, str(r.dtype))
         if key not in self.norms:
             self.norms[key] = reference_norm2(r)
-        stats = compare_arrays(r, c, self.tolerance, ref_norm2=self.norms[key])
+        lsb = ref_src.quant_steps.get(ref.name) or cand_src.quant_steps.get(cand.name)
+        stats = compare_arrays(r, c, self.tolerance, ref_norm2=self.norms[key], lsb=lsb)
         slices = {}
         assert self.layout is not None
         for slice_name, index in self.layout.slices.get(cand.name, {}).items():
-            slices[slice_name] = compare_arrays(r[index], c[index], self.tolerance)
+            slices[slice_name] = compare_arrays(r[index], c[index], self.tolerance, lsb=lsb)
         self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
         return stats, slices
 
@@ -423,7 +465,10 @@ def run_comparison(a: Source, b: Source | None, tolerance: Tolerance, decoder: s
     comparison = Comparison(a_analysis, b_analysis, tolerance, layout, engine.failures, notes + engine.notes,
                             engine.hist.tolist())
     comparison.overlay = _finish_overlay(engine.overlay, a_analysis, b_analysis)
-    comparison.exit_code = EXIT_DIFFERENT if comparison.failures else EXIT_OK
+    comparison.repeatable = _repeatable(a_analysis)
+    comparison.agrees = _agrees(comparison) if b_analysis is not None else None
+    failed = not comparison.repeatable.ok or (comparison.agrees is not None and not comparison.agrees.ok)
+    comparison.exit_code = EXIT_DIFFERENT if comparison.failures or failed else EXIT_OK
     comparison.verdict = verdict_line(comparison)
     return comparison
 
@@ -452,8 +497,71 @@ def _dets(items: list[dict[str, Any]]) -> Detections:
     return Detections(boxes, np.array([d["score"] for d in items]), np.array([d["class"] for d in items], dtype=np.int64))
 
 
+def _decision_changed(delta: dict[str, Any] | None) -> bool:
+    """Same detections / same top-1: a class flip, a missing or extra box, or a top-1 flip."""
+    if not delta:
+        return False
+    return bool(delta.get("top1_flip")) if delta.get("kind") == "classification" else bool(delta.get("changed"))
+
+
+def _distance(v: Verdict, stats: list[NumericStats]) -> Verdict:
+    v.outputs_differing = len(stats)
+    v.max_abs = max((s.max_abs for s in stats), default=0.0)
+    v.max_ulp = max((s.max_ulp for s in stats), default=0)
+    lsbs = [s.max_lsb for s in stats if s.max_lsb is not None]
+    v.max_lsb = max(lsbs) if lsbs else (None if stats else 0.0)
+    cosines = [s.cosine for s in stats if s.cosine is not None]
+    v.min_cosine = min(cosines) if cosines else (None if stats else 1.0)
+    return v
+
+
+def _repeatable(a: SetAnalysis) -> Verdict:
+    """Every run of every input bit-identical to run 0 (bitwise whatever the tolerance)."""
+    stats = [var.vs_first for ia in a.inputs.values() for oa in ia.outputs.values() for var in oa.variants.values()
+             if var.vs_first is not None]
+    changed = sum(_decision_changed(g.decision_vs_first) for ia in a.inputs.values() for g in ia.groups.values())
+    v = _distance(Verdict("repeatable", not stats), stats)
+    v.outputs_outside = len(stats)
+    v.decisions_changed = changed
+    if stats:
+        d = a.first_divergence or {}
+        v.reason = (f"not repeatable: run {d.get('run')} input {d.get('input')} output {d.get('output')} "
+                    f"differs from run 0 at element {d.get('index')}")
+    return v
+
+
+def _agrees(c: Comparison) -> Verdict:
+    """A against B's run 0 by the tolerance, and at decision level."""
+    assert c.b is not None
+    stats = [var.vs_reference for ia in c.a.inputs.values() for oa in ia.outputs.values()
+             for var in oa.variants.values() if var.vs_reference is not None]
+    outside = [f for f in c.failures if f.set == "A" and f.against == "B"]
+    changed = sum(_decision_changed(g.decision_vs_reference) for ia in c.a.inputs.values() for g in ia.groups.values())
+    ref = c.b.source.path.name if c.b.source.path.parent.name == "golden" else c.b.source.short_label
+    v = _distance(Verdict("agrees", not outside and not changed, ref, c.tolerance.describe()), stats)
+    v.outputs_outside = len(outside)
+    v.decisions_changed = changed
+    if outside:
+        f = outside[0]
+        v.reason = f"input {f.input} output {f.output} outside tolerance ({'; '.join(f.stats.reasons) or 'slices'})"
+    elif changed:
+        v.reason = f"{changed} distinct result(s) change a decision (detections / top-1)"
+    return v
+
+
 def verdict_line(c: Comparison) -> str:
-    """One line: SAME/DIFFERENT, the tolerance, and where the first failure is."""
+    """One line: SAME/DIFFERENT, the tolerance, where the first failure is, and which verdict failed."""
+    failed = [(n, v) for n, v in (("not repeatable", c.repeatable), ("disagrees with the reference", c.agrees))
+              if v is not None and not v.ok]
+    if not failed:
+        return _verdict_core(c)
+    which = " and ".join(n for n, _ in failed)
+    if not c.failures:  # within tolerance, yet a verdict failed: bitwise repeatability or a changed decision
+        return f"DIFFERENT ({c.tolerance.describe()}): {which}: {failed[0][1].reason}"
+    return f"{_verdict_core(c)} [{which}]"
+
+
+def _verdict_core(c: Comparison) -> str:
     tol = c.tolerance.describe()
     total = c.a.records + (c.b.records if c.b else 0)
     versus = f" against B ({c.b.source.short_label})" if c.b else " run-to-run"

@@ -18,7 +18,7 @@ from typing import Any
 from rkdet.diff.compare import Comparison, InputAnalysis, OutputAnalysis, SetAnalysis
 from rkdet.diff.metrics import NumericStats
 
-SCHEMA = "rkdet.diff/1"
+SCHEMA = "rkdet.diff/2"
 
 
 def run_ranges(runs: list[int]) -> list[list[int]]:

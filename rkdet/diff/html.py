@@ -1,5 +1,5 @@
-"""One self-contained, offline HTML report: verdict first, then the per-input table, board-state
-findings and the plots (PNG as data: URIs). No external URL, script or stylesheet is referenced.
+"""One self-contained, offline HTML report: the verdict and the two named verdicts (repeatable, agrees)
+first, a compact inputs × outputs grid, the per-input table folded (<details>), board-state findings and the plots (PNG as data: URIs). No external URL, script or stylesheet is referenced.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ th{background:#eef2f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;border:1px solid #ddd;background:#fff;margin:6px 0}
 code{background:#eef2f7;padding:1px 4px;border-radius:3px}
 .emulated{background:#fff3cd;border:1px solid #e0c060;padding:2px 6px;border-radius:3px}
+.verdicts{display:flex;gap:10px;margin:10px 0}.verdicts div{flex:1;padding:8px 12px;border-radius:6px;color:#fff}
+table.grid{width:auto}table.grid td{text-align:center;font-family:monospace}
+details summary{cursor:pointer;font-weight:600;margin:8px 0}
 """
 
 
@@ -118,6 +121,42 @@ def _findings(f: Findings) -> str:
     return "<ul>" + "".join(items) + "</ul>" if items else "<p class='muted'>No divergence to locate.</p>"
 
 
+def _verdicts(c: Comparison) -> str:
+    """The two named verdicts, side by side, each with its measured distance."""
+    boxes = []
+    for v in (c.repeatable, c.agrees):
+        if v is not None:
+            boxes.append(f'<div class="{"same" if v.ok else "different"}">{escape(v.line())}</div>')
+    return f'<div class="verdicts">{"".join(boxes)}</div>'
+
+
+def _grid(c: Comparison) -> str:
+    """Inputs × outputs of set A: repeatable (● all runs bit-identical, ✗ they vary) and, against the
+    reference, = bit-identical, ≈ within tolerance, ✗ outside it."""
+    failed = {(f.input, f.output, f.against) for f in c.failures if f.set == "A"}
+    outputs = list(dict.fromkeys(o for ia in c.a.inputs.values() for o in ia.outputs))
+    head = "<tr><th>input</th>" + "".join(f"<th>{escape(o)}</th>" for o in outputs) + "</tr>"
+    rows = [head]
+    for ia in c.a.inputs.values():
+        cells = []
+        for name in outputs:
+            oa = ia.outputs.get(name)
+            if oa is None:
+                cells.append("<td>–</td>")
+                continue
+            rep = "●" if len(oa.variants) == 1 else '<span class="bad">✗</span>'
+            mark = ""
+            if c.b is not None:
+                differs = any(v.vs_reference is not None for v in oa.variants.values())
+                mark = (" " + ('<span class="bad">✗</span>' if (ia.name, name, "B") in failed else
+                               "≈" if differs else "="))
+            cells.append(f"<td>{rep}{mark}</td>")
+        rows.append(f"<tr><td>{escape(ia.name)}</td>{''.join(cells)}</tr>")
+    legend = ("● repeatable (all runs bit-identical), ✗ runs differ" +
+              ("; vs the reference: = bit-identical, ≈ within tolerance, ✗ outside" if c.b is not None else ""))
+    return f'<table class="grid">{"".join(rows)}</table><p class="muted">{legend}</p>'
+
+
 def render_html(c: Comparison, base: Path | None = None) -> str:
     """The whole report as one HTML string (result-set paths relative to `base`, the report's folder)."""
     tree = findings(c)
@@ -138,11 +177,13 @@ def render_html(c: Comparison, base: Path | None = None) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>rkdet diff: {escape(c.verdict[:80])}</title>
 <style>{_CSS}</style></head><body>
 <div class="verdict {cls}">{escape(c.verdict)}</div>
+{_verdicts(c)}
+<h2>Inputs × outputs</h2>{_grid(c)}
 <p>Exit code <b>{c.exit_code}</b> · tolerance <code>{escape(c.tolerance.describe())}</code>
 ({escape(", ".join(f"{k}={v}" for k, v in c.tolerance.as_dict().items()))}) · mode {c.mode} · report schema {SCHEMA}</p>
 <h2>Compared</h2><ul>{sources}</ul>
 <ul class="muted">{notes}</ul>
-<h2>Per input</h2>{_table(tree)}
+<details><summary>Per input and output: every record's distance ({sum(len(ia.outputs) for ia in c.a.inputs.values())} rows for set A)</summary>{_table(tree)}</details>
 <h2>Where and why</h2>{_findings(tree)}
 <h2>Plots</h2>{"".join(figs)}
 </body></html>

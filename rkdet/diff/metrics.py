@@ -73,6 +73,7 @@ class NumericStats:
     max_abs: float = 0.0
     mean_abs: float = 0.0
     max_ulp: int = 0
+    max_lsb: float | None = None  # in quantization steps: integer outputs, or float outputs with a known scale
     cosine: float | None = 1.0
     rel_l2: float | None = 0.0
     kl: float | None = None  # KL(reference || candidate) for probability-like outputs
@@ -97,7 +98,7 @@ class NumericStats:
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in (
             "elements", "differing", "first_index", "first_reference", "first_candidate", "max_abs", "mean_abs",
-            "max_ulp", "cosine", "rel_l2", "kl", "kl_kind", "higher", "lower", "mean_signed", "failing",
+            "max_ulp", "max_lsb", "cosine", "rel_l2", "kl", "kl_kind", "higher", "lower", "mean_signed", "failing",
             "within", "reasons")}
         out["direction"] = self.direction
         return out
@@ -144,13 +145,14 @@ def reference_norm2(reference: np.ndarray) -> float:
 
 
 def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance | None = None,
-                   ref_norm2: float | None = None) -> NumericStats:
+                   ref_norm2: float | None = None, lsb: float | None = None) -> NumericStats:
     """All metrics of `candidate` against `reference` (same shape and dtype) and the tolerance check.
 
     Memory-light on purpose: besides one buffered float64 pass for |r|^2 (skipped when `ref_norm2` is
     given), all work and every temporary is proportional to the number of differing elements:
     |c|^2 = |r|^2 + sum_d(c^2 - r^2) and r.c = |r|^2 + sum_d r(c - r); when those come out small
     against |r|^2 (cancellation), both are recomputed over the full arrays.
+    `lsb`: the quantization step of a dequantized int8 output (its scale), for `max_lsb`.
     """
     tolerance = tolerance or Tolerance()
     ref = np.asarray(reference)
@@ -176,6 +178,9 @@ def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tole
     with np.errstate(over="ignore"):  # differences near float64's max sum to inf: the mean is inf then
         stats.mean_abs = float(absd.sum() / n)
     stats.max_ulp = int(ulps.max())
+    step = 1.0 if ref.dtype.kind in "iu" else lsb if lsb and lsb > 0 else None
+    if step is not None:
+        stats.max_lsb = round(stats.max_abs / step, 3) if np.isfinite(stats.max_abs) else None
     with np.errstate(invalid="ignore", over="ignore"):  # signalling NaNs warn on the cast; they stay NaN
         r64, c64 = rd.astype(np.float64), cd.astype(np.float64)
         signed = c64 - r64
@@ -207,27 +212,32 @@ def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tole
                 stats.kl = float(np.maximum(row_kl, 0.0).sum() / (n // width))
             else:  # KL >= 0 per element (a Bernoulli distribution each)
                 stats.kl = float(np.maximum(terms, 0.0).sum() / n)
-    _apply_tolerance(stats, absd, ulps, tolerance)
+    _apply_tolerance(stats, absd, ulps, tolerance, step)
     return stats
 
 
-def _apply_tolerance(stats: NumericStats, absd: np.ndarray, ulps: np.ndarray, tol: Tolerance) -> None:
+def _apply_tolerance(stats: NumericStats, absd: np.ndarray, ulps: np.ndarray, tol: Tolerance,
+                     step: float | None = None) -> None:
     """Decide `within` and list the bounds that failed (absd/ulps cover the differing elements)."""
     reasons: list[str] = []
     if tol.bitwise:
         stats.failing = stats.differing
         reasons.append(f"{stats.differing} element(s) differ bitwise")
     else:
-        if tol.max_abs > 0 or tol.max_ulp > 0:
+        if tol.max_abs > 0 or tol.max_ulp > 0 or tol.max_lsb > 0:
             ok = np.zeros(absd.shape, dtype=bool)
+            if tol.max_lsb > 0 and step is not None:  # half a step of slack for the float dequantization
+                ok |= absd <= (tol.max_lsb + 0.5) * step
             if tol.max_abs > 0:
                 ok |= absd <= tol.max_abs
             if tol.max_ulp > 0:
                 ok |= ulps <= np.uint64(tol.max_ulp)
             stats.failing = int(absd.size - np.count_nonzero(ok))
             if stats.failing:
-                reasons.append(f"{stats.failing} element(s) beyond max_abs/max_ulp "
-                               f"(max_abs {stats.max_abs:.3g}, max_ulp {stats.max_ulp})")
+                lsb = f", max_lsb {stats.max_lsb:g}" if stats.max_lsb is not None else (
+                    ", no quantization step known for max_lsb" if tol.max_lsb > 0 else "")
+                reasons.append(f"{stats.failing} element(s) beyond max_abs/max_ulp/max_lsb "
+                               f"(max_abs {stats.max_abs:.3g}, max_ulp {stats.max_ulp}{lsb})")
         if tol.min_cosine is not None and (stats.cosine is None or stats.cosine < tol.min_cosine):
             reasons.append(f"cosine {stats.cosine} < min_cosine {tol.min_cosine:g}")
         if tol.max_rel_l2 is not None and (stats.rel_l2 is None or stats.rel_l2 > tol.max_rel_l2):

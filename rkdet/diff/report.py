@@ -1,4 +1,4 @@
-"""Machine-readable report (schema ``rkdet.diff/1``, documented in docs/DIFF_REPORT.md) and
+"""Machine-readable report (schema ``rkdet.diff/2``, documented in docs/DIFF_REPORT.md) and
 `write_reports`, the one call deploy makes to leave report.json and report.html beside a result set.
 """
 
@@ -73,6 +73,8 @@ def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
         "verdict": c.verdict,
         "exit_code": c.exit_code,
         "same": c.exit_code == 0,
+        "repeatable": c.repeatable.as_dict(),
+        "agrees": c.agrees.as_dict() if c.agrees is not None else None,
         "mode": c.mode,
         "tolerance": {**c.tolerance.as_dict(), "bitwise": c.tolerance.bitwise, "description": c.tolerance.describe()},
         "layout": c.layout.as_dict(),

@@ -21,6 +21,7 @@ from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUT
                                check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
 from rkdet.errors import InputError
 from rkdet.runner import output_hash
+from rkdet.selfcheck import reference_for_run
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class Source:
     note: str | None = None
     verify: bool = True
     cache: ArrayCache = field(default_factory=ArrayCache)
+    quant_steps: dict[str, float] = field(default_factory=dict)  # output -> int8 scale (LSB), from a build
 
     # -- overridden by the concrete kinds -------------------------------------------------
     def records(self) -> Iterator[Record]:
@@ -321,8 +323,57 @@ class ArrayFile(Source):
         return self._arrays[ref.hash]
 
 
-def open_source(path: str | Path, role: str = "A") -> Source:
-    """Open a result set, a build folder (its simulator golden set), a golden/ folder, or a .npy/.npz."""
+def reference_set(build: Path, run_info: dict[str, Any] | None) -> Path:
+    """The golden set of `build` that results described by `run_info` (their run.json) are judged against:
+    rkdet.selfcheck.reference_for, the one rule deploy, diff and the self-check share (simulator for an NPU
+    runtime, onnx-fp32 for onnxruntime or the emulated board). Results that name no board backend, or a
+    build without that set, get the simulator set when present (the historical default), else onnx-fp32."""
+    wanted = reference_for_run(run_info) or "simulator"
+    golden = Path(build) / "golden"
+    for name in (wanted, "simulator", "onnx-fp32"):
+        if (golden / name / "run.json").exists():
+            return golden / name
+    return golden / wanted
+
+
+def quant_steps(build: Path) -> dict[str, float]:
+    """Output name -> quantization step (the int8 scale) from a build's manifest.json (`rknn.header.outputs`),
+    for `max_lsb`; empty when the manifest is absent, unreadable or names no single per-tensor scale."""
+    import json
+
+    try:
+        doc = json.loads((Path(build) / "manifest.json").read_text())
+        outputs = doc["rknn"]["header"]["outputs"]
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+        return {}
+    steps: dict[str, float] = {}
+    for t in outputs if isinstance(outputs, list) else []:
+        if not isinstance(t, dict):
+            continue
+        scale = t.get("scale")
+        if (isinstance(t.get("name"), str) and t.get("dtype") in ("int8", "uint8") and isinstance(scale, list)
+                and len(scale) == 1 and isinstance(scale[0], (int, float)) and math.isfinite(scale[0]) and scale[0] > 0):
+            steps[t["name"]] = float(scale[0])
+    return steps
+
+
+def _golden_set(path: Path, note: str | None = None) -> ResultSetDir:
+    """A result set; a build's golden set also knows the build's output quantization steps."""
+    src = ResultSetDir(path, note=note)
+    if path.parent.name == "golden":
+        src.quant_steps = quant_steps(path.parent.parent)
+    return src
+
+
+def _run_folder_result(p: Path) -> Path | None:
+    """A deploy run folder (deploy.json + result/): its result set."""
+    sub = p / "result"
+    return sub if (sub / "run.json").exists() and not (p / "run.json").exists() else None
+
+
+def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | None = None) -> Source:
+    """Open a result set, a run folder (its result/), a build folder (its golden set picked by
+    `reference_set` for results described by `against`, A's run.json), a golden/ folder, or a .npy/.npz."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{role} {p}: no such file or directory")
@@ -331,10 +382,20 @@ def open_source(path: str | Path, role: str = "A") -> Source:
             return ArrayFile(p)
         raise InputError(f"{role} {p}: not a result set folder, build folder or .npy/.npz file")
     if (p / "index.jsonl").exists() or (p / "run.json").exists():
-        return ResultSetDir(p)
-    for sub, what in (("golden/simulator", "build folder"), ("simulator", "golden folder")):
-        if (p / sub / "run.json").exists():
-            return ResultSetDir(p / sub, note=f"{role} {p} is a {what}: using its RKNN simulator outputs ({p / sub}); "
-                                              f"pass {p / sub.replace('simulator', 'onnx-fp32')} for the FP32 reference")
-    raise InputError(f"{role} {p}: not a result set (no run.json/index.jsonl), build folder (no golden/simulator) "
-                     f"or .npy/.npz file")
+        return _golden_set(p)
+    result = _run_folder_result(p)
+    if result is not None:
+        return ResultSetDir(result)
+    for base, what in ((p, "build folder"), (p.parent, "golden folder")):
+        if p.name != "golden" and what == "golden folder":
+            continue
+        if (base / "golden" / "simulator" / "run.json").exists() or (base / "golden" / "onnx-fp32" / "run.json").exists():
+            chosen = reference_set(base, against)
+            why = ("the reference rule for A's run.json (simulator for an NPU runtime, onnx-fp32 for onnxruntime "
+                   "or an emulated board)" if against is not None and "backend" in against else "A names no board runtime")
+            other = "onnx-fp32" if chosen.name == "simulator" else "simulator"
+            shown = p / chosen.name if what == "golden folder" else p / "golden" / chosen.name
+            return _golden_set(chosen, note=f"{role} {p} is a {what}: using its {chosen.name} outputs ({shown}), "
+                                             f"picked by {why}; pass {shown.parent / other} to compare with the other set")
+    raise InputError(f"{role} {p}: not a result set (no run.json/index.jsonl), run folder (no result/), build folder "
+                     f"(no golden/simulator) or .npy/.npz file")

@@ -78,4 +78,7 @@ def render_terminal(c: Comparison, console: Console | None = None) -> None:
                               f"element {loc.index} {loc.position}: {loc.reference!r} -> {loc.candidate!r}"))
     for role, finding in f.board_state:
         console.print(literal(f"{role} board state: {finding}"))
+    for v in (c.repeatable, c.agrees):
+        if v is not None:
+            console.print(literal(v.line(), "green" if v.ok else "red"), soft_wrap=True)
     console.print(literal(f.verdict, "bold green" if f.exit_code == 0 else "bold red"), soft_wrap=True)

@@ -18,6 +18,7 @@ from rich.console import Console
 from rkdet.config import DEFAULT_CONFIG, load_config
 from rkdet.errors import EXIT_BOARD, EXIT_OK, BoardError, InputError
 from rkdet.log import log_console
+from rkdet.textsafe import literal
 
 
 def knob_view(probe) -> dict:
@@ -103,6 +104,8 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
     for warning in outcome.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
     console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")
+    for line in outcome.verdict_lines:  # repeatable, agrees with the reference
+        console.print(literal(line, "green" if ": YES " in line else "red"), soft_wrap=True)
     console.print(f"[{'green' if outcome.exit_code == EXIT_OK else 'red'}]{outcome.verdict}[/]")
     same = before == after
     console.print(f"board knobs before == after: {'yes' if same else 'NO'}; report: {outcome.folder / 'report.html'}")

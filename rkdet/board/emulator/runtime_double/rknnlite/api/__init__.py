@@ -19,6 +19,16 @@ Latency follows the emulated NPU clock: after computing, it sleeps so that the c
 `compute_time * max_freq / cur_freq`, reading `$RKDET_ROOT/sys/class/devfreq/*.npu/cur_freq` and
 `available_frequencies` (no slow-down when they are not readable).
 
+TEST CONTROL, emulated NPU mode (never present on a real board): a `"npu"` section in `<stem>.emu.json`,
+`{"golden": DIR, "inputs": DIR, "lsb_k": K, "steps": {output: scale}, "output": NAME or null}`, makes the
+double return the build's RKNN simulator outputs (DIR: a copy of golden/simulator; inputs: the golden
+inputs, matched by the sha256 of their raw bytes) instead of computing the FP32 ONNX: the outputs an NPU
+gives, not the FP32 reference. K > 0 moves K evenly spaced elements of one output (NAME, else the first
+with a step) up by one quantization step: an NPU one LSB off the simulator, the same on every call. The
+instance then says `rkdet_emulates_npu = True`; rkdet-run records `"emulates_npu": true` in run.json, so
+the reference rule (rkdet.selfcheck.reference_for) judges it against the simulator. An input that is not
+a golden input fails the call (None), as nothing stands for it.
+
 TEST CONTROL, fault injection (never present on a real board): env `RKDET_EMU_FAULT`, or the file
 `$RKDET_EMU_CONTROL_DIR/fault.json` (re-read at every call, so a test can arm it mid-run), holds
 `{"occurrence": R, "input_sha256": H or null, "output": K, "index": I, "bit": B}`: on the R-th
@@ -86,6 +96,36 @@ def _read_fault():
     return fault
 
 
+def _load_npu_outputs(npu):
+    """{sha256 of a golden input's raw bytes: {output: simulator output, K elements one LSB up}}."""
+    golden, k = npu["golden"], int(npu.get("lsb_k", 0))
+    steps = dict(npu.get("steps") or {})
+    by_name = {}
+    for name in os.listdir(npu["inputs"]):
+        if name.endswith(".npy"):
+            array = np.load(os.path.join(npu["inputs"], name), allow_pickle=False)
+            by_name[name[:-4]] = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+    table = {}
+    with open(os.path.join(golden, "index.jsonl")) as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record["input"] not in by_name or by_name[record["input"]] in table:
+                continue
+            outs = {}
+            for out in record["outputs"]:
+                outs[out["name"]] = np.load(os.path.join(golden, "outputs", out["hash"] + ".npy"), allow_pickle=False)
+            if k > 0:
+                which = npu.get("output") or next(o["name"] for o in record["outputs"] if o["name"] in steps)
+                flat = outs[which].reshape(-1).copy()
+                at = np.linspace(0, flat.size - 1, min(k, flat.size)).astype(np.int64)
+                flat[at] = (flat[at].astype(np.float64) + float(steps[which])).astype(flat.dtype)
+                outs[which] = flat.reshape(outs[which].shape)
+            table[by_name[record["input"]]] = outs
+    if not table:
+        raise ValueError("no golden input of %s has an output in %s" % (npu["inputs"], golden))
+    return table
+
+
 class RKNNLite(object):
     """Emulated RKNNLite: same methods and return conventions, computed by onnxruntime on CPU."""
 
@@ -106,6 +146,8 @@ class RKNNLite(object):
         self._buffers = []
         self._fault_counts = {}
         self._frame_id = 0
+        self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
+        self.rkdet_emulates_npu = False
 
     def load_rknn(self, path, key_path=None):
         """Find the ONNX that stands in for `path`; returns 0, or -1 when either is missing.
@@ -132,6 +174,13 @@ class RKNNLite(object):
             except (OSError, IOError, ValueError) as err:
                 _log("load_rknn: %s.emu.json unreadable (%s)" % (stem, err))
                 return -1
+        if prep.get("npu") is not None:
+            try:
+                self._npu = _load_npu_outputs(prep["npu"])
+            except (OSError, IOError, ValueError, KeyError, TypeError) as err:
+                _log("load_rknn: emulated NPU mode: %s" % err)
+                return -1
+            self.rkdet_emulates_npu = True
         self._onnx = onnx_path
         self._prep = prep
         return 0
@@ -208,7 +257,17 @@ class RKNNLite(object):
             if converted is None:
                 return None
             feed[spec.name] = converted
-        outputs = self._session.run(None, feed)
+        if self._npu is not None:
+            digest = hashlib.sha256()
+            for array in inputs:
+                digest.update(np.ascontiguousarray(array).tobytes())
+            golden = self._npu.get(digest.hexdigest())
+            if golden is None:
+                _log("inference: emulated NPU mode answers golden inputs only; this input is not one")
+                return None
+            outputs = [np.array(golden[o.name], copy=True) for o in self._session.get_outputs()]
+        else:
+            outputs = self._session.run(None, feed)
         try:
             self._maybe_inject_fault(inputs, outputs)
         except (ValueError, IndexError, KeyError, TypeError) as err:
