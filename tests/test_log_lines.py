@@ -74,10 +74,29 @@ def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         image_folder(root / "gold", 1, seed=2))
 
 
+PHRASES = ("checking the ONNX model", "building with rknn-toolkit2")
+SPINNER = re.compile("^[\u2800-\u28ff] ")
+CLOCK_BEFORE = re.compile(r"\[?\d\d:\d\d:\d\d\]? ?$")
+
+
 def _log_lines(lines: list[str]) -> list[str]:
-    """The log lines (not the status spinner's, which shows the same message after a braille frame)."""
-    wanted = [ln for ln in lines if ("checking the ONNX model" in ln or "building with rknn-toolkit2" in ln)
-              and not "\u2800" <= ln[0] <= "\u28ff"]
+    """The log lines, not the status spinner's (which shows the same message after a braille frame).
+    A log line may land right behind a spinner frame on the same terminal line (no newline between
+    them, depending on timing): then the log line is the second copy of the message, with its time."""
+    wanted = []
+    for ln in lines:
+        for phrase in PHRASES:
+            starts = [m.start() for m in re.finditer(re.escape(phrase), ln)]
+            if not starts:
+                continue
+            if SPINNER.match(ln):
+                if len(starts) < 2:
+                    break  # the spinner's own frame
+                clock = CLOCK_BEFORE.search(ln[:starts[1]])
+                wanted.append(ln[clock.start() if clock else starts[1]:])
+            else:
+                wanted.append(ln)
+            break
     assert len(wanted) >= 2, lines[-40:]
     return wanted
 
