@@ -309,7 +309,8 @@ def reference_for_run(run_info):
 def fp32_input(tensor, mean, std):
     # type: (Any, Sequence[float], Sequence[float]) -> Any
     """uint8 NHWC as fed to the NPU -> float32 NCHW, (x - mean) / std: the transform of the build's
-    onnx-fp32 reference (rkdet.convert.golden.to_model_input; a test holds them bit-identical)."""
+    onnx-fp32 reference. The one definition: the host's golden data (rkdet.convert.golden) and deploy's
+    --backend onnxruntime inputs import it from here."""
     np = _runner.np
     x = np.ascontiguousarray(tensor.transpose(0, 3, 1, 2)).astype(np.float32)
     m = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)

@@ -272,14 +272,14 @@ def _model_inputs(fed_dir: Path, manifest: dict, dest: Path) -> Path:
     so a board's onnxruntime can be compared with it bit for bit."""
     import numpy as np
 
-    from rkdet.convert.golden import to_model_input
+    from rkdet.selfcheck import fp32_input
 
     fed = manifest["fed_input"]
     if fed.get("layout") != "NHWC":
         raise InputError(f"{fed_dir.parent.parent}: --backend onnxruntime needs NHWC golden inputs, "
                          f"the build has {fed.get('layout')}")
     for src in sorted(fed_dir.glob("*.npy")):
-        np.save(dest / src.name, to_model_input(np.load(src), tuple(fed["mean"]), tuple(fed["std"])))
+        np.save(dest / src.name, fp32_input(np.load(src), tuple(fed["mean"]), tuple(fed["std"])))
     return dest
 
 

@@ -14,14 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from rkdet.runner import output_hash, summarize, write_json_atomic
-
-
-def to_model_input(tensor_nhwc: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
-    """uint8 NHWC as fed to the NPU -> float32 NCHW with mean/std applied (what the NPU does in hardware)."""
-    x = np.ascontiguousarray(tensor_nhwc.transpose(0, 3, 1, 2)).astype(np.float32)
-    m = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
-    s = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
-    return (x - m) / s
+# uint8 NHWC as fed to the NPU -> float32 NCHW with mean/std: defined once, in the board-side self-check,
+# so the golden reference, deploy's --backend onnxruntime inputs and the self-check use the same transform
+from rkdet.selfcheck import fp32_input as to_model_input
 
 
 def onnxruntime_reference(onnx_bytes: bytes, inputs: dict[str, np.ndarray], input_name: str,

@@ -91,6 +91,7 @@ def test_the_cap_chooses_how_many_inputs(default_build: Path, tmp_path: Path) ->
 
 
 def test_fp32_input_is_the_golden_transform_bit_for_bit(default_build: Path) -> None:
+    assert golden.to_model_input is selfcheck.fp32_input  # one definition
     page = np.load(sorted((default_build / "golden" / "inputs").glob("*.npy"))[0])
     for mean, std in (((0.0, 0.0, 0.0), (255.0, 255.0, 255.0)), ((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))):
         ours = selfcheck.fp32_input(page, mean, std)
