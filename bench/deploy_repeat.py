@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from rkdet.board.emulator.sshd import EmulatedBoard  # noqa: E402
+from rkdet.emulator.sshd import EmulatedBoard  # noqa: E402
 
 DEFAULT_BUILD = REPO / "build" / "yolov8n-doclaynet-rk3588"
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from rkdet.board.emulator.mount import emulated_sysfs, fuse_unavailable_reason  # noqa: E402
-from rkdet.board.socs import PROFILES  # noqa: E402
+from rkdet.emulator.mount import emulated_sysfs, fuse_unavailable_reason  # noqa: E402
+from rkdet.emulator.socs import PROFILES  # noqa: E402
 
 LOOP = 'i=0; while [ $i -lt {n} ]; do {body}; i=$((i+1)); done'
 

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rkdet.board.emulator.sshd import EmulatedBoard  # noqa: E402
+from rkdet.emulator.sshd import EmulatedBoard  # noqa: E402
 from rkdet.board.pull import pull  # noqa: E402
 from rkdet.board.transfer import push  # noqa: E402
 

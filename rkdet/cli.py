@@ -62,8 +62,8 @@ def _register() -> None:
     from rkdet.convert.command import convert_command, init_command
     from rkdet.diff.command import diff_command
     from rkdet.board.command import board_group
-    from rkdet.board.emulator.command import emulator
-    from rkdet.board.emulator.demo import demo_command
+    from rkdet.emulator.command import emulator
+    from rkdet.demo import demo_command
     from rkdet.fleet.command import fleet_group
     from rkdet.history.command import history_group
     from rkdet.layers.command import layers_command

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rkdet.board.emulator import users
+from rkdet.emulator import users
 
 
 def _names(path: str, uid_field: int = 2) -> set[str]:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import host_guard as guard
 
-from rkdet.board.fake_tree import build_fake_tree, tree_digest
+from rkdet.emulator.fake_tree import build_fake_tree, tree_digest
 from rkdet.board.scripts import run_board_script
-from rkdet.board.socs import PROFILES
+from rkdet.emulator.socs import PROFILES
 
 TESTS = Path(__file__).resolve().parent
 

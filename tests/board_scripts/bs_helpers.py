@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rkdet.board.socs import PROFILES, SocProfile, all_variants
+from rkdet.emulator.socs import PROFILES, SocProfile, all_variants
 
 SHELLS = ("dash", "busybox sh", "bash --posix")
 SOCS = tuple(sorted(PROFILES))  # rk3568, rk3588, rv1126

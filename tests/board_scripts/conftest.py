@@ -15,8 +15,8 @@ import pytest
 
 from bs_helpers import SHELLS, VARIANTS
 
-from rkdet.board.fake_tree import build_fake_tree
-from rkdet.board.socs import PROFILES
+from rkdet.emulator.fake_tree import build_fake_tree
+from rkdet.emulator.socs import PROFILES
 
 
 def _require(shell: str) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from bs_helpers import SOCS
 
-from rkdet.board.emulator.mount import EmulatedSysfs, emulated_sysfs, fuse_unavailable_reason
+from rkdet.emulator.mount import EmulatedSysfs, emulated_sysfs, fuse_unavailable_reason
 from rkdet.board.scripts import parse_pin, parse_restore, run_board_script, run_board_script_full
-from rkdet.board.socs import PROFILES
+from rkdet.emulator.socs import PROFILES
 
 TIMEOUT_S = 30
 NPU = "sys/class/devfreq/fdab0000.npu"
@@ -51,7 +51,7 @@ def fuse_board(tmp_path: Path) -> Iterator[Callable[[str], EmulatedSysfs]]:
 
 def digest(root: Path) -> dict[str, str]:
     """tree_digest in a child process: a hung FUSE daemon must not hang the test run."""
-    code = "import json,sys; from rkdet.board.fake_tree import tree_digest; print(json.dumps(tree_digest(sys.argv[1])))"
+    code = "import json,sys; from rkdet.emulator.fake_tree import tree_digest; print(json.dumps(tree_digest(sys.argv[1])))"
     done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True,
                           timeout=TIMEOUT_S, check=True)
     return json.loads(done.stdout)

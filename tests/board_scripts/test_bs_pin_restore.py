@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from bs_helpers import VARIANTS
 
-from rkdet.board.fake_tree import build_fake_tree, tree_digest
+from rkdet.emulator.fake_tree import build_fake_tree, tree_digest
 from rkdet.board.scripts import parse_pin, parse_restore, run_board_script, run_board_script_full
-from rkdet.board.socs import PROFILES
+from rkdet.emulator.socs import PROFILES
 
 OPTIONS = {"RKDET_CPU_GOVERNOR": "userspace", "RKDET_THP": "never", "RKDET_CPUIDLE_DEEP": "disable"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.fake_tree import tree_digest
 from rkdet.board.scripts import local_command, parse_pin, parse_records, parse_restore, run_board_script, script_env
 
 NPU_GOVERNOR = "sys/class/devfreq/fdab0000.npu/governor"

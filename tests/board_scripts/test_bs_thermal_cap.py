@@ -15,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.fake_tree import tree_digest
 from rkdet.board.scripts import board_scripts_dir, parse_pin, parse_restore, run_board_script_full
 
 NODE = "fb000000.gpu"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import FAST_INPUTS
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 
 
 @pytest.fixture(scope="session", autouse=True)

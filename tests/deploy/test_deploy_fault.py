@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from deploy_helpers import assert_untouched, deploy, run_folders
 
-from rkdet.board.emulator.sshd import EmulatedBoard
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.emulator.fake_tree import tree_digest
 
 WARMUP, REPEATS = 1, 3
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from deploy_helpers import CONFIG, board_args, error_line, run_folders
 
-from rkdet.board.emulator.sshd import VARIANTS, EmulatedBoard
+from rkdet.emulator.sshd import VARIANTS, EmulatedBoard
 
 
 def _rkdet(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:

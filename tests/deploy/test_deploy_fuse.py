@@ -16,9 +16,9 @@ import pytest
 from deploy_helpers import REPO, assert_untouched, deploy, deploy_args, run_folders
 
 from rkdet.board.deploy import load_record
-from rkdet.board.emulator.mount import fuse_unavailable_reason
-from rkdet.board.emulator.sshd import EmulatedBoard
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.mount import fuse_unavailable_reason
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.emulator.fake_tree import tree_digest
 from rkdet.errors import InputError
 
 HOT = 95000  # millicelsius: above the RK3588 trip (85 C), caps NPU and GPU at 800 MHz

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from deploy_helpers import assert_untouched, board_args, deploy, rkdet, run_folders
 
-from rkdet.board.emulator.sshd import EmulatedBoard
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.emulator.fake_tree import tree_digest
 
 
 @pytest.mark.slow

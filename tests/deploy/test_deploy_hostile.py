@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from deploy_helpers import assert_untouched, deploy, error_line, run_folders
 
-from rkdet.board.emulator import hostile
-from rkdet.board.emulator.sshd import EmulatedBoard
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator import hostile
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.emulator.fake_tree import tree_digest
 
 SFTP_TIMEOUT = 3
 

@@ -14,8 +14,8 @@ import pytest
 from deploy_helpers import (CONFIG, REPO, assert_untouched, board_args, deploy, deploy_args, error_line, kill_sessions,
                             rkdet, run_folders, wait_no_board_processes)
 
-from rkdet.board.emulator.sshd import EmulatedBoard
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.emulator.fake_tree import tree_digest
 from rkdet.errors import EXIT_BOARD, EXIT_INTERRUPTED
 
 

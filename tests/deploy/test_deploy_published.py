@@ -14,7 +14,7 @@ from pathlib import Path
 
 from deploy_helpers import deploy, run_folders
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 
 
 def test_published_folder_has_no_user_names_or_host_paths(board: EmulatedBoard, fast_build: Path, tmp_path: Path,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from deploy_helpers import REPO, assert_untouched, deploy, deploy_args, error_line, rkdet, run_folders
 
-from rkdet.board.emulator.sshd import EmulatedBoard, free_port
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.sshd import EmulatedBoard, free_port
+from rkdet.emulator.fake_tree import tree_digest
 from rkdet.errors import EXIT_BOARD
 
 

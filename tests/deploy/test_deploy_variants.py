@@ -10,8 +10,8 @@ import pytest
 from deploy_helpers import assert_untouched, deploy, run_folders
 from host_leftovers import inventory
 
-from rkdet.board.emulator.sshd import EmulatedBoard
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.emulator.fake_tree import tree_digest
 
 CASES = {
     # variant: (extra deploy flags, transfer method the deploy must have used)

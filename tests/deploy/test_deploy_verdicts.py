@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import CONFIG, deploy, rkdet, run_folders
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 
 
 def _config(tmp_path: Path, tolerances: str) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.board.selfcheck_install import SelfcheckInstall, install_selfcheck
 from rkdet.board.ssh import BoardConnection, CommandResult
 from rkdet.board.transfer import push

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from diff_helpers import ResultSetBuilder
 
-from rkdet.board.fake_tree import build_fake_tree
-from rkdet.board.socs import RK3588
+from rkdet.emulator.fake_tree import build_fake_tree
+from rkdet.emulator.socs import RK3588
 from rkdet.diff.api import compare
 from rkdet.diff.report import json_text
 from rkdet.diff.tolerance import Tolerance

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rkdet.board.emulator.sshd import EmulatedBoard, free_port
+from rkdet.emulator.sshd import EmulatedBoard, free_port
 from rkdet.board.ssh import BoardConnection, Timeouts
 from rkdet.cli import main
 from rkdet.errors import BoardError, InputError

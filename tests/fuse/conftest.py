@@ -16,8 +16,8 @@ from typing import Callable, Iterator
 import pytest
 from fuse_helpers import require_fuse
 
-from rkdet.board.emulator.mount import EmulatedSysfs, emulated_sysfs
-from rkdet.board.socs import SocProfile
+from rkdet.emulator.mount import EmulatedSysfs, emulated_sysfs
+from rkdet.emulator.socs import SocProfile
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator.mount import fuse_unavailable_reason
+from rkdet.emulator.mount import fuse_unavailable_reason
 
 CLIENT_TIMEOUT_S = 10
 NPU = "sys/class/devfreq/fdab0000.npu"
@@ -96,7 +96,7 @@ def sh(script: str, root: Path, env: dict[str, str] | None = None) -> subprocess
 
 def digest(root: Path) -> dict[str, str]:
     """`tree_digest` of a root, computed in a child process (timeout)."""
-    code = "import json,sys; from rkdet.board.fake_tree import tree_digest; print(json.dumps(tree_digest(sys.argv[1])))"
+    code = "import json,sys; from rkdet.emulator.fake_tree import tree_digest; print(json.dumps(tree_digest(sys.argv[1])))"
     done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True,
                           timeout=CLIENT_TIMEOUT_S * 3, check=True)
     return json.loads(done.stdout)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fuse_helpers import CLIENT_TIMEOUT_S, NPU, digest, ops, read, sh
 
-from rkdet.board.socs import all_variants
+from rkdet.emulator.socs import all_variants
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "board_scripts"
 

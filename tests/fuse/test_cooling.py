@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from fuse_helpers import GPU, NPU, ops, read
 
-from rkdet.board.fake_tree import build_fake_tree, cooling_nodes, cooling_type
-from rkdet.board.socs import PROFILES, rk3588
+from rkdet.emulator.fake_tree import build_fake_tree, cooling_nodes, cooling_type
+from rkdet.emulator.socs import PROFILES, rk3588
 
 
 def _cooling_dir(root: Path, cooling_type_name: str) -> str:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator.kernel import Board, kernel_version, opp_ceil, opp_floor, parse_uint
-from rkdet.board.emulator.thermal import Control, ControlReader
-from rkdet.board.socs import RK3568, RK3588, RV1126
+from rkdet.emulator.kernel import Board, kernel_version, opp_ceil, opp_floor, parse_uint
+from rkdet.emulator.thermal import Control, ControlReader
+from rkdet.emulator.socs import RK3568, RK3588, RV1126
 
 NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu"
 POLICY0 = "sys/devices/system/cpu/cpufreq/policy0"

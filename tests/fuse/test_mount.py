@@ -17,10 +17,10 @@ import fuse_helpers
 import pytest
 from fuse_helpers import CLIENT_TIMEOUT_S, NPU, POLICY0, ops, read, require_fuse, sh
 
-from rkdet.board.emulator import mount as mount_mod
-from rkdet.board.emulator.mount import EmulatedSysfs, emulated_sysfs, mount_entry, namespace_argv
-from rkdet.board.emulator.sysfs_fuse import profile_from_json, profile_to_json
-from rkdet.board.socs import PROFILES, RK3588, rk3588
+from rkdet.emulator import mount as mount_mod
+from rkdet.emulator.mount import EmulatedSysfs, emulated_sysfs, mount_entry, namespace_argv
+from rkdet.emulator.sysfs_fuse import profile_from_json, profile_to_json
+from rkdet.emulator.socs import PROFILES, RK3588, rk3588
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 
@@ -151,7 +151,7 @@ def test_daemon_logs_a_handler_bug_with_its_traceback(tmp_path, monkeypatch):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
-        "from rkdet.board.emulator import kernel\n"
+        "from rkdet.emulator import kernel\n"
         "def broken(self, rel):\n    raise KeyError('injected bug')\n"
         "kernel.Board.listdir = broken\n")
     monkeypatch.setenv("PYTHONPATH", f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
@@ -189,7 +189,7 @@ def test_a_non_root_user_gets_the_other_mode_bits(tmp_path):
 def test_the_daemon_unmounts_when_its_parent_is_killed(tmp_path):
     """A killed test run (SIGKILL, no cleanup) must not leave a mount or a daemon behind."""
     require_fuse()
-    code = ("import sys, time; from pathlib import Path; from rkdet.board.emulator.mount import emulated_sysfs\n"
+    code = ("import sys, time; from pathlib import Path; from rkdet.emulator.mount import emulated_sysfs\n"
             "ctx = emulated_sysfs('rk3568', Path(sys.argv[1])); h = ctx.__enter__()\n"
             "print(h.process.pid, flush=True); time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
@@ -222,7 +222,7 @@ def test_daemon_bad_arguments_are_one_line_usage_errors(tmp_path):
     bad_json = tmp_path / "profile.json"
     bad_json.write_text("{not json")
     for extra in (["--soc", "rk9999"], ["--profile", str(bad_json)]):
-        done = subprocess.run([sys.executable, "-m", "rkdet.board.emulator.sysfs_fuse", *extra, "--mount",
+        done = subprocess.run([sys.executable, "-m", "rkdet.emulator.sysfs_fuse", *extra, "--mount",
                                str(tmp_path / "m"), "--control", str(tmp_path / "c"), "--log", str(tmp_path / "log")],
                               capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

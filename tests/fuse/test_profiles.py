@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from rkdet.board.emulator.sysfs_fuse import profile_from_json, profile_to_json
-from rkdet.board.soc_sources import CHOICE
-from rkdet.board.socs import RK3588_SPEED_BINS, all_variants, missing_sources, rk3588, source_of, value_keys
+from rkdet.emulator.sysfs_fuse import profile_from_json, profile_to_json
+from rkdet.emulator.soc_sources import CHOICE
+from rkdet.emulator.socs import RK3588_SPEED_BINS, all_variants, missing_sources, rk3588, source_of, value_keys
 
 CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19|SDK")
 
@@ -48,7 +48,7 @@ def test_variants_survive_the_daemons_json(profile) -> None:
 
 @pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
 def test_plain_tree_shows_cpuidle_governors_and_image_options_as_sourced(profile, tmp_path) -> None:
-    from rkdet.board.fake_tree import build_fake_tree
+    from rkdet.emulator.fake_tree import build_fake_tree
 
     root = build_fake_tree(profile, tmp_path / "root")
     idle = root / "sys/devices/system/cpu/cpu0/cpuidle"

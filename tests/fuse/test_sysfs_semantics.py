@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.fake_tree import build_fake_tree
-from rkdet.board.socs import PROFILES, RK3588
+from rkdet.emulator.fake_tree import build_fake_tree
+from rkdet.emulator.socs import PROFILES, RK3588
 
 from fuse_helpers import GPU, NPU, POLICY0, digest, ops, read, sh
 

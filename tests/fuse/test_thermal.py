@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from fuse_helpers import GPU, NPU, ops, read, sh
 
-from rkdet.board.emulator.thermal import Control
-from rkdet.board.socs import RK3588, RV1126
+from rkdet.emulator.thermal import Control
+from rkdet.emulator.socs import RK3588, RV1126
 from rkdet.errors import InputError
 
 RV_NPU = "sys/class/devfreq/ffbc0000.npu"

@@ -3,7 +3,7 @@
 The script below is the usual vendor/forum fixed-frequency script (userspace governor, a frequency
 into scaling_setspeed / userspace/set_freq, read back, print Success or Failed), written for real
 boards and run unchanged (only the "$R" root prefix) against the FUSE board of each profile variant.
-What it must read back comes from the device trees and board dumps cited in rkdet/board/soc_sources.py,
+What it must read back comes from the device trees and board dumps cited in rkdet/emulator/soc_sources.py,
 never from the emulator: the RK3588 big cores top out at the chip's speed-bin OPP (a 2256 bin board
 answers a 2400000 request with 2256000), RK3568's NPU has 600 MHz and no 1 GHz OPP, RV1126's has 396 MHz.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from fuse_helpers import read, sh
 
-from rkdet.board.socs import RK3568, RK3588_SPEED_BINS, RV1126, rk3588
+from rkdet.emulator.socs import RK3568, RK3588_SPEED_BINS, RV1126, rk3588
 
 # The vendor-style script: $1 a cpufreq policy dir, $2 kHz, $3 a devfreq dir, $4 Hz.
 VENDOR_SCRIPT = r"""

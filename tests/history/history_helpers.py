@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rkdet.board.fake_tree import build_fake_tree
+from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.board.scripts import parse_probe, run_board_script
-from rkdet.board.socs import profile
+from rkdet.emulator.socs import profile
 from rkdet.runner import Recorder, ResultWriter, prepare_out_dir, write_json_atomic
 
 FINGERPRINT = "ab" * 32

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator import sshd
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator import sshd
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.errors import EXIT_BAD_INPUT, InputError
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "convert"))
@@ -90,7 +90,7 @@ def test_wheel_carries_the_board_scripts_from_the_single_source(wheel: Path) -> 
     source = {p.name: p.read_bytes() for p in (REPO / "board_scripts").glob("*.sh")}
     assert source and packaged == source
     # everything else the board needs: the single-file runner, and the emulated runtime for emulated boards
-    assert {"rkdet/runner.py", "rkdet/selfcheck.py", "rkdet/board/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
+    assert {"rkdet/runner.py", "rkdet/selfcheck.py", "rkdet/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
     assert "rkdet-selfcheck = rkdet.selfcheck:main" in entry_points  # check before you serve (docs/SELFCHECK.md)
     assert not any(n.startswith(("models/", "calibration_data/")) or n.endswith(".onnx") for n in names)
     assert not (REPO / "rkdet" / "board_scripts").exists()  # never copied into the checkout

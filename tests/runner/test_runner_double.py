@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import rkdet.runner
-from rkdet.board.fake_tree import build_fake_tree
-from rkdet.board.socs import RK3588
+from rkdet.emulator.fake_tree import build_fake_tree
+from rkdet.emulator.socs import RK3588
 from rkdet.runner import output_hash, read_index
 from runner_helpers import (DOUBLE_DIR, assert_one_line_error, base_env, make_inputs, make_rknn_dir,
                             ort_outputs, run_cli, with_double)

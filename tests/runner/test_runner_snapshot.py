@@ -3,8 +3,8 @@
 import json
 import os
 
-from rkdet.board.fake_tree import build_fake_tree, devfreq_initial_freq
-from rkdet.board.socs import RK3568, RK3588, RV1126
+from rkdet.emulator.fake_tree import build_fake_tree, devfreq_initial_freq
+from rkdet.emulator.socs import RK3568, RK3588, RV1126
 from rkdet.runner import board_snapshot, read_jsonl
 from runner_helpers import base_env, make_inputs, make_model, run_cli
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.board.ssh import BoardConnection, Timeouts
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.board.ssh import BoardConnection, Timeouts, build_command, remote_command
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator.sshd import EmulatedBoard, free_port
+from rkdet.emulator.sshd import EmulatedBoard, free_port
 from rkdet.board.ssh import BoardConnection, Timeouts, parse_board, resolve_target
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 

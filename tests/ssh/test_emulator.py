@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator.sshd import EmulatedBoard
-from rkdet.board.fake_tree import tree_digest
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.emulator.fake_tree import tree_digest
 from rkdet.errors import InputError
 
 
@@ -88,13 +88,13 @@ def test_cli_start_prints_how_to_connect_and_stops_on_ctrl_c(tmp_path: Path) -> 
 
 
 def test_package_exports_the_emulator() -> None:
-    from rkdet.board import emulator
+    from rkdet import emulator
 
     assert emulator.EmulatedBoard is EmulatedBoard and "busybox" in emulator.VARIANTS
 
 
 def test_fuse_sysfs_is_served_to_the_board_user(tmp_path: Path) -> None:
-    from rkdet.board.emulator.mount import fuse_unavailable_reason
+    from rkdet.emulator.mount import fuse_unavailable_reason
 
     backend = "plain" if fuse_unavailable_reason() else "fuse"  # the plain fallback is tested either way
     with EmulatedBoard("rk3588", tmp_path / "w", sysfs=backend) as b, b.connect() as c:
@@ -135,7 +135,7 @@ def test_restart_in_the_same_dir_keeps_the_host_key(tmp_path: Path) -> None:
 
 def test_emulator_start_builds_the_profile_variant_asked_for(tmp_path: Path) -> None:
     """`rkdet emulator start --speed-bin/--no-compaction/--no-thp` gives the sourced variant profiles."""
-    from rkdet.board.emulator.command import board_profile
+    from rkdet.emulator.command import board_profile
 
     bin2304 = board_profile("rk3588", "2304", True, True)
     big = [p for p in bin2304.cpu_policies if max(p.frequencies_khz) > 2_000_000]

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from host_leftovers import alive, children, inventory
 
-from rkdet.board.emulator import lifeline, users
-from rkdet.board.emulator.mount import fuse_unavailable_reason
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator import lifeline, users
+from rkdet.emulator.mount import fuse_unavailable_reason
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.errors import InputError
 
 
@@ -113,7 +113,7 @@ def _board_of(proc: subprocess.Popen) -> tuple[int, list[int]]:
             continue
         if exe == "/usr/sbin/sshd":
             sshd = pid
-        if b"rkdet.board.emulator.lifeline" in argv:
+        if b"rkdet.emulator.lifeline" in argv:
             reapers.append(pid)
     assert sshd is not None
     return sshd, reapers
@@ -274,7 +274,7 @@ def test_each_sudo_board_has_its_own_run_rkdet(tmp_path: Path) -> None:
 
 def test_a_work_dir_in_use_by_a_live_emulator_is_refused(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c",
-                             "import sys, time\nfrom rkdet.board.emulator.sshd import EmulatedBoard\n"
+                             "import sys, time\nfrom rkdet.emulator.sshd import EmulatedBoard\n"
                              "with EmulatedBoard('rk3588', sys.argv[1]):\n    print('up', flush=True); time.sleep(60)\n",
                              str(tmp_path / "w")], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:

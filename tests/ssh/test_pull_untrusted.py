@@ -1,6 +1,6 @@
 """Pull treats the board's listing, file types, sizes and SFTP answers as untrusted (issue 9, items 1-2).
 
-The hostile emulated board (a TEST CONTROL, rkdet/board/emulator/hostile.py) lies in its `find`
+The hostile emulated board (a TEST CONTROL, rkdet/emulator/hostile.py) lies in its `find`
 listing and stalls its SFTP; the standard board is enough for symlinks, FIFOs and sparse files.
 Every refusal is one BoardError (exit 3) naming the entry, and nothing lands outside the
 destination, not even a half-written folder.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator import hostile
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator import hostile
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.board.pull import pull
 from rkdet.board.ssh import BoardConnection, Limits, Timeouts
 from rkdet.errors import EXIT_BOARD, BoardError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.emulator.sshd import EmulatedBoard
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.board.pull import pull
 from rkdet.board.ssh import BoardConnection, Timeouts
 from rkdet.board.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, push, remote_hashes, request_size

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-from rkdet.board.emulator.thermal import Control
-from rkdet.board.fake_tree import build_fake_tree
-from rkdet.board.socs import PROFILES, SocProfile
+from rkdet.emulator.thermal import Control
+from rkdet.emulator.fake_tree import build_fake_tree
+from rkdet.emulator.socs import PROFILES, SocProfile
 from rkdet.errors import BoardError, InputError
 
 log = logging.getLogger("rkdet.emulator")
@@ -117,11 +117,11 @@ class EmulatedSysfs:
 
 
 def _daemon_argv(profile: SocProfile, mount: Path, control: Path, log_path: Path, workdir: Path) -> list[str]:
-    argv = [sys.executable, "-m", "rkdet.board.emulator.sysfs_fuse"]
+    argv = [sys.executable, "-m", "rkdet.emulator.sysfs_fuse"]
     if PROFILES.get(profile.soc) == profile:
         argv += ["--soc", profile.soc]
     else:
-        from rkdet.board.emulator.sysfs_fuse import profile_to_json
+        from rkdet.emulator.sysfs_fuse import profile_to_json
 
         spec = workdir / "profile.json"
         spec.write_text(profile_to_json(profile))

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rkdet.board.emulator import hostile, lifeline, users
-from rkdet.board.fake_tree import build_fake_tree
-from rkdet.board.socs import SocProfile
-from rkdet.board.socs import profile as soc_profile
+from rkdet.emulator import hostile, lifeline, users
+from rkdet.emulator.fake_tree import build_fake_tree
+from rkdet.emulator.socs import SocProfile
+from rkdet.emulator.socs import profile as soc_profile
 from rkdet.errors import BoardError, InputError
 
 SSHD = Path("/usr/sbin/sshd")
@@ -116,7 +116,7 @@ class EmulatedBoard:
             raise InputError(f"emulator: sysfs backend {sysfs!r}: use plain, fuse or auto")
         self.variant = variant
         self.sysfs_backend = sysfs
-        self.sysfs: Any = None  # rkdet.board.emulator.mount.EmulatedSysfs when served by mount.py
+        self.sysfs: Any = None  # rkdet.emulator.mount.EmulatedSysfs when served by mount.py
         self._stack = contextlib.ExitStack()
         self.soc = self.profile.soc
         self._own_workdir = workdir is None
@@ -285,7 +285,7 @@ class EmulatedBoard:
             self.root = build_fake_tree(self.profile, self.board_dir / "root")
             users.chown_tree(self.root, entry)
         elif self._given_root is None:
-            from rkdet.board.emulator.mount import emulated_sysfs
+            from rkdet.emulator.mount import emulated_sysfs
 
             sysfs_dir = self.board_dir / "sysfs"
             (sysfs_dir / "control").mkdir(parents=True)

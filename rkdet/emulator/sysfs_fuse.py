@@ -5,13 +5,13 @@ Why FUSE: board scripts and the runner read and write the board through ordinary
 from ``echo bogus > scaling_governor``, EACCES when opening a read-only attribute for writing, even
 as root), files that appear and vanish (``devfreq/<dev>/userspace/set_freq``) and a ``cur_freq``
 that follows the governor and the thermal model. The semantics live in `kernel.Board`; this module
-only maps FUSE calls onto it. Start it with `rkdet.board.emulator.mount.emulated_sysfs` (which also
+only maps FUSE calls onto it. Start it with `rkdet.emulator.mount.emulated_sysfs` (which also
 clears stale mounts and waits for the daemon), or by hand, in the foreground:
 
-    python -m rkdet.board.emulator.sysfs_fuse --soc rk3588 --mount DIR --control DIR --log FILE
+    python -m rkdet.emulator.sysfs_fuse --soc rk3588 --mount DIR --control DIR --log FILE
 
 Test controls (temperature, trip, caps, device load) are files in the ``--control`` directory,
-outside the mount; they are documented in `rkdet.board.emulator.thermal` and docs/EMULATOR.md.
+outside the mount; they are documented in `rkdet.emulator.thermal` and docs/EMULATOR.md.
 Every store is logged to ``--log``; a Python error in a handler is logged with its traceback
 (libfuse would otherwise hand the caller a bare EINVAL), and the test fixtures fail on it.
 Files outside ``sys/`` and ``proc/`` (the runtime library) are read-only (EROFS).
@@ -33,8 +33,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
-from rkdet.board.emulator.kernel import Board, kernel_error
-from rkdet.board.socs import PROFILES, CpuPolicy, DevfreqNode, SocProfile, ThermalCap, ThermalZone
+from rkdet.emulator.kernel import Board, kernel_error
+from rkdet.emulator.socs import PROFILES, CpuPolicy, DevfreqNode, SocProfile, ThermalCap, ThermalZone
 from rkdet.errors import EXIT_BOARD
 
 log = logging.getLogger("rkdet.emulator.sysfs")

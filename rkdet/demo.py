@@ -47,7 +47,7 @@ def demo_config(config_path: Path | None, data: Path | None) -> Path:
     so an installed rkdet finds them in --data DIR, the current folder, or the checkout it runs from."""
     if config_path is not None:
         return config_path
-    checkout = Path(__file__).resolve().parents[3]  # rkdet/board/emulator/demo.py -> the source checkout
+    checkout = Path(__file__).resolve().parents[1]  # rkdet/demo.py -> the source checkout
     for folder in ([data] if data is not None else [Path.cwd(), checkout]):
         if (folder / DEFAULT_CONFIG).is_file():
             return folder / DEFAULT_CONFIG
@@ -76,7 +76,7 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
     """
     from rkdet.board.command import open_connection
     from rkdet.board.deploy import Deployment, RunSettings, pin_env_from_config, probe_board, push_scripts
-    from rkdet.board.emulator.sshd import EmulatedBoard
+    from rkdet.emulator.sshd import EmulatedBoard
 
     console = log_console()
     config_path = demo_config(config_path, data)

@@ -35,7 +35,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rkdet.board.socs import SocProfile, ThermalCap
+from rkdet.emulator.socs import SocProfile, ThermalCap
 from rkdet.errors import InputError
 
 log = logging.getLogger("rkdet.emulator.thermal")

@@ -34,7 +34,7 @@ a show/store pair modelled on the kernel's own (Linux 5.10, the Rockchip BSP ker
   count - 1. Root may write ``cur_state`` (sscanf ``%ld``, 0..max_state, else EINVAL): the state's
   OPP becomes the cap until the thermal model's own state changes (the governor's next decision).
 * Reads return ``value\\n``; every write() is one store. Files and layout come from the plain tree
-  (`rkdet.board.fake_tree.build_fake_tree`), so both backends show the same paths and boot values.
+  (`rkdet.emulator.fake_tree.build_fake_tree`), so both backends show the same paths and boot values.
 
 Errors are raised as OSError(errno) for the FUSE layer to hand to the caller unchanged.
 """
@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from rkdet.board.emulator.thermal import ControlReader, Controls, active_caps, zone_temperatures
-from rkdet.board.fake_tree import CoolingSpec, build_fake_tree, cooling_specs, devfreq_initial_freq
-from rkdet.board.socs import CpuPolicy, DevfreqNode, SocProfile
+from rkdet.emulator.thermal import ControlReader, Controls, active_caps, zone_temperatures
+from rkdet.emulator.fake_tree import CoolingSpec, build_fake_tree, cooling_specs, devfreq_initial_freq
+from rkdet.emulator.socs import CpuPolicy, DevfreqNode, SocProfile
 
 S32_MAX = 2**31 - 1  # PM QoS "no limit"
 USERSPACE = "userspace"

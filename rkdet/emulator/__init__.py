@@ -13,7 +13,7 @@ __all__ = ["EmulatedBoard", "VARIANTS", "Variant"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from rkdet.board.emulator import sshd
+        from rkdet.emulator import sshd
 
         return getattr(sshd, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

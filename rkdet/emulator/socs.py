@@ -4,7 +4,7 @@ One source of truth for every emulated board: the plain fake tree (`fake_tree.py
 filesystem and the tests all read these profiles. Every value carries its source in the profile's
 ``sources`` (file and node of Rockchip's BSP kernel, a board dump, or "emulator choice: ..." for
 the few values no source fixes); `missing_sources` lists values without one and a test keeps it
-empty. The citations themselves live in `rkdet.board.soc_sources`.
+empty. The citations themselves live in `rkdet.emulator.soc_sources`.
 
 Variants are built by the factory functions (`rk3588` with its speed bin, kernel and image
 options; `rk3568`; `rv1126`), so tests can run every board script on every variant.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from rkdet.board import soc_sources as src
+from rkdet.emulator import soc_sources as src
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Where each SoC profile value comes from (data for `rkdet.board.socs`; no logic).
+"""Where each SoC profile value comes from (data for `rkdet.emulator.socs`; no logic).
 
 Keys are the value keys of `socs.value_keys` (a node's key, e.g. ``devfreq.dmc``, covers all its
 values). Citations name the file and node; "BSP 5.10" is rockchip-linux/kernel branch develop-5.10,

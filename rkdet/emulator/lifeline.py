@@ -131,7 +131,7 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 
 def _mounts_under(path: str) -> list[str]:
-    from rkdet.board.emulator.mount import _unescape
+    from rkdet.emulator.mount import _unescape
 
     found = []
     with contextlib.suppress(OSError):
@@ -159,7 +159,7 @@ def power_off(inst: Instance, mount_wait: float = 5.0) -> None:
         while _mounts_under(path) and time.monotonic() < deadline:
             time.sleep(0.05)  # the FUSE daemon unmounts within ~0.5 s of its parent's death
         for point in reversed(_mounts_under(path)):
-            from rkdet.board.emulator.mount import clear_stale_mount
+            from rkdet.emulator.mount import clear_stale_mount
 
             with contextlib.suppress(Exception):
                 clear_stale_mount(Path(point))
@@ -208,10 +208,10 @@ class Reaper:
 
     def __init__(self, inst: Instance) -> None:
         read_end, self._write_end = os.pipe()  # the write end is close-on-exec: only we hold it
-        package_parent = str(Path(__file__).resolve().parents[3])
+        package_parent = str(Path(__file__).resolve().parents[2])
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": package_parent}
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "rkdet.board.emulator.lifeline", inst.to_json()],
+            self.proc = subprocess.Popen([sys.executable, "-m", "rkdet.emulator.lifeline", inst.to_json()],
                                          stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                          env=env, start_new_session=True)
         finally:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkdet.board.socs import DevfreqNode, SocProfile
+from rkdet.emulator.socs import DevfreqNode, SocProfile
 
 
 def _write(path: Path, text: str | bytes) -> None:

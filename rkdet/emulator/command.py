@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from rkdet.board import socs
-from rkdet.board.emulator.sshd import VARIANTS, EmulatedBoard
-from rkdet.board.socs import PROFILES, SocProfile
+from rkdet.emulator import socs
+from rkdet.emulator.sshd import VARIANTS, EmulatedBoard
+from rkdet.emulator.socs import PROFILES, SocProfile
 from rkdet.errors import InputError
 
 
@@ -91,7 +91,7 @@ def cleanup(dry_run: bool) -> None:
     /etc/sudoers.d/rkdet-emulator-<port> rules. A user that still runs processes (an older emulator in
     use) is kept and said so; a rule whose port still listens is kept.
     """
-    from rkdet.board.emulator import users
+    from rkdet.emulator import users
 
     users.require_root()
     items = users.legacy_leftovers()
