@@ -84,6 +84,7 @@ class FleetBoard:
     kind: str  # a KINDS entry
     board: EmulatedBoard
     signal_dir: Path | None = None  # where the runtime double says it started (drop, hot)
+    dropped: bool = False  # a drop board whose link went (its sshd is down on purpose)
 
     @property
     def test_control(self) -> bool:
@@ -274,16 +275,17 @@ class EmulatedFleet:
     def by_kind(self, kind: str) -> list[FleetBoard]:
         return [fb for fb in self.boards if fb.kind == kind]
 
-    def down(self) -> list[FleetBoard]:
-        """Boards whose sshd is not running (a drop board after its drop, or a crash)."""
-        return [fb for fb in self.boards if not fb.board.running]
+    def crashed(self) -> list[FleetBoard]:
+        """Boards whose sshd is not running and was not dropped on purpose (TEST CONTROL drop)."""
+        return [fb for fb in self.boards if not fb.dropped and not fb.board.running]
 
-    def wait_event(self, index: int, what: str, timeout: float) -> FleetEvent:
-        """The first event `what` of board `index` (waits up to `timeout` s; BoardError after)."""
+    def wait_event(self, index: int, what: str, timeout: float, since: float = 0.0) -> FleetEvent:
+        """The first event `what` of board `index` at or after `since` (a time.monotonic() value;
+        default: any); waits up to `timeout` s, BoardError after."""
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
-                found = next((e for e in self.events if e.index == index and e.what == what), None)
+                found = next((e for e in self.events if e.index == index and e.what == what and e.at >= since), None)
                 if found is not None:
                     return found
                 if self._watch_error is not None:
@@ -332,6 +334,7 @@ class EmulatedFleet:
                         self._record(FleetEvent(index, "hot-off", pid, time.monotonic()))
                 for index, (when, pid, pgid) in list(drops.items()):
                     if now >= when and self.boards[index].board.running:
+                        self.boards[index].dropped = True
                         killed = self.boards[index].board.pull_cable(keep_pgid=pgid)
                         drops[index] = (float("inf"), pid, pgid)  # once per fleet: the board stays down
                         self._record(FleetEvent(index, "drop", pid, time.monotonic(),
