@@ -98,7 +98,7 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: s
               help="TEST CONTROL: seconds between a runner starting on a drop board and its link going.")
 @click.option("--labgrid", "with_labgrid", is_flag=True,
               help="Also run a labgrid coordinator and exporter on 127.0.0.1 with one place per board "
-                   "(tags soc=..., kind=...; labgrid from RKDET_LABGRID_VENV, see .ci/setup).")
+                   "(tags soc=..., kind=...; labgrid from $RKDET_LABGRID_PYTHON, see .ci/setup).")
 def fleet(count: int, socs: str, inventory: Path | None, variants: tuple[str, ...], sysfs: str, drop_after: float,
           with_labgrid: bool) -> None:
     """Start COUNT emulated boards, write their inventory, and stop them all on Ctrl-C (or SIGTERM)."""

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from rkdet.emulator import lifeline
 from rkdet.emulator.socs import PROFILES, SocProfile
-from rkdet.emulator.sshd import VARIANTS, EmulatedBoard
+from rkdet.emulator.sshd import VARIANTS, EmulatedBoard, _keygen
 from rkdet.emulator.thermal import Control
 from rkdet.errors import BoardError, InputError
 from rkdet.fleet.inventory import Board, write_inventory
@@ -90,10 +90,10 @@ class FleetBoard:
     def test_control(self) -> bool:
         return self.kind in TEST_CONTROL_KINDS
 
-    def record(self, known_hosts: Path) -> Board:
+    def record(self, known_hosts: Path, identity: Path) -> Board:
         """The inventory record of this board (what `load_inventory` reads back)."""
         b = self.board
-        return Board(name=self.name, address=b.host, port=b.port, user=b.user, key_file=str(b.identity_file),
+        return Board(name=self.name, address=b.host, port=b.port, user=b.user, key_file=str(identity),
                      soc=self.soc, sudo=b.variant.sudo, workdir=str(b.home / ".cache" / "rkdet"),
                      known_hosts=str(known_hosts), tags=("emulated", self.kind), groups=(self.soc,))
 
@@ -158,8 +158,9 @@ class EmulatedFleet:
 
     `socs` are assigned round-robin (board i gets socs[i % len(socs)]); `variants` maps a 0-based
     index to a KINDS entry (default "standard"). `workdir`: the fleet's folder (default a temp dir,
-    removed at stop); it holds each board's work dir (`b<i>/`), `known_hosts` (every board's host
-    key) and, unless `inventory` names another path, `inventory.yaml`. `sysfs`: the boards' sysfs
+    removed at stop); it holds each board's work dir (`b<i>/`), `id_ed25519` (the one client key
+    every board accepts), `known_hosts` (every board's host key) and, unless `inventory` names
+    another path, `inventory.yaml`. `sysfs`: the boards' sysfs
     backend (auto: FUSE where available; the hot kind needs FUSE). `drop_after_s`: seconds between
     the runtime starting on a drop board and its link going. Stopping ends every board and the
     watcher; it is idempotent and also runs when the start fails half-way.
@@ -186,6 +187,7 @@ class EmulatedFleet:
         self._inventory_arg = Path(inventory).resolve() if inventory is not None else None
         self.inventory_path: Path = Path()
         self.known_hosts_file: Path = Path()
+        self.identity_file: Path = Path()
         self.boards: list[FleetBoard] = []
         self.events: list[FleetEvent] = []
         self._changed = threading.Condition()
@@ -218,11 +220,17 @@ class EmulatedFleet:
         for index, soc, kind in plan:  # every refusal before the first board starts
             signal_dir = self.workdir / "signals" / f"b{index}" if kind in ("drop", "hot") else None
             profiles[index] = board_profile(soc, kind, signal_dir)
+        self.identity_file = self.workdir / "id_ed25519"
+        if not self.identity_file.exists():
+            _keygen(self.identity_file, "rkdet-emulated-fleet-client")
         for index, soc, kind in plan:
             login = kind if kind in VARIANTS else "standard"
             bdir = self.workdir / f"b{index}"
             bdir.mkdir(mode=0o755, exist_ok=True)
             os.chmod(bdir, 0o755)
+            for name in ("id_ed25519", "id_ed25519.pub"):  # one client key for the fleet (its boards reuse it)
+                shutil.copyfile(self.workdir / name, bdir / name)
+                os.chmod(bdir / name, 0o600 if name == "id_ed25519" else 0o644)
             board = EmulatedBoard(profiles[index], bdir, login, sysfs=self.sysfs)
             fb = FleetBoard(index, f"emu{index}-{soc}", soc, kind, board)
             self.boards.append(fb)
@@ -270,7 +278,7 @@ class EmulatedFleet:
 
     def records(self) -> list[Board]:
         """The inventory records, one per board, in index order."""
-        return [fb.record(self.known_hosts_file) for fb in self.boards]
+        return [fb.record(self.known_hosts_file, self.identity_file) for fb in self.boards]
 
     def by_kind(self, kind: str) -> list[FleetBoard]:
         return [fb for fb in self.boards if fb.kind == kind]

@@ -99,8 +99,8 @@ def test_inventory_reads_back_with_socs_groups_ports_and_strict_host_keys(fleet:
     assert [b.name for b in select(inv, "rk3588")] == ["emu0-rk3588", "emu3-rk3588"]  # a group per SoC
     assert [b.name for b in select(inv, "all:!rk3588")] == ["emu1-rk3568", "emu2-rv1126"]
     for b, fb in zip(boards, fleet.boards):
-        assert (b.address, b.user, b.key_file, b.sudo) == ("127.0.0.1", fb.board.user, str(fb.board.identity_file),
-                                                            False)
+        assert (b.address, b.user, b.key_file, b.sudo) == ("127.0.0.1", fb.board.user, str(fleet.identity_file), False)
+        assert fb.board.identity_file.read_bytes() == fleet.identity_file.read_bytes()  # one key for the fleet
         assert b.known_hosts == str(fleet.known_hosts_file) and b.workdir and b.tags == ("emulated", KINDS[fb.index])
         assert f"[127.0.0.1]:{b.port} " in Path(b.known_hosts).read_text()
     for fb in fleet.boards:  # reachable from the inventory alone: a real command over SSH, on its own board
@@ -155,6 +155,28 @@ def test_hot_board_is_capped_while_its_runtime_runs(fleet: EmulatedFleet) -> Non
         assert off.pid == on.pid
         assert _npu_max(conn, fb) == top  # released once the runtime process ended
     assert not [e for e in fleet.events if e.index != 3 and e.what.startswith("hot")]
+
+
+def test_labgrid_lab_has_a_place_per_board_that_reaches_it(fleet: EmulatedFleet) -> None:
+    """A real coordinator + exporter: places tagged soc/kind, acquired through rkdet's labgrid source."""
+    from rkdet.emulator.fleet_labgrid import FleetLab
+    from rkdet.fleet.labgrid_places import acquired_boards
+
+    with FleetLab(fleet) as lab:
+        assert set(lab.places) == {fb.name for fb in fleet.boards}
+        with acquired_boards(lab.address, {"soc": "rk3588"}, timeout=30) as held:
+            assert [(b.name, b.port, b.user) for b in held] == [
+                (fb.name, fb.board.port, fb.board.user) for fb in (fleet.boards[0], fleet.boards[3])]
+            assert set(held[1].tags) == {"kind=hot", "soc=rk3588"}
+            with BoardConnection.open(held[0].address, port=held[0].port, user=held[0].user,
+                                      identity=fleet.identity_file, known_hosts=fleet.known_hosts_file,
+                                      system_known_hosts=None, ssh_config=None, allow_agent=False,
+                                      timeouts=FAST) as conn:
+                assert conn.run(["sh", "-c", 'echo "$RKDET_ROOT"']).out.strip() == str(fleet.boards[0].board.root)
+        with acquired_boards(lab.address, {"kind": "drop"}, timeout=30) as held:
+            assert [b.name for b in held] == ["emu2-rv1126"]
+        procs = list(lab._procs)  # noqa: SLF001
+    assert all(p.poll() is not None for p in procs)  # coordinator and exporter stopped with the lab
 
 
 def test_drop_cuts_the_link_once_the_runtime_starts_and_the_detached_job_runs_on(fleet: EmulatedFleet) -> None:
