@@ -88,8 +88,8 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: s
 @click.option("--inventory", "inventory", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the Ansible YAML inventory here (default: inventory.yaml in the fleet's temp dir).")
 @click.option("--variant", "variants", multiple=True, metavar="INDEX=KIND",
-              help="Board INDEX (0-based) is of KIND (repeatable; default standard): a login variant "
-                   "(standard, sudo, busybox, nosftp, hostile) or a TEST CONTROL kind: runtime-drift (another "
+              help="Board INDEX (0-based) is of KIND (repeatable; default sudo): a login variant "
+                   "(standard, sudo, busybox, nosftp, hostile) or a TEST CONTROL kind (sudo login): runtime-drift (another "
                    "librknnrt, one output element differs), core-drift (core mask 0_1_2 differs from core 0; "
                    "rk3588), drop (the link goes once a runner starts), hot (thermal caps while a runner runs; rk3588).")
 @click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True,

@@ -8,8 +8,8 @@ through an inventory, with strict host keys. Each board is an `EmulatedBoard`; S
 round-robin. The inventory is written with `rkdet.fleet.inventory.write_inventory` (the one writer
 of the format) and reads back with `load_inventory`.
 
-Board kinds (`--variant INDEX=KIND`, INDEX 0-based): the emulator's login variants (standard, sudo,
-busybox, nosftp, hostile) and four TEST CONTROL kinds, settings of the board itself (its image or
+Board kinds (`--variant INDEX=KIND`, INDEX 0-based; default sudo): the emulator's login variants
+(standard, sudo, busybox, nosftp, hostile) and four TEST CONTROL kinds (which log in as sudo does), settings of the board itself (its image or
 its emulator), never of the deploy:
 
   runtime-drift  the image has another librknnrt build (the probe reports its version) and the
@@ -53,6 +53,8 @@ from rkdet.fleet.inventory import Board, write_inventory
 TEST_CONTROL_KINDS = ("runtime-drift", "core-drift", "drop", "hot")
 KINDS = (*VARIANTS, *TEST_CONTROL_KINDS)
 DEFAULT_SOCS = ("rk3588", "rk3568", "rv1126")
+DEFAULT_KIND = "sudo"  # deployable as-is: pinning a FUSE sysfs needs root, as on a real board
+TEST_CONTROL_LOGIN = "sudo"  # the login of the TEST CONTROL kinds
 MAX_BOARDS = 64
 #: what a runtime-drift board's image reports instead (real formats; the build ids are made up)
 DRIFT_RUNTIME = {"librknnrt": "librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T09:09:27)",
@@ -157,7 +159,8 @@ class EmulatedFleet:
             fleet.boards[0].board.connect()  # a BoardConnection
 
     `socs` are assigned round-robin (board i gets socs[i % len(socs)]); `variants` maps a 0-based
-    index to a KINDS entry (default "standard"). `workdir`: the fleet's folder (default a temp dir,
+    index to a KINDS entry (default "sudo": a login with passwordless sudo, what deploy's pin needs on
+    the FUSE sysfs; the TEST CONTROL kinds log in the same way; "standard" is a login without sudo). `workdir`: the fleet's folder (default a temp dir,
     removed at stop); it holds each board's work dir (`b<i>/`), `id_ed25519` (the one client key
     every board accepts), `known_hosts` (every board's host key) and, unless `inventory` names
     another path, `inventory.yaml`. `sysfs`: the boards' sysfs
@@ -215,7 +218,7 @@ class EmulatedFleet:
             self.workdir = Path(tempfile.mkdtemp(prefix="rkdet-emu-fleet-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o755)  # board users reach their signal folders and board files through it
-        plan = [(i, self.socs[i % len(self.socs)], self.variants.get(i, "standard")) for i in range(self.count)]
+        plan = [(i, self.socs[i % len(self.socs)], self.variants.get(i, DEFAULT_KIND)) for i in range(self.count)]
         profiles = {}
         for index, soc, kind in plan:  # every refusal before the first board starts
             signal_dir = self.workdir / "signals" / f"b{index}" if kind in ("drop", "hot") else None
@@ -224,7 +227,7 @@ class EmulatedFleet:
         if not self.identity_file.exists():
             _keygen(self.identity_file, "rkdet-emulated-fleet-client")
         for index, soc, kind in plan:
-            login = kind if kind in VARIANTS else "standard"
+            login = kind if kind in VARIANTS else TEST_CONTROL_LOGIN
             bdir = self.workdir / f"b{index}"
             bdir.mkdir(mode=0o755, exist_ok=True)
             os.chmod(bdir, 0o755)

@@ -99,7 +99,7 @@ def test_inventory_reads_back_with_socs_groups_ports_and_strict_host_keys(fleet:
     assert [b.name for b in select(inv, "rk3588")] == ["emu0-rk3588", "emu3-rk3588"]  # a group per SoC
     assert [b.name for b in select(inv, "all:!rk3588")] == ["emu1-rk3568", "emu2-rv1126"]
     for b, fb in zip(boards, fleet.boards):
-        assert (b.address, b.user, b.key_file, b.sudo) == ("127.0.0.1", fb.board.user, str(fleet.identity_file), False)
+        assert (b.address, b.user, b.key_file, b.sudo) == ("127.0.0.1", fb.board.user, str(fleet.identity_file), True)
         assert fb.board.identity_file.read_bytes() == fleet.identity_file.read_bytes()  # one key for the fleet
         assert b.known_hosts == str(fleet.known_hosts_file) and b.workdir and b.tags == ("emulated", KINDS[fb.index])
         assert f"[127.0.0.1]:{b.port} " in Path(b.known_hosts).read_text()
@@ -231,7 +231,7 @@ def test_cli_refuses_bad_variants_in_one_line() -> None:
 def test_cli_writes_the_inventory_and_stops_on_sigterm(tmp_path: Path) -> None:
     inv_path = tmp_path / "fleet.yaml"
     proc = subprocess.Popen([sys.executable, "-m", "rkdet.cli", "emulator", "fleet", "--count", "2", "--socs",
-                             "rk3568", "--variant", "1=sudo", "--sysfs", "plain", "--inventory", str(inv_path)],
+                             "rk3568", "--variant", "1=standard", "--sysfs", "plain", "--inventory", str(inv_path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         lines = []
@@ -244,10 +244,11 @@ def test_cli_writes_the_inventory_and_stops_on_sigterm(tmp_path: Path) -> None:
             if line.startswith("known_hosts:"):
                 break
         boards = select(load_inventory(inv_path), None)
-        assert [(b.soc, b.sudo) for b in boards] == [("rk3568", False), ("rk3568", True)]
+        assert [(b.soc, b.sudo, b.tags) for b in boards] == [("rk3568", True, ("emulated", "sudo")),
+                                                              ("rk3568", False, ("emulated", "standard"))]
         assert any(line.startswith("inventory:") and str(inv_path) in line for line in lines)
-        with BoardConnection.open(f"127.0.0.1:{boards[1].port}", user=boards[1].user, identity=Path(boards[1].key_file),
-                                  known_hosts=Path(boards[1].known_hosts), system_known_hosts=None, ssh_config=None,
+        with BoardConnection.open(f"127.0.0.1:{boards[0].port}", user=boards[0].user, identity=Path(boards[0].key_file),
+                                  known_hosts=Path(boards[0].known_hosts), system_known_hosts=None, ssh_config=None,
                                   allow_agent=False, timeouts=FAST) as conn:
             assert conn.run(["sudo", "-n", "id", "-u"]).out == "0\n"
         fleet_dir = Path(boards[0].known_hosts).parent
