@@ -23,13 +23,14 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from host_leftovers import inventory
+from host_leftovers import children, inventory
+from process_tree import leftovers, tree_argv
 
 from rkdet.board.ssh import BoardConnection, Timeouts
 from rkdet.cli import main
 from rkdet.emulator.fleet import DRIFT_RUNTIME, EmulatedFleet, FleetBoard
 from rkdet.errors import BoardError
-from rkdet.fleet.inventory import load_inventory, select
+from rkdet.fleet.inventory import Board, load_inventory, select, write_inventory
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=30, keepalive=5)
 KINDS = {0: "core-drift", 1: "runtime-drift", 2: "drop", 3: "hot"}
@@ -216,6 +217,38 @@ def test_stop_leaves_the_host_as_found(fleet: EmulatedFleet) -> None:
     assert not workdir.exists()
 
 
+def test_inventory_writer_round_trips_through_the_reader(tmp_path: Path) -> None:
+    """write_inventory is the one writer of what load_inventory reads: records come back equal."""
+    boards = [Board(name="b-one", address="10.0.0.7", port=2222, user="root", key_file="/keys/lab key", soc="rk3588",
+                    sudo=False, workdir="/data/rkdet", known_hosts="/etc/rkdet/known_hosts", tags=("shelf-2", "kind=x"),
+                    groups=("rk3588",)),
+              Board(name="plain", address="plain"),  # no vars at all, no group: directly in all
+              Board(name="c", address="c.lab", soc="rv1126", sudo=True, groups=("rv1126",))]
+    path = write_inventory(tmp_path / "inv.yaml", boards, comment="made by a test\nsecond line")
+    assert path.read_text().startswith("# made by a test\n# second line\nall:\n")
+    assert select(load_inventory(path), None) == boards  # order, vars, groups, source "inventory"
+    assert [b.name for b in select(load_inventory(path), "rv1126")] == ["c"]
+
+
+def test_a_malformed_image_runtime_control_fails_init_runtime(tmp_path: Path) -> None:
+    """The runtime double reads $RKDET_ROOT/etc/rkdet-emulator/runtime.json; a bad one is -1, not ignored."""
+    from rkdet.emulator.fake_tree import RUNTIME_CONTROL
+    from rkdet.emulator.sshd import RUNTIME_DOUBLE
+
+    (tmp_path / RUNTIME_CONTROL).parent.mkdir(parents=True)
+    _tiny_model(tmp_path, os.getuid())
+    script = ("import sys; from rknnlite.api import RKNNLite; r = RKNNLite(); assert r.load_rknn(sys.argv[1]) == 0; "
+              "print(r.init_runtime(core_mask=7))")
+    for text, want in (("[1, 2]", "-1"), ('{"drift": {"index": "x"}}', "-1"), ('{"core_drift": {}}', "0")):
+        (tmp_path / RUNTIME_CONTROL).write_text(text)
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "model.rknn")], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(RUNTIME_DOUBLE),
+                                                          "RKDET_ROOT": str(tmp_path)})
+        assert done.stdout.strip() == want, (text, done.stderr)
+        if want == "-1":
+            assert "bad image test control" in done.stderr
+
+
 def test_cli_refuses_bad_variants_in_one_line() -> None:
     runner = CliRunner()
     for args, words in ((["--count", "2", "--variant", "5=hot"], "outside the fleet"),
@@ -228,34 +261,38 @@ def test_cli_refuses_bad_variants_in_one_line() -> None:
         assert words in res.output and "Traceback" not in res.output
 
 
-def test_cli_writes_the_inventory_and_stops_on_sigterm(tmp_path: Path) -> None:
-    inv_path = tmp_path / "fleet.yaml"
-    proc = subprocess.Popen([sys.executable, "-m", "rkdet.cli", "emulator", "fleet", "--count", "2", "--socs",
-                             "rk3568", "--variant", "1=standard", "--sysfs", "plain", "--inventory", str(inv_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def test_cli_writes_the_inventory_runs_a_lab_and_stops_on_sigterm_leaving_no_process(tmp_path: Path) -> None:
+    inv_path, report = tmp_path / "fleet.yaml", tmp_path / "tree.json"
+    cmd = [sys.executable, "-m", "rkdet.cli", "emulator", "fleet", "--count", "2", "--socs", "rk3568", "--variant",
+           "1=standard", "--sysfs", "plain", "--inventory", str(inv_path), "--labgrid"]
+    proc = subprocess.Popen(tree_argv(cmd, report, grace=5.0), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
     try:
         lines = []
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
             lines.append(line)
-            if line.startswith("known_hosts:"):
+            if line.startswith("labgrid coordinator:"):
                 break
         boards = select(load_inventory(inv_path), None)
         assert [(b.soc, b.sudo, b.tags) for b in boards] == [("rk3568", True, ("emulated", "sudo")),
                                                               ("rk3568", False, ("emulated", "standard"))]
         assert any(line.startswith("inventory:") and str(inv_path) in line for line in lines)
+        assert "2 places: emu0-rk3568, emu1-rk3568" in lines[-1]
         with BoardConnection.open(f"127.0.0.1:{boards[0].port}", user=boards[0].user, identity=Path(boards[0].key_file),
                                   known_hosts=Path(boards[0].known_hosts), system_known_hosts=None, ssh_config=None,
                                   allow_agent=False, timeouts=FAST) as conn:
             assert conn.run(["sudo", "-n", "id", "-u"]).out == "0\n"
         fleet_dir = Path(boards[0].known_hosts).parent
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        (rkdet_pid,) = children(proc.pid)  # the wrapper's one child: rkdet itself
+        os.kill(rkdet_pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
         assert "emulated fleet stopped" in proc.stderr.read()
         assert not fleet_dir.exists() and inv_path.exists()  # the fleet's temp dir went; the asked-for file stays
+        assert leftovers(report) == []  # no sshd, FUSE daemon, reaper, coordinator or exporter outlived it
     finally:
         if proc.poll() is None:
             proc.kill()
