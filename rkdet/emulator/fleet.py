@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,7 @@ CORE_DRIFT_MASKS = (7,)  # RKNNLite.NPU_CORE_0_1_2
 DRIFT_ELEMENT = {"output": 0, "index": 0}
 SIGNAL_FILE = "runtime.started"
 _POLL_S = 0.05
+START_WORKERS = 4
 
 
 @dataclass(frozen=True)
@@ -235,18 +237,17 @@ class EmulatedFleet:
                 shutil.copyfile(self.workdir / name, bdir / name)
                 os.chmod(bdir / name, 0o600 if name == "id_ed25519" else 0o644)
             board = EmulatedBoard(profiles[index], bdir, login, sysfs=self.sysfs)
-            fb = FleetBoard(index, f"emu{index}-{soc}", soc, kind, board)
-            self.boards.append(fb)
-            board.start()
-            if kind == "hot" and (board.sysfs is None or board.sysfs.backend != "fuse"):
-                raise BoardError(f"board {index} (hot): the thermal caps need the FUSE sysfs, and this board has the "
-                                 "plain tree (FUSE unavailable here?)")
-            if kind in ("drop", "hot"):
-                fb.signal_dir = self.workdir / "signals" / f"b{index}"
-                fb.signal_dir.mkdir(parents=True, exist_ok=True)
-                assert board.account is not None
-                os.chown(fb.signal_dir, board.account.uid, board.account.gid)  # the runtime writes it as the board
-                os.chmod(self.workdir / "signals", 0o755)
+            self.boards.append(FleetBoard(index, f"emu{index}-{soc}", soc, kind, board))
+        # a board's start is mostly waiting (sshd, the FUSE daemon, key generation): a few at a time
+        pool = ThreadPoolExecutor(max_workers=min(START_WORKERS, self.count), thread_name_prefix="rkdet-fleet-start")
+        try:
+            futures = [pool.submit(self._start_board, fb) for fb in self.boards]
+            errors = [f.exception() for f in futures]
+        finally:  # Ctrl-C here: the starts under way finish, the rest are cancelled, then stop() ends them all
+            pool.shutdown(wait=True, cancel_futures=True)
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
         self.known_hosts_file = self.workdir / "known_hosts"
         self.known_hosts_file.write_text("".join(fb.board.known_hosts_file.read_text() for fb in self.boards))
         self.inventory_path = self._inventory_arg or self.workdir / "inventory.yaml"
@@ -258,6 +259,21 @@ class EmulatedFleet:
             self._watcher.start()
         return self
 
+    def _start_board(self, fb: FleetBoard) -> None:
+        assert self.workdir is not None
+        board = fb.board
+        board.start()
+        if fb.kind == "hot" and (board.sysfs is None or board.sysfs.backend != "fuse"):
+            raise BoardError(f"board {fb.index} (hot): the thermal caps need the FUSE sysfs, and this board has the "
+                             "plain tree (FUSE unavailable here?)")
+        if fb.kind in ("drop", "hot"):
+            signal_dir = self.workdir / "signals" / f"b{fb.index}"
+            signal_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.workdir / "signals", 0o755)
+            assert board.account is not None
+            os.chown(signal_dir, board.account.uid, board.account.gid)  # the runtime writes it as the board
+            fb.signal_dir = signal_dir
+
     def stop(self) -> None:
         """Stop the watcher and every board; remove the fleet's temp dir (and nothing it did not make)."""
         self._stop.set()
@@ -265,6 +281,11 @@ class EmulatedFleet:
             self._watcher.join(timeout=10)
             self._watcher = None
         errors = []
+        for fb in self.boards:  # every namespace first (each may hold copies of the others' FUSE mounts)
+            try:
+                fb.board.power_off_sessions()
+            except Exception as err:
+                errors.append(f"board {fb.index}: {err}")
         for fb in reversed(self.boards):
             try:
                 fb.board.stop()

@@ -229,6 +229,16 @@ class EmulatedBoard:
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._reaper, self.account.uid, self.root)
         return self
 
+    def power_off_sessions(self) -> None:
+        """The first half of `stop()`: stand the reaper down, end the board's processes and stop its
+        sshd (its mount namespace ends with them); the tree stays mounted until `stop()`. A board's
+        namespace holds copies of the mounts that existed when it started, so boards started side by
+        side (an emulated fleet) end all their namespaces first, then unmount: no FUSE daemon then
+        waits for a namespace that still holds its mount. Idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+
     def stop(self) -> None:
         """Stand the reaper down, end the board's processes, stop sshd, unmount its tree and remove
         the temp dirs and namespace files this instance made; idempotent."""
