@@ -20,12 +20,15 @@ its emulator), never of the deploy:
   drop           once the runtime starts on the board (a runner initialised it), after `drop_after_s`
                  the board's link goes: sshd stops and every open connection is cut; the detached
                  job runs on and restores the board; the board stays unreachable until the fleet stops
-  hot            (a SoC with thermal caps: rk3588) while a runtime process runs on the board, its
-                 zones are held at `hot_millicelsius` (above the trip): the caps lower the NPU, GPU
-                 and CPU clocks during the run; released when that process ends
+  hot            (a SoC with thermal caps: rk3588) from a runtime process's first inference until it
+                 exits, the board's zones are held at `hot_millicelsius` (above the trip): the caps
+                 lower the NPU, GPU and CPU clocks during the run, after the runner's "before"
+                 snapshot, so deploy sees the clocks move (the runtime double writes the sysfs
+                 thermal control itself: synchronous, deterministic)
 
 The double tells the fleet it started by writing `runtime.started` (its pid and process group)
-into a per-board signal folder named in its image; a watcher thread in the fleet acts on it.
+into a per-board signal folder named in its image; a watcher thread in the fleet acts on it (drop),
+records events and clears a killed runtime's heat.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from pathlib import Path
 from rkdet.emulator import lifeline
 from rkdet.emulator.socs import PROFILES, SocProfile
 from rkdet.emulator.sshd import VARIANTS, EmulatedBoard, _keygen
-from rkdet.emulator.thermal import Control
 from rkdet.errors import BoardError, InputError
 from rkdet.fleet.inventory import Board, write_inventory
 
@@ -64,6 +66,7 @@ CORE_DRIFT_MASKS = (7,)  # RKNNLite.NPU_CORE_0_1_2
 DRIFT_ELEMENT = {"output": 0, "index": 0}
 SIGNAL_FILE = "runtime.started"
 _POLL_S = 0.05
+HOT_MILLICELSIUS = 95000  # above rk3588's 85 C trip: the system monitor's caps engage
 START_WORKERS = 4
 
 
@@ -131,8 +134,10 @@ def parse_socs(text: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
-def board_profile(soc: str, kind: str, signal_dir: Path | None) -> SocProfile:
-    """The SoC's profile with the kind's image changes (TEST CONTROL kinds) applied."""
+def board_profile(soc: str, kind: str, signal_dir: Path | None, control_dir: Path | None = None,
+                  hot_millicelsius: int = HOT_MILLICELSIUS) -> SocProfile:
+    """The SoC's profile with the kind's image changes (TEST CONTROL kinds) applied. `control_dir`:
+    the board's sysfs test-control folder, which a hot board's runtime heats."""
     profile = PROFILES[soc]
     control: dict[str, object] = {}
     if kind == "runtime-drift":
@@ -144,8 +149,12 @@ def board_profile(soc: str, kind: str, signal_dir: Path | None) -> SocProfile:
         if profile.npu_cores < 3:
             raise InputError(f"core-drift needs a three-core NPU (rk3588); board with {soc} has {profile.npu_cores}")
         control["core_drift"] = {"core_masks": list(CORE_DRIFT_MASKS), **DRIFT_ELEMENT}
-    elif kind == "hot" and not profile.thermal_caps:
-        raise InputError(f"hot needs a SoC whose profile has thermal caps (rk3588); {soc} has none modelled")
+    elif kind == "hot":
+        if not profile.thermal_caps:
+            raise InputError(f"hot needs a SoC whose profile has thermal caps (rk3588); {soc} has none modelled")
+        if control_dir is None:
+            raise InputError("hot needs the board's sysfs control folder")
+        control["heat"] = {"control_dir": str(control_dir), "millicelsius": hot_millicelsius}
     if signal_dir is not None:
         control["signal_dir"] = str(signal_dir)
     if control:
@@ -173,7 +182,7 @@ class EmulatedFleet:
 
     def __init__(self, count: int, socs: Sequence[str] = DEFAULT_SOCS, variants: Mapping[int, str] | None = None, *,
                  workdir: str | Path | None = None, inventory: str | Path | None = None, sysfs: str = "auto",
-                 drop_after_s: float = 0.0, hot_millicelsius: int = 95000) -> None:
+                 drop_after_s: float = 0.0, hot_millicelsius: int = HOT_MILLICELSIUS) -> None:
         if not 1 <= count <= MAX_BOARDS:
             raise InputError(f"--count {count}: an emulated fleet has 1 to {MAX_BOARDS} boards")
         self.count = count
@@ -224,7 +233,7 @@ class EmulatedFleet:
         profiles = {}
         for index, soc, kind in plan:  # every refusal before the first board starts
             signal_dir = self.workdir / "signals" / f"b{index}" if kind in ("drop", "hot") else None
-            profiles[index] = board_profile(soc, kind, signal_dir)
+            profiles[index] = board_profile(soc, kind, signal_dir, self._control_dir(index), self.hot_millicelsius)
         self.identity_file = self.workdir / "id_ed25519"
         if not self.identity_file.exists():
             _keygen(self.identity_file, "rkdet-emulated-fleet-client")
@@ -259,6 +268,11 @@ class EmulatedFleet:
             self._watcher.start()
         return self
 
+    def _control_dir(self, index: int) -> Path:
+        """Where board `index`'s sysfs test controls will be (EmulatedBoard: <workdir>/board/sysfs/control)."""
+        assert self.workdir is not None
+        return self.workdir / f"b{index}" / "board" / "sysfs" / "control"
+
     def _start_board(self, fb: FleetBoard) -> None:
         assert self.workdir is not None
         board = fb.board
@@ -266,6 +280,9 @@ class EmulatedFleet:
         if fb.kind == "hot" and (board.sysfs is None or board.sysfs.backend != "fuse"):
             raise BoardError(f"board {fb.index} (hot): the thermal caps need the FUSE sysfs, and this board has the "
                              "plain tree (FUSE unavailable here?)")
+        if fb.kind == "hot" and board.sysfs.control_dir != self._control_dir(fb.index):
+            raise BoardError(f"board {fb.index} (hot): its sysfs controls are at {board.sysfs.control_dir}, "
+                             f"not {self._control_dir(fb.index)} as its image says")
         if fb.kind in ("drop", "hot"):
             signal_dir = self.workdir / "signals" / f"b{fb.index}"
             signal_dir.mkdir(parents=True, exist_ok=True)
@@ -336,7 +353,7 @@ class EmulatedFleet:
 
     def _watch(self) -> None:
         handled: set[tuple[int, int]] = set()
-        hot: dict[int, int] = {}  # index -> pid holding the heat
+        hot: dict[int, tuple[int, bool]] = {}  # index -> (runtime pid, heat seen)
         drops: dict[int, tuple[float, int, int]] = {}  # index -> (when, pid, pgid)
         try:
             while not self._stop.wait(_POLL_S):
@@ -350,20 +367,21 @@ class EmulatedFleet:
                     if lifeline.start_time(pid) is None:
                         continue  # ended before we saw it (a stale signal from an earlier run)
                     self._record(FleetEvent(fb.index, "runtime-started", pid, now))
-                    if fb.kind == "hot" and fb.index not in hot:
-                        assert fb.board.sysfs is not None
-                        Control(fb.board.sysfs.control_dir, fb.board.profile).force_temperature(self.hot_millicelsius)
-                        hot[fb.index] = pid
-                        self._record(FleetEvent(fb.index, "hot-on", pid, now, f"{self.hot_millicelsius} mC"))
+                    if fb.kind == "hot":
+                        hot[fb.index] = (pid, False)
                     elif fb.kind == "drop" and fb.index not in drops and fb.board.running:
                         drops[fb.index] = (now + self.drop_after_s, pid, pgid)
-                for index, pid in list(hot.items()):
-                    if lifeline.start_time(pid) is None:
-                        fb = self.boards[index]
-                        assert fb.board.sysfs is not None
-                        Control(fb.board.sysfs.control_dir, fb.board.profile).force_temperature(None)
+                for index, (pid, on) in list(hot.items()):  # the runtime heats at its first inference
+                    forced = self._control_dir(index) / "forced_millicelsius"
+                    if not on and forced.exists():
+                        hot[index] = (pid, True)
+                        self._record(FleetEvent(index, "hot-on", pid, time.monotonic(),
+                                                f"{self.hot_millicelsius} mC"))
+                    if lifeline.start_time(pid) is None:  # it ended: it cooled at exit (or was killed)
+                        forced.unlink(missing_ok=True)
                         del hot[index]
-                        self._record(FleetEvent(index, "hot-off", pid, time.monotonic()))
+                        if on:
+                            self._record(FleetEvent(index, "hot-off", pid, time.monotonic()))
                 for index, (when, pid, pgid) in list(drops.items()):
                     if now >= when and self.boards[index].board.running:
                         self.boards[index].dropped = True

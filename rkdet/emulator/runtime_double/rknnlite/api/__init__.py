@@ -40,12 +40,15 @@ TEST CONTROL, per-board image (never present on a real board): the emulated boar
 `$RKDET_ROOT/etc/rkdet-emulator/runtime.json` (written by the emulator from `SocProfile.runtime_control`,
 so it is the board's own setting, whatever the deploy's flags or sudo's env_reset):
 `{"library_version": V, "drift": {"output": K, "index": I}, "core_drift": {"core_masks": [M..], "output": K,
-"index": I}, "signal_dir": DIR}` (every key optional). `library_version` is the librknnrt this board's
+"index": I}, "signal_dir": DIR, "heat": {"control_dir": DIR, "millicelsius": T}}` (every key optional). `library_version` is the librknnrt this board's
 runtime reports (get_sdk_version). `drift` flips the lowest bit of flat element I of output K on every call
 (another runtime build: one element differs, the same on every call); `core_drift` does so only when
 init_runtime was given one of the core masks (numeric, e.g. 7 = NPU_CORE_0_1_2), the rknn-toolkit2 #228
 pattern. `signal_dir`: after a successful init_runtime the double writes `DIR/runtime.started` holding
-"PID PGID" (the emulated fleet's watcher drops the board's link or heats it while that process runs).
+"PID PGID" (the emulated fleet's watcher drops the board's link, or notes the heat). `heat`: the first
+inference call of the process writes T to `DIR/forced_millicelsius` (the emulated sysfs' thermal test
+control: every zone at T, the SoC's thermal caps engage), removed when the process exits: a board that
+throttles during the run, after the runner's "before" snapshot.
 """
 
 import glob
@@ -133,6 +136,32 @@ def _signal_started(directory):
     os.rename(tmp, path)
 
 
+_HEATED = []  # the forced-temperature files this process wrote (removed at exit)
+
+
+def _heat(heat):
+    """Hold every thermal zone at heat["millicelsius"] from now until this process exits (once)."""
+    if _HEATED:
+        return
+    path = os.path.join(heat["control_dir"], "forced_millicelsius")
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write("%d\n" % int(heat["millicelsius"]))
+    os.rename(tmp, path)
+    _HEATED.append(path)
+    import atexit
+    atexit.register(_cool)
+
+
+def _cool():
+    for path in _HEATED:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    del _HEATED[:]
+
+
 def _flip_lowest_bit(outputs, which, index):
     flat = outputs[which].reshape(-1)
     bits = flat.view("u%d" % flat.dtype.itemsize)
@@ -192,6 +221,7 @@ class RKNNLite(object):
         self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
         self.rkdet_emulates_npu = False
         self._drifts = []  # TEST CONTROL (image): [(output, index)] flipped on every call
+        self._heat = None  # TEST CONTROL (image): {"control_dir", "millicelsius"} applied at the first inference
         self._library_version = None
 
     def load_rknn(self, path, key_path=None):
@@ -263,6 +293,9 @@ class RKNNLite(object):
             core = control.get("core_drift")
             if core and core_mask in [int(m) for m in core.get("core_masks", [3, 7])]:
                 self._drifts.append((core.get("output", 0), int(core.get("index", 0))))
+            self._heat = control.get("heat")
+            if self._heat is not None and not (isinstance(self._heat, dict) and "control_dir" in self._heat):
+                raise ValueError("heat needs control_dir")
             if control.get("signal_dir"):
                 _signal_started(control["signal_dir"])
         except (OSError, IOError, ValueError, TypeError, AttributeError) as err:
@@ -310,6 +343,12 @@ class RKNNLite(object):
             return None
         inputs = [np.asarray(a) if t is None else np.asarray(a).astype(_DATA_TYPES[t]) for a, t in zip(inputs, types)]
         formats = data_format if isinstance(data_format, (list, tuple)) else [data_format] * len(inputs)
+        if self._heat is not None:
+            try:
+                _heat(self._heat)
+            except (OSError, IOError, ValueError, TypeError) as err:
+                _log("inference: heat test control failed (%s)" % err)
+                return None
         start = time.perf_counter()
         feed = {}
         for array, spec, fmt in zip(inputs, self._inputs, formats):
