@@ -29,7 +29,7 @@ def _closeness(o: Outcome) -> str:
     if c is None:
         return (o.message or "")[:90] if o.status == "error" else "n/a"
     op = "<=" if c.gate == "saturation" else ">="
-    return f"{c.gate} {c.subject} {c.value:.4g} {op} {c.threshold:.4g} (margin {c.margin:+.4g})"
+    return f"{c.gate} {c.subject} {c.value:.5g} {op} {c.threshold:.4g} (margin {c.margin:+.3g})"
 
 
 def _table(result: SearchResult) -> Table:
@@ -45,7 +45,7 @@ def _table(result: SearchResult) -> Table:
 
 def _why(o: Outcome) -> str:
     c = o.closest
-    gate = f"; closest gate {c.gate} {c.subject} {c.value:.4g} vs {c.threshold:.4g}" if c and c.value is not None else ""
+    gate = f"; closest gate {c.gate} {c.subject} {c.value:.5g} vs {c.threshold:.4g}" if c and c.value is not None else ""
     return f"variant {o.variant.index} ({o.variant.stage}) passes every fidelity gate{gate}"
 
 
