@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,7 +20,7 @@ from rkdet.config import RkdetConfig
 from rkdet.convert.images import list_images
 from rkdet.convert.pipeline import convert
 from rkdet.errors import ConversionError, InputError
-from rkdet.search.space import Space, Variant, hybrid_ks, hybrid_variants, quantize_variants
+from rkdet.search.space import MAX_HYBRID_K, Space, Variant, hybrid_ks, hybrid_variants, quantize_variants
 
 Progress = Callable[[str], None]
 SCHEMA = "rkdet.search/1"
@@ -57,7 +57,7 @@ class Outcome:
                 "options": self.options, "status": self.status, "message": self.message,
                 "fingerprint": self.fingerprint, "fidelity_line": self.fidelity_line, "gates": self.gates,
                 "slices": self.slices, "float_layers": self.options["float_layers"],
-                "closest": None if self.closest is None else self.closest.__dict__}
+                "closest": None if self.closest is None else asdict(self.closest)}
 
 
 @dataclass
@@ -131,15 +131,11 @@ def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Pa
     try:
         result = convert(vcfg, out, [platform], keep_failed=True,
                          progress=lambda m: progress(f"variant {variant.index}: {m}"))[0]
-        folder: Path | None = result.folder
-        outcome.status = "pass"
-        outcome.fidelity_line = result.fidelity_line
-    except ConversionError as err:  # a gate (FidelityGateError) or the toolkit
-        folder = None
-        kept = out / f"{vcfg.name}-{platform}.failed"
+    except (ConversionError, InputError) as err:  # a gate (FidelityGateError), the toolkit, a refused layer name
+        if isinstance(err, InputError) and not variant.changes:
+            raise  # the config itself is wrong (exit 2): every variant would say so
         outcome.message = str(err)
-        outcome.status = "error"
-        fp, fid = _read(kept)
+        fp, fid = _read(out / f"{vcfg.name}-{platform}.failed")
         if fid is not None and any(g.get("binding") and g.get("passed") is False for g in fid.get("gates", [])):
             outcome.status = "fail"
         outcome.fingerprint = fp
@@ -148,7 +144,8 @@ def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Pa
         outcome.closest = _closest(outcome.gates)
         shutil.rmtree(out, ignore_errors=True)
         return outcome, None
-    assert folder is not None
+    folder = result.folder
+    outcome.status, outcome.fidelity_line = "pass", result.fidelity_line
     fp, fid = _read(folder)
     outcome.fingerprint = fp or result.fingerprint
     if fid is not None:
@@ -213,7 +210,7 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
                 break
         else:
             if space.hybrid != ():
-                top = max(space.hybrid) if space.hybrid else 64
+                top = max(space.hybrid) if space.hybrid else MAX_HYBRID_K
                 try:
                     progress("hybrid stage: rkdet layers on the config as given (the worst layers by single error)")
                     worst, measured = _worst_single(cfg, platform, scratch, progress, top)

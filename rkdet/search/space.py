@@ -6,8 +6,8 @@
    each dimension starting with the config's own value, ordered by how many keys change (fewest first), then
    by which keys change (algorithm before method before calibration), then by the values' order.
 3. Hybrid quantization of the config as given: quantize.float_layers = the k worst layers by *single* error
-   (`rkdet layers` on the config's build), k = 1, 2, 4, ... while k is less than the number of measured layers
-   (every layer float16 is a whole-float build, which quantize.force_fp16: false forbids).
+   (`rkdet layers` on the config's build), k = 1, 2, 4, ... up to 64 while k is less than the number of
+   measured layers (every layer float16 is a whole-float build, which quantize.force_fp16: false forbids).
 
 Pure functions: no toolkit here, so the order is tested without building anything.
 """
@@ -15,7 +15,7 @@ Pure functions: no toolkit here, so the order is tested without building anythin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
 
@@ -25,6 +25,7 @@ ALGORITHMS = ("normal", "mmse", "kl_divergence")
 METHODS = ("channel", "layer")
 CALIBRATION_DIVISORS = (1, 2, 4)  # all images, the first half, the first quarter
 DIMENSIONS = ("algorithm", "method", "calibration", "hybrid")
+MAX_HYBRID_K = 64  # the default k stops here (and below the number of measured layers)
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,10 @@ def parse_space(specs: tuple[str, ...]) -> Space:
             bad = [v for v in items if v not in allowed]
             if bad:
                 raise InputError(f"--search-space {dim}: {', '.join(bad)} not allowed (allowed: {', '.join(allowed)})")
-            space = Space(**{**space.__dict__, ("algorithms" if dim == "algorithm" else "methods"): tuple(dict.fromkeys(items))})
+            space = replace(space, **{"algorithms" if dim == "algorithm" else "methods": tuple(dict.fromkeys(items))})
             continue
         if dim == "hybrid" and items == ["none"]:
-            space = Space(**{**space.__dict__, "hybrid": ()})
+            space = replace(space, hybrid=())
             continue
         try:
             numbers = tuple(dict.fromkeys(int(v) for v in items))
@@ -91,7 +92,7 @@ def parse_space(specs: tuple[str, ...]) -> Space:
                              f"{' (or none)' if dim == 'hybrid' else ' (divisors: 1 all, 2 half, 4 quarter)'}") from None
         if any(n < 1 for n in numbers):
             raise InputError(f"--search-space {spec!r}: values must be >= 1")
-        space = Space(**{**space.__dict__, ("calibration" if dim == "calibration" else "hybrid"): numbers})
+        space = replace(space, **{dim: numbers})
     return space
 
 
@@ -128,7 +129,7 @@ def hybrid_ks(space: Space, measured_layers: int, ranked: int) -> list[int]:
     if space.hybrid is not None:
         return [k for k in space.hybrid if k < measured_layers and k <= ranked]
     ks, k = [], 1
-    while k < measured_layers and k <= ranked:
+    while k < measured_layers and k <= ranked and k <= MAX_HYBRID_K:
         ks.append(k)
         k *= 2
     return ks

@@ -81,6 +81,11 @@ def test_search_flags_bad_input_is_one_line(tiny_config):
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and said in lines[0], proc.stderr
+    missing = tiny_config(model={"onnx": str(Path(cfg).parent / "missing.onnx")})  # the config itself: exit 2 at once
+    proc = run_rkdet("convert", "--config", str(missing), "--out", str(Path(cfg).parent / "out2"), "--search")
+    assert proc.returncode == 2 and "missing.onnx" in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert not (Path(cfg).parent / "out2" / "search.json").exists()
+    assert not list((Path(cfg).parent / "out2").glob(".search-*"))
     two = tiny_config(target={"platforms": ["rk3588", "rk3566"]})
     proc = run_rkdet("convert", "--config", str(two), "--out", str(Path(two).parent / "out"), "--search")
     assert proc.returncode == 2 and "pass --target" in proc.stderr.strip().splitlines()[-1]
