@@ -122,6 +122,17 @@ def _read(folder: Path) -> tuple[str | None, dict[str, Any] | None]:
     return fp, fid
 
 
+def _fidelity_line(fid: dict[str, Any], platform: str) -> str | None:
+    """The convert's one-line fidelity summary, from a kept build's fidelity.json."""
+    from rkdet.convert.fidelity import FidelityReport, GateResult, summary_line
+
+    try:
+        return summary_line(FidelityReport(fid.get("layout", {}), [GateResult(**g) for g in fid.get("gates", [])]),
+                            platform)
+    except (TypeError, ValueError):
+        return None
+
+
 def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Path, progress: Progress) -> tuple[Outcome, Path | None]:
     """Convert one variant into `scratch/<index>/`; returns its outcome and, when it passed, its build folder."""
     vcfg = apply(cfg, variant.changes)
@@ -141,6 +152,7 @@ def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Pa
         outcome.fingerprint = fp
         if fid is not None:
             outcome.gates, outcome.slices = fid.get("gates", []), fid.get("slices", {})
+            outcome.fidelity_line = _fidelity_line(fid, platform)
         outcome.closest = _closest(outcome.gates)
         shutil.rmtree(out, ignore_errors=True)
         return outcome, None

@@ -74,6 +74,10 @@ def test_a_hybrid_layer_fixes_the_fragile_conv(first_pass):
         assert re.fullmatch(r"[0-9a-f]{64}", v["fingerprint"])
         assert [g["subject"] for g in v["gates"] if g["gate"] == "cosine"] == ["y"] and "y" in v["slices"]
         assert v["options"]["float_layers"] == v["float_layers"]
+        assert v["fidelity_line"].startswith("rk3588: fidelity: cosine y ")
+    assert "FAIL" in variants[0]["fidelity_line"]
+    assert "FAIL" not in variants[2]["fidelity_line"] and variants[2]["message"] is None
+    assert "fidelity gate failed" in variants[0]["message"]
     assert variants[0]["closest"]["margin"] < 0 < variants[2]["closest"]["margin"]
     assert variants[0]["closest"]["value"] < variants[1]["closest"]["value"] < 0.98 <= variants[2]["closest"]["value"]
     assert variants[1]["options"]["algorithm"] == "mmse" and variants[2]["options"]["algorithm"] == "normal"
