@@ -1,4 +1,4 @@
-"""Detached jobs on a board: start, re-attach, is it running, its exit code, wait, signal, kill.
+"""Detached jobs on a board: start, re-attach, is it running, its exit code, wait, signal.
 
 Why its own module: a job outlives the connection that started it (setsid, SIGHUP ignored; its pid,
 log and exit code in files), so deploy, `--resume` and a fleet scheduler follow it from any later
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rkdet.board.shell import CommandRunner, build_command, remote_command
+from rkdet.board.shell import CommandRunner, build_command
 from rkdet.errors import BoardError
 
 _START = (
@@ -56,7 +56,7 @@ def start(conn: CommandRunner, argv: Sequence[str], pidfile: str, logfile: str, 
     """Start argv in its own session (setsid, SIGHUP ignored) that outlives this connection.
 
     The pid (= process group id) goes to `pidfile`, output to `logfile`, the exit code to
-    `pidfile.rc` when it ends; `is_running`, `attach`, `kill` work from any later connection.
+    `pidfile.rc` when it ends; `is_running`, `attach`, `signal` work from any later connection.
     `env` applies inside the job; `keep_env` names survive `sudo` (see `shell.build_command`).
     """
     pidfile, logfile = conn.abspath(pidfile), conn.abspath(logfile)
@@ -103,14 +103,6 @@ def live_jobs(conn: CommandRunner, workdir: str) -> list[tuple[str, int]]:
     return found
 
 
-def read_log(conn: CommandRunner, job: DetachedJob, offset: int = 0) -> bytes:
-    """The job's log from byte `offset` on (poll with the previous length to follow it)."""
-    out = bytearray()
-    conn.stream(remote_command(["tail", "-c", f"+{offset + 1}", job.logfile]), stdout=conn.capped(out, "tail log"),
-                what="tail log")
-    return bytes(out)
-
-
 def wait(conn: CommandRunner, job: DetachedJob, timeout: float, poll: float = 0.2,
          on_poll: Callable[[], object] | None = None, still_running: str | None = None) -> int | None:
     """Poll until the job ends; return its exit code (None if killed). `on_poll` is called once per
@@ -129,14 +121,3 @@ def wait(conn: CommandRunner, job: DetachedJob, timeout: float, poll: float = 0.
 def signal(conn: CommandRunner, job: DetachedJob, name: str, timeout: float | None = None) -> None:
     """Send signal `name` (TERM, KILL, ...) to the job's whole process group; best effort."""
     conn.run(["sh", "-c", _KILL, "sh", name, str(job.pid)], check=False, sudo=job.sudo, timeout=timeout)
-
-
-def kill(conn: CommandRunner, job: DetachedJob, grace: float = 5.0) -> None:
-    """SIGTERM the job's process group, then SIGKILL it after `grace` seconds."""
-    signal(conn, job, "TERM")
-    deadline = time.monotonic() + grace
-    while is_running(conn, job):
-        if time.monotonic() > deadline:
-            signal(conn, job, "KILL")
-            break
-        time.sleep(0.1)

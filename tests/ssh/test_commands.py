@@ -9,10 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rkdet.emulator.sshd import EmulatedBoard
+import job_helpers
+
 from rkdet.board import jobs
 from rkdet.board.shell import build_command, remote_command
 from rkdet.board.ssh import BoardConnection, Timeouts
+from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -129,11 +131,11 @@ def _detached_roundtrip(board: EmulatedBoard) -> None:
         again = jobs.attach(second, pidfile, logfile)
         assert again.pid == job.pid and jobs.is_running(second, again)
         deadline = time.monotonic() + 5
-        while b"started" not in jobs.read_log(second, again) and time.monotonic() < deadline:
+        while b"started" not in job_helpers.read_log(second, again) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert jobs.read_log(second, again) == b"started arg;x\n"
-        assert jobs.read_log(second, again, offset=8) == b"arg;x\n"
-        jobs.kill(second, again, grace=2)
+        assert job_helpers.read_log(second, again) == b"started arg;x\n"
+        assert job_helpers.read_log(second, again, offset=8) == b"arg;x\n"
+        job_helpers.kill(second, again, grace=2)
         assert not jobs.is_running(second, again)
         assert jobs.exit_code(second, again) is None  # killed, not finished
         done = jobs.start(second, ["sh", "-c", "exit 7"], f"{base}/b.pid", f"{base}/b.log")
@@ -157,10 +159,10 @@ def test_detached_job_with_sudo(boards) -> None:
         try:
             assert jobs.is_running(c, job)
             deadline = time.monotonic() + 5
-            while not jobs.read_log(c, job) and time.monotonic() < deadline:
+            while not job_helpers.read_log(c, job) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert jobs.read_log(c, job) == b"0\n"
+            assert job_helpers.read_log(c, job) == b"0\n"
         finally:
-            jobs.kill(c, job, grace=2)
+            job_helpers.kill(c, job, grace=2)
         assert not jobs.is_running(c, job)
         c.run(["rm", "-f", job.pidfile, job.logfile], sudo=True)
