@@ -50,9 +50,11 @@ class BuildInfo:
             raise InputError(f"{self.folder}: manifest.json has no fed_input; re-run rkdet convert")
         return self.fed_input
 
-    @classmethod
-    def load(cls, build: Path) -> BuildInfo:
-        """Read `build/manifest.json` and check the build folder holds what a board run needs."""
+    @staticmethod
+    def check(build: Path) -> dict[str, Any]:
+        """The build folder's manifest (parsed) when the folder holds what a board run needs; one line
+        naming the folder otherwise. Fields are read by `load` (so a command can check its other
+        inputs, e.g. the build's config, between the two)."""
         build = Path(build)
         manifest = build / "manifest.json"
         try:
@@ -65,10 +67,17 @@ class BuildInfo:
         for name in REQUIRED_FILES:
             if not (build / name).exists():
                 raise InputError(f"{build}: {name} missing; the build folder is incomplete, re-run rkdet convert")
+        return doc
+
+    @classmethod
+    def load(cls, build: Path) -> BuildInfo:
+        """`check` the folder, then read the manifest's fields (a malformed one: one line, exit 2)."""
+        build = Path(build)
+        doc = cls.check(build)
         try:
             return cls._from(build, doc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InputError(f"{manifest}: malformed manifest ({type(exc).__name__}: {exc}); "
+            raise InputError(f"{build / 'manifest.json'}: malformed manifest ({type(exc).__name__}: {exc}); "
                              "re-run rkdet convert") from None
 
     @classmethod
