@@ -99,7 +99,7 @@ class BoardRunner:
                 "--inputs", f"{self.base}/inputs", "--repeats", str(self.repeats), "--warmup", "0",
                 "--core-mask", core_mask, "--backend", "rknnlite", "--snapshot-every", "0", "--out", out]
         res = conn.run(argv, check=False, timeout=self.timeout)  # type: ignore[attr-defined]
-        if res.rc != 0:
+        if res.rc not in (0, 1):  # 1: complete, but runs of an input differ (what run0 looks for)
             said = [ln for ln in (res.err + res.out).splitlines() if ln.strip()]
             tail = ([ln for ln in said if ln.startswith("rkdet-run")] or said or ["no output"])[-1][:200]
             raise BoardError(f"{conn.target.label}: rkdet-run of {tag} exited {res.rc}: {tail}")  # type: ignore[attr-defined]

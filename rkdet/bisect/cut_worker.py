@@ -8,8 +8,8 @@ How the parameters stay those of the full build (rknn-toolkit2 2.5.0, measured; 
    `hybrid_quantization_step1` (the quantizer `build()` runs), whose `<stem>.quantization.cfg` lists every
    tensor's parameters (dtype, min/max, scale, zero point); done once per build, kept beside the cuts;
 2. the cut model (`load_onnx(model, outputs=[cut tensors])`) goes through step 1 too; every tensor it
-   shares with the full model gets the full model's entry (the int8 copy `<t>_int8` of a cut output takes
-   `<t>`'s entry; dtypes are never changed), and result.json counts how many entries differed;
+   shares with the full model (same name and dtype) gets the full model's entry, and result.json lists the
+   entries that differed ("changed") and the cut's own ones ("own": the int8 copy behind a cut output);
 3. `hybrid_quantization_step2` builds the cut model from the patched file; it is exported and the
    simulator runs the golden inputs on it (the reference for a board that runs INT8 as the NPU does).
 """
@@ -17,14 +17,10 @@ How the parameters stay those of the full build (rknn-toolkit2 2.5.0, measured; 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 import traceback
 from pathlib import Path
-
-_QUANT_COPY = re.compile(r"_(?:int8|uint8|int16)$")
-
 
 def _fail(stage: str, message: str, code: int = 4) -> int:
     Path("result.json").write_text(json.dumps({"ok": False, "stage": stage, "error": message}))
@@ -58,23 +54,21 @@ def _step1(job: dict, outputs, workdir: Path) -> Path:
 
 
 def patch_params(cut: dict, full: dict) -> dict:
-    """Give every tensor of the cut model the full model's parameters (same dtype only); return counts."""
-    changed, missing = [], []
+    """Give every tensor of the cut model that the full model also has (same name, same dtype) the full
+    model's parameters; return what was compared. The int8 copy `<t>_int8` the toolkit adds behind a cut
+    output keeps its own parameters (step 2 refuses to change them): where the full model fuses the cut
+    tensor away (a Conv output before its Relu), that tensor never exists in INT8 in the full build."""
+    changed, own = [], []
     for name, entry in cut.items():
         source = full.get(name)
         if source is None or source.get("dtype") != entry.get("dtype"):
-            base = _QUANT_COPY.sub("", name)
-            source = full.get(base) if base != name else None
-            if source is not None and source.get("dtype") != entry.get("dtype"):
-                source = None
-        if source is None:
             if entry.get("dtype") not in ("float32", "float16"):
-                missing.append(name)
+                own.append(name)
             continue
         if source != entry:
             changed.append(name)
             cut[name] = dict(source)
-    return {"tensors": len(cut), "changed": changed, "not_in_full": missing}
+    return {"tensors": len(cut), "changed": changed, "own": own}
 
 
 def run_job(job: dict) -> int:
