@@ -3,7 +3,8 @@
 Only the one-board functions are used: `transfer.push`, `pull.pull` and `conn.run` over the command's
 one connection. Remote layout under `<workdir>/bisect/<fingerprint16>/`: `inputs/` (the build's golden
 inputs, pushed once), `<tag>/model.rknn|model.io.json[|model.onnx|model.emu.json]` (one folder per model;
-unchanged files are not sent again), `runs/<tag>-<mask>/` (the result, replaced on every run).
+unchanged files are not sent again), `runs/<tag>-<mask>/` (the result, replaced on every run). With pinning (the config's `board.pin`, as
+deploy), every run goes through deploy's `run-pinned.sh`: pin, run, restore (also on a dropped link).
 The emulated runtime (the rkdet emulator's test double) also gets the model's ONNX and its input
 normalisation, as deploy gives it; a real board never gets them.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rkdet.board.deploy import SESSION_ENV
 from rkdet.board.pull import pull
 from rkdet.board.transfer import push
 from rkdet.diff.resultset import ResultSetDir
@@ -58,6 +60,9 @@ class BoardRunner:
     timeout: float = 600.0
     runs: int = 0
     seconds: float = 0.0
+    pin_env: dict[str, str] | None = None  # pin.sh settings: every run goes through run-pinned.sh (pin, run, restore)
+    state_dir: str = ""
+    sudo: bool = False
     _emulated: bool | None = None
     _pushed_inputs: bool = False
     notes: list[str] = field(default_factory=list)
@@ -98,7 +103,15 @@ class BoardRunner:
         argv = ["python3", f"{self.workdir}/bisect/rkdet-run.py", "--model", f"{remote_model}/model.rknn",
                 "--inputs", f"{self.base}/inputs", "--repeats", str(self.repeats), "--warmup", "0",
                 "--core-mask", core_mask, "--backend", "rknnlite", "--snapshot-every", "0", "--out", out]
-        res = conn.run(argv, check=False, timeout=self.timeout)  # type: ignore[attr-defined]
+        env: dict[str, str] = {}
+        if self.pin_env is not None:  # the same pinned profile as deploy's runs; restored after each run
+            argv = ["sh", f"{self.workdir}/scripts/run-pinned.sh", "--", *argv]
+            env = {**self.pin_env, "RKDET_STATE_DIR": self.state_dir, "RKDET_WORK_DIR": self.workdir}
+        res = conn.run(argv, check=False, timeout=self.timeout, sudo=self.sudo and self.pin_env is not None,  # type: ignore[attr-defined]
+                       env=env or None, keep_env=SESSION_ENV if self.sudo and self.pin_env is not None else ())
+        if res.rc == 125 and self.pin_env is not None:
+            raise BoardError(f"{conn.target.label}: run-pinned.sh exited 125: pin refused (nothing ran) or restore "  # type: ignore[attr-defined]
+                             f"failed; check with `rkdet board info`, repair with `rkdet board restore`")
         if res.rc not in (0, 1):  # 1: complete, but runs of an input differ (what run0 looks for)
             said = [ln for ln in (res.err + res.out).splitlines() if ln.strip()]
             tail = ([ln for ln in said if ln.startswith("rkdet-run")] or said or ["no output"])[-1][:200]

@@ -21,7 +21,7 @@ from rkdet.textsafe import literal
 
 _CONNECTION = ("board", "user", "port", "identity", "known_hosts", "ssh_config", "accept_new_host_key", "sudo",
                "connect_timeout", "sftp_timeout")
-_BOARD_ONLY = ("against", "repeats", "core_mask", "cache", "workdir", "timeout")
+_BOARD_ONLY = ("against", "repeats", "core_mask", "cache", "workdir", "timeout", "no_pin")
 
 
 def _board_optional(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -47,6 +47,7 @@ def _board_optional(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--cache", type=click.Path(path_type=Path), default=None,
               help="With --board: cut-model cache (default ~/.cache/rkdet/cuts), keyed by build fingerprint and cut.")
 @click.option("--workdir", default=None, help="With --board: remote work dir (default as for deploy).")
+@click.option("--no-pin", is_flag=True, help="With --board: run without pinning clocks (default: the config's board.pin).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
               help="With --board: seconds allowed for each run on the board.")
 @click.pass_context
@@ -68,6 +69,7 @@ def run_bisection(**kw: Any) -> int:
     from rkdet.bisect.board_run import BoardRunner
     from rkdet.bisect.cuts import CutBuilder, default_cache
     from rkdet.bisect.search import bisect_on_board, parse_against
+    from rkdet.board.deploy import pin_env_from_config, push_scripts, state_dir_for
     from rkdet.config import build_deploy_settings
     from rkdet.convert.pipeline import check_writable
     from rkdet.layers.rebuild import from_build
@@ -102,8 +104,14 @@ def run_bisection(**kw: Any) -> int:
         workdir = conn.abspath(kw["workdir"]) if kw["workdir"] else conn.default_workdir()
         runner = BoardRunner(conn, build, src.manifest["fingerprint"], src.manifest, workdir, Path(tmp),  # type: ignore[index]
                              repeats=repeats, timeout=kw["timeout"])
+        sudo = settings.board.sudo if kw["sudo"] is None else bool(kw["sudo"])
+        if settings.board.pin and not kw["no_pin"]:
+            push_scripts(conn, {"scripts": f"{workdir}/scripts"})
+            runner.pin_env, runner.sudo = pin_env_from_config(settings.board), sudo
+            runner.state_dir = state_dir_for(conn, workdir, sudo)
         report = bisect_on_board(builder, runner, against, core_mask, settings.tolerances, log,
                                  source=build.name, board=conn.target.label)
+    report.pinned = runner.pin_env is not None
     text = bisection_json(report)
     try:
         write_atomic(out / "layers-board.json", text)
@@ -111,7 +119,8 @@ def run_bisection(**kw: Any) -> int:
             write_atomic(kw["html_path"], render_bisection_html(report))
     except OSError as exc:
         raise InputError(f"cannot write the report: {exc}") from None
-    console.print(literal(f"{report.board_runs} board run(s), {report.cut_builds} cut build(s), "
+    console.print(literal(f"{'pinned (restored after each run)' if report.pinned else 'not pinned'}; "
+                          f"{report.board_runs} board run(s), {report.cut_builds} cut build(s), "
                           f"{report.cut_cache_hits} cut(s) from the cache (bound {report.bound} for {report.layers} "
                           f"cut points); report: {out / 'layers-board.json'}"))
     if report.first_departing:

@@ -248,9 +248,10 @@ class BisectionReport:
     cut_builds: int
     cut_cache_hits: int
     timings: dict[str, float] = field(default_factory=dict)
+    pinned: bool = False  # every run through run-pinned.sh (pin, run, restore)
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "mode": "board", "source": self.source, "board": self.board, "against": self.against,
+        return {"schema": SCHEMA, "mode": "board", "pinned": self.pinned, "source": self.source, "board": self.board, "against": self.against,
                 "fingerprint": self.fingerprint, "toolkit": self.toolkit, "tolerance": self.tolerance,
                 "verdict": "departs" if self.first_departing else "no departure", "layers": self.layers,
                 "cut_build_bound": self.bound, "first_departing": self.first_departing,

@@ -6,15 +6,21 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from convert_helpers import run_rkdet
+from convert_helpers import REPO, run_rkdet
+from deploy_helpers import kill_sessions, wait_no_board_processes
 from layer_models import chain_model
 from tiny_models import image_folder, write_config
 
+from rkdet.emulator.fake_tree import tree_digest
 from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.errors import EXIT_BOARD
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +66,7 @@ def test_fault_in_the_middle_is_named_then_cached(faulted_board, chain_build, ca
     assert proc.returncode == 1, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["mode"] == "board" and doc["verdict"] == "departs" and doc["layers"] == 2 * DEPTH + 2
+    assert doc["pinned"] is True  # every run through run-pinned.sh, as deploy's
     assert doc["first_departing"]["tensors"] == ["c3"] and doc["op_between"] == "conv3 (Conv)"
     assert doc["last_agreeing"]["tensors"] == ["r2"]
     assert doc["board_runs"] <= 1 + math.ceil(math.log2(doc["layers"]))
@@ -96,3 +103,30 @@ def test_bad_against_is_one_line(chain_build, tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--against 'npu'" in lines[0]
+
+
+def test_board_dropping_mid_bisection_is_exit_3_and_restored(tmp_path, chain_build):
+    """The link dies while the second model runs (pinned): one line, exit 3, the board's knobs restored."""
+    with EmulatedBoard("rk3588", tmp_path / "board", env={"RKDET_EMU_FAULT_TENSOR": "c1"}) as board:
+        before = tree_digest(board.root)
+        log = tmp_path / "err.log"
+        argv = [sys.executable, "-m", "rkdet.cli", "layers", str(chain_build), "--config", str(chain_build / "config.yaml"),
+                *_board_args(board), "--cache", str(tmp_path / "cache"), "--out", str(tmp_path)]
+        with open(log, "wb") as err:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 300
+            while "board run 2" not in log.read_text(errors="replace"):
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.02)
+            assert kill_sessions(board) >= 1
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        text = log.read_text()
+        assert proc.returncode == EXIT_BOARD, text[-3000:]
+        assert "Traceback" not in text and text.strip().splitlines()[-1].startswith("rkdet: ")
+        assert wait_no_board_processes(board, timeout=30) == []
+        assert tree_digest(board.root) == before  # restored by run-pinned's trap, or never pinned again
