@@ -130,3 +130,19 @@ def test_board_dropping_mid_bisection_is_exit_3_and_restored(tmp_path, chain_bui
         assert "Traceback" not in text and text.strip().splitlines()[-1].startswith("rkdet: ")
         assert wait_no_board_processes(board, timeout=30) == []
         assert tree_digest(board.root) == before  # restored by run-pinned's trap, or never pinned again
+
+
+@pytest.mark.parametrize("tensor, position", [("c0", 0), ("r6", 2 * DEPTH + 1)])
+def test_fault_at_either_end_is_named(tmp_path, chain_build, cache, tensor, position):
+    """The first node's output (nothing agrees before it: the last agreeing is the graph input) and the
+    graph's output (the build's own model departs, no cut before it does)."""
+    with EmulatedBoard("rk3588", tmp_path / "board", env={"RKDET_EMU_FAULT_TENSOR": tensor}) as board:
+        proc = _bisect(board, chain_build, cache, tmp_path / "out")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["first_departing"]["tensors"] == [tensor] and doc["first_departing"]["position"] == position
+    if position == 0:
+        assert doc["last_agreeing"]["tensors"] == ["graph input"]
+    else:
+        assert doc["last_agreeing"]["tensors"] == [f"c{DEPTH}"]
+    assert doc["board_runs"] <= 1 + math.ceil(math.log2(doc["layers"]))
