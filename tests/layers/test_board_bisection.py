@@ -146,3 +146,12 @@ def test_fault_at_either_end_is_named(tmp_path, chain_build, cache, tensor, posi
     else:
         assert doc["last_agreeing"]["tensors"] == [f"c{DEPTH}"]
     assert doc["board_runs"] <= 1 + math.ceil(math.log2(doc["layers"]))
+
+
+def test_core_masks_equally_faulted_do_not_depart(faulted_board, chain_build, cache, tmp_path):
+    """--against core-mask=M runs the build's model on both masks: the same fault on both is no departure."""
+    proc = _bisect(faulted_board, chain_build, cache, tmp_path / "out", "--against", "core-mask=0_1", "--no-pin")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["against"] == "core-mask=0_1" and doc["verdict"] == "no departure" and doc["pinned"] is False
+    assert doc["board_runs"] == 2 and doc["cut_builds"] == 0
