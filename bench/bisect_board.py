@@ -36,7 +36,7 @@ def _ok_0_or_1(argv: list[str]) -> list[str]:
 
 
 def main() -> int:
-    from rkdet.bisect.plan import cut_points, max_cut_builds
+    from rkdet.bisection.plan import cut_points, max_cut_builds
     from rkdet.emulator.sshd import EmulatedBoard
 
     ap = argparse.ArgumentParser()

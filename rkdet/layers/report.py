@@ -208,7 +208,7 @@ def render_html(report: LayersReport) -> str:
             f"<h2>All layers</h2><table>{head}{''.join(rows)}</table></body></html>\n")
 
 
-# -- board bisection (`rkdet layers BUILD --board H`, run by rkdet/bisect/): same schema family, mode "board" --
+# -- board bisection (`rkdet layers BUILD --board H`, run by rkdet/bisection/): same schema family, mode "board" --
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import pytest
 
 from layer_models import fragile_model
 
-from rkdet.bisect.plan import bisect, cut_points, max_cut_builds
+from rkdet.bisection.plan import bisect, cut_points, max_cut_builds
 from rkdet.emulator.command import fault_tensor_value
 from rkdet.errors import InputError
 
@@ -43,3 +43,15 @@ def test_fault_tensor_form(bad):
     with pytest.raises(InputError):
         fault_tensor_value(bad)
     assert fault_tensor_value("c3:run=2") == "c3:run=2" and fault_tensor_value("x:0") == "x:0"
+
+
+def test_no_rkdet_module_shadows_the_standard_library():
+    """runner.py and selfcheck.py run as scripts from rkdet/ (tests, a checkout), which puts rkdet/ first on
+    sys.path: a module or package there named like a stdlib one (a `bisect` package did) breaks numpy's import."""
+    import sys
+    from pathlib import Path
+
+    import rkdet
+
+    names = {p.stem for p in Path(rkdet.__file__).parent.iterdir() if p.suffix == ".py" or p.is_dir()}
+    assert not names & set(sys.stdlib_module_names)

@@ -15,9 +15,9 @@ from typing import Callable
 
 import numpy as np
 
-from rkdet.bisect.board_run import BoardResult, BoardRunner
-from rkdet.bisect.cuts import CutBuilder
-from rkdet.bisect.plan import CutPoint, bisect, cut_points, max_cut_builds
+from rkdet.bisection.board_run import BoardResult, BoardRunner
+from rkdet.bisection.cuts import CutBuilder
+from rkdet.bisection.plan import CutPoint, bisect, cut_points, max_cut_builds
 from rkdet.config import CORE_MASKS
 from rkdet.diff.metrics import compare_arrays
 from rkdet.diff.resultset import ResultSetDir

@@ -66,9 +66,9 @@ def layers_command(ctx: click.Context, **kw: Any) -> None:
 
 
 def run_bisection(**kw: Any) -> int:
-    from rkdet.bisect.board_run import BoardRunner
-    from rkdet.bisect.cuts import CutBuilder, default_cache
-    from rkdet.bisect.search import bisect_on_board, parse_against
+    from rkdet.bisection.board_run import BoardRunner
+    from rkdet.bisection.cuts import CutBuilder, default_cache
+    from rkdet.bisection.search import bisect_on_board, parse_against
     from rkdet.board.deploy import pin_env_from_config, push_scripts, state_dir_for
     from rkdet.config import build_deploy_settings
     from rkdet.convert.pipeline import check_writable

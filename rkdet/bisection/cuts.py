@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from rkdet.bisect.plan import CutPoint
+from rkdet.bisection.plan import CutPoint
 from rkdet.convert import golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import list_images
