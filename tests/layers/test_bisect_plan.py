@@ -55,3 +55,16 @@ def test_no_rkdet_module_shadows_the_standard_library():
 
     names = {p.stem for p in Path(rkdet.__file__).parent.iterdir() if p.suffix == ".py" or p.is_dir()}
     assert not names & set(sys.stdlib_module_names)
+
+
+def test_cut_takes_the_full_builds_parameters_where_it_shares_a_tensor():
+    from rkdet.bisection.cut_worker import patch_params
+
+    full = {"x": {"dtype": "float32", "max": [1.0]}, "c0": {"dtype": "int8", "scale": [0.01], "zero_point": [-128]},
+            "r0": {"dtype": "int8", "scale": [0.02], "zero_point": [-128]}}
+    cut = {"x": {"dtype": "float32", "max": [1.0]}, "c0": {"dtype": "int8", "scale": [0.03], "zero_point": [0]},
+           "r0": {"dtype": "float32", "max": [2.5]}, "r0_int8": {"dtype": "int8", "scale": [0.05], "zero_point": [-1]}}
+    report = patch_params(cut, full)
+    assert cut["c0"] == full["c0"] and report["changed"] == ["c0"]  # shared, same dtype: the full build's
+    assert cut["r0"] == {"dtype": "float32", "max": [2.5]}  # a cut output stays float: never re-typed
+    assert report["own"] == ["r0_int8"] and cut["r0_int8"]["scale"] == [0.05] and report["tensors"] == 4
