@@ -76,6 +76,9 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: s
             click.echo(f"emulated {soc}{image} board ({variant}) listening on {board.target} as user {board.user}")
             backend = board.sysfs.backend if board.sysfs is not None else "plain"
             click.echo(f"  emulated sysfs ({backend}): RKDET_ROOT={board.root}")
+            if fault_tensor is not None:
+                click.echo(f"  TEST CONTROL: the emulated runtime perturbs tensor {fault_tensor} "
+                           "(find it with: rkdet layers BUILD --config F --board ...)")
             click.echo(f"  ssh:    {shlex.join(board.ssh_argv())}")
             sudo = " --sudo" if board.variant.sudo else ""  # its login is not root: board work goes through sudo
             click.echo(f"  deploy: rkdet deploy --board {board.alias} --ssh-config "
