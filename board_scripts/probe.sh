@@ -10,7 +10,8 @@
 # from /sys/kernel/debug/rknpu when readable), runtime (librknnrt.so / librknn_runtime.so version
 # string), python (python3 and whether `import rknnlite` works), vm (compaction_proactiveness,
 # transparent hugepages), disk (free space of the work directory), state (a pin state left by a
-# crashed run). Anything absent is a "missing" line with a reason, never an error.
+# crashed run, or a running job's), lock (the board lock: free, held or stale, with its holder
+# record; see lock.sh). Anything absent is a "missing" line with a reason, never an error.
 #
 # Environment:
 #   RKDET_ROOT       prefix of /sys, /proc and /usr/lib (empty on a real board)
@@ -26,6 +27,7 @@ set -eu
 RK_SCRIPT=probe
 RK_DIR=$(dirname -- "$0")
 . "$RK_DIR/lib.sh"
+. "$RK_DIR/lock.sh"
 
 case ${1:-} in
     -h | --help) rk_usage "$0" ;;
@@ -248,4 +250,5 @@ probe_python
 probe_vm
 probe_disk
 probe_state
+rk_lock_emit
 rk_emit result '"status":"ok","exit":0'

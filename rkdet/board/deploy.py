@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from rkdet.board import lock as board_lock
 from rkdet.board import scripts as board_scripts
 from rkdet.board.preflight import BoardFit, check_board
 from rkdet.board.pull import pull
@@ -55,6 +56,7 @@ class RunSettings:
     fault: str | None = None  # TEST CONTROL for the emulated runtime (RKDET_EMU_FAULT), never on real boards
     emulate_npu: int | None = None  # TEST CONTROL: the emulated runtime's NPU mode, K elements one LSB off
     timeout: float = 3600.0
+    lock_timeout: int = 0  # seconds the pinned job waits for the board lock (rkdet.board.lock)
     tolerances: dict[str, Any] = field(default_factory=dict)
 
 
@@ -335,6 +337,7 @@ class Deployment:
         self.results = results_root / self.label / self.manifest["fingerprint"][:16]
         self.record: dict[str, Any] = {}
         self.folder = Path()
+        self.lock_names: set[str] = set()  # board lock holders' user@host: kept out of published files
 
     # -- the whole flow --
 
@@ -372,6 +375,7 @@ class Deployment:
         workdir = self.conn.abspath(s.workdir) if s.workdir else self.conn.default_workdir()
         layout = _remote_layout(workdir, self.manifest["fingerprint"], run_id, s.backend)
         env = _job_env(s, layout, state_dir_for(self.conn, workdir, s.sudo, s.state_dir))
+        env.update(board_lock.holder_env(self.manifest["fingerprint"], run_id, s.lock_timeout))
         self.record = {"schema": DEPLOY_SCHEMA, "status": "preflight", "run_id": run_id, "board": self.conn.target.label,
                        "build": str(self.build), "fingerprint": self.manifest["fingerprint"],
                        "platform": self.manifest["platform"], "remote": layout, "job_env": env,
@@ -385,6 +389,8 @@ class Deployment:
         transfer = push_scripts(self.conn, layout)
         probe = probe_board(self.conn, layout["scripts"], {"RKDET_WORK_DIR": workdir,
                                                            "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
+        lock = board_lock.probe_lock(probe.records, self.conn.target.label)
+        self.lock_names |= board_lock.private_names([lock.holder])
         _write_json(self.folder / "board.json", self.scrub(probe.to_json()))
         emulated = _is_emulated_runtime(self.conn) if s.backend == "rknnlite" else False
         fit = check_board(probe, self.manifest, host=self.conn.target.label, backend=s.backend, emulated=emulated,
@@ -394,7 +400,7 @@ class Deployment:
         if s.emulate_npu is not None and not emulated:
             raise InputError("--emulator-npu is a test control of the emulated runtime (--backend rknnlite); "
                              "this board's runtime is not emulated")
-        self._refuse_if_busy(workdir)
+        board_lock.check_before_push(lock, self.conn.target.label, s.lock_timeout, s.pin, self.log)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.manifest['fingerprint'][:16]}")
         transfer.add(_push_build(self.conn, self.build, layout, self.manifest, emulated or s.backend == "onnxruntime",
                                  self.progress, s.emulate_npu if emulated else None))
@@ -404,22 +410,6 @@ class Deployment:
                                      "seconds": round(transfer.seconds, 3)})
         self._save()
         return layout, env, transfer, fit
-
-    # a live job: its pid file's process exists, is no zombie, and leads its own session (pid reuse guard)
-    _LIVE_JOBS = ('for f in "$1"/runs/*/job.pid; do [ -f "$f" ] || continue; p=$(cat "$f") || continue; '
-                  '[ -r "/proc/$p/stat" ] || continue; read -r _ _ s _ _ sid _ < "/proc/$p/stat" || continue; '
-                  'if [ "$s" != Z ] && [ "$sid" = "$p" ]; then echo "$f $p"; fi; done; exit 0')
-
-    def _refuse_if_busy(self, workdir: str) -> None:
-        """Two pinned runs on one board would restore each other's clocks and share the NPU: refuse
-        while another rkdet job of this work dir still runs."""
-        res = self.conn.run(["sh", "-c", self._LIVE_JOBS, "sh", workdir], check=False, timeout=30)
-        live = [line.rsplit(" ", 1) for line in res.out.splitlines() if " " in line]
-        if live:
-            path, pid = live[0]
-            run_id = path.rsplit("/", 2)[-2]
-            raise BoardError(f"{self.conn.target.label}: busy: run {run_id} (pid {pid}) is still running in "
-                             f"{workdir}; wait for it, or `rkdet deploy --resume` it with the --out it was started with")
 
     def resume(self, folder: Path) -> DeployOutcome:
         """Re-attach to a run recorded in `folder/deploy.json` (+ its private record), wait, pull, judge."""
@@ -459,7 +449,7 @@ class Deployment:
     def _wait(self, job: Any) -> int | None:
         layout = self.record["remote"]
         total = self.settings.repeats * len(list((self.build / "golden" / "inputs").glob("*.npy")))
-        deadline = time.monotonic() + self.settings.timeout
+        deadline = time.monotonic() + self.settings.timeout + self.settings.lock_timeout
         last = -1
         with _progress_bar(self.progress, total) as advance:
             while self.conn.is_running(job):
@@ -534,8 +524,17 @@ class Deployment:
         layout = self.record["remote"]
         cap = self.conn.limits.output_bytes  # the log's end holds restore's result: keep the end
         log_text = self.conn.run(["tail", "-c", str(cap), layout["logfile"]], check=False, timeout=60).out
-        (self.folder / "job.log").write_text(self.scrub(log_text))
         records = board_scripts.parse_records(log_text)
+        lock = board_lock.job_lock(records, self.conn.target.label)
+        self.lock_names |= board_lock.private_names(lock.holders())
+        (self.folder / "job.log").write_text(self.scrub(log_text))
+        refused = board_lock.refusal(records, lock, self.conn.target.label) if self.settings.pin else None
+        if refused is not None:
+            raise refused
+        if lock.taken_over is not None:
+            self.log(f"took over a stale board lock left by {lock.taken_over.describe()} (its job is gone)")
+            fit = replace(fit, warnings=(*fit.warnings, "took over a stale board lock left by a killed run (pin kept "
+                                         "its saved state, if any, and restore put those values back)"))
         pin = board_scripts.parse_pin(records) if self.settings.pin else None
         restore = board_scripts.parse_restore(records) if self.settings.pin else None
         warnings = list(fit.warnings) + (pin.warnings if pin else [])
@@ -657,6 +656,8 @@ class Deployment:
     def _secrets(self) -> list[tuple[str, str]]:
         """(private text, what the published files say instead), longest first."""
         pairs = [(self.conn.target.label, self.label)]
+        own = (self.record.get("job_env") or {}).get(board_lock.HOLDER_ENV)
+        pairs += [(name, board_lock.REDACTED) for name in self.lock_names | ({own} if own else set())]
         if self.record.get("build"):
             pairs.append((str(self.record["build"]), os.path.relpath(self.record["build"], self.folder)))
         remote = self.record.get("remote") or {}
@@ -688,7 +689,8 @@ class Deployment:
             public["build"] = os.path.relpath(record["build"], self.folder)
         if record.get("reference"):
             public["reference"] = os.path.relpath(record["reference"], self.folder)
-        public["job_env"] = {k: v for k, v in (record.get("job_env") or {}).items() if k not in _PATH_ENV}
+        public["job_env"] = {k: v for k, v in (record.get("job_env") or {}).items()
+                             if k not in _PATH_ENV + board_lock.PRIVATE_ENV}
         return self.scrub(public)
 
 
