@@ -151,7 +151,7 @@ def test_parallel_sudo_boards_each_restored(fast_build: Path, tmp_path: Path) ->
     each board's /run is its own (mount namespace), never the host's, and each comes back byte-identical."""
     host_run = Path("/run/rkdet")
     host_before = sorted(os.listdir(host_run)) if host_run.is_dir() else None
-    boards = [EmulatedBoard(soc, tmp_path / f"board{i}", "sudo") for i, soc in enumerate(("rk3588", "rk3568", "rv1126"))]
+    boards = [EmulatedBoard("rk3588", tmp_path / f"board{i}", "sudo") for i in range(3)]  # the build is for rk3588
     try:
         for b in boards:
             b.start()
