@@ -531,6 +531,9 @@ class Deployment:
         refused = board_lock.refusal(records, lock, self.conn.target.label) if self.settings.pin else None
         if refused is not None:
             raise refused
+        if lock.mine is not None:  # which lock the board had (flock, or the ln fallback) and the wait: no names
+            self.record.update(board_lock={"method": lock.mine.method, "waited_s": lock.waited_s,
+                                           "took_over_stale": lock.taken_over is not None})
         if lock.taken_over is not None:
             self.log(f"took over a stale board lock left by {lock.taken_over.describe()} (its job is gone)")
             fit = replace(fit, warnings=(*fit.warnings, "took over a stale board lock left by a killed run (pin kept "

@@ -95,6 +95,9 @@ def test_concurrent_deploys_to_one_board(board: EmulatedBoard, fast_build: Path,
     assert r1["status"] == r3["status"] == "complete" and r1["restored"] is True and r3["restored"] is True
     third_lock = _pin_records(f3, "run-pinned", "lock")
     assert [r["status"] for r in third_lock] == ["waiting", "acquired", "released"]
+    assert r3["board_lock"]["method"] == "flock" and r3["board_lock"]["waited_s"] == third_lock[1]["waited_s"]
+    assert r1["board_lock"]["method"] == "flock" and r1["board_lock"]["waited_s"] <= 1  # whole seconds of the board
+    assert r1["board_lock"]["took_over_stale"] is False
     assert third_lock[1]["waited_s"] >= 1
     # the first's restore ran (and dropped its saved state) before the third pinned: a fresh save, never a
     # kept one, so no restore ever unpinned the board under the other's run
@@ -139,6 +142,7 @@ def test_lock_of_a_killed_deploy_is_taken_over(fresh_board: EmulatedBoard, fast_
     [f2] = run_folders(out2)
     record = json.loads((f2 / "deploy.json").read_text())
     assert record["restored"] is True and any("stale board lock" in w for w in record["warnings"])
+    assert record["board_lock"]["took_over_stale"] is True
     [taken] = [r for r in _pin_records(f2, "run-pinned", "lock") if r["status"] == "taken_over"]
     assert taken["previous"]["pid"] is not None and taken["previous"]["holder"] == "<lock holder>"  # published: redacted
     assert [r["status"] for r in _pin_records(f2, "pin", "state")] == ["kept"]  # the killed run's original values
