@@ -231,6 +231,10 @@ rk_lock_acquire() {
         rk_emit lock "\"status\":\"taken_over\",\"method\":\"$RK_LOCK_METHOD\",\"note\":\"a stale lock (its job is gone) was taken over\",\"previous\":{$RK_LOCK_PREV}"
     fi
     RK_LOCK_MINE=1
+    for rk_la_left in "$RK_STATE_DIR"/.lock.holder.* "$RK_STATE_DIR"/.lock.stale.*; do  # of jobs killed mid-way
+        [ -f "$rk_la_left" ] || continue
+        rk_pid_start "${rk_la_left##*.}" || rm -f "$rk_la_left"
+    done
     rk_holder_read "$RK_LOCK_HOLDER" || :
     rk_emit lock "\"status\":\"acquired\",\"method\":\"$RK_LOCK_METHOD\",\"waited_s\":$rk_la_waited,$(rk_holder_json)"
 }

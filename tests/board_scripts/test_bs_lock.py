@@ -147,6 +147,7 @@ def test_stale_lock_of_a_killed_job_is_taken_over(shell: str, method: dict, make
     assert first.wait() == -signal.SIGKILL
     _until(lambda: not pid_alive(child_pid))
     assert (state_dir / "lock.holder").is_file() and (state_dir / "pin.state").is_file()
+    (state_dir / f".lock.holder.{first.proc.pid}").write_text("a temp record of a job killed while it waited\n")
     rc, records = run_board_script("probe", root, state_dir, shell=shell, env=_env(method))
     state = probe_lock(records)
     assert rc == 0 and state.status == "stale" and state.holder is not None
@@ -160,6 +161,7 @@ def test_stale_lock_of_a_killed_job_is_taken_over(shell: str, method: dict, make
     assert parse_pin(second.records).state == "kept"  # the killed job's saved (original) values
     assert parse_restore(second.records).ok and tree_digest(root) == before
     assert not (state_dir / "lock.holder").exists() and not (state_dir / "pin.state").exists()
+    assert sorted(p.name for p in state_dir.iterdir()) == (["board.lock"] if "EXPECT_METHOD" not in method else [])
 
 
 def test_probe_reports_and_pin_restore_refuse_a_held_board(shell: str, method: dict, make_tree, state_dir: Path,
