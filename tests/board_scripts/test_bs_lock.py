@@ -19,7 +19,7 @@ import pytest
 from test_bs_run_pinned import Wrapper, pid_alive, wait_for
 
 from rkdet.board.lock import job_lock, probe_lock
-from rkdet.board.scripts import parse_pin, parse_restore, run_board_script
+from rkdet.board.scripts import parse_pin, parse_restore, run_script_locally
 from rkdet.emulator.fake_tree import tree_digest
 
 NPU_GOVERNOR = "sys/class/devfreq/fdab0000.npu/governor"
@@ -148,7 +148,7 @@ def test_stale_lock_of_a_killed_job_is_taken_over(shell: str, method: dict, make
     _until(lambda: not pid_alive(child_pid))
     assert (state_dir / "lock.holder").is_file() and (state_dir / "pin.state").is_file()
     (state_dir / f".lock.holder.{first.proc.pid}").write_text("a temp record of a job killed while it waited\n")
-    rc, records = run_board_script("probe", root, state_dir, shell=shell, env=_env(method))
+    rc, records = run_script_locally("probe", root, state_dir, shell=shell, env=_env(method))
     state = probe_lock(records)
     assert rc == 0 and state.status == "stale" and state.holder is not None
     assert state.holder.holder == "alice@ws1" and state.holder.pid == first.proc.pid
@@ -167,7 +167,7 @@ def test_stale_lock_of_a_killed_job_is_taken_over(shell: str, method: dict, make
 def test_probe_reports_and_pin_restore_refuse_a_held_board(shell: str, method: dict, make_tree, state_dir: Path,
                                                            tmp_path: Path, jobs: list) -> None:
     root = make_tree("rv1126")
-    rc, records = run_board_script("probe", root, state_dir, shell=shell, env=_env(method))
+    rc, records = run_script_locally("probe", root, state_dir, shell=shell, env=_env(method))
     assert rc == 0 and probe_lock(records).status == "free"
     child, started, go = _blocking_child(tmp_path, "first")
     first = Wrapper(shell, root, state_dir, tmp_path / "first.out", child,
@@ -175,19 +175,19 @@ def test_probe_reports_and_pin_restore_refuse_a_held_board(shell: str, method: d
     jobs.append(first)
     wait_for(started)
     pinned = tree_digest(root)
-    rc, records = run_board_script("probe", root, state_dir, shell=shell, env=_env(method))
+    rc, records = run_script_locally("probe", root, state_dir, shell=shell, env=_env(method))
     state = probe_lock(records)
     assert rc == 0 and state.status == "held" and state.holder is not None
     assert state.holder.holder == "alice@ws1" and state.holder.build == "feedfacefeedface"
     assert state.method == method.get("EXPECT_METHOD", "flock") and "alice@ws1" in state.line()
     for script in ("restore", "pin"):
-        rc, records = run_board_script(script, root, state_dir, shell=shell, env=_env(method))
+        rc, records = run_script_locally(script, root, state_dir, shell=shell, env=_env(method))
         result = [r for r in records if r["record"] == "result"][-1]
         assert rc == 3 and "held by a pinned job" in result["reason"], records
         assert tree_digest(root) == pinned  # the running job's board is untouched
     go.touch()
     assert first.wait() == 0 and parse_restore(first.records).ok
-    rc, records = run_board_script("probe", root, state_dir, shell=shell, env=_env(method))
+    rc, records = run_script_locally("probe", root, state_dir, shell=shell, env=_env(method))
     assert probe_lock(records).status == "free"
 
 
