@@ -17,7 +17,7 @@ from rkdet.log import log_console
 from rkdet.textsafe import literal
 
 if TYPE_CHECKING:
-    from rkdet.board.deploy import DeployOutcome
+    from rkdet.board.deploy import DeployOutcome, RunSettings
 
 
 def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -97,13 +97,30 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _settings_source(config_path: Path | None, build: Path | None) -> tuple[DeploySettings, Path]:
+def settings_source(config_path: Path | None, build: Path | None) -> tuple[DeploySettings, Path]:
     """Run/board/tolerances settings and the build folder: --config when given, else the build's own
     resolved config, else the default config (whose name and first platform also name the build)."""
     if config_path is None and build is not None:
         return build_deploy_settings(build), build
     cfg = load_config(config_path or DEFAULT_CONFIG)
     return deploy_settings(cfg, config_path or DEFAULT_CONFIG), build or Path("build") / f"{cfg.name}-{cfg.target.platforms[0]}"
+
+
+def run_settings(chosen: DeploySettings, *, repeats: int | None, warmup: int | None, core_mask: str | None,
+                 backend: str | None, no_pin: bool, sudo: bool | None, workdir: str | None, state_dir: str | None,
+                 keep: bool, emulator_fault: str | None, emulator_npu: int | None, timeout: float) -> RunSettings:
+    """How a board runs the build: the flags given, else the config's run/board sections (one rule for
+    `rkdet deploy` and each board of `rkdet fleet deploy`)."""
+    from rkdet.board.deploy import RunSettings, pin_env_from_config
+
+    run, brd = chosen.run, chosen.board
+    return RunSettings(
+        repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
+        core_mask=core_mask or run.core_mask, backend=backend or run.backend, snapshot_every=run.snapshot_every,
+        cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None, pin=brd.pin and not no_pin,
+        pin_env=pin_env_from_config(brd), sudo=brd.sudo if sudo is None else sudo,
+        workdir=workdir or brd.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
+        timeout=timeout, tolerances=chosen.tolerances.model_dump())
 
 
 def run_deploy(board: str, user: str | None, port: int | None, identity: Path | None, known_hosts: Path | None,
@@ -116,8 +133,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                as_json: bool) -> DeployOutcome:
     """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
     (the caller records it and exits with its code)."""
-    from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build, load_record,
-                                    pin_env_from_config)
+    from rkdet.board.deploy import Deployment, board_label, latest_unfinished, load_build, load_record
 
     console = log_console()
 
@@ -128,9 +144,9 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
     if build is not None and config_path is None and not resume:
         load_build(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
     if resume and build is None and config_path is None:  # judged by the build that run was of (below)
-        chosen, build = _settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
+        chosen, build = settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
     else:
-        chosen, build = _settings_source(config_path, build)
+        chosen, build = settings_source(config_path, build)
     if emulator_fault is not None:
         try:
             json.loads(emulator_fault)
@@ -151,14 +167,9 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                     chosen = build_deploy_settings(build)
         assert chosen is not None and build is not None
         log(f"settings (run, board, tolerances) from {chosen.source}")
-        run, brd = chosen.run, chosen.board
-        settings = RunSettings(
-            repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
-            core_mask=core_mask or run.core_mask, backend=backend or run.backend, snapshot_every=run.snapshot_every,
-            cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None, pin=brd.pin and not no_pin,
-            pin_env=pin_env_from_config(brd), sudo=brd.sudo if sudo is None else sudo,
-            workdir=workdir or brd.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
-            timeout=timeout, tolerances=chosen.tolerances.model_dump())
+        settings = run_settings(chosen, repeats=repeats, warmup=warmup, core_mask=core_mask, backend=backend,
+                                no_pin=no_pin, sudo=sudo, workdir=workdir, state_dir=state_dir, keep=keep,
+                                emulator_fault=emulator_fault, emulator_npu=emulator_npu, timeout=timeout)
         deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal)
         outcome = deployment.resume(folder) if resume else deployment.run()
         if install_selfcheck:
