@@ -98,7 +98,7 @@ class BoardResult:
         return {"name": self.board.name, "address": self.board.address, "port": self.board.port,
                 "source": self.board.source, "groups": list(self.board.groups), "status": self.status,
                 "reason": self.reason or None, "canary": self.canary, "build": self.build,
-                "fingerprints": list(self.fingerprints), "seconds": round(self.seconds, 3),
+                "fingerprint": self.fingerprint, "seconds": round(self.seconds, 3),
                 "board": {"soc": s.soc or self.board.soc, "kernel": s.kernel, "driver": s.driver, "runtime": s.runtime,
                           "model": s.model, "key": s.key, "clocks": dict(s.clocks),
                           "max_temp_mc": dict(s.max_temp_mc)},
