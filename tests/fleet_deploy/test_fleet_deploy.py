@@ -179,3 +179,44 @@ def test_bad_input_is_exit_2_one_line(lab3: Lab, build_args: list[str], tmp_path
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("rkdet: ")]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert not (tmp_path / "results" / "fleet").exists()
+
+
+def test_ctrl_c_lets_running_boards_finish_and_restore(lab3: Lab, build_args: list[str], tmp_path: Path) -> None:
+    """SIGINT while the first board runs: it finishes its cell (its board restored byte-identically),
+    the next board is never started, the fleet run is reported and exits 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fleet_helpers import REPO
+
+    from rkdet.emulator.fake_tree import tree_digest
+
+    out = tmp_path / "results"
+    before = tree_digest(lab3.boards["a"].root)
+    log = tmp_path / "fleet.log"
+    argv = [sys.executable, "-m", "rkdet.cli", "fleet", "deploy", "--inventory", str(lab3.inventory(tmp_path / "inv.yaml")),
+            "--limit", "a:b", "--known-hosts", str(lab3.known_hosts), "--ssh-config", "/dev/null", *build_args,
+            "--out", str(out), "--repeats", "1", "--warmup", "0", "--forks", "1", "--canary", "0"]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=sink)
+        try:
+            deadline = time.monotonic() + 240
+            while b"[a] board rk3588" not in log.read_bytes():  # a's preflight passed: its deploy is under way
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=240) == 130, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = " ".join(log.read_text().split())
+    assert "interrupted: starting nothing new" in text and "INTERRUPTED:" in text, text[-3000:]
+    doc, _ = _fleet_json(out)
+    assert doc["interrupted"] is True and doc["exit_code"] == 130
+    a, b = doc["boards"]
+    assert a["status"] == "complete" and a["cells"][0]["status"] == "complete", a
+    assert b["status"] == "not-started" and b["reason"] == "interrupted (Ctrl-C) before it started"
+    assert tree_digest(lab3.boards["a"].root) == before  # board a restored: every knob as it was
