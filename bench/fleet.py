@@ -109,6 +109,14 @@ class BoardCpu:
         return self._daemon_children() - self._start + sum(self.jobs.values())
 
 
+def host_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole host since boot, from /proc/stat (read only)."""
+    fields = [float(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)
+    return (sum(fields[:8]) - idle) / hz, sum(fields[:8]) / hz
+
+
 @dataclass
 class Row:
     boards: int
@@ -121,6 +129,7 @@ class Row:
     load: float
     cell_seconds_mean: float
     fleet_seconds: float  # fleet.json: boards' work + classes + drift (the rest of wall: start-up, files)
+    host_busy: float  # share of the host's CPU time busy during the run (all processes, ours and others')
 
     @property
     def total_cpu(self) -> float:
@@ -145,17 +154,20 @@ def run_size(n: int, build: Path, work: Path) -> Row:
                 str(known), "--ssh-config", "/dev/null", "--build", str(build), "--out", str(out), "--repeats", "1",
                 "--warmup", "0", "--canary", "0", "--forks", str(n)]
         with BoardCpu(boards) as cpu:
+            busy0, total0 = host_cpu()
             started = time.monotonic()
             with open(work / f"n{n}" / "fleet.log", "wb") as log:
                 proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ))
                 _, status, usage = os.wait4(proc.pid, 0)
             wall = time.monotonic() - started
+            busy1, total1 = host_cpu()
             proc.returncode = os.waitstatus_to_exitcode(status)
             time.sleep(0.3)  # the last sessions end and are reaped
         doc = json.loads(next((out / "fleet").glob("*/fleet.json")).read_text())
         cells = [c["seconds"] for b in doc["boards"] for c in b["cells"] if c["status"] == "complete"]
         return Row(n, n, proc.returncode, wall, usage.ru_utime + usage.ru_stime, cpu.seconds, usage.ru_maxrss / 1024,
-                   os.getloadavg()[0], sum(cells) / max(1, len(cells)), float(doc["seconds"]))
+                   os.getloadavg()[0], sum(cells) / max(1, len(cells)), float(doc["seconds"]),
+                   (busy1 - busy0) / max(1e-9, total1 - total0))
 
 
 def write_table(rows: list[Row], build: Path, path: Path) -> str:
@@ -176,14 +188,14 @@ def write_table(rows: list[Row], build: Path, path: Path) -> str:
         "sessions and the detached runs).",
         "",
         "| boards | exit | wall s | rkdet CPU s | boards CPU s | total CPU s | floor s | wall / floor | rkdet peak RSS MB "
-        "| fleet s (in run_fleet) | mean cell s | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| fleet s (in run_fleet) | mean cell s | host CPU busy | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         floor = max(one or r.wall, r.total_cpu / cores)
         lines.append(f"| {r.boards} | {r.exit_code} | {r.wall:.1f} | {r.rkdet_cpu:.1f} | {r.boards_cpu:.1f} | "
                      f"{r.total_cpu:.1f} | {floor:.1f} | {r.wall / floor:.2f} | {r.rkdet_rss_mb:.0f} | "
-                     f"{r.fleet_seconds:.1f} | {r.cell_seconds_mean:.1f} | {r.load:.2f} |")
+                     f"{r.fleet_seconds:.1f} | {r.cell_seconds_mean:.1f} | {r.host_busy:.0%} | {r.load:.2f} |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text

@@ -323,6 +323,8 @@ def _job_env(settings: RunSettings, layout: dict[str, str], state_dir: str) -> d
 class Deployment:
     """One deploy to one board: created fresh, or re-attached with `resume`."""
 
+    poll_interval = 0.3  # seconds between progress polls of the running job (each poll: two SSH commands)
+
     def __init__(self, conn: BoardConnection, build: Path, results_root: Path, settings: RunSettings,
                  log: Log = lambda msg: None, progress: bool = False) -> None:
         self.conn = conn
@@ -475,7 +477,7 @@ class Deployment:
                     else:
                         advance(done)
                     last = done
-                time.sleep(0.3)
+                time.sleep(self.poll_interval)
         return self.conn.job_exit_code(job)
 
     def _stop_job(self, job: Any, timeout: float = 120.0) -> None:

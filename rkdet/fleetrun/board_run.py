@@ -126,8 +126,15 @@ def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common:
                             sudo=board.sudo if board.sudo is not None else common.sudo,
                             workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
                             emulator_fault=common.emulator_fault, emulator_npu=common.emulator_npu, timeout=timeout)
+    class FleetDeployment(Deployment):
+        poll_interval = POLL_INTERVAL
+
+        def _judge(self, *args: Any, **kwargs: Any) -> Any:  # the diff of the pulled results against golden
+            with JUDGE_SLOTS:
+                return super()._judge(*args, **kwargs)
+
     started = time.monotonic()
-    outcome = Deployment(conn, build.folder, common.out, settings, log=log, progress=False).run()
+    outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False).run()
     result = CellResult(cell, COMPLETE if outcome.record.get("status") == "complete" else FAILED,
                         folder=str(outcome.folder), deploy_exit=outcome.exit_code, verdict=outcome.verdict,
                         seconds=time.monotonic() - started)
@@ -142,6 +149,14 @@ def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common:
     return result
 
 
+# Judging a run (loading every output and its reference, the numeric comparison, the report's plots) is
+# CPU-bound (one core under the GIL) and holds ~50 MB per board while it runs: one board at a time
+# costs no wall time and keeps a 16-board fleet's memory that of one judge (bench/results/fleet.md).
+JUDGE_SLOTS = threading.BoundedSemaphore(1)
+# A board's progress is polled every POLL_INTERVAL s (a single deploy: 0.3 s). Each poll is two SSH
+# commands, so on many boards polling is what the fleet spends most of its CPU on, host and boards
+# (bench/results/fleet.md); a run's end is seen at most this much later.
+POLL_INTERVAL = 1.0
 _DB_LOCK = threading.Lock()  # one writer per process (the database itself also queues other processes)
 
 

@@ -71,7 +71,7 @@ _PRINT = threading.Lock()
               help="TEST CONTROL (emulated boards only): as for `rkdet deploy`, on every board.")
 @click.option("--json", "as_json", is_flag=True, help="Print fleet.json (schema rkdet.fleet/1) on stdout.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Also write the report here (it is always in the fleet run's folder).")
+              help="Also write the report here (it is always in the fleet run's folder, whose relative run links it keeps).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write JUnit XML: one test case per board × cell, failures carrying the first difference.")
 def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tuple[str, ...], boards_file: Path | None,

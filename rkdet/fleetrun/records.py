@@ -1,7 +1,8 @@
 """The typed records of one fleet run: cells, each board's cells, determinism classes, the fleet result.
 
-`FleetResult.to_json()` is `fleet.json` (schema `rkdet.fleet/1`, docs/FORMATS.md); paths in it are
-relative to the fleet run's folder, so the folder can be moved together with its results root.
+`FleetResult.to_json()` is `fleet.json` (schema `rkdet.fleet/1`, docs/FORMATS.md); the run folders in
+it are relative to the fleet run's folder, so it moves together with its results root (build folders
+are as given on the command line).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ budget) and its own failure, caught in the job.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -35,6 +36,22 @@ class Schedule:
     max_fail_percent: float = 100.0
 
 
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def limit_malloc_arenas(arenas: int = 1) -> bool:
+    """Cap glibc's malloc arenas before the board threads start.
+
+    Why: glibc gives each thread an arena of its own and an arena keeps the memory of its peak, so
+    16 board threads, each judging its run once (~50 MB of arrays, one after another), held 16 peaks:
+    921 MB at 16 boards, 176 MB with one shared arena (bench/results/fleet.md). Best effort: a libc
+    without mallopt (musl) is left as it is."""
+    try:
+        return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):
+        return False
+
+
 def _exceeded(results: list[BoardResult], limit: float) -> bool:
     failed = sum(r.status == BOARD_FAILED for r in results)
     return failed * 100.0 > limit * len(results)
@@ -42,6 +59,7 @@ def _exceeded(results: list[BoardResult], limit: float) -> bool:
 
 def run_all(results: list[BoardResult], job: Job, schedule: Schedule, log: Log) -> bool:
     """Run `job` on each board's record (filled in place); True when interrupted by Ctrl-C."""
+    limit_malloc_arenas()
     stop = threading.Event()
     canaries = results[:schedule.canary] if len(results) > schedule.canary > 0 else []
     for r in canaries:
