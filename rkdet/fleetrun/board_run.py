@@ -96,9 +96,11 @@ def build_for(builds: list[BuildChoice], soc: str | None) -> BuildChoice | None:
 
 @contextmanager
 def board_connection(board: Board, common: DeployCommon) -> Iterator[Any]:
-    """One SSH connection for all of a board's cells (the board's inventory values first)."""
+    """One SSH connection for all of a board's cells (the board's inventory values first: user, port, key,
+    known_hosts)."""
     key = Path(board.key_file) if board.key_file else common.identity
-    with open_connection(board.address, board.user or common.user, board.port, key, common.known_hosts,
+    known_hosts = Path(board.known_hosts) if board.known_hosts else common.known_hosts
+    with open_connection(board.address, board.user or common.user, board.port, key, known_hosts,
                          common.ssh_config, common.accept_new_host_key, common.connect_timeout,
                          common.sftp_timeout) as conn:
         yield conn

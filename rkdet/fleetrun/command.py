@@ -57,7 +57,8 @@ _PRINT = threading.Lock()
 @click.option("--identity", type=click.Path(path_type=Path), default=None,
               help="Private key for boards the source gives none (ansible_ssh_private_key_file).")
 @click.option("--known-hosts", type=click.Path(path_type=Path), default=None,
-              help="rkdet's known_hosts (default ~/.config/rkdet/known_hosts; ~/.ssh/known_hosts is read too).")
+              help="rkdet's known_hosts for boards the source gives none (rkdet_known_hosts; default "
+                   "~/.config/rkdet/known_hosts; ~/.ssh/known_hosts is read too).")
 @click.option("--ssh-config", type=click.Path(path_type=Path), default=None, help="ssh_config file (default ~/.ssh/config).")
 @click.option("--accept-new-host-key", is_flag=True, help="Trust unknown host keys on first use and record them.")
 @click.option("--sudo", is_flag=True, default=None, help="Board-side work with `sudo -n` where the source says nothing.")
