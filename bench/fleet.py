@@ -138,7 +138,8 @@ class Row:
 
 def inventory(boards: list[EmulatedBoard], path: Path) -> Path:
     hosts = {f"b{i:02d}": {"ansible_host": b.host, "ansible_port": b.port, "ansible_user": b.user,
-                            "ansible_ssh_private_key_file": str(b.identity_file)} for i, b in enumerate(boards)}
+                            "ansible_ssh_private_key_file": str(b.identity_file), "rkdet_soc": b.soc}
+             for i, b in enumerate(boards)}
     path.write_text(yaml.safe_dump({"all": {"hosts": hosts}}, sort_keys=False))
     return path
 
@@ -185,17 +186,19 @@ def write_table(rows: list[Row], build: Path, path: Path) -> str:
         "with other jobs (load average at the end of each row: 1-minute). Repeats: 1.",
         "",
         "floor = max(one board's wall, total CPU s / cores); total CPU = rkdet's own CPU + the boards' (sshd "
-        "sessions and the detached runs).",
+        "sessions and the detached runs). others' CPU s = the host's busy CPU seconds during the row minus "
+        "ours: what other jobs on the machine took meanwhile.",
         "",
         "| boards | exit | wall s | rkdet CPU s | boards CPU s | total CPU s | floor s | wall / floor | rkdet peak RSS MB "
-        "| fleet s (in run_fleet) | mean cell s | host CPU busy | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| fleet s (in run_fleet) | mean cell s | host CPU busy | others' CPU s | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         floor = max(one or r.wall, r.total_cpu / cores)
         lines.append(f"| {r.boards} | {r.exit_code} | {r.wall:.1f} | {r.rkdet_cpu:.1f} | {r.boards_cpu:.1f} | "
                      f"{r.total_cpu:.1f} | {floor:.1f} | {r.wall / floor:.2f} | {r.rkdet_rss_mb:.0f} | "
-                     f"{r.fleet_seconds:.1f} | {r.cell_seconds_mean:.1f} | {r.host_busy:.0%} | {r.load:.2f} |")
+                     f"{r.fleet_seconds:.1f} | {r.cell_seconds_mean:.1f} | {r.host_busy:.0%} | "
+                     f"{max(0.0, r.host_busy * r.wall * cores - r.total_cpu):.1f} | {r.load:.2f} |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text

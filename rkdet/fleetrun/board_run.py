@@ -220,7 +220,9 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell],
     soc: str | None = None
     try:
         with board_connection(board, common) as conn:
-            soc = probe_soc(conn, board, common)
+            # the source's SoC (rkdet_soc, a labgrid soc tag) saves a probe; each cell's preflight probes
+            # anyway and refuses a board whose NPU is not the build's
+            soc = board.soc.lower() if board.soc else probe_soc(conn, board, common)
             build = build_for(builds, soc)
             if build is None:
                 raise InputError(f"board is {soc or 'of an unknown SoC'}; no --build targets it "
