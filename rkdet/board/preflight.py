@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rkdet.board.build import BuildInfo
 from rkdet.board.scripts import ProbeReport
 from rkdet.errors import BoardError
 
@@ -42,10 +43,10 @@ def _version(text: str | None) -> tuple[int, int, int] | None:
     return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
 
 
-def check_board(probe: ProbeReport, manifest: dict, *, host: str, backend: str, emulated: bool,
+def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str, emulated: bool,
                 need_kb: int) -> BoardFit:
     """Raise BoardError (exit 3) naming the host and the mismatch; return the fit otherwise."""
-    platform = manifest["platform"]
+    platform = build.platform
     if not probe.soc:
         raise BoardError(f"{host}: cannot tell the SoC (no rockchip compatible string in the device tree); "
                          f"the build targets {platform}")
@@ -54,15 +55,14 @@ def check_board(probe: ProbeReport, manifest: dict, *, host: str, backend: str, 
                          f"convert for {probe.soc} (rkdet convert --target {probe.soc}) or pick another board")
     warnings: list[str] = []
     if backend == "rknnlite":
-        header = manifest.get("rknn", {}).get("header", {})
         runtime = _version(probe.runtime_version)
-        toolkit = _version(header.get("toolkit_version"))
+        toolkit = _version(build.toolkit_version)
         if runtime is None:
             raise BoardError(f"{host}: no RKNN runtime library found (librknnrt.so); install the runtime that "
-                             f"matches rknn-toolkit2 {header.get('toolkit_version', '?')}")
-        if header.get("format_version", 0) >= 6 and runtime < (2, 0, 0):
+                             f"matches rknn-toolkit2 {build.toolkit_version or '?'}")
+        if build.format_version >= 6 and runtime < (2, 0, 0):
             raise BoardError(f"{host}: librknnrt {'.'.join(map(str, runtime))} cannot load model format "
-                             f"{header['format_version']} (built by toolkit {header.get('toolkit_version')}); "
+                             f"{build.format_version} (built by toolkit {build.toolkit_version}); "
                              "update librknnrt to 2.x")
         if toolkit and runtime[:2] < toolkit[:2]:
             warnings.append(f"librknnrt {'.'.join(map(str, runtime))} is older than the toolkit "

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rkdet.board.command import open_connection, run_settings, settings_source
+from rkdet.board.build import BuildInfo
+from rkdet.board.command import open_connection, settings_source
 from rkdet.board.preflight import same_npu
+from rkdet.board.settings import RunSettings
 from rkdet.config import DeploySettings
 from rkdet.errors import InputError, RkdetError
 from rkdet.fleet.inventory import Board
@@ -72,13 +74,13 @@ class DeployCommon:
 
 def load_builds(config_path: Path | None, builds: tuple[Path, ...]) -> list[BuildChoice]:
     """The builds of a fleet run (one per NPU family), checked before any board is touched (exit 2)."""
-    from rkdet.board.deploy import load_build
-
     chosen: list[BuildChoice] = []
     for given in builds or (None,):
+        if given is not None:
+            BuildInfo.check(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
         settings, folder = settings_source(config_path, given)
-        manifest = load_build(folder)
-        platform, fingerprint = str(manifest.get("platform")), str(manifest.get("fingerprint"))
+        info = BuildInfo.load(folder)
+        platform, fingerprint = info.platform, info.fingerprint
         for other in chosen:
             if same_npu(platform, other.platform):
                 raise InputError(f"--build {folder}: {other.folder} is already the build for {other.platform}; "
@@ -108,12 +110,13 @@ def board_connection(board: Board, common: DeployCommon) -> Iterator[Any]:
 
 def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
     """The SoC the board's probe names (nothing on the board changes)."""
-    from rkdet.board.deploy import probe_board, push_scripts, state_dir_for
+    from rkdet.board.remote_scripts import probe_board, state_dir_for
+    from rkdet.board.stage import push_scripts
 
     sudo = bool(board.sudo if board.sudo is not None else common.sudo)
     workdir = board.workdir or common.workdir
     wd = conn.abspath(workdir) if workdir else conn.default_workdir()
-    push_scripts(conn, {"workdir": wd, "scripts": f"{wd}/scripts"})
+    push_scripts(conn, f"{wd}/scripts")
     env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, common.state_dir)}
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
@@ -123,14 +126,12 @@ def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common:
     """One single-board deploy of `cell`; the completed run recorded in `<out>/rkdet.db`."""
     from rkdet.board.deploy import Deployment
 
-    settings = run_settings(build.settings, repeats=common.repeats, warmup=common.warmup, core_mask=cell.core_mask,
-                            backend=cell.backend, no_pin=common.no_pin,
-                            sudo=board.sudo if board.sudo is not None else common.sudo,
-                            workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
-                            emulator_fault=common.emulator_fault, emulator_npu=common.emulator_npu, timeout=timeout)
+    settings = RunSettings.from_config(
+        build.settings, repeats=common.repeats, warmup=common.warmup, core_mask=cell.core_mask, backend=cell.backend,
+        no_pin=common.no_pin, sudo=board.sudo if board.sudo is not None else common.sudo,
+        workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
+        fault=common.emulator_fault, emulate_npu=common.emulator_npu, timeout=timeout)
     class FleetDeployment(Deployment):
-        poll_interval = POLL_INTERVAL
-
         def _judge(self, *args: Any, **kwargs: Any) -> Any:  # the diff of the pulled results against golden
             with JUDGE_SLOTS:
                 return super()._judge(*args, **kwargs)
@@ -155,10 +156,6 @@ def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common:
 # CPU-bound (one core under the GIL) and holds ~50 MB per board while it runs: one board at a time
 # costs no wall time and keeps a 16-board fleet's memory that of one judge (bench/results/fleet.md).
 JUDGE_SLOTS = threading.BoundedSemaphore(1)
-# A board's progress is polled every POLL_INTERVAL s (a single deploy: 0.3 s). Each poll is two SSH
-# commands, so on many boards polling is what the fleet spends most of its CPU on, host and boards
-# (bench/results/fleet.md); a run's end is seen at most this much later.
-POLL_INTERVAL = 1.0
 _DB_LOCK = threading.Lock()  # one writer per process (the database itself also queues other processes)
 
 
