@@ -77,3 +77,26 @@ def test_eight_boards_one_of_each_kind(fleet: EmulatedFleet, build_args: list[st
     assert failed == sorted((f"rkdet.fleet.{n}", c) for n, c in members["B"])
     errors = {tc.get("classname") for tc in suite.iter("testcase") if tc.find("error") is not None}
     assert errors == {f"rkdet.fleet.{drop}"}
+
+
+def test_labgrid_places_are_deployed_to_and_released(fleet: EmulatedFleet, build_args: list[str], tmp_path: Path) -> None:
+    """`--labgrid HOST:PORT --tags soc=rk3588` against a real coordinator + exporter (FleetLab): the
+    four rk3588 places are reserved and acquired, each is deployed to through its NetworkService (keys
+    and host keys from the flags, as a lab's ~/.ssh/config would give them), and every place is free
+    again afterwards. One cell (auto): the core-drift board differs only on 0_1_2, so one class, exit 0."""
+    from rkdet.emulator.fleet_labgrid import FleetLab
+    from rkdet.fleet.labgrid_places import acquired_boards
+
+    out = tmp_path / "results"
+    rk3588 = [fb.name for fb in fleet.boards if fb.soc == "rk3588"]
+    with FleetLab(fleet) as lab:
+        proc = rkdet(["fleet", "deploy", "--labgrid", lab.address, "--tags", "soc=rk3588", "--reserve-timeout", "60",
+                      "--identity", fleet.identity_file, "--known-hosts", fleet.known_hosts_file, "--sudo",
+                      "--ssh-config", "/dev/null", *build_args, "--out", out, "--repeats", "1", "--warmup", "0",
+                      "--connect-timeout", "5"], timeout=900)
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        doc = json.loads(next((out / "fleet").glob("*/fleet.json")).read_text())
+        assert [(b["name"], b["source"], b["status"]) for b in doc["boards"]] == [(n, "labgrid", "complete") for n in rk3588]
+        assert [(k["name"], k["size"]) for k in doc["classes"]] == [("A", 4)]
+        with acquired_boards(lab.address, {"soc": "rk3588"}, timeout=10) as again:  # released: free at once
+            assert [b.name for b in again] == rk3588
