@@ -115,7 +115,7 @@ def _save(path: Path, array: np.ndarray) -> None:
     np.save(path, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def _job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gold: Materialized,
+def toolkit_job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gold: Materialized,
          analyse: dict[str, np.ndarray]) -> dict:
     """The build part is laid out as rkdet convert lays it out (relative paths, same file names)."""
     (folder / "model.onnx").write_bytes(model.onnx_bytes)
@@ -174,7 +174,7 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
         inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
         with session:
             folder = session.folder
-            job = _job(folder, src, model, cal, gold, analyse)
+            job = toolkit_job(folder, src, model, cal, gold, analyse)
             job["max_inputs"] = max_inputs or None
             if reference is not None:
                 job["reference"] = {}
