@@ -220,3 +220,19 @@ def test_ctrl_c_lets_running_boards_finish_and_restore(lab3: Lab, build_args: li
     assert a["status"] == "complete" and a["cells"][0]["status"] == "complete", a
     assert b["status"] == "not-started" and b["reason"] == "interrupted (Ctrl-C) before it started"
     assert tree_digest(lab3.boards["a"].root) == before  # board a restored: every knob as it was
+
+
+def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, build_args: list[str], tmp_path: Path) -> None:
+    """--board-timeout: once a board's budget is spent, its cells not started fail with that reason
+    (the cell under way finished and restored the board); the board is failed; exit 3."""
+    out = tmp_path / "results"
+    proc = fleet_deploy(lab3, lab3.inventory(tmp_path / "inv.yaml"), out, *MATRIX, "--limit", "a",
+                        "--board-timeout", "1", builds=build_args)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    doc, _ = _fleet_json(out)
+    (board,) = doc["boards"]
+    assert board["status"] == "failed", board
+    first, second = board["cells"]
+    assert first["status"] == "complete" and first["deploy_exit"] == 0
+    assert (second["status"], second["reason"]) == ("not-run", "the board's time budget (1 s) was spent")
+    assert board["reason"] == "0_1_2/rknnlite: the board's time budget (1 s) was spent"
