@@ -60,6 +60,7 @@ class DeployCommon:
     keep: bool = False
     timeout: float = 3600.0  # each cell's run on the board
     board_timeout: float = 7200.0  # a board's whole budget (its cells); the cells left then fail
+    lock_timeout: int = 0  # seconds a cell's pinned job waits for the board lock (another holder)
     emulator_fault: str | None = None
     emulator_npu: int | None = None
     user: str | None = None
@@ -130,7 +131,8 @@ def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common:
         build.settings, repeats=common.repeats, warmup=common.warmup, core_mask=cell.core_mask, backend=cell.backend,
         no_pin=common.no_pin, sudo=board.sudo if board.sudo is not None else common.sudo,
         workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
-        fault=common.emulator_fault, emulate_npu=common.emulator_npu, timeout=timeout)
+        fault=common.emulator_fault, emulate_npu=common.emulator_npu, timeout=timeout,
+        lock_timeout=common.lock_timeout)
     class FleetDeployment(Deployment):
         def _judge(self, *args: Any, **kwargs: Any) -> Any:  # the diff of the pulled results against golden
             with JUDGE_SLOTS:

@@ -53,6 +53,9 @@ _PRINT = threading.Lock()
               help="Seconds to wait for each cell's run on a board.")
 @click.option("--board-timeout", type=click.FloatRange(min=1), default=7200.0, show_default=True,
               help="Seconds a board may take for all its cells; cells not started by then fail (the board, exit 3).")
+@click.option("--lock-timeout", type=click.IntRange(min=0, max=99999), default=0, show_default=True,
+              help="Seconds each cell waits while another pinned job holds its board (one board, one holder); "
+                   "0: that board fails at once, naming the holder.")
 @click.option("--user", default=None, help="Login user for boards the source gives none (ansible_user).")
 @click.option("--identity", type=click.Path(path_type=Path), default=None,
               help="Private key for boards the source gives none (ansible_ssh_private_key_file).")
@@ -80,7 +83,8 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
                          builds: tuple[Path, ...], matrix: tuple[str, ...], forks: int, canary: int,
                          max_fail_percent: float, repeats: int | None, warmup: int | None, out: Path,
                          workdir: str | None, state_dir: str | None, no_pin: bool, keep: bool, timeout: float,
-                         board_timeout: float, user: str | None, identity: Path | None, known_hosts: Path | None,
+                         board_timeout: float, lock_timeout: int, user: str | None, identity: Path | None,
+                         known_hosts: Path | None,
                          ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None,
                          connect_timeout: float, sftp_timeout: float, emulator_fault: str | None,
                          emulator_npu: int | None, as_json: bool, html_path: Path | None,
@@ -104,6 +108,7 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
     cells = parse_matrix(matrix, Cell(default.core_mask, default.backend))
     common = DeployCommon(out=out, repeats=repeats, warmup=warmup, workdir=workdir, state_dir=state_dir,
                           no_pin=no_pin, keep=keep, timeout=timeout, board_timeout=board_timeout,
+                          lock_timeout=lock_timeout,
                           emulator_fault=emulator_fault, emulator_npu=emulator_npu, user=user, identity=identity,
                           known_hosts=known_hosts, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key,
                           sudo=sudo, connect_timeout=connect_timeout, sftp_timeout=sftp_timeout)

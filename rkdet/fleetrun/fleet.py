@@ -71,6 +71,7 @@ def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[Cell],
                                   "repeats": common.repeats, "warmup": common.warmup, "forks": schedule.forks,
                                   "canary": schedule.canary, "max_fail_percent": schedule.max_fail_percent,
                                   "timeout": common.timeout, "board_timeout": common.board_timeout,
+                                  "lock_timeout": common.lock_timeout,
                                   "pin": not common.no_pin})
     return fleet, folder
 
