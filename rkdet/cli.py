@@ -66,6 +66,7 @@ def _register() -> None:
     from rkdet.emulator.command import emulator
     from rkdet.demo import demo_command
     from rkdet.fleet.command import fleet_group
+    from rkdet.fleetrun.command import fleet_deploy_command
     from rkdet.history.command import history_group
     from rkdet.bisection.command import layers_command  # the host analysis, or with --board the bisection
 
@@ -77,6 +78,7 @@ def _register() -> None:
     main.add_command(deploy_command)
     main.add_command(board_group)
     main.add_command(demo_command)
+    fleet_group.add_command(fleet_deploy_command)
     main.add_command(fleet_group)
     main.add_command(history_group)
     main.add_command(layers_command)

@@ -102,7 +102,7 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _settings_source(config_path: Path | None, build: Path | None) -> tuple[DeploySettings, Path]:
+def settings_source(config_path: Path | None, build: Path | None) -> tuple[DeploySettings, Path]:
     """Run/board/tolerances settings and the build folder: --config when given, else the build's own
     resolved config, else the default config (whose name and first platform also name the build)."""
     if config_path is None and build is not None:
@@ -135,9 +135,9 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
     if build is not None and config_path is None and not resume:
         BuildInfo.check(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
     if resume and build is None and config_path is None:  # judged by the build that run was of (below)
-        chosen, build = _settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
+        chosen, build = settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
     else:
-        chosen, build = _settings_source(config_path, build)
+        chosen, build = settings_source(config_path, build)
     if emulator_fault is not None:
         try:
             json.loads(emulator_fault)

@@ -34,6 +34,11 @@ def _npu_family(platform: str) -> str:
     return _SAME_NPU.get(platform, platform)
 
 
+def same_npu(soc: str, platform: str) -> bool:
+    """Does a model compiled for `platform` run on this SoC's NPU (the rule preflight applies)?"""
+    return _npu_family(soc) == _npu_family(platform)
+
+
 def _version(text: str | None) -> tuple[int, int, int] | None:
     match = _VERSION.search(text or "")
     return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None

@@ -18,7 +18,7 @@ from rkdet.textsafe import markup_escaped
 
 
 def source_options(func):  # type: ignore[no-untyped-def]
-    """The board-source flags (one source per command), shared with the future `fleet deploy`."""
+    """The board-source flags (one source per command), shared by `fleet hosts` and `fleet deploy`."""
     options = [
         click.option("--inventory", type=click.Path(path_type=Path, dir_okay=False), default=None,
                      help="Ansible YAML inventory (groups, children, hosts, vars; ansible_* and rkdet_* vars)."),
@@ -80,7 +80,7 @@ def _cell(value: object) -> str:
 
 @click.group("fleet")
 def fleet_group() -> None:
-    """Many boards: list them now (`fleet deploy` is not there yet)."""
+    """Many boards: list them (`fleet hosts`), deploy to them and judge them together (`fleet deploy`)."""
 
 
 @fleet_group.command("hosts")

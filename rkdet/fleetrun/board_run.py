@@ -1,0 +1,265 @@
+"""The one door from a fleet run into the single-board deploy, and each board's cell loop.
+
+Why one module: every call into `rkdet.board` (connection, probe, `Deployment`, the settings rule of
+`rkdet deploy`) is here, so a change of the single-board API is one edit; and `run_board` is the one
+function that runs a board's cells (today one pinned deploy per cell, sequentially on the board).
+
+Each cell is exactly a single-board deploy (preflight, verified push, pin → run → restore, pull,
+judge) into the ordinary results tree `<out>/<board>/<fingerprint16>/<run-id>/`, recorded in
+`<out>/rkdet.db` like `rkdet deploy` records it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rkdet.board.build import BuildInfo
+from rkdet.board.command import open_connection, settings_source
+from rkdet.board.preflight import same_npu
+from rkdet.board.settings import RunSettings
+from rkdet.config import DeploySettings
+from rkdet.errors import InputError, RkdetError
+from rkdet.fleet.inventory import Board
+from rkdet.fleetrun.matrix import plan
+from rkdet.fleetrun.records import (BOARD_FAILED, BOARD_OK, COMPLETE, FAILED, NOT_RUN, SKIPPED, BoardResult, BoardState,
+                                    Cell, CellResult)
+from rkdet.history.ingest import RunRecord
+from rkdet.snapshots import SnapshotError, read_snapshots
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildChoice:
+    """A build folder and the settings (run, board, tolerances) its boards run it with."""
+
+    folder: Path
+    platform: str
+    fingerprint: str
+    settings: DeploySettings
+
+
+@dataclass(frozen=True)
+class DeployCommon:
+    """The single-board deploy flags every board of the fleet gets (a board's own inventory vars win
+    for user, port, key, sudo and work dir)."""
+
+    out: Path
+    repeats: int | None = None
+    warmup: int | None = None
+    workdir: str | None = None
+    state_dir: str | None = None
+    no_pin: bool = False
+    keep: bool = False
+    timeout: float = 3600.0  # each cell's run on the board
+    board_timeout: float = 7200.0  # a board's whole budget (its cells); the cells left then fail
+    lock_timeout: int = 0  # seconds a cell's pinned job waits for the board lock (another holder)
+    emulator_fault: str | None = None
+    emulator_npu: int | None = None
+    user: str | None = None
+    identity: Path | None = None
+    known_hosts: Path | None = None
+    ssh_config: Path | None = None
+    accept_new_host_key: bool = False
+    sudo: bool | None = None
+    connect_timeout: float = 10.0
+    sftp_timeout: float = 30.0
+
+
+def load_builds(config_path: Path | None, builds: tuple[Path, ...]) -> list[BuildChoice]:
+    """The builds of a fleet run (one per NPU family), checked before any board is touched (exit 2)."""
+    chosen: list[BuildChoice] = []
+    for given in builds or (None,):
+        if given is not None:
+            BuildInfo.check(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
+        settings, folder = settings_source(config_path, given)
+        info = BuildInfo.load(folder)
+        platform, fingerprint = info.platform, info.fingerprint
+        for other in chosen:
+            if same_npu(platform, other.platform):
+                raise InputError(f"--build {folder}: {other.folder} is already the build for {other.platform}; "
+                                 "give one build per NPU family")
+        chosen.append(BuildChoice(folder, platform, fingerprint, settings))
+    return chosen
+
+
+def build_for(builds: list[BuildChoice], soc: str | None) -> BuildChoice | None:
+    """The build a board of this SoC runs (None: no build for it)."""
+    if soc is None:
+        return builds[0] if len(builds) == 1 else None
+    return next((b for b in builds if same_npu(soc, b.platform)), None)
+
+
+@contextmanager
+def board_connection(board: Board, common: DeployCommon) -> Iterator[Any]:
+    """One SSH connection for all of a board's cells (the board's inventory values first: user, port, key,
+    known_hosts)."""
+    key = Path(board.key_file) if board.key_file else common.identity
+    known_hosts = Path(board.known_hosts) if board.known_hosts else common.known_hosts
+    with open_connection(board.address, board.user or common.user, board.port, key, known_hosts,
+                         common.ssh_config, common.accept_new_host_key, common.connect_timeout,
+                         common.sftp_timeout) as conn:
+        yield conn
+
+
+def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
+    """The SoC the board's probe names (nothing on the board changes)."""
+    from rkdet.board.remote_scripts import probe_board, state_dir_for
+    from rkdet.board.stage import push_scripts
+
+    sudo = bool(board.sudo if board.sudo is not None else common.sudo)
+    workdir = board.workdir or common.workdir
+    wd = conn.abspath(workdir) if workdir else conn.default_workdir()
+    push_scripts(conn, f"{wd}/scripts")
+    env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, common.state_dir)}
+    return probe_board(conn, f"{wd}/scripts", env, sudo).soc
+
+
+def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common: DeployCommon, timeout: float,
+                log: Log) -> CellResult:
+    """One single-board deploy of `cell`; the completed run recorded in `<out>/rkdet.db`."""
+    from rkdet.board.deploy import Deployment
+
+    settings = RunSettings.from_config(
+        build.settings, repeats=common.repeats, warmup=common.warmup, core_mask=cell.core_mask, backend=cell.backend,
+        no_pin=common.no_pin, sudo=board.sudo if board.sudo is not None else common.sudo,
+        workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
+        fault=common.emulator_fault, emulate_npu=common.emulator_npu, timeout=timeout,
+        lock_timeout=common.lock_timeout)
+    class FleetDeployment(Deployment):
+        def _judge(self, *args: Any, **kwargs: Any) -> Any:  # the diff of the pulled results against golden
+            with JUDGE_SLOTS:
+                return super()._judge(*args, **kwargs)
+
+    started = time.monotonic()
+    outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False).run()
+    result = CellResult(cell, COMPLETE if outcome.record.get("status") == "complete" else FAILED,
+                        folder=str(outcome.folder), deploy_exit=outcome.exit_code, verdict=outcome.verdict,
+                        seconds=time.monotonic() - started)
+    result.repeatable = (outcome.record.get("repeatable") or {}).get("ok")
+    result.agrees = (outcome.record.get("agrees") or {}).get("ok")
+    for warning in outcome.warnings:
+        log(f"warning: {warning}")
+    if result.status == COMPLETE:
+        result.run = record_run(common.out, outcome.folder, log)
+    else:
+        result.reason = str(outcome.record.get("error") or outcome.verdict)
+    return result
+
+
+# Judging a run (loading every output and its reference, the numeric comparison, the report's plots) is
+# CPU-bound (one core under the GIL) and holds ~50 MB per board while it runs: one board at a time
+# costs no wall time and keeps a 16-board fleet's memory that of one judge (bench/results/fleet.md).
+JUDGE_SLOTS = threading.BoundedSemaphore(1)
+_DB_LOCK = threading.Lock()  # one writer per process (the database itself also queues other processes)
+
+
+def record_run(results: Path, folder: Path, log: Log) -> RunRecord | None:
+    """Read the run's per-input output hashes and add it to `<results>/rkdet.db`; the record is
+    returned even when the database refuses it (a warning, as for `rkdet deploy`)."""
+    from rkdet.history.db import connect
+    from rkdet.history.db import record_run as db_record
+    from rkdet.history.ingest import read_run
+
+    try:
+        run = read_run(results, folder)
+    except (RkdetError, OSError, ValueError) as err:
+        log(f"warning: run folder unreadable for the history ({err})")
+        return None
+    try:
+        with _DB_LOCK:
+            conn = connect(results)
+            try:
+                db_record(conn, run)
+            finally:
+                conn.close()
+    except (RkdetError, OSError, ValueError, sqlite3.Error) as err:
+        log(f"warning: run not recorded in {results}/rkdet.db ({err}); `rkdet history import --results {results}` "
+            "can add it later")
+    return run
+
+
+def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
+    runs = [c for c in cells if c.run is not None]
+    if not runs:
+        return BoardState(soc=soc)
+    first = runs[0].run
+    assert first is not None
+    hottest: dict[str, float] = {}
+    for c in runs:
+        try:
+            shots = read_snapshots(Path(c.folder or "") / "result" / "snapshots.jsonl")
+        except (SnapshotError, OSError):
+            continue
+        for shot in shots:
+            for zone, mc in shot.thermal.items():
+                if mc is not None:
+                    hottest[zone] = max(hottest.get(zone, mc), mc)
+    return BoardState(soc=soc or first.board.soc, kernel=first.state.kernel, driver=first.state.driver,
+                      runtime=first.state.runtime, model=first.state.model, key=first.board.key,
+                      clocks=first.state.clocks, max_temp_mc=tuple(sorted(hottest.items())))
+
+
+def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
+              stop: threading.Event, log: Log) -> BoardResult:
+    """Every cell of the matrix on one board, one pinned deploy after another (the board restored after
+    each); a board that cannot be reached or fails preflight is `failed` with its reason. Stops between
+    cells when `stop` is set (Ctrl-C) or the board's time budget is spent."""
+    board = result.board
+    started = time.monotonic()
+    deadline = started + common.board_timeout
+    result.status = BOARD_OK
+    soc: str | None = None
+    try:
+        with board_connection(board, common) as conn:
+            # the source's SoC (rkdet_soc, a labgrid soc tag) saves a probe; each cell's preflight probes
+            # anyway and refuses a board whose NPU is not the build's
+            soc = board.soc.lower() if board.soc else probe_soc(conn, board, common)
+            build = build_for(builds, soc)
+            if build is None:
+                raise InputError(f"board is {soc or 'of an unknown SoC'}; no --build targets it "
+                                 f"(given: {', '.join(b.platform for b in builds)})")
+            result.build, result.fingerprint = str(build.folder), build.fingerprint
+            for planned in plan(cells, soc):
+                if planned.skip:
+                    log(f"{planned.cell.name}: skipped: {planned.skip}")
+                    result.cells.append(CellResult(planned.cell, SKIPPED, reason=planned.skip))
+                    continue
+                left = deadline - time.monotonic()
+                if stop.is_set() or left <= 0:
+                    why = "interrupted before this cell" if stop.is_set() else \
+                        f"the board's time budget ({common.board_timeout:g} s) was spent"
+                    result.cells.append(CellResult(planned.cell, NOT_RUN, reason=why))
+                    continue
+                log(f"{planned.cell.name}: deploy")
+                cell = deploy_cell(conn, board, build, planned.cell, common, min(common.timeout, left), log)
+                result.cells.append(cell)
+                log(f"{planned.cell.name}: {cell.verdict or cell.reason}")
+    except (RkdetError, OSError, EOFError) as err:  # unreachable, preflight, dropped: this board only
+        result.status, result.reason = BOARD_FAILED, _one_line(err)
+    except Exception as err:  # noqa: BLE001 - a board's surprise must not stop the others; said, with its type
+        result.status, result.reason = BOARD_FAILED, f"{type(err).__name__}: {_one_line(err)}"
+    ran = {c.cell for c in result.cells}
+    for cell in cells:  # the cells a failed board never reached
+        if cell not in ran:
+            result.cells.append(CellResult(cell, FAILED if result.status == BOARD_FAILED else NOT_RUN,
+                                           reason=result.reason or "not reached"))
+    result.cells.sort(key=lambda c: cells.index(c.cell))
+    if result.status == BOARD_OK and any(c.status in (FAILED, NOT_RUN) for c in result.cells):
+        result.status = BOARD_FAILED
+        result.reason = next(f"{c.cell.name}: {c.reason}" for c in result.cells if c.status in (FAILED, NOT_RUN))
+    result.state = _board_state(soc, result.cells)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return " ".join(text.split())[:600]

@@ -1,0 +1,67 @@
+"""Fixtures for `rkdet fleet deploy` end to end: several real emulated boards (sshd + sysfs tree) on
+127.0.0.1, an Ansible inventory written for them, builds for rk3588 and rk3568 converted once.
+
+Until the emulated fleet (`rkdet.emulator.fleet`) is there, boards are started here one by one; each has
+its own key and host key, merged into one known_hosts (strict host keys, as on a real lab).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FAST_INPUTS = 2
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fleet_private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """deploy's private resume records (XDG_STATE_HOME) go to a temp dir, not the host user's home."""
+    state = tmp_path_factory.mktemp("xdg-state")
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(state)
+    yield state
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
+
+
+def _trimmed_copy(build: Path, dest: Path) -> Path:
+    """A copy of `build` whose golden/inputs holds only its first pages (same model, same fingerprint)."""
+    shutil.copytree(build, dest)
+    pages = sorted((dest / "golden" / "inputs").glob("*.npy"))
+    assert len(pages) > FAST_INPUTS
+    for page in pages[FAST_INPUTS:]:
+        page.unlink()
+    return dest
+
+
+@pytest.fixture(scope="session")
+def fleet_builds(default_build: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Builds for both NPU families of the mixed fleet: the session's default rk3588 build (shared with
+    the other suites, converted once) and the default model converted for rk3568 here; both with two
+    golden pages, as deploy's fast_build."""
+    work = tmp_path_factory.mktemp("fleet-builds")
+    proc = subprocess.run([sys.executable, "-m", "rkdet.cli", "convert", "--config", str(REPO / "configs" / "yolov8.yaml"),
+                           "--target", "rk3568", "--out", str(work / "convert"), "--json"], capture_output=True, text=True,
+                          cwd=REPO, timeout=900, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rk3568 = Path(json.loads(proc.stdout)["builds"][0]["folder"])
+    builds = {"rk3588": _trimmed_copy(default_build, work / default_build.name),
+              "rk3568": _trimmed_copy(rk3568, work / rk3568.name)}
+    for platform, folder in builds.items():
+        assert json.loads((folder / "manifest.json").read_text())["platform"] == platform
+    return builds
+
+
+@pytest.fixture(scope="session")
+def build_args(fleet_builds: dict[str, Path]) -> list[str]:
+    return [a for folder in fleet_builds.values() for a in ("--build", str(folder))]
