@@ -125,7 +125,7 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
     files = write_files(fleet, folder, html_path, junit_path)
     _print_verdict(fleet, files.folder)
     if as_json:
-        click.echo(json.dumps(fleet.to_json(), indent=2, sort_keys=True))
+        click.echo(files.json.read_text().rstrip("\n"))  # exactly fleet.json
     raise SystemExit(fleet.exit_code)
 
 

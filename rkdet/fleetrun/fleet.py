@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from rkdet.errors import EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK
@@ -143,11 +144,24 @@ def drift_notes(results_root: Path, boards: list[BoardResult]) -> list[DriftNote
     return notes
 
 
+def _relative_builds(doc: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """Build folders relative to the fleet run's folder, as deploy.json has them: a published folder
+    names no workstation path."""
+    def rel(path: str | None) -> str | None:
+        return os.path.relpath(path, folder) if path else path
+
+    for build in doc["settings"].get("builds", []):
+        build["folder"] = rel(build["folder"])
+    for board in doc["boards"]:
+        board["build"] = rel(board["build"])
+    return doc
+
+
 def write_files(fleet: FleetResult, folder: Path, html_path: Path | None, junit_path: Path | None) -> FleetFiles:
     from rkdet.fleetrun.html import render_html
     from rkdet.fleetrun.junit import render_junit
 
-    doc = fleet.to_json()
+    doc = _relative_builds(fleet.to_json(), folder)
     write_atomic(folder / "fleet.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
     page = render_html(fleet)
     write_atomic(folder / "report.html", page.encode())

@@ -66,6 +66,9 @@ def test_boards_that_agree_are_one_class_exit_0(first_run, lab3: Lab) -> None:  
     assert set(boards) == {"a", "b", "c"} and all(b["status"] == "complete" for b in boards.values())
     assert [b["name"] for b in doc["boards"] if b["canary"]] == ["a"]
     assert boards["c"]["board"]["soc"] == "rk3568" and boards["c"]["fingerprint"] != boards["a"]["fingerprint"]
+    for b in boards.values():  # a published folder names no workstation path: builds relative to it
+        assert not Path(b["build"]).is_absolute() and (folder / b["build"] / "manifest.json").is_file()
+    assert all(not Path(x["folder"]).is_absolute() for x in doc["settings"]["builds"])
     skipped = [c for b in doc["boards"] for c in b["cells"] if c["status"] == "skipped"]
     assert [(c["cell"], c["reason"]) for c in skipped] == [("0_1_2/rknnlite", "rk3568 has 1 NPU core; core mask 0_1_2 needs 3")]
     for b in boards.values():  # each board's ordinary run folder, linked relative to the fleet run's folder
