@@ -89,6 +89,9 @@ class SocProfile:
     compaction_proactiveness: int = 20
     thp_enabled: str | None = "always [madvise] never"  # None: kernel built without THP
     rknpu_driver: str | None = "RKNPU driver: v0.9.8"
+    # where the driver shows its version: "debugfs" (/sys/kernel/debug/rknpu/version, "RKNPU driver: vX"),
+    # "sysfs" (/sys/module/rknpu/version, "X"), "dmesg" (/var/log/dmesg: "[drm] Initialized rknpu X ...")
+    rknpu_version_nodes: tuple[str, ...] = ("debugfs", "sysfs", "dmesg")
     runtime_library: str = "usr/lib/librknnrt.so"
     runtime_version: str = "librknnrt version: 2.5.0 (be611e2c@2026-09-29T14:50:11)"
     npu_cores: int = 1
@@ -275,6 +278,7 @@ def rv1126() -> SocProfile:
         has_compaction_proactiveness=False,
         thp_enabled=None,
         rknpu_driver=None,  # RV1126 uses the galcore driver; no /sys/kernel/debug/rknpu
+        rknpu_version_nodes=(),
         runtime_library="usr/lib/librknn_runtime.so",
         runtime_version="librknn_runtime version 1.7.3 (2c0f4c5 build: 2022-08-05 10:22:34 base: 1131)",
         cpuidle_states=("WFI", "cpu-sleep"),

@@ -29,6 +29,15 @@ instance then says `rkdet_emulates_npu = True`; rkdet-run records `"emulates_npu
 the reference rule (rkdet.selfcheck.reference_for) judges it against the simulator. An input that is not
 a golden input fails the call (None), as nothing stands for it.
 
+The runtime stack it reports is the emulated board's, read as the real runtime finds it: the librknnrt
+version string in `$RKDET_ROOT/usr/lib/librknnrt.so` (the library RKNNLite loads) and the driver version
+in `$RKDET_ROOT/sys/kernel/debug/rknpu/version` (else `/sys/module/rknpu/version`). `get_sdk_version()`
+gives both, as lite2 2.5.0 does ("API: ... DRV: ..."). Like the real librknnrt, `init_runtime` fails
+for a model of container format 6 (toolkit2 >= 2.0) when that library is 1.x ("Invalid RKNN model
+version 6", ultralytics/ultralytics#18928), and, like lite2 on a single-core SoC, a core mask naming a
+core the SoC lacks (the cores counted in `$RKDET_ROOT/sys/kernel/debug/rknpu/load`) fails init_runtime.
+RKNNLite 2.5.0 has no method returning the model's custom string; neither has the double.
+
 TEST CONTROL, fault injection (never present on a real board): env `RKDET_EMU_FAULT`, or the file
 `$RKDET_EMU_CONTROL_DIR/fault.json` (re-read at every call, so a test can arm it mid-run), holds
 `{"occurrence": R, "input_sha256": H or null, "output": K, "index": I, "bit": B}`: on the R-th
@@ -42,6 +51,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -75,6 +85,54 @@ def _npu_clock_ratio():
             return 1.0
         return float(top) / cur if cur > 0 else 1.0
     return 1.0
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def _root_file(*rels):
+    root = os.environ.get("RKDET_ROOT", "") or "/"
+    for rel in rels:
+        path = os.path.join(root, rel)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _library_version():
+    """The 'librknnrt version: X (...)' string in the library file the runtime would load, or None."""
+    path = _root_file("usr/lib/librknnrt.so", "usr/lib64/librknnrt.so", "usr/lib/aarch64-linux-gnu/librknnrt.so")
+    if path is None:
+        return None
+    with open(path, "rb") as handle:
+        data = handle.read(1 << 22)
+    found = re.search(rb"librknnrt version: [ -~]+", data)
+    return found.group(0).decode("ascii") if found else None
+
+
+def _driver_version():
+    path = _root_file("sys/kernel/debug/rknpu/version", "sys/module/rknpu/version")
+    if path is None:
+        return None
+    with open(path) as handle:
+        return handle.read().strip() or None
+
+
+def _npu_cores():
+    """Cores the emulated NPU has (its debugfs load line lists one per core), or None when unknown."""
+    path = _root_file("sys/kernel/debug/rknpu/load")
+    if path is None:
+        return None
+    with open(path) as handle:
+        return len(re.findall(r"Core\d+", handle.read())) or None
+
+
+def _container_version(path):
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    if len(head) < 16 or head[:8] != b"RKNN\0\0\0\0":
+        return None
+    return int.from_bytes(head[8:16], "little") & 0xFFF
 
 
 def _read_fault():
@@ -146,6 +204,7 @@ class RKNNLite(object):
         self._buffers = []
         self._fault_counts = {}
         self._frame_id = 0
+        self._format = None
         self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
         self.rkdet_emulates_npu = False
 
@@ -183,6 +242,7 @@ class RKNNLite(object):
             self.rkdet_emulates_npu = True
         self._onnx = onnx_path
         self._prep = prep
+        self._format = _container_version(path)
         return 0
 
     def list_devices(self):
@@ -196,6 +256,17 @@ class RKNNLite(object):
             return -1
         if core_mask not in (0, 1, 2, 4, 3, 7, 0xFFFF):
             _log("init_runtime: invalid core_mask %r" % (core_mask,))
+            return -1
+        cores = _npu_cores()
+        if cores is not None and core_mask not in (0, 0xFFFF) and core_mask >> cores:
+            _log("init_runtime: core_mask %d names a core this %d-core NPU lacks" % (core_mask, cores))
+            return -1
+        library = _library_version()
+        found = _VERSION.search(library or "")
+        if self._format is not None and self._format >= 6 and found and int(found.group(1)) < 2:
+            _log("RKNN Runtime Information: %s" % library)
+            _log("Invalid RKNN model version %d" % self._format)
+            _log("rknn_init, load model failed!")
             return -1
         try:
             import onnxruntime as ort
@@ -323,7 +394,8 @@ class RKNNLite(object):
         if self._session is None:
             _log("get_sdk_version: init_runtime first")
             return None
-        return "rknn-toolkit-lite2 version: 2.5.0 (EMULATED: %s)" % RKDET_EMULATED
+        return "RKNN VERSION:\n  API: %s\n  DRV: %s\n(EMULATED: %s)" % (
+            _library_version() or "unknown", _driver_version() or "unknown", RKDET_EMULATED)
 
     def list_support_target_platform(self, rknn_model=None):
         """Platforms the model runs on (None when the model file does not exist, as the real one)."""
