@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import threading
@@ -47,10 +48,19 @@ def emulator() -> None:
               help="RK3588 only: the big cores' top OPP in MHz, as the chip's speed bin sets it (default 2256).")
 @click.option("--no-compaction", is_flag=True, help="An image without CONFIG_COMPACTION (no compaction_proactiveness).")
 @click.option("--no-thp", is_flag=True, help="An image without transparent huge pages.")
+@click.option("--test-librknnrt", "test_librknnrt", default=None, metavar="VERSION",
+              help="TEST CONTROL: the board's librknnrt reports this version (e.g. 1.4.0), to see preflight's "
+                   "known incompatibilities.")
+@click.option("--test-rknpu-driver", "test_driver", default=None, metavar="VERSION",
+              help="TEST CONTROL: the board's rknpu driver reports this version (e.g. 0.8.2).")
 def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: str | None, no_compaction: bool,
-          no_thp: bool) -> None:
+          no_thp: bool, test_librknnrt: str | None, test_driver: str | None) -> None:
     """Start the board, print how to reach it, and stop cleanly on Ctrl-C (or SIGTERM)."""
-    profile = board_profile(soc, speed_bin, not no_compaction, not no_thp)
+    for flag, value in (("--test-librknnrt", test_librknnrt), ("--test-rknpu-driver", test_driver)):
+        if value is not None and not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
+            raise InputError(f"emulator: {flag} {value!r}: give a version like 1.4.0")
+    profile = socs.with_stack(board_profile(soc, speed_bin, not no_compaction, not no_thp), test_librknnrt,
+                              test_driver)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -13,7 +13,7 @@ Frequencies are in the units the kernel prints: kHz for cpufreq, Hz for devfreq.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from rkdet.emulator import soc_sources as src
 
@@ -286,6 +286,27 @@ def rv1126() -> SocProfile:
     )
 
 
+def with_stack(prof: SocProfile, runtime: str | None = None, driver: str | None = None) -> SocProfile:
+    """TEST CONTROL: the same board with another librknnrt version and/or rknpu driver version (a bare
+    "1.4.0" becomes the library's "librknnrt version: 1.4.0 (...)" string and the driver's "RKNPU driver:
+    v0.8.2"), e.g. to check preflight's known incompatibilities. The emulated runtime reports them too."""
+    changes: dict = {}
+    sources = dict(prof.sources)
+    labels = [prof.variant] if prof.variant else []
+    if runtime:
+        full = runtime if "version" in runtime else f"librknnrt version: {runtime} (rkdet-test-control)"
+        changes["runtime_version"] = full
+        sources["runtime_version"] = "TEST CONTROL: another librknnrt version string (socs.with_stack)"
+        labels.append(f"librknnrt-{runtime.split()[-1] if 'version' not in runtime else 'custom'}")
+    if driver:
+        changes["rknpu_driver"] = driver if "driver" in driver.lower() else f"RKNPU driver: v{driver.lstrip('v')}"
+        sources["rknpu_driver"] = "TEST CONTROL: another rknpu driver version (socs.with_stack)"
+        labels.append(f"rknpu-{driver}")
+    if not changes:
+        return prof
+    return replace(prof, **changes, sources=sources, variant=",".join(labels))
+
+
 def all_variants() -> tuple[SocProfile, ...]:
     """The default profiles plus every variant (what 'board scripts pass on every variant' runs)."""
     return (RK3588,) + rk3588_variants()[1:] + (RK3568, rk3568(compaction=False, thp=False), RV1126)
@@ -315,4 +336,4 @@ def profile(soc: str) -> SocProfile:
 
 __all__ = ["CpuPolicy", "DevfreqNode", "ThermalZone", "ThermalCap", "SocProfile", "PROFILES", "RK3588", "RK3568",
            "RV1126", "RK3588_SPEED_BINS", "rk3588", "rk3568", "rv1126", "rk3588_variants", "all_variants",
-           "profile", "value_keys", "source_of", "missing_sources"]
+           "profile", "value_keys", "source_of", "missing_sources", "with_stack"]

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import rkdet.runner
 
 RUNNER = Path(rkdet.runner.__file__).resolve()
-DOUBLE_DIR = RUNNER.parent / "board" / "emulator" / "runtime_double"
+DOUBLE_DIR = RUNNER.parent / "emulator" / "runtime_double"
 SHAPE = (1, 3, 16, 16)
 
 
