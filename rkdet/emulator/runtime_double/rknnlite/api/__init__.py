@@ -45,6 +45,11 @@ TEST CONTROL, fault injection (never present on a real board): env `RKDET_EMU_FA
 or output name) is flipped. H is the sha256 of the raw bytes of the input arrays as passed
 (concatenated in input order); null matches every call. rkdet-run first makes `warmup` unrecorded
 passes over the inputs, so to hit measured run r of one input use `occurrence = warmup + r`.
+Optional filters: `"core_mask": M` (only an instance initialised with that core mask value, e.g. 7 for
+NPU_CORE_0_1_2: the rknn-toolkit2 #228 pattern, one mask differing from another), `"instance": K` (only
+the K-th RKNNLite initialised in this process, 0-based: one context of several, the #474 pattern), and
+`"all_calls": true` (every matching call from `occurrence` on, not only that one: a mask or context that
+differs the same way every time).
 """
 
 import glob
@@ -133,6 +138,9 @@ def _container_version(path):
     if len(head) < 16 or head[:8] != b"RKNN\0\0\0\0":
         return None
     return int.from_bytes(head[8:16], "little") & 0xFFF
+
+
+_INSTANCES = [0]  # RKNNLite objects whose init_runtime succeeded in this process (fault "instance")
 
 
 def _read_fault():
@@ -280,6 +288,8 @@ class RKNNLite(object):
             return -1
         self._inputs = self._session.get_inputs()
         self.core_mask = core_mask
+        self._instance = _INSTANCES[0]
+        _INSTANCES[0] += 1
         return 0
 
     def _to_model_input(self, array, spec, fmt):
@@ -358,6 +368,10 @@ class RKNNLite(object):
         fault = _read_fault()
         if fault is None:
             return
+        if "core_mask" in fault and int(fault["core_mask"]) != self.core_mask:
+            return
+        if "instance" in fault and int(fault["instance"]) != self._instance:
+            return
         wanted = fault.get("input_sha256")
         if wanted is not None:
             digest = hashlib.sha256()
@@ -368,7 +382,7 @@ class RKNNLite(object):
         key = wanted or "*"
         seen = self._fault_counts.get(key, 0)
         self._fault_counts[key] = seen + 1
-        if seen != int(fault["occurrence"]):
+        if seen != int(fault["occurrence"]) and not (fault.get("all_calls") and seen >= int(fault["occurrence"])):
             return
         which = fault["output"]
         if not isinstance(which, int):
