@@ -110,3 +110,60 @@ def test_a_context_that_differs_makes_the_run_not_repeatable(model, trees, tmp_p
 def test_bad_mask_lists_are_bad_input(model, trees, tmp_path: Path, masks: str) -> None:
     proc = run(model, tmp_path / "o", trees["rk3588"], "--core-mask", masks)
     assert proc.returncode == 2 and "--core-mask" in proc.stderr
+
+
+# ---- the host's judgement of those folders (rkdet/board/cells.py), as deploy makes it ----
+
+def test_host_judges_agreeing_cells_from_their_outputs(model, trees, tmp_path: Path) -> None:
+    from rkdet.board.cells import judge_cells, read_cells
+    from rkdet.tolerance import Tolerance
+
+    out = tmp_path / "out"
+    assert run(model, out, trees["rk3588"], "--core-mask", "0,2,0_1_2", "--npu-cores", "2").returncode == 0
+    cells = read_cells(out)
+    assert [c.status for c in cells] == ["complete", "skipped", "skipped"]
+    judged = judge_cells(out, cells, None, Tolerance())
+    assert judged.repeatable and judged.agrees is None and judged.exit_code == 0
+    [line] = judged.lines()
+    assert line.startswith("repeatable: YES") and "core-2 skipped (the SoC has 2 NPU core(s)" in line
+
+
+def test_host_finds_a_mask_that_differs_even_if_the_board_says_they_agree(model, trees, tmp_path: Path) -> None:
+    from rkdet.board.cells import judge_cells, read_cells
+    from rkdet.tolerance import Tolerance
+
+    out = tmp_path / "out"
+    drift = {"occurrence": 0, "input_sha256": None, "output": 0, "index": 3, "bit": 0, "core_mask": 7,
+             "all_calls": True}
+    assert run(model, out, trees["rk3588"], "--core-mask", "0,0_1_2", fault=drift).returncode == 1
+    doc = json.loads((out / "cells.json").read_text())
+    doc.update(agree=True, first_difference=None)  # a board that lies about the agreement
+    (out / "cells.json").write_text(json.dumps(doc))
+    judged = judge_cells(out, read_cells(out), None, Tolerance())
+    assert not judged.repeatable and judged.exit_code == 1
+    [line] = judged.lines()
+    assert line.startswith("repeatable: NO") and "core-0_1_2 differs from core-0" in line and "output0" in line
+
+
+def test_host_folds_a_disagreeing_context_into_repeatable(model, trees, tmp_path: Path) -> None:
+    from rkdet.board.cells import fold_contexts
+    from rkdet.diff.api import compare
+
+    out = tmp_path / "out"
+    fault = {"occurrence": 0, "input_sha256": None, "output": 1, "index": 0, "bit": 2, "instance": 1,
+             "all_calls": True}
+    assert run(model, out, trees["rk3588"], "--contexts", "2", fault=fault).returncode == 1
+    comparison = compare(out)
+    assert comparison.repeatable.ok  # the sequential runs alone repeat themselves
+    check = fold_contexts(comparison, out)
+    assert check is not None and not check.agree and comparison.exit_code == 1
+    assert not comparison.repeatable.ok and "context 0 of 2 (threads) differs" in comparison.repeatable.reason
+
+
+def test_a_cells_file_naming_a_path_outside_is_refused(tmp_path: Path) -> None:
+    from rkdet.board.cells import read_cells
+    from rkdet.errors import BoardError
+
+    (tmp_path / "cells.json").write_text(json.dumps({"cells": [{"cell": "../../etc", "core_mask": "0"}]}))
+    with pytest.raises(BoardError, match="unexpected cell"):
+        read_cells(tmp_path)
