@@ -13,7 +13,8 @@
 # version string), python (python3, its version, numpy's, and rknn-toolkit-lite's when `import
 # rknnlite` works), vm (compaction_proactiveness,
 # transparent hugepages), disk (free space of the work directory), state (a pin state left by a
-# crashed run). Anything absent is a "missing" line with a reason, never an error.
+# crashed run), identity (device-tree serial-number and /etc/machine-id: who the board is, whatever
+# its address). Anything absent is a "missing" line with a reason, never an error.
 #
 # Environment:
 #   RKDET_ROOT       prefix of /sys, /proc and /usr/lib (empty on a real board)
@@ -60,6 +61,27 @@ probe_soc() {
         return 0
     done
     missing soc "no device-tree compatible under /proc/device-tree or /sys/firmware/devicetree/base"
+}
+
+# Identity: the SoC's serial (device tree, from the efuse CPU id on Rockchip boards) and machine-id, so
+# the results database keys a board by what it is, not by its address. Printable ASCII only.
+probe_identity() {
+    pi_serial= pi_src=
+    for pi_rel in proc/device-tree/serial-number sys/firmware/devicetree/base/serial-number; do
+        [ -r "$RK_ROOT/$pi_rel" ] || continue
+        pi_serial=$(tr -d '\000' <"$RK_ROOT/$pi_rel" | tr -cd '0-9A-Za-z._:-' | cut -c1-64)
+        pi_src=/$pi_rel
+        break
+    done
+    pi_mid=
+    if [ -r "$RK_ROOT/etc/machine-id" ]; then
+        pi_mid=$(tr -cd '0-9a-f' <"$RK_ROOT/etc/machine-id" | cut -c1-64)
+    fi
+    if [ -z "$pi_serial" ] && [ -z "$pi_mid" ]; then
+        missing identity "no device-tree serial-number and no /etc/machine-id"
+        return 0
+    fi
+    rk_emit identity "\"serial\":$(if [ -n "$pi_serial" ]; then rk_js "$pi_serial"; else printf null; fi),\"machine_id\":$(if [ -n "$pi_mid" ]; then rk_js "$pi_mid"; else printf null; fi),\"source\":$(rk_js "${pi_src:-/etc/machine-id}")"
 }
 
 probe_kernel() {
@@ -280,6 +302,7 @@ probe_state() {
 }
 
 probe_soc
+probe_identity
 probe_kernel
 probe_cpu
 probe_devfreq

@@ -251,6 +251,8 @@ class ProbeReport(_ScriptReport):
     soc: str | None = None
     compatible: tuple[str, ...] = ()
     model: str | None = None
+    serial: str | None = None  # device-tree serial-number: who the board is, whatever its address
+    machine_id: str | None = None  # /etc/machine-id (an OS install: changes on a reflash)
     kernel: str | None = None
     cpu_policies: tuple[CpuPolicyInfo, ...] = ()
     devfreq: tuple[DevfreqInfo, ...] = ()
@@ -338,8 +340,8 @@ def parse_probe(records: Sequence[Mapping[str, Any]]) -> ProbeReport:
     for r in own:
         one.setdefault(str(r["record"]), _Fields(r))
     empty = _Fields({})
-    soc, kern, npu, rt, py, vm, disk, st = (one.get(k, empty) for k in
-                                            ("soc", "kernel", "rknpu", "runtime", "python", "vm", "disk", "state"))
+    soc, ident, kern, npu, rt, py, vm, disk, st = (
+        one.get(k, empty) for k in ("soc", "identity", "kernel", "rknpu", "runtime", "python", "vm", "disk", "state"))
     fields = [_Fields(r) for r in own]
     cpus = tuple(CpuPolicyInfo(name=f.text("name", required=True), cpus=f.integers("cpus"), governor=f.text("governor", ""),
                                governors=f.texts("governors"), frequencies_khz=f.integers("frequencies_khz"),
@@ -353,6 +355,7 @@ def parse_probe(records: Sequence[Mapping[str, Any]]) -> ProbeReport:
     return ProbeReport(
         script="probe", status=status, exit_code=code, reason=reason if reason is None else str(reason), note=note,
         soc=soc.text("soc"), compatible=soc.texts("compatible"), model=soc.text("model"),
+        serial=ident.text("serial"), machine_id=ident.text("machine_id"),
         kernel=kern.text("release"), cpu_policies=cpus, devfreq=devs,
         thermal={f.text("type", required=True): f.integer("millicelsius") for f in fields if f.rec["record"] == "thermal"},
         rknpu_version=npu.text("version"), rknpu_source=npu.text("source"), npu_load=npu.text("load"),

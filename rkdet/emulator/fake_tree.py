@@ -111,6 +111,9 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
     _write(root / "proc/device-tree/compatible", compat)
     _write(root / "proc/device-tree/model", profile.model.encode() + b"\0")
     _write(root / "sys/firmware/devicetree/base/compatible", compat)
+    if profile.serial:  # one board's identity (the efuse CPU id u-boot puts in the device tree)
+        _write(root / "proc/device-tree/serial-number", profile.serial.encode() + b"\0")
+        _write(root / "sys/firmware/devicetree/base/serial-number", profile.serial.encode() + b"\0")
     _write(root / "proc/sys/kernel/osrelease", profile.kernel + "\n")
     _write(root / "proc/version", f"Linux version {profile.kernel} (rkdet-emulator) #1 SMP PREEMPT\n")
     if profile.has_compaction_proactiveness:

@@ -96,6 +96,7 @@ class SocProfile:
     runtime_version: str = "librknnrt version: 2.5.0 (be611e2c@2026-09-29T14:50:11)"
     npu_cores: int = 1
     cpuidle_states: tuple[str, ...] = ("WFI", "cpu-sleep")
+    serial: str = ""  # this board's device-tree serial-number ("" none): set per board by EmulatedBoard
     variant: str = ""  # e.g. "bin2304,no-compaction": names a non-default variant in test ids
     sources: dict[str, str] = field(default_factory=dict)  # value key (see value_keys) -> source
     extra: dict[str, str] = field(default_factory=dict)
@@ -116,7 +117,7 @@ class SocProfile:
 
 # ---- provenance ---------------------------------------------------------------------------------
 
-_UNSOURCED_FIELDS = {"sources", "extra", "variant", "cpu_policies", "devfreq", "thermal_zones"}
+_UNSOURCED_FIELDS = {"sources", "extra", "variant", "serial", "cpu_policies", "devfreq", "thermal_zones"}
 
 
 def value_keys(profile: SocProfile) -> list[str]:

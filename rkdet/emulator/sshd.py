@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import shutil
 import signal
@@ -121,6 +122,9 @@ class EmulatedBoard:
         self.soc = self.profile.soc
         self._own_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="rkdet-emu-")) if workdir is None else Path(workdir).resolve()
+        if not self.profile.serial:  # a board of its own: a serial that stays with its work dir across restarts
+            serial = hashlib.sha256(str(self.workdir).encode()).hexdigest()[:16]
+            self.profile = dataclasses.replace(self.profile, serial=serial)
         self._given_root = Path(root).resolve() if root is not None else None
         self.python = Path(python) if python else _venv_python()
         self._extra_env = dict(env or {})

@@ -40,8 +40,8 @@ class BoardIdentity:
 
     key: str
     soc: str | None
-    serial: str | None  # not reported by probe.sh yet: None (unknown)
-    machine_id: str | None  # not reported by probe.sh yet: None (unknown)
+    serial: str | None  # probe.sh's identity record: the device-tree serial-number
+    machine_id: str | None  # probe.sh's identity record: /etc/machine-id
     label: str  # the results folder name (deploy derives it from the address)
     identified_by: str  # "serial" | "machine-id" | "label"
 
@@ -154,8 +154,16 @@ def _identity(board_json: Path, records: list[Any], label: str) -> tuple[BoardId
                        driver=_text(board_json, "rknpu version", probe.rknpu_version),
                        runtime=_text(board_json, "runtime version", probe.runtime_version),
                        model=_text(board_json, "model", probe.model), clocks=())
-    key = f"{soc or 'unknown-soc'}:label={label}"
-    return BoardIdentity(key=key, soc=soc, serial=None, machine_id=None, label=label, identified_by="label"), state
+    serial = _text(board_json, "serial", probe.serial)
+    machine_id = _text(board_json, "machine_id", probe.machine_id)
+    # what the board is, not where it is: the serial survives a reflash, the machine-id survives an address change
+    if serial:
+        key, how = f"{soc or 'unknown-soc'}:serial={serial}", "serial"
+    elif machine_id:
+        key, how = f"{soc or 'unknown-soc'}:machine-id={machine_id}", "machine-id"
+    else:
+        key, how = f"{soc or 'unknown-soc'}:label={label}", "label"
+    return BoardIdentity(key=key, soc=soc, serial=serial, machine_id=machine_id, label=label, identified_by=how), state
 
 
 def _clocks(snapshots: Path) -> tuple[tuple[str, str], ...]:

@@ -72,3 +72,23 @@ def test_not_repeatable_is_the_failed_verdict(board: EmulatedBoard, fast_build: 
     assert report["agrees"]["ok"] is True  # one ULP of a float32 is far within one LSB of the simulator
     assert "not repeatable" in record["verdict"] and "disagrees" not in record["verdict"]
     assert "repeatable: NO" in " ".join((proc.stdout + proc.stderr).split())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant,flags,tolerances,agrees", [
+    ("sudo", ("--sudo",), "tolerances:\n  max_lsb: 1\n", True),   # a sudo login: within max_lsb: 1
+    ("busybox", (), None, False),                                 # busybox userland: beyond bitwise
+])
+def test_verdicts_on_other_board_kinds(variant: str, flags: tuple[str, ...], tolerances: str | None, agrees: bool,
+                                       fast_build: Path, tmp_path: Path) -> None:
+    """The two verdicts do not depend on the board kind: the same NPU mode judged the same way on a sudo and a
+    busybox board as on the standard one."""
+    with EmulatedBoard("rk3588", tmp_path / "board", variant) as b:
+        extra = (*flags, "--state-dir", f"{b.home}/pin-state") if variant == "sudo" else flags
+        proc, report, record, run = _deploy(b, fast_build, tmp_path, *extra, "--emulator-npu", "3",
+                                            tolerances=tolerances)
+    assert proc.returncode == (0 if agrees else 1), proc.stderr[-3000:]
+    assert run["emulates_npu"] is True and report["repeatable"]["ok"] is True
+    assert report["agrees"]["reference"] == "simulator" and report["agrees"]["ok"] is agrees
+    assert report["agrees"]["max_lsb"] == pytest.approx(1.0, abs=0.01)
+    assert record["restored"] is True and record["settings"]["sudo"] is (variant == "sudo")

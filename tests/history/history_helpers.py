@@ -29,12 +29,14 @@ def page_outputs(seed: int) -> list[np.ndarray]:
     return [rng.standard_normal((1, 64, 20, 20)).astype(np.float32), rng.random((1, 11, 20, 20), dtype=np.float32)]
 
 
-def probe_records(tmp: Path, soc: str = "rk3588", runtime: str | None = None, kernel: str | None = None) -> list[dict]:
-    """probe.sh's records from an emulated tree of `soc`, with another librknnrt version or kernel if given."""
+def probe_records(tmp: Path, soc: str = "rk3588", runtime: str | None = None, kernel: str | None = None,
+                  serial: str | None = None) -> list[dict]:
+    """probe.sh's records from an emulated tree of `soc`, with another librknnrt version, kernel or a
+    device-tree serial if given."""
     prof = profile(soc)
-    changes = {k: v for k, v in (("runtime_version", runtime), ("kernel", kernel)) if v is not None}
+    changes = {k: v for k, v in (("runtime_version", runtime), ("kernel", kernel), ("serial", serial)) if v is not None}
     prof = dataclasses.replace(prof, **changes)
-    root = tmp / f"tree-{soc}-{abs(hash((runtime, kernel)))}"
+    root = tmp / f"tree-{soc}-{abs(hash((runtime, kernel, serial)))}"
     if not root.exists():
         build_fake_tree(prof, root)
     code, records = run_board_script("probe", root, tmp / "state")

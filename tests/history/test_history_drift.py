@@ -144,6 +144,29 @@ def test_unknown_board_fields_stay_unknown(tmp_path: Path, pages, probes) -> Non
     assert run["runtime"].startswith("librknn_runtime version")
 
 
+def test_a_board_with_a_serial_is_the_same_board_at_another_address(tmp_path: Path, pages) -> None:
+    """probe.sh's identity record (device-tree serial-number) keys the board: a new address (DHCP, another
+    lab port) continues its history, and its drift is judged against the same baseline."""
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    serial = "a1b2c3d4e5f60718"
+    old_runtime = probe_records(probe_dir, serial=serial)
+    new_runtime = probe_records(probe_dir, runtime=NEW_RUNTIME, serial=serial)
+    assert {"record": "identity", "script": "probe", "serial": serial, "machine_id": None,
+            "source": "/proc/device-tree/serial-number"} in old_runtime
+    res = tmp_path / "results"
+    make_run(res, "192.168.1.50", "r1", old_runtime, pages, started=T0)
+    make_run(res, "192.168.1.77", "r2", new_runtime, moved(pages), started=T0 + 86400)  # same board, new address
+    cli("history", "import", "--results", str(res))
+    runs = json.loads(cli("history", "--results", str(res), "--json")[1])["runs"]
+    assert {r["board"] for r in runs} == {f"rk3588:serial={serial}"}
+    assert {r["identified_by"] for r in runs} == {"serial"} and {r["serial"] for r in runs} == {serial}
+    code, out = cli("history", "drift", "--results", str(res), "--json")
+    assert code == 1
+    (d,) = json.loads(out)["drift"]
+    assert d["since"]["run_id"] == "r2"
+
+
 @pytest.mark.parametrize("damage, where, message", [
     (lambda f: (f / "board.json").write_bytes(b" " * (5 << 20)), "board.json", "more than the 4 MiB"),
     (lambda f: (f / "board.json").write_text('{"records": [{"record": "soc", "script": "probe", "soc": 7}]}'),
