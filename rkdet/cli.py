@@ -59,7 +59,8 @@ def _register() -> None:
     # One line per command group, each owned by its area (convert, board, diff, emulator).
     from rkdet.config_command import config_group
     from rkdet.deploy_command import deploy_command
-    from rkdet.convert.command import convert_command, init_command
+    from rkdet.convert.command import init_command
+    from rkdet.convert_command import convert_command
     from rkdet.diff.command import diff_command
     from rkdet.board.command import board_group
     from rkdet.emulator.command import emulator

@@ -113,12 +113,32 @@ class QuantizeSection(_Strict):
     # Outputs allowed to stay float16 in a quantized build (the toolkit keeps a final Softmax float);
     # recorded in the manifest. Alternative: model.prepare: classifier-logits.
     float_outputs: list[str] = Field(default_factory=list)
+    # Hybrid quantization (rknn-toolkit2 hybrid_quantization_step1/2): these RKNN layers (named as
+    # `rkdet layers` names them: the tensor each outputs) run in float16, every other layer stays
+    # quantized. Recorded in the manifest (`float_layers`); `rkdet convert --search` proposes them.
+    float_layers: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _explicit_float(self) -> "QuantizeSection":
         if not self.enabled and not self.force_fp16:
             raise ValueError("enabled is false but force_fp16 is false: an unquantized build runs in float16; "
                              "say so explicitly with force_fp16: true")
+        return self
+
+    @field_validator("float_layers")
+    @classmethod
+    def _layer_names(cls, v: list[str]) -> list[str]:
+        if any(not name.strip() for name in v):
+            raise ValueError("a layer name is empty; name RKNN layers as `rkdet layers` prints them")
+        if len(set(v)) != len(v):
+            raise ValueError("layer names must not repeat")
+        return v
+
+    @model_validator(mode="after")
+    def _hybrid_is_quantized(self) -> "QuantizeSection":
+        if self.float_layers and (self.force_fp16 or not self.enabled):
+            raise ValueError("float_layers is hybrid quantization of a quantized build; with force_fp16 (or "
+                             "enabled: false) every layer is float already: remove one of them")
         return self
 
 
@@ -166,8 +186,9 @@ class ToolkitSection(_Strict):
     @model_validator(mode="after")
     def _no_hybrid(self) -> "ToolkitSection":
         if self.auto_hybrid or self.quantized_hybrid_level:
-            raise ValueError("hybrid quantization is a silent float fallback; rkdet builds are fully INT8 "
-                             "or explicitly FP16 (quantize.force_fp16)")
+            raise ValueError("automatic hybrid quantization is a silent float fallback; rkdet builds are fully "
+                             "INT8, explicitly FP16 (quantize.force_fp16) or name their float16 layers "
+                             "(quantize.float_layers)")
         return self
 
 

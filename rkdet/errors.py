@@ -7,7 +7,7 @@ The CLI catches `RkdetError` and prints `rkdet: <message>` with no traceback, th
     1  difference found (a verdict, not an error: raised only by diff/deploy paths as DifferenceFound)
     2  bad input, usage or config error; unreadable data ("trouble", as diffoscope)
     3  board or connection problem
-    4  conversion failed
+    4  conversion failed (`rkdet convert --search`: no variant passes every gate)
   130  interrupted (Ctrl-C)
 """
 

@@ -76,6 +76,8 @@ def build_config(cfg: RkdetConfig, platform: str) -> dict[str, Any]:
     resolved["model"].pop("onnx")
     resolved["quantize"].pop("dataset")
     resolved["golden"].pop("inputs")
+    if not resolved["quantize"].get("float_layers"):  # fully quantized: fingerprinted as before the key existed
+        resolved["quantize"].pop("float_layers", None)
     resolved["target"] = {"platform": platform}
     return resolved
 
@@ -188,6 +190,8 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                  "custom_string": info.custom_string},
         "golden_outputs": golden_hashes,
         "fidelity": fidelity,
+        # hybrid quantization: the RKNN layers that run in float16 (quantize.float_layers); [] fully quantized
+        "float_layers": list(cfg.quantize.float_layers),
         "toolkit_log": toolkit_log,  # every E/W RKNN line classified; accepted errors with their pattern
     }
     if "SOURCE_DATE_EPOCH" in os.environ:

@@ -25,8 +25,8 @@ from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decod
                                   non_images, preprocess)
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
-from rkdet.convert.toolkits import Toolkit, find_toolkit, toolkit1_options, toolkit2_options
-from rkdet.errors import ConversionError, InputError
+from rkdet.convert.toolkits import Toolkit, find_toolkit, float_layers_job, toolkit1_options, toolkit2_options
+from rkdet.errors import ConversionError, FidelityGateError, InputError
 from rkdet.runner import write_json_atomic
 
 Progress = Callable[[str], None]
@@ -91,7 +91,8 @@ def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, mod
         config, build, do_quantization = toolkit1_options(cfg, platform)
     return {"config": config, "build": build, "do_quantization": do_quantization,
             "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
-            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out"}
+            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out",
+            "float_layers": float_layers_job(cfg)}
 
 
 def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
@@ -111,6 +112,8 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
             where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
             hint = ("; the stock YOLOv8 head is known to crash rknn-toolkit2 2.5.0: set model.prepare: "
                     "yolov8-split-head" if model.stock_yolov8_head else "")
+            if result and run.returncode == 2:  # the worker refused the job's input (e.g. quantize.float_layers)
+                raise InputError(f"{platform}: {result['error']}")
             logged = toolkit_log.classify(run.log).errors
             if logged and not hint:
                 hint = f"; toolkit.log: {logged[0].first_line[:160]!r} ({logged[0].meaning})"
@@ -193,14 +196,23 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             fid = report.as_dict()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
-            warnings += fidelity.gate(report, platform)
+            try:
+                warnings += fidelity.gate(report, platform)
+            except FidelityGateError:  # a failed build kept (--keep-failed, --search) says what it was
+                doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
+                                              fid, environment, log_report.as_dict())
+                manifest.write_manifest(stage_dir / "manifest.json", doc)
+                (stage_dir / "config.resolved.json").write_text(
+                    json.dumps(published.config_dict(cfg), indent=2, sort_keys=True) + "\n")
+                raise
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
                                       fid, environment, log_report.as_dict())
+        # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
         fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
                                    cfg.quantize.enabled and not cfg.quantize.force_fp16, platform,
-                                   cfg.quantize.float_outputs)
+                                   [*cfg.quantize.float_outputs, *cfg.quantize.float_layers])
         verify_report = None
         if verify:
             progress(f"{platform}: --verify: rebuilding to check reproducibility")

@@ -10,6 +10,8 @@ complete (so the slow import overlaps the host's preparation). All paths in the 
 the folder. Writes `result.json` ({"ok": true, ...} or {"ok": false, "stage": ..., "error": ...}).
 Exit 0 on success, 4 on a toolkit failure, 2 on a bad job or no "go".
 
+A job with `float_layers` builds by hybrid quantization instead of `build()` (see `_hybrid_build`).
+
 `rkdet layers` runs the same worker (the same build, so the same fingerprint) with an "analyse" list
 in the job: after the golden simulator outputs, the toolkit's `accuracy_analysis` runs once per
 analysed input into `analysis/<name>/` (the `max_inputs` whose simulator outputs stray furthest from
@@ -63,6 +65,45 @@ def _pick(job: dict, outputs: dict) -> tuple:
     return analyse[:limit], ranking
 
 
+def _hybrid_build(rknn, rknn_class, job: dict) -> tuple:
+    """rknn-toolkit2's hybrid quantization: step1 quantizes as build() would and writes
+    `<model>.model`, `<model>.data` and `<model>.quantization.cfg` (every layer's quantization, keyed by
+    the tensor it outputs: the names `rkdet layers` prints); the named layers go into its
+    `custom_quantize_layers` as float16; step2 (a fresh RKNN object, as the toolkit's example does) builds
+    from the three files. Returns (the RKNN object to go on with, None) or (None, exit code)."""
+    import yaml  # the toolkit's own dependency
+
+    stage = "hybrid_quantization_step1"
+    ret = rknn.hybrid_quantization_step1(dataset=job["dataset"], rknn_batch_size=job["build"].get("rknn_batch_size"),
+                                         proposal=False)
+    if ret != 0:
+        return rknn, _fail(stage, f"rknn.hybrid_quantization_step1 returned {ret} (see toolkit.log)")
+    stem = Path(job["onnx"]).stem
+    cfg_path = Path(f"{stem}.quantization.cfg")
+    text = cfg_path.read_text()
+    known = list((yaml.safe_load(text) or {}).get("quantize_parameters") or {})
+    unknown = [name for name in job["float_layers"] if name not in known]
+    if unknown:
+        return rknn, _fail(stage, f"quantize.float_layers names no layer of this build: {', '.join(map(repr, unknown))} "
+                                  f"(layers: {', '.join(known[:40])}{' ...' if len(known) > 40 else ''})", 2)
+    if set(known) <= set(job["float_layers"]):
+        return rknn, _fail(stage, "quantize.float_layers names every layer: that is a whole-float build, which "
+                                  "quantize.force_fp16: false forbids (set force_fp16: true to build float16)", 2)
+    head = "custom_quantize_layers: {}\n"
+    if not text.startswith(head):
+        return rknn, _fail(stage, f"{cfg_path}: unexpected format (rknn-toolkit2 2.5.0 starts it with {head.strip()!r})")
+    layers = "".join(f"    {json.dumps(name)}: float16\n" for name in job["float_layers"])
+    cfg_path.write_text("custom_quantize_layers:\n" + layers + text[len(head):])
+    rknn.release()
+    rknn = rknn_class(verbose=False)
+    stage = "hybrid_quantization_step2"
+    ret = rknn.hybrid_quantization_step2(model_input=f"{stem}.model", data_input=f"{stem}.data",
+                                         model_quantization_cfg=str(cfg_path))
+    if ret != 0:
+        return rknn, _fail(stage, f"rknn.hybrid_quantization_step2 returned {ret} (see toolkit.log)")
+    return rknn, None
+
+
 def run_job(job: dict) -> int:
     import time
 
@@ -81,10 +122,16 @@ def run_job(job: dict) -> int:
         ret = rknn.load_onnx(model=job["onnx"])
         if ret != 0:
             return _fail(stage, f"rknn.load_onnx returned {ret} (see toolkit.log)")
-        stage = "build"
-        ret = rknn.build(do_quantization=job["do_quantization"], dataset=job.get("dataset"), **job["build"])
-        if ret != 0:
-            return _fail(stage, f"rknn.build returned {ret} (see toolkit.log)")
+        if job.get("float_layers"):  # hybrid quantization: these layers float16, every other one quantized
+            stage = "hybrid quantization"
+            rknn, failed = _hybrid_build(rknn, RKNN, job)
+            if failed is not None:
+                return failed
+        else:
+            stage = "build"
+            ret = rknn.build(do_quantization=job["do_quantization"], dataset=job.get("dataset"), **job["build"])
+            if ret != 0:
+                return _fail(stage, f"rknn.build returned {ret} (see toolkit.log)")
         stage = "export_rknn"
         ret = rknn.export_rknn(job["export"])
         if ret != 0:

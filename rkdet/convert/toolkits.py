@@ -117,6 +117,9 @@ def toolkit2_options(cfg: RkdetConfig, platform: str, custom_string: str | None 
 def toolkit1_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """Options for the legacy RKNN-Toolkit 1.7.x API (asymmetric uint8, channel order via reorder)."""
     q, pp = cfg.quantize, cfg.preprocess
+    if q.float_layers:
+        raise InputError(f"quantize.float_layers (hybrid quantization) is not available for {platform} "
+                         "(RKNN-Toolkit 1.x): remove it")
     if q.dtype != "w8a8":
         raise InputError(f"quantize.dtype {q.dtype} is not available for {platform} (RKNN-Toolkit 1.x): use w8a8")
     config = {
@@ -131,3 +134,9 @@ def toolkit1_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], d
         "epochs": -1,
     }
     return config, {"pre_compile": False}, q.enabled and not q.force_fp16
+
+
+def float_layers_job(cfg: RkdetConfig) -> list[str]:
+    """The job's `float_layers`: RKNN layers built in float16 by hybrid quantization (step1 -> cfg -> step2)
+    instead of `build()`; [] builds as always. One definition for convert's and layers' jobs."""
+    return list(cfg.quantize.float_layers) if cfg.quantize.enabled and not cfg.quantize.force_fp16 else []

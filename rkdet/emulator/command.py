@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import signal
@@ -86,6 +87,69 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: s
             except KeyboardInterrupt:
                 pass
         click.echo("emulator stopped", err=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@emulator.command("fleet")
+@click.option("--count", type=click.IntRange(1, 64), required=True, help="How many boards (1-64).")
+@click.option("--socs", default="rk3588,rk3568,rv1126", show_default=True,
+              help="SoCs assigned round-robin: board i gets the (i mod n)-th.")
+@click.option("--inventory", "inventory", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the Ansible YAML inventory here (default: inventory.yaml in the fleet's temp dir).")
+@click.option("--variant", "variants", multiple=True, metavar="INDEX=KIND",
+              help="Board INDEX (0-based) is of KIND (repeatable; default sudo): a login variant "
+                   "(standard, sudo, busybox, nosftp, hostile) or a TEST CONTROL kind (sudo login): runtime-drift (another "
+                   "librknnrt, one output element differs), core-drift (core mask 0_1_2 differs from core 0; "
+                   "rk3588), drop (the link goes once a runner starts), hot (thermal caps while a runner runs; rk3588).")
+@click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True,
+              help="The boards' emulated sysfs (hot needs FUSE).")
+@click.option("--drop-after", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="TEST CONTROL: seconds between a runner starting on a drop board and its link going.")
+@click.option("--labgrid", "with_labgrid", is_flag=True,
+              help="Also run a labgrid coordinator and exporter on 127.0.0.1 with one place per board "
+                   "(tags soc=..., kind=...; labgrid from $RKDET_LABGRID_PYTHON, see .ci/setup).")
+def fleet(count: int, socs: str, inventory: Path | None, variants: tuple[str, ...], sysfs: str, drop_after: float,
+          with_labgrid: bool) -> None:
+    """Start COUNT emulated boards, write their inventory, and stop them all on Ctrl-C (or SIGTERM)."""
+    from rkdet.emulator.fleet import EmulatedFleet, parse_socs, parse_variants
+
+    kinds = parse_variants(variants, count)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with contextlib.ExitStack() as stack:
+            fl = stack.enter_context(EmulatedFleet(count, parse_socs(socs), kinds, inventory=inventory, sysfs=sysfs,
+                                                   drop_after_s=drop_after))
+            for fb in fl.boards:
+                test = " (TEST CONTROL)" if fb.test_control else ""
+                click.echo(f"{fb.name}: {fb.board.target} user {fb.board.user}, {fb.kind}{test}")
+            click.echo(f"inventory:   {fl.inventory_path}")
+            click.echo(f"known_hosts: {fl.known_hosts_file}")
+            click.echo(f"  list:   rkdet fleet hosts --inventory {shlex.quote(str(fl.inventory_path))}")
+            if with_labgrid:
+                from rkdet.emulator.fleet_labgrid import FleetLab
+
+                lab = stack.enter_context(FleetLab(fl))
+                click.echo(f"labgrid coordinator: {lab.address} ({len(fl.boards)} places: "
+                           f"{', '.join(lab.places)})")
+                click.echo(f"  list:   rkdet fleet hosts --labgrid {lab.address} --tags soc={fl.boards[0].soc}")
+            click.echo("press Ctrl-C to stop", err=True)
+            shown = 0
+            try:
+                while not stop.wait(0.5):
+                    if fl.watch_error is not None:
+                        raise click.ClickException(f"emulated fleet watcher failed: {fl.watch_error}")
+                    events = list(fl.events)
+                    for ev in events[shown:]:  # what the TEST CONTROL kinds did, as it happens
+                        detail = f" ({ev.detail})" if ev.detail else ""
+                        click.echo(f"{fl.boards[ev.index].name}: {ev.what}, runtime pid {ev.pid}{detail}", err=True)
+                    shown = len(events)
+                    for fb in fl.crashed():
+                        raise click.ClickException(f"{fb.name}: sshd exited; see {fb.board.log_file}")
+            except KeyboardInterrupt:
+                pass
+        click.echo("emulated fleet stopped", err=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

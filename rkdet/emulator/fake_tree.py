@@ -14,6 +14,9 @@ from pathlib import Path
 
 from rkdet.emulator.socs import DevfreqNode, SocProfile
 
+#: TEST CONTROL file of the runtime double in the image (the double reads $RKDET_ROOT/<this>)
+RUNTIME_CONTROL = "etc/rkdet-emulator/runtime.json"
+
 
 def _write(path: Path, text: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,6 +202,8 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
             _write(root / "var/log/dmesg", f"[    2.311846] [drm] Initialized rknpu {number} 20240828 for "
                                            f"{npu.name if npu else 'npu'} on minor 1\n")
     _write(root / profile.runtime_library, b"\x7fELF\x02\x01\x01\0" + profile.runtime_version.encode() + b"\0")
+    if profile.runtime_control:  # TEST CONTROL for the runtime double (never on a real board's image)
+        _write(root / RUNTIME_CONTROL, profile.runtime_control + "\n")
     return root
 
 

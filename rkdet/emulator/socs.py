@@ -98,6 +98,9 @@ class SocProfile:
     cpuidle_states: tuple[str, ...] = ("WFI", "cpu-sleep")
     serial: str = ""  # this board's device-tree serial-number ("" none): set per board by EmulatedBoard
     variant: str = ""  # e.g. "bin2304,no-compaction": names a non-default variant in test ids
+    # TEST CONTROL: JSON the image carries at etc/rkdet-emulator/runtime.json for the runtime double
+    # (drift, core drift, another librknnrt; see runtime_double/rknnlite/api); "" on every real profile
+    runtime_control: str = ""
     sources: dict[str, str] = field(default_factory=dict)  # value key (see value_keys) -> source
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -117,7 +120,8 @@ class SocProfile:
 
 # ---- provenance ---------------------------------------------------------------------------------
 
-_UNSOURCED_FIELDS = {"sources", "extra", "variant", "serial", "cpu_policies", "devfreq", "thermal_zones"}
+_UNSOURCED_FIELDS = {"sources", "extra", "variant", "serial", "runtime_control", "cpu_policies", "devfreq",
+                     "thermal_zones"}
 
 
 def value_keys(profile: SocProfile) -> list[str]:

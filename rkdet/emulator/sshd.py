@@ -233,6 +233,16 @@ class EmulatedBoard:
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._reaper, self.account.uid, self.root)
         return self
 
+    def power_off_sessions(self) -> None:
+        """The first half of `stop()`: stand the reaper down, end the board's processes and stop its
+        sshd (its mount namespace ends with them); the tree stays mounted until `stop()`. A board's
+        namespace holds copies of the mounts that existed when it started, so boards started side by
+        side (an emulated fleet) end all their namespaces first, then unmount: no FUSE daemon then
+        waits for a namespace that still holds its mount. Idempotent."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+
     def stop(self) -> None:
         """Stand the reaper down, end the board's processes, stop sshd, unmount its tree and remove
         the temp dirs and namespace files this instance made; idempotent."""
@@ -251,6 +261,41 @@ class EmulatedBoard:
             self.board_dir = None
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def pull_cable(self, keep_pgid: int | None = None) -> list[int]:
+        """TEST CONTROL: the board's network goes away. sshd stops listening and every open
+        connection is cut (its processes killed, as a link drop ends them); processes in the
+        process group `keep_pgid` (a detached job: it runs on, pins and restores the board as
+        on a real board that lost its network) and jobs already detached from sshd keep running.
+        Returns the pids killed. The board stays unreachable until `stop()`."""
+        if not self.running:
+            return []
+        assert self._proc is not None
+        listener = self._proc.pid
+        parents: dict[int, int] = {}
+        groups: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                fields = lifeline._stat_fields(int(entry))
+                if fields is not None:
+                    parents[int(entry)] = int(fields[1])
+                    groups[int(entry)] = int(fields[2])
+        under = []
+        for pid in parents:
+            cur, seen = pid, set()
+            while cur in parents and cur not in seen and cur > 1:
+                seen.add(cur)
+                cur = parents[cur]
+                if cur == listener:
+                    if keep_pgid is None or groups.get(pid) != keep_pgid:
+                        under.append(pid)
+                    break
+        self._proc.kill()  # no new connections from now on
+        self._proc.wait(timeout=5)
+        for pid in under:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return sorted(under)
 
     # -- pieces --
 

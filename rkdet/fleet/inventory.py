@@ -5,12 +5,13 @@ inventing one: groups, `children`, `hosts`, `vars` at group and host level, with
 precedence (host vars over a child group's over its parent's over `all`; groups of the same depth
 apply in name order). The connection vars (`ansible_host`, `ansible_port`, `ansible_user`,
 `ansible_ssh_private_key_file`) and rkdet's own (`rkdet_soc`, `rkdet_sudo`, `rkdet_workdir`,
-`rkdet_tags`) are read; every other key is ignored, as Ansible ignores vars it does not use.
+`rkdet_tags`, `rkdet_known_hosts`) are read; every other key is ignored, as Ansible ignores vars it does not use.
 
 The file is untrusted input: it is size-bounded, YAML aliases are refused before anything is built
 (no billion-laughs expansion), it is composed to nodes so every error names its line, and bad
 structure ends in one line `FILE:LINE: what is wrong` (exit 2). Either source yields `Board`
-records: the one record `rkdet fleet deploy` will consume.
+records: the one record `rkdet fleet deploy` will consume. `write_inventory` is the one writer of
+the format (the emulated fleet's inventory is written with it and read back with `load_inventory`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Board:
     soc: str | None = None
     sudo: bool | None = None
     workdir: str | None = None
+    known_hosts: str | None = None  # rkdet_known_hosts: the known_hosts file for this board (as --known-hosts)
     tags: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()  # every group the host is in (direct and inherited), without `all`
     source: str = "inventory"  # "inventory" | "ssh-config" | "labgrid"
@@ -61,7 +63,7 @@ class Board:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "port": self.port, "user": self.user,
                 "key_file": self.key_file, "soc": self.soc, "sudo": self.sudo, "workdir": self.workdir,
-                "tags": list(self.tags), "groups": list(self.groups), "source": self.source}
+                "known_hosts": self.known_hosts, "tags": list(self.tags), "groups": list(self.groups), "source": self.source}
 
 
 @dataclass
@@ -386,11 +388,13 @@ def _board_from_vars(path: Path, host: str, host_line: int, merged: dict[str, _V
             raise _fail(path, v.line, f"rkdet_sudo must be true or false, not {visible(raw, 40)!r}")
         sudo = raw
     workdir = _text(path, "rkdet_workdir", v, limit=4096) if (v := get("rkdet_workdir")) is not None else None
+    known_hosts = _text(path, "rkdet_known_hosts", v, spaces=True, limit=4096) \
+        if (v := get("rkdet_known_hosts")) is not None else None
     tags: tuple[str, ...] = ()
     if (v := get("rkdet_tags")) is not None:
         tags = _tags(path, v)
     return Board(name=host, address=address, port=port, user=user, key_file=key, soc=soc, sudo=sudo,
-                 workdir=workdir, tags=tags, groups=groups, source="inventory")
+                 workdir=workdir, known_hosts=known_hosts, tags=tags, groups=groups, source="inventory")
 
 
 def _tags(path: Path, var: _Var) -> tuple[str, ...]:
@@ -404,6 +408,47 @@ def _tags(path: Path, var: _Var) -> tuple[str, ...]:
     else:
         raise _fail(path, var.line, "rkdet_tags must be a list of words (or one comma-separated string)")
     return tuple(dict.fromkeys(items))
+
+
+# ---- writing -----------------------------------------------------------------------------------
+
+
+def _host_vars(board: Board) -> dict[str, Any]:
+    """A board's inventory vars (only the values it sets), in the names `load_inventory` reads."""
+    pairs: list[tuple[str, Any]] = [
+        ("ansible_host", board.address), ("ansible_port", board.port), ("ansible_user", board.user),
+        ("ansible_ssh_private_key_file", board.key_file), ("rkdet_soc", board.soc), ("rkdet_sudo", board.sudo),
+        ("rkdet_workdir", board.workdir), ("rkdet_known_hosts", board.known_hosts),
+        ("rkdet_tags", list(board.tags) if board.tags else None)]
+    return {k: v for k, v in pairs if v is not None}
+
+
+def inventory_text(boards: Sequence[Board], comment: str = "") -> str:
+    """An Ansible YAML inventory of `boards`: every board with its connection and rkdet_* vars under
+    `all: hosts:` (in the order given, which `load_inventory` keeps), and each board listed in the
+    group `groups[0]` (a child of `all`) when it has one. `comment` lines go first as `# ` lines.
+    `load_inventory` reads it back to the same records (source "inventory")."""
+    names = [b.name for b in boards]
+    if len(set(names)) != len(names):
+        raise InputError("inventory: a host name appears twice")
+    top: dict[str, Any] = {"hosts": {b.name: _host_vars(b) for b in boards}}
+    children: dict[str, Any] = {}
+    for b in boards:
+        if b.groups:
+            children.setdefault(b.groups[0], {"hosts": {}})["hosts"][b.name] = None
+    if children:
+        top["children"] = children
+    head = "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + yaml.safe_dump({"all": top}, sort_keys=False, default_flow_style=False, allow_unicode=False)
+
+
+def write_inventory(path: str | Path, boards: Sequence[Board], comment: str = "") -> Path:
+    """Write `inventory_text(boards)` to `path` atomically; returns the path."""
+    from rkdet.runner import write_atomic  # the one atomic writer
+
+    p = Path(path)
+    write_atomic(str(p), inventory_text(boards, comment))
+    return p
 
 
 # ---- ~/.ssh/config names -----------------------------------------------------------------------

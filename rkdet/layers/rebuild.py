@@ -25,7 +25,7 @@ from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import Materialized, list_images
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
 from rkdet.convert.pipeline import materialize
-from rkdet.convert.toolkits import find_toolkit, toolkit2_options
+from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
 from rkdet.runner import output_hash
@@ -139,7 +139,8 @@ def _job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gol
         src.cfg, src.platform, manifest.embedded_custom_string(src.cfg.toolkit.custom_string, inputs_fp))
     return {"config": config, "build": build, "do_quantization": do_quantization,
             "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
-            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out", "analyse": analyse_list}
+            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out", "analyse": analyse_list,
+            "float_layers": float_layers_job(src.cfg)}
 
 
 def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, log_to: Path | None = None,

@@ -28,7 +28,8 @@ def test_saturating_score_fails_naming_output_and_range(tmp_path):
     assert line.startswith("rkdet: rk3588: fidelity gate failed: score saturates")
     assert "calibration range [0, 0.5" in line and "FP32 on golden [0.7" in line and "fidelity.max_saturation" in line
     assert "quantize.dataset" in line
-    assert line.endswith(f"to see which layer loses it: rkdet layers --config {cfg}")
+    assert line.endswith(f"to see which layer loses it: rkdet layers --config {cfg}; to look for a remedy that "
+                         f"passes: rkdet convert --config {cfg} --search")
     # the same model calibrated on images like the golden ones passes
     cfg2 = write_config(tmp_path / "c2.yaml", tmp_path / "score.onnx",
                         flat_image_folder(tmp_path / "mixed", 6, seed=3, low=0, high=255), bright)

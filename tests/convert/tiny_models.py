@@ -315,3 +315,30 @@ def shape_chain_model(path: Path, *, value_dependent: bool = False, seed: int = 
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def cancelling_conv_model(path: Path, *, big: float = 1000.0, size: int = 32, seed: int = 0) -> Path:
+    """Conv+Relu (its channel 7 a copy of channel 6), then `cancelling_conv`, whose weights on those two
+    identical channels are +big and -big: they cancel exactly in float, but per-channel INT8 weights take
+    their step from +-big, so every ordinary weight (~0.3) rounds to 0 and the conv's output is lost
+    (measured, rknn-toolkit2 2.5.0, big 1000: cosine 0.25 normal, 0.73 mmse, 0.25 per-layer; 0.99997 with
+    that one conv in float16; big 100: 0.93 normal, 0.990 mmse). Then a 1x1 head conv."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.normal(0, 0.3, (8, 3, 3, 3))
+    b1 = rng.normal(0, 0.1, (8,))
+    w1[7], b1[7] = w1[6], b1[6]
+    w2 = rng.normal(0, 0.3, (8, 8, 3, 3))
+    w2[:, 6, 1, 1], w2[:, 7, 1, 1] = big, -big
+    arrays = {"w1": w1, "b1": b1, "w2": w2, "w3": rng.normal(0, 0.3, (4, 8, 1, 1))}
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in arrays.items()]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="cancelling_conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c2", "w3"], ["y"], name="head")]
+    graph = helper.make_graph(nodes, "cancelling", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, size, size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path

@@ -50,6 +50,19 @@ NPU_CORE_0_1_2: the rknn-toolkit2 #228 pattern, one mask differing from another)
 the K-th RKNNLite initialised in this process, 0-based: one context of several, the #474 pattern), and
 `"all_calls": true` (every matching call from `occurrence` on, not only that one: a mask or context that
 differs the same way every time).
+TEST CONTROL, per-board image (never present on a real board): the emulated board's image may hold
+`$RKDET_ROOT/etc/rkdet-emulator/runtime.json` (written by the emulator from `SocProfile.runtime_control`,
+so it is the board's own setting, whatever the deploy's flags or sudo's env_reset):
+`{"library_version": V, "drift": {"output": K, "index": I}, "core_drift": {"core_masks": [M..], "output": K,
+"index": I}, "signal_dir": DIR, "heat": {"control_dir": DIR, "millicelsius": T}}` (every key optional). `library_version` is the librknnrt this board's
+runtime reports (get_sdk_version). `drift` flips the lowest bit of flat element I of output K on every call
+(another runtime build: one element differs, the same on every call); `core_drift` does so only when
+init_runtime was given one of the core masks (numeric, e.g. 7 = NPU_CORE_0_1_2), the rknn-toolkit2 #228
+pattern. `signal_dir`: after a successful init_runtime the double writes `DIR/runtime.started` holding
+"PID PGID" (the emulated fleet's watcher drops the board's link, or notes the heat). `heat`: the first
+inference call of the process writes T to `DIR/forced_millicelsius` (the emulated sysfs' thermal test
+control: every zone at T, the SoC's thermal caps engage), removed when the process exits: a board that
+throttles during the run, after the runner's "before" snapshot.
 """
 
 import glob
@@ -162,6 +175,65 @@ def _read_fault():
     return fault
 
 
+IMAGE_CONTROL = "etc/rkdet-emulator/runtime.json"  # TEST CONTROL in an emulated board's image
+
+
+def _read_image_control():
+    """The board image's runtime test control (dict; empty when the image has none, as real boards)."""
+    root = os.environ.get("RKDET_ROOT", "")
+    if not root:
+        return {}
+    try:
+        with open(os.path.join(root, IMAGE_CONTROL)) as handle:
+            control = json.load(handle)
+    except (OSError, IOError):
+        return {}
+    if not isinstance(control, dict):
+        raise ValueError("%s is not a JSON object" % IMAGE_CONTROL)
+    return control
+
+
+def _signal_started(directory):
+    """Tell the emulator this process runs the runtime now: DIR/runtime.started = "PID PGID"."""
+    path = os.path.join(directory, "runtime.started")
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write("%d %d\n" % (os.getpid(), os.getpgid(0)))
+    os.rename(tmp, path)
+
+
+_HEATED = []  # the forced-temperature files this process wrote (removed at exit)
+
+
+def _heat(heat):
+    """Hold every thermal zone at heat["millicelsius"] from now until this process exits (once)."""
+    if _HEATED:
+        return
+    path = os.path.join(heat["control_dir"], "forced_millicelsius")
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write("%d\n" % int(heat["millicelsius"]))
+    os.rename(tmp, path)
+    _HEATED.append(path)
+    import atexit
+    atexit.register(_cool)
+
+
+def _cool():
+    for path in _HEATED:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    del _HEATED[:]
+
+
+def _flip_lowest_bit(outputs, which, index):
+    flat = outputs[which].reshape(-1)
+    bits = flat.view("u%d" % flat.dtype.itemsize)
+    bits[int(index)] ^= bits.dtype.type(1)
+
+
 def _load_npu_outputs(npu):
     """{sha256 of a golden input's raw bytes: {output: simulator output, K elements one LSB up}}."""
     golden, k = npu["golden"], int(npu.get("lsb_k", 0))
@@ -215,6 +287,9 @@ class RKNNLite(object):
         self._format = None
         self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
         self.rkdet_emulates_npu = False
+        self._drifts = []  # TEST CONTROL (image): [(output, index)] flipped on every call
+        self._heat = None  # TEST CONTROL (image): {"control_dir", "millicelsius"} applied at the first inference
+        self._library_version = None
 
     def load_rknn(self, path, key_path=None):
         """Find the ONNX that stands in for `path`; returns 0, or -1 when either is missing.
@@ -290,6 +365,24 @@ class RKNNLite(object):
         self.core_mask = core_mask
         self._instance = _INSTANCES[0]
         _INSTANCES[0] += 1
+        try:
+            control = _read_image_control()
+            self._library_version = control.get("library_version")
+            self._drifts = []
+            if control.get("drift"):
+                self._drifts.append((control["drift"].get("output", 0), int(control["drift"].get("index", 0))))
+            core = control.get("core_drift")
+            if core and core_mask in [int(m) for m in core.get("core_masks", [3, 7])]:
+                self._drifts.append((core.get("output", 0), int(core.get("index", 0))))
+            self._heat = control.get("heat")
+            if self._heat is not None and not (isinstance(self._heat, dict) and "control_dir" in self._heat):
+                raise ValueError("heat needs control_dir")
+            if control.get("signal_dir"):
+                _signal_started(control["signal_dir"])
+        except (OSError, IOError, ValueError, TypeError, AttributeError) as err:
+            _log("init_runtime: bad image test control %s (%s)" % (IMAGE_CONTROL, err))
+            self._session = None
+            return -1
         return 0
 
     def _to_model_input(self, array, spec, fmt):
@@ -331,6 +424,12 @@ class RKNNLite(object):
             return None
         inputs = [np.asarray(a) if t is None else np.asarray(a).astype(_DATA_TYPES[t]) for a, t in zip(inputs, types)]
         formats = data_format if isinstance(data_format, (list, tuple)) else [data_format] * len(inputs)
+        if self._heat is not None:
+            try:
+                _heat(self._heat)
+            except (OSError, IOError, ValueError, TypeError) as err:
+                _log("inference: heat test control failed (%s)" % err)
+                return None
         start = time.perf_counter()
         feed = {}
         for array, spec, fmt in zip(inputs, self._inputs, formats):
@@ -350,6 +449,10 @@ class RKNNLite(object):
         else:
             outputs = self._session.run(None, feed)
         try:
+            for which, index in self._drifts:
+                if not isinstance(which, int):
+                    which = [o.name for o in self._session.get_outputs()].index(which)
+                _flip_lowest_bit(outputs, which, index)
             self._maybe_inject_fault(inputs, outputs)
         except (ValueError, IndexError, KeyError, TypeError) as err:
             _log("inference: bad fault control (%s)" % err)
@@ -409,7 +512,7 @@ class RKNNLite(object):
             _log("get_sdk_version: init_runtime first")
             return None
         return "RKNN VERSION:\n  API: %s\n  DRV: %s\n(EMULATED: %s)" % (
-            _library_version() or "unknown", _driver_version() or "unknown", RKDET_EMULATED)
+            self._library_version or _library_version() or "unknown", _driver_version() or "unknown", RKDET_EMULATED)
 
     def list_support_target_platform(self, rknn_model=None):
         """Platforms the model runs on (None when the model file does not exist, as the real one)."""

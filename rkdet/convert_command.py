@@ -1,0 +1,82 @@
+"""`rkdet convert`: parse, call the pipeline (or, with --search, the search over remedies), print a summary.
+
+It sits above both `convert` and `layers` (as deploy_command.py sits above board and history): `--search`
+needs the per-layer analysis (`rkdet.layers`) to pick the layers a hybrid build keeps in float16.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from rkdet.config import PLATFORMS, load_config
+from rkdet.errors import FidelityGateError, InputError
+from rkdet.log import log_console
+
+
+@click.command("convert")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default="configs/yolov8.yaml",
+              show_default=True, help="YAML config file.")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("build"), show_default=True,
+              help="Folder that receives <name>-<platform>/ build folders.")
+@click.option("--target", "targets", multiple=True, type=click.Choice(PLATFORMS, case_sensitive=False),
+              help="Build only this platform (repeatable); default: target.platforms from the config.")
+@click.option("--verify", is_flag=True, help="Rebuild and report byte identity and fingerprint identity separately.")
+@click.option("--keep-failed", is_flag=True, help="Keep a failed build's folder (with toolkit.log) as <name>.failed.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@click.option("--search", is_flag=True,
+              help="Try the documented remedies in order (algorithm, method, calibration subset, float16 for the worst "
+                   "layers) until one passes every fidelity gate; write search.json and <config>.searched.yaml.")
+@click.option("--search-all", is_flag=True, help="With --search: try every variant (the first passing one is installed).")
+@click.option("--search-space", "search_space", multiple=True, metavar="DIM=V1,V2",
+              help="With --search: narrow one dimension (algorithm, method, calibration divisors 1/2/4, hybrid k or "
+                   "none); repeatable.")
+def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
+                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...]) -> None:
+    """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
+
+    Exit codes: 0 ok (--search: a variant passes), 2 bad input or config, 4 conversion failed
+    (--search: no variant passes every gate; search.json says how close each came).
+    """
+    from rkdet.convert.pipeline import convert
+
+    if (search_all or search_space) and not search:
+        raise InputError("--search-all and --search-space go with --search")
+    console = log_console()
+    cfg = load_config(config_path)
+    if search:
+        if verify or keep_failed:
+            raise InputError("--search builds and removes its own variants: run --verify (or --keep-failed) on "
+                             "the searched config afterwards")
+        from rkdet.search.command import run_search
+
+        run_search(cfg, config_path, out, [t.lower() for t in targets], search_all, search_space, as_json, console)
+        return
+    try:
+        with console.status("converting") as status:
+            results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
+                              progress=lambda msg: (status.update(msg), console.log(msg)))
+    except FidelityGateError as err:  # point at the tools that locate the loss and look for a remedy
+        raise FidelityGateError(f"{err}; to see which layer loses it: rkdet layers --config {config_path}; to look "
+                                f"for a remedy that passes: rkdet convert --config {config_path} --search") from None
+    summary = []
+    for r in results:
+        for w in r.warnings:  # one line each (no wrapping), model-supplied names never read as markup
+            console.print(f"[yellow]warning[/]: {escape(w)}", soft_wrap=True, highlight=False)
+        if r.fidelity_line:
+            console.print(r.fidelity_line, markup=False, highlight=False, soft_wrap=True)
+        entry = {"platform": r.platform, "fidelity": r.fidelity_line, "folder": str(r.folder), "fingerprint": r.fingerprint,
+                 "rknn_sha256": r.rknn_sha256, "warnings": r.warnings}
+        if r.verify is not None:
+            entry["verify"] = r.verify
+        summary.append(entry)
+        line = f"[green]built[/] {r.folder}  fingerprint {r.fingerprint[:16]}"
+        if r.verify is not None:
+            line += (f"  verify: bytes {'identical' if r.verify['rknn_bytes_identical'] else 'DIFFER'},"
+                     f" fingerprint {'identical' if r.verify['fingerprint_identical'] else 'DIFFERS'}")
+        console.print(line)
+    if as_json:
+        click.echo(json.dumps({"schema": "rkdet.convert/1", "builds": summary}, indent=2, sort_keys=True))

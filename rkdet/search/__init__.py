@@ -1,0 +1,1 @@
+"""`rkdet convert --search`: remedies that pass the fidelity gate (a documented, deterministic space of variants)."""
