@@ -156,7 +156,7 @@ RV1126 = dict(_COMMON, **{
     "compaction_proactiveness": "mm/compaction.c: no compaction_proactiveness sysctl before 5.9 (not shown)",
     "thp_enabled": "rv1126_defconfig: no CONFIG_TRANSPARENT_HUGEPAGE",
     "rknpu_driver": "RV1126 Linux SDK: the NPU runs the galcore driver (RKNPU 1.x), no /sys/kernel/debug/rknpu",
-    "rknpu_version_nodes": "RV1126: galcore, no rknpu driver, so no rknpu version anywhere",
+    "rknpu_version_nodes": "RV1126 Linux SDK: galcore (RKNPU 1.x) driver, no rknpu driver, so no rknpu version node",
     "runtime_library": "RV1126 Linux SDK (RKNPU 1.x) runtime path /usr/lib/librknn_runtime.so",
     "runtime_version": CHOICE + "a librknn_runtime 1.7.3 version string of the real format",
     "cpuidle_states": _RV_DT + "idle-states CPU_SLEEP (cpu-sleep); state0 WFI",
