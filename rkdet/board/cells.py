@@ -188,3 +188,75 @@ def judge_cells(result: Path, cells: list[Cell], reference: Path | None, toleran
         else:
             judged.across[cell.name] = compare(folder, result / judged.first, Tolerance())
     return judged
+
+
+@dataclass
+class RunJudgement:
+    """A pulled run judged (one result set, or one per cell): what deploy records and prints."""
+
+    verdict: str
+    diff_exit: int  # 0 same, 1 different
+    reference: Path
+    repeatable: dict[str, Any]
+    agrees: dict[str, Any] | None
+    lines: list[str]  # "repeatable: …", "agrees with the reference: …"
+    cells: dict[str, Any] | None = None  # CellsJudgement.as_dict() for a multi-mask run
+    contexts: dict[str, Any] | None = None  # {"contexts": N, "agree": bool} for a single set with --contexts
+
+
+def _first_run_json(result: Path, cells: list[Cell] | None) -> dict[str, Any]:
+    folder = result if cells is None else next((result / c.name for c in cells if c.status == "complete"
+                                                and (result / c.name / "run.json").is_file()), None)
+    if folder is None:
+        raise BoardError("no cell of the run completed; nothing to judge (see cells.json's reasons)")
+    doc = _read_json(folder / "run.json", "the board's result")
+    if doc is None:
+        raise BoardError("the board's result run.json is missing")
+    return doc
+
+
+def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) -> RunJudgement:
+    """Judge a pulled result (a set, or cells) against the build's reference (the one rule of
+    `rkdet diff RUN BUILD`); reports into `folder` (a multi-mask run: the first cell's there, every
+    cell's in `folder/cells/<cell>/`)."""
+    from rkdet.diff.report import write_reports
+    from rkdet.diff.resultset import reference_set
+
+    cells = read_cells(result)
+    reference = Path(reference_set(build, _first_run_json(result, cells)))
+    if cells is None:
+        comparison = compare(result, reference, tolerance)
+        check = fold_contexts(comparison, result)
+        write_reports(comparison, folder)
+        return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.as_dict(),
+                            comparison.agrees.as_dict() if comparison.agrees is not None else None,
+                            [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None],
+                            contexts=None if check is None else {"contexts": check.contexts, "agree": check.agree})
+    judged = judge_cells(result, cells, reference, tolerance)
+    for n, (name, comparison) in enumerate(judged.comparisons.items()):
+        if n == 0:
+            write_reports(comparison, folder)
+        (folder / "cells" / name).mkdir(parents=True, exist_ok=True)
+        write_reports(comparison, folder / "cells" / name)
+    lines = judged.lines()
+    ok = judged.exit_code == 0
+    if not judged.repeatable:
+        failing = f"not repeatable: {lines[0].split(': ', 2)[-1]}"
+    elif judged.agrees is False:
+        failing = f"disagrees with the reference: {lines[-1]}"
+    else:
+        failing = "a cell did not complete: " + "; ".join(f"{c.name} ({c.reason})" for c in judged.failed)
+    names = ", ".join(c.name for c in judged.ran)
+    verdict = f"SAME ({tolerance.describe()}) across {len(judged.ran)} cell(s) ({names})" if ok else f"DIFFERENT: {failing}"
+    rep = {"ok": judged.repeatable, "cells": [c.name for c in judged.ran]}
+    agrees = None if judged.agrees is None else {"ok": judged.agrees}
+    return RunJudgement(verdict, 0 if ok else 1, reference, rep, agrees, lines, cells=judged.as_dict())
+
+
+def cell_args(core_mask: str, soc: str | None, contexts: int) -> list[str]:
+    """rkdet-run's cell flags: the SoC's NPU core count with several masks (masks it lacks are skipped and
+    said in cells.json), and `--contexts N`."""
+    from rkdet.board.compat import npu_cores
+
+    args = ["--npu-cores", str(npu_cores(soc))] if "," in core_mask else []
+    return args + (["--contexts", str(contexts)] if contexts > 1 else [])

@@ -58,3 +58,20 @@ class BoardStack:
         return (f"stack: kernel {v(self.kernel)} · rknpu driver {driver} · librknnrt {runtime} · "
                 f"rknn-toolkit-lite {v(self.rknn_toolkit_lite)} · Python {v(self.python)} · numpy {v(self.numpy)} · "
                 f"model built by toolkit {v(self.model_toolkit)}")
+
+
+def model_expectations(manifest: dict[str, Any], backend: str) -> list[str]:
+    """rkdet-run's identity flags for the model deploy pushes: the fingerprint the `.rknn` carries
+    (`--expect-fingerprint`, checked first) and the file's sha256 (`--expect-sha256`, checked when the
+    model carries no fingerprint: older builds, or the ONNX for --backend onnxruntime)."""
+    if backend == "onnxruntime":
+        sha = manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")
+        return ["--expect-sha256", sha] if isinstance(sha, str) else []
+    args: list[str] = []
+    fp = manifest.get("embedded_fingerprint")
+    if isinstance(fp, str):
+        args += ["--expect-fingerprint", fp]
+    sha = manifest.get("rknn", {}).get("sha256")
+    if isinstance(sha, str):
+        args += ["--expect-sha256", sha]
+    return args
