@@ -66,7 +66,7 @@ probe_soc() {
 # Identity: the SoC's serial (device tree, from the efuse CPU id on Rockchip boards) and machine-id, so
 # the results database keys a board by what it is, not by its address. Printable ASCII only.
 probe_identity() {
-    pi_serial= pi_src=
+    pi_serial='' pi_src=''
     for pi_rel in proc/device-tree/serial-number sys/firmware/devicetree/base/serial-number; do
         [ -r "$RK_ROOT/$pi_rel" ] || continue
         pi_serial=$(tr -d '\000' <"$RK_ROOT/$pi_rel" | tr -cd '0-9A-Za-z._:-' | cut -c1-64)
