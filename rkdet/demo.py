@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from rkdet.config import DEFAULT_CONFIG, load_config
+from rkdet.config import DEFAULT_CONFIG, deploy_settings, load_config
 from rkdet.errors import EXIT_BOARD, EXIT_OK, BoardError, InputError
 from rkdet.log import log_console
 from rkdet.textsafe import literal
@@ -75,7 +75,11 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
     problem (including a board not left exactly as it was).
     """
     from rkdet.board.command import open_connection
-    from rkdet.board.deploy import Deployment, RunSettings, pin_env_from_config, probe_board, push_scripts
+    from rkdet.board.deploy import Deployment
+    from rkdet.board.layout import scripts_dir
+    from rkdet.board.remote_scripts import probe_board
+    from rkdet.board.settings import RunSettings
+    from rkdet.board.stage import push_scripts
     from rkdet.emulator.sshd import EmulatedBoard
 
     console = log_console()
@@ -83,10 +87,7 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
     cfg = load_config(config_path)
     build = _build_folder(config_path, build_dir, console)
     soc = soc or cfg.target.platforms[0]
-    run = cfg.run
-    settings = RunSettings(repeats=repeats or run.repeats, warmup=run.warmup, core_mask=run.core_mask,
-                           backend=run.backend, snapshot_every=run.snapshot_every, pin=cfg.board.pin,
-                           pin_env=pin_env_from_config(cfg.board), tolerances=cfg.tolerances.model_dump())
+    settings = RunSettings.from_config(deploy_settings(cfg, config_path), repeats=repeats)
     # Like a real board, the emulated sysfs lets only root write its knobs: log in as a normal user and
     # pin through `sudo -n`, as a non-root deploy to a real board does.
     with EmulatedBoard(soc, variant="sudo", sysfs=sysfs) as board:
@@ -94,13 +95,13 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
         console.log(f"emulated {soc} board on {board.target} (sysfs: {backend})")
         with open_connection(board.target, board.user, None, board.identity_file, board.known_hosts_file,
                              Path("/dev/null"), False) as conn:
-            scripts = {"workdir": conn.default_workdir(), "scripts": f"{conn.default_workdir()}/scripts"}
-            push_scripts(conn, scripts)
-            state_env = {"RKDET_STATE_DIR": f"{scripts['workdir']}/state"}
+            workdir = conn.default_workdir()
+            push_scripts(conn, scripts_dir(workdir))
+            state_env = {"RKDET_STATE_DIR": f"{workdir}/state"}
             settings = replace(settings, sudo=True, state_dir=state_env["RKDET_STATE_DIR"])
-            before = knob_view(probe_board(conn, scripts["scripts"], state_env, True))
+            before = knob_view(probe_board(conn, scripts_dir(workdir), state_env, True))
             outcome = Deployment(conn, build, out, settings, log=console.log, progress=console.is_terminal).run()
-            after = knob_view(probe_board(conn, scripts["scripts"], state_env, True))
+            after = knob_view(probe_board(conn, scripts_dir(workdir), state_env, True))
     for warning in outcome.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
     console.print("[magenta]EMULATED[/]: outputs come from the rkdet emulator (onnxruntime on CPU), not an NPU")

@@ -17,7 +17,7 @@ from pathlib import Path
 import host_guard as guard
 
 from rkdet.emulator.fake_tree import build_fake_tree, tree_digest
-from rkdet.board.scripts import run_board_script
+from rkdet.board.scripts import run_script_locally
 from rkdet.emulator.socs import PROFILES
 
 TESTS = Path(__file__).resolve().parent
@@ -53,11 +53,11 @@ def test_pin_restore_on_fake_root_leaves_host_alone(host_guard, tmp_path: Path) 
     before = host_guard.snapshot()
     root = build_fake_tree(PROFILES["rk3588"], tmp_path / "root")
     env = {"RKDET_THP": "never", "RKDET_CPUIDLE_DEEP": "disable"}
-    rc, _ = run_board_script("pin", root, tmp_path / "state", env=env)
+    rc, _ = run_script_locally("pin", root, tmp_path / "state", env=env)
     assert rc == 0
     assert (root / "proc/sys/vm/compaction_proactiveness").read_text() == "0\n"  # the fake one moved
     assert host_guard.changes(before, host_guard.snapshot()) == []  # the real one did not
-    rc, _ = run_board_script("restore", root, tmp_path / "state")
+    rc, _ = run_script_locally("restore", root, tmp_path / "state")
     assert rc == 0
     assert host_guard.changes(before, host_guard.snapshot()) == []
 
@@ -70,7 +70,7 @@ def test_guard_covers_every_file_pin_changes(tmp_path: Path) -> None:
     for soc in sorted(PROFILES):
         root = build_fake_tree(PROFILES[soc], tmp_path / soc / "root")
         before = tree_digest(root)
-        rc, out = run_board_script("pin", root, tmp_path / soc / "state", env=PIN_EVERYTHING)
+        rc, out = run_script_locally("pin", root, tmp_path / soc / "state", env=PIN_EVERYTHING)
         assert rc == 0, out
         changed = sorted(k for k, v in tree_digest(root).items() if before.get(k) != v)
         assert changed, soc

@@ -49,7 +49,9 @@ def open_connection(board: str, user: str | None, port: int | None, identity: Pa
                     known_hosts: Path | None, ssh_config: Path | None, accept_new_host_key: bool,
                     connect_timeout: float = 10.0, sftp_timeout: float = 30.0):
     """Open the one SSH connection a command uses (strict host keys; BoardError, exit 3, on trouble)."""
-    from rkdet.board.ssh import DEFAULT_RKDET_KNOWN_HOSTS, DEFAULT_SSH_CONFIG, BoardConnection, Timeouts
+    from rkdet.board.hostkeys import DEFAULT_RKDET_KNOWN_HOSTS
+    from rkdet.board.ssh import BoardConnection, Timeouts
+    from rkdet.board.target import DEFAULT_SSH_CONFIG
 
     # paramiko logs transport-thread failures with tracebacks; with no handler they reach stderr (lastResort)
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
@@ -116,8 +118,10 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                as_json: bool) -> DeployOutcome:
     """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
     (the caller records it and exits with its code)."""
-    from rkdet.board.deploy import (Deployment, RunSettings, board_label, latest_unfinished, load_build, load_record,
-                                    pin_env_from_config)
+    from rkdet.board.build import BuildInfo
+    from rkdet.board.deploy import Deployment, board_label
+    from rkdet.board.deploy_state import latest_unfinished, load_record
+    from rkdet.board.settings import RunSettings
 
     console = log_console()
 
@@ -126,7 +130,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
 
     given_build = build
     if build is not None and config_path is None and not resume:
-        load_build(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
+        BuildInfo.check(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
     if resume and build is None and config_path is None:  # judged by the build that run was of (below)
         chosen, build = _settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
     else:
@@ -137,7 +141,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
         except ValueError:
             raise InputError("--emulator-fault: not valid JSON") from None
     if not resume and (config_path is not None or given_build is None):
-        load_build(build)  # after the config's own errors (and the default build); all before any connection
+        BuildInfo.check(build)  # after the config's own errors (and the default build); all before any connection
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout, sftp_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
@@ -151,14 +155,10 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                     chosen = build_deploy_settings(build)
         assert chosen is not None and build is not None
         log(f"settings (run, board, tolerances) from {chosen.source}")
-        run, brd = chosen.run, chosen.board
-        settings = RunSettings(
-            repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
-            core_mask=core_mask or run.core_mask, backend=backend or run.backend, snapshot_every=run.snapshot_every,
-            cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None, pin=brd.pin and not no_pin,
-            pin_env=pin_env_from_config(brd), sudo=brd.sudo if sudo is None else sudo,
-            workdir=workdir or brd.workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
-            timeout=timeout, tolerances=chosen.tolerances.model_dump())
+        settings = RunSettings.from_config(
+            chosen, repeats=repeats, warmup=warmup, core_mask=core_mask, backend=backend, no_pin=no_pin, sudo=sudo,
+            workdir=workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
+            timeout=timeout)
         deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal)
         outcome = deployment.resume(folder) if resume else deployment.run()
         if install_selfcheck:
@@ -208,15 +208,17 @@ def board_group() -> None:
 def _board_script(conn_opts: dict[str, Any], name: str, workdir: str | None, state_dir: str | None,
                   extra_env: dict[str, str] | None = None) -> tuple[str, list]:
     """Connect, push the board scripts, run one of them; return the board's label and the script's records."""
-    from rkdet.board.deploy import push_scripts, run_board_script, state_dir_for
+    from rkdet.board.layout import scripts_dir
+    from rkdet.board.remote_scripts import run_board_script, state_dir_for
+    from rkdet.board.stage import push_scripts
 
     opts = dict(conn_opts)
     sudo = bool(opts.pop("sudo"))
     with open_connection(**opts) as conn:
         wd = conn.abspath(workdir) if workdir else conn.default_workdir()
-        push_scripts(conn, {"workdir": wd, "scripts": f"{wd}/scripts"})
+        push_scripts(conn, scripts_dir(wd))
         env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, state_dir), **(extra_env or {})}
-        _, records = run_board_script(conn, name, f"{wd}/scripts", env, sudo)
+        _, records = run_board_script(conn, name, scripts_dir(wd), env, sudo)
         return conn.target.label, records
 
 
@@ -225,7 +227,7 @@ def _board_script(conn_opts: dict[str, Any], name: str, workdir: str | None, sta
 @click.option("--workdir", default=None, help="Remote work dir for the scripts.")
 def board_info(workdir: str | None, **conn_opts: Any) -> None:
     """Probe the board and print what it is (JSON lines from probe.sh)."""
-    from rkdet.board.deploy import parse_probe_of
+    from rkdet.board.remote_scripts import parse_probe_of
 
     label, records = _board_script(conn_opts, "probe", workdir, None)
     report = parse_probe_of(label, records)
@@ -242,7 +244,7 @@ def board_info(workdir: str | None, **conn_opts: Any) -> None:
 def board_pin(config_path: Path, workdir: str | None, state_dir: str | None, **conn_opts: Any) -> None:
     """Pin the board profile and leave it pinned (restore with `rkdet board restore`)."""
     from rkdet.board import scripts as board_scripts
-    from rkdet.board.deploy import pin_env_from_config
+    from rkdet.board.settings import pin_env_from_config
 
     cfg = load_config(config_path)
     label, records = _board_script(conn_opts, "pin", workdir, state_dir, pin_env_from_config(cfg.board))

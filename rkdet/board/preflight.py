@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from rkdet.board import compat
+from rkdet.board.build import BuildInfo
 from rkdet.board.scripts import ProbeReport
 from rkdet.errors import BoardError
 
@@ -39,23 +40,21 @@ def _version(text: str | None) -> tuple[int, int, int] | None:
     return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
 
 
-def stack_facts(probe: ProbeReport, manifest: dict) -> compat.StackFacts:
-    """The versions the known-incompatibility table is checked against (board probe + build manifest)."""
-    header = manifest.get("rknn", {}).get("header", {})
-    fmt = header.get("format_version")
+def stack_facts(probe: ProbeReport, build: BuildInfo) -> compat.StackFacts:
+    """The versions the known-incompatibility table is checked against (board probe + the build's .rknn)."""
     return compat.StackFacts(soc=probe.soc, runtime_library=probe.runtime_library,
                              runtime=compat.version_of(probe.runtime_version),
                              driver=compat.version_of(probe.rknpu_version),
-                             model_format=fmt if isinstance(fmt, int) else None,
-                             model_toolkit=compat.version_of(header.get("toolkit_version")))
+                             model_format=build.format_version or None,
+                             model_toolkit=compat.version_of(build.toolkit_version))
 
 
-def check_board(probe: ProbeReport, manifest: dict, *, host: str, backend: str, emulated: bool,
+def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str, emulated: bool,
                 need_kb: int) -> BoardFit:
     """Raise BoardError (exit 3) naming the host and the mismatch; return the fit otherwise."""
-    platform = manifest["platform"]
+    platform = build.platform
     if backend == "rknnlite" and (probe.soc or "").lower() in compat.RKNPU1_SOCS:
-        for finding in compat.check(stack_facts(probe, manifest)):  # the legacy-runtime rows say more than
+        for finding in compat.check(stack_facts(probe, build)):  # the legacy-runtime rows say more than
             if finding.decided and finding.row.severity == "block":  # "board is rv1126, build targets ..."
                 raise BoardError(f"{host}: {finding.message}")
     if not probe.soc:
@@ -66,13 +65,12 @@ def check_board(probe: ProbeReport, manifest: dict, *, host: str, backend: str, 
                          f"convert for {probe.soc} (rkdet convert --target {probe.soc}) or pick another board")
     warnings: list[str] = []
     if backend == "rknnlite":
-        header = manifest.get("rknn", {}).get("header", {})
         runtime = _version(probe.runtime_version)
-        toolkit = _version(header.get("toolkit_version"))
+        toolkit = _version(build.toolkit_version)
         if runtime is None:
             raise BoardError(f"{host}: no RKNN runtime library found (librknnrt.so); install the runtime that "
-                             f"matches rknn-toolkit2 {header.get('toolkit_version', '?')}")
-        for finding in compat.check(stack_facts(probe, manifest)):
+                             f"matches rknn-toolkit2 {build.toolkit_version or '?'}")
+        for finding in compat.check(stack_facts(probe, build)):
             if finding.decided and finding.row.severity == "block":
                 raise BoardError(f"{host}: {finding.message}")
             warnings.append(finding.message)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import paramiko
 
-from rkdet.board.ssh import remote_command
+from rkdet.board.shell import remote_command
 from rkdet.board.transfer import TransferStats, _Progress, remote_hashes, request_size, sha256_file
 from rkdet.errors import BoardError, InputError
 

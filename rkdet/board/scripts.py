@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rkdet.board.shell import remote_command
 from rkdet.errors import BoardError, InputError
 
 SCRIPT_NAMES = ("probe", "pin", "restore", "run-pinned")
@@ -78,7 +79,7 @@ def board_command(name: str, scripts_dir: str, env: Mapping[str, object] | None 
     assigns = [f"{k}={v}" for k, v in check_board_env(env or {}).items()]
     parts = (["env", *assigns] if assigns else []) + shlex.split(shell)
     parts += [f"{scripts_dir.rstrip('/')}/{name}.sh", *(["--"] if name == "run-pinned" and args else []), *args]
-    return " ".join(shlex.quote(p) for p in parts)
+    return remote_command(parts)
 
 
 # ---- output parsing ---------------------------------------------------------------------------
@@ -400,7 +401,7 @@ def script_env(root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
     return base
 
 
-def run_board_script_full(name: str, root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
+def run_script_locally_full(name: str, root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
                           shell: str = "sh", env: Mapping[str, object] | None = None,
                           args: Sequence[str] = (), prefix: Sequence[str] = (),
                           timeout: float = 120.0) -> ScriptRun:
@@ -411,9 +412,9 @@ def run_board_script_full(name: str, root: os.PathLike[str] | str, state_dir: os
     return ScriptRun(proc.returncode, parse_records(out), out, proc.stderr.decode("utf-8", errors="replace"))
 
 
-def run_board_script(name: str, root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
+def run_script_locally(name: str, root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
                      shell: str = "sh", env: Mapping[str, object] | None = None,
                      args: Sequence[str] = ()) -> tuple[int, list[dict[str, Any]]]:
     """Run a board script locally against a fake root: (exit status, its JSON records)."""
-    run = run_board_script_full(name, root, state_dir, shell=shell, env=env, args=args)
+    run = run_script_locally_full(name, root, state_dir, shell=shell, env=env, args=args)
     return run.returncode, run.records

@@ -13,7 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkdet.board.ssh import BoardConnection, remote_command
+from rkdet.board.shell import remote_command
+from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats, push
 from rkdet.errors import InputError
 

@@ -1,34 +1,31 @@
-"""The one door from the host into a board: an SSH connection (paramiko) with strict host keys.
+"""How rkdet reaches a board: one SSH session (paramiko), the implementation of `CommandRunner`.
 
-Why this shape: every remote command is built from a list of arguments quoted with
-`shlex.quote` (`remote_command`), so no path or name is ever interpolated raw into a shell line;
-every wait has a timeout, so a wedged board fails with exit 3 instead of hanging the host; and
-stdout and stderr are drained together, so a chatty command cannot fill the channel window and
-deadlock. Host keys are checked like OpenSSH's ``StrictHostKeyChecking=yes`` (or ``accept-new``
-when asked): an unknown key is refused with its SHA256 fingerprint, a changed key always.
+Why this shape: every wait has a timeout, so a wedged board fails with exit 3 instead of hanging the
+host; stdout and stderr are drained together, so a chatty command cannot fill the channel window and
+deadlock; output is capped (`Limits`), since a board's answers are untrusted. What is done over a
+session lives beside it as functions over a connection: the command line (`shell.py`), detached jobs
+(`jobs.py`), transfers (`transfer.py`, `pull.py`); where to connect is `target.py`, host keys
+`hostkeys.py`.
 """
 
 from __future__ import annotations
 
 import errno
-import re
 import select
-import shlex
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import IO
 
 import paramiko
 
-from rkdet.errors import BoardError, InputError
-
-DEFAULT_SSH_CONFIG = Path("~/.ssh/config")
-DEFAULT_SYSTEM_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
-DEFAULT_RKDET_KNOWN_HOSTS = Path("~/.config/rkdet/known_hosts")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from rkdet.board import hostkeys
+from rkdet.board.hostkeys import DEFAULT_RKDET_KNOWN_HOSTS
+from rkdet.board.shell import CommandResult, build_command, check_env_name, remote_command
+from rkdet.board.target import DEFAULT_SSH_CONFIG, DEFAULT_SYSTEM_KNOWN_HOSTS, Target, resolve_target
+from rkdet.errors import BoardError
 
 
 @dataclass(frozen=True)
@@ -59,205 +56,6 @@ class Limits:
     file_bytes: int = 4 << 30
     total_bytes: int = 16 << 30
     keep_free_bytes: int = 512 << 20
-
-
-class CommandResult(NamedTuple):
-    """What a remote command left: exit code, stdout and stderr (decoded as UTF-8, lenient)."""
-
-    rc: int
-    out: str
-    err: str
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where to connect, after ``~/.ssh/config`` and explicit flags have been applied."""
-
-    name: str  # as the user wrote it (alias or address), for messages
-    hostname: str
-    port: int
-    user: str
-    identities: tuple[Path, ...] = ()
-    identities_only: bool = False
-    proxy_jump: str | None = None
-    known_hosts: tuple[Path, ...] = ()  # read-only files (OpenSSH's UserKnownHostsFile)
-    accept_new: bool = False
-
-    @property
-    def label(self) -> str:
-        """`user@host:port` for messages."""
-        return f"{self.user}@{self.hostname}:{self.port}"
-
-    @property
-    def host_key_name(self) -> str:
-        """The known_hosts name OpenSSH uses: `host` on port 22, `[host]:port` otherwise."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
-
-
-@dataclass(frozen=True)
-class DetachedJob:
-    """A board-side process group started by `start_detached`; poll, re-attach or kill it."""
-
-    pid: int
-    pidfile: str
-    logfile: str
-    sudo: bool = False
-
-    @property
-    def rcfile(self) -> str:
-        return self.pidfile + ".rc"
-
-
-def remote_command(argv: Sequence[str]) -> str:
-    """One shell line from argv, every argument quoted: the only way commands are built."""
-    if not argv:
-        raise InputError("empty remote command")
-    return " ".join(shlex.quote(str(a)) for a in argv)
-
-
-def _env_prefix(env: Mapping[str, str] | None, keep_env: Iterable[str]) -> str:
-    """`env K='v' K2="$K2"` (empty when nothing to set): survives `sudo`'s env_reset."""
-    parts: list[str] = []
-    for name in keep_env:
-        if not _ENV_NAME.match(name):
-            raise InputError(f"invalid environment variable name {name!r}")
-        parts.append(f'{name}="${name}"')  # expanded by the board's shell, on purpose
-    for name, value in (env or {}).items():
-        if not _ENV_NAME.match(name):
-            raise InputError(f"invalid environment variable name {name!r}")
-        parts.append(shlex.quote(f"{name}={value}"))
-    return "env " + " ".join(parts) if parts else ""
-
-
-def build_command(argv: Sequence[str], *, sudo: bool = False, env: Mapping[str, str] | None = None,
-                  keep_env: Iterable[str] = ()) -> str:
-    """The full shell line for argv with optional `sudo -n` and environment (after sudo)."""
-    line = remote_command(argv)
-    prefix = _env_prefix(env, keep_env)
-    if prefix:
-        line = f"{prefix} {line}"
-    if sudo:
-        line = f"sudo -n {line}" if prefix else f"sudo -n -- {line}"
-    return line
-
-
-# --- target resolution ------------------------------------------------------------------------
-
-def parse_board(board: str) -> tuple[str | None, str, int | None]:
-    """Split `[user@]host[:port]` (IPv6 as `[addr]:port`) into (user, host, port)."""
-    user = None
-    rest = board.strip()
-    if "@" in rest:
-        user, rest = rest.rsplit("@", 1)
-    port: int | None = None
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        if tail.startswith(":"):
-            port = _port(tail[1:], board)
-    elif rest.count(":") == 1:
-        host, _, p = rest.partition(":")
-        port = _port(p, board)
-    else:
-        host = rest
-    if not host or (user is not None and not user):
-        raise InputError(f"--board {board!r}: expected [USER@]HOST[:PORT]")
-    return user, host, port
-
-
-def _port(text: str, board: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise InputError(f"--board {board!r}: port must be a number 1-65535")
-    return int(text)
-
-
-def resolve_target(board: str, *, user: str | None = None, port: int | None = None,
-                   identity: str | Path | Sequence[str | Path] | None = None,
-                   ssh_config: str | Path | None = DEFAULT_SSH_CONFIG,
-                   system_known_hosts: str | Path | None = DEFAULT_SYSTEM_KNOWN_HOSTS,
-                   accept_new_host_key: bool = False) -> Target:
-    """Apply ssh_config (Host, HostName, User, Port, IdentityFile, ProxyJump, UserKnownHostsFile)
-    then explicit values (which win), like `ssh -F config -l user -p port -i identity board`."""
-    b_user, host, b_port = parse_board(board)
-    conf: dict = {}
-    if ssh_config is not None:
-        path = Path(ssh_config).expanduser()
-        if path.is_file():
-            try:
-                conf = dict(paramiko.SSHConfig.from_path(str(path)).lookup(host))
-            except Exception as err:  # paramiko raises assorted types on bad syntax
-                raise InputError(f"{path}: cannot parse SSH config ({err})") from None
-    hostname = conf.get("hostname", host)
-    final_user = user or b_user or conf.get("user") or _local_user()
-    final_port = port or b_port or int(conf.get("port", 22))
-    if identity is None:
-        ids = [Path(p).expanduser() for p in conf.get("identityfile", [])]
-        ids = [p for p in ids if p.is_file()]  # OpenSSH silently skips missing config entries
-    else:
-        given = [identity] if isinstance(identity, (str, Path)) else list(identity)
-        ids = [Path(p).expanduser() for p in given]
-        for p in ids:
-            if not p.is_file():
-                raise InputError(f"identity file {p} not found; pass an existing private key")
-    if "userknownhostsfile" in conf:
-        raw = conf["userknownhostsfile"]  # paramiko has stripped quotes: a whole existing path wins
-        parts = [raw] if Path(raw).expanduser().exists() else raw.split()
-        known = tuple(Path(p).expanduser() for p in parts if p != "/dev/null")
-    else:
-        known = (Path(system_known_hosts).expanduser(),) if system_known_hosts else ()
-    accept_new = accept_new_host_key or conf.get("stricthostkeychecking", "").lower() == "accept-new"
-    proxy = conf.get("proxyjump")
-    if proxy and proxy.lower() == "none":
-        proxy = None
-    return Target(name=board, hostname=hostname, port=final_port, user=final_user, identities=tuple(ids),
-                  identities_only=str(conf.get("identitiesonly", "no")).lower() == "yes" or identity is not None,
-                  proxy_jump=proxy, known_hosts=known, accept_new=accept_new)
-
-
-def _local_user() -> str:
-    import getpass
-
-    return getpass.getuser()
-
-
-# --- host keys --------------------------------------------------------------------------------
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """`SHA256:<base64>` exactly as `ssh-keygen -l` prints it."""
-    return key.fingerprint
-
-
-def _key_kind(key: paramiko.PKey) -> str:
-    return key.get_name().replace("ssh-", "").upper()
-
-
-class _UnknownHostKey(Exception):
-    def __init__(self, name: str, key: paramiko.PKey) -> None:
-        super().__init__(name)
-        self.name, self.key = name, key
-
-
-class _StrictPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys, or (accept-new) record them in the rkdet known_hosts file."""
-
-    def __init__(self, accept_new: bool, record_to: Path) -> None:
-        self.accept_new, self.record_to = accept_new, record_to
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        if not self.accept_new:
-            raise _UnknownHostKey(hostname, key)
-        record_host_key(self.record_to, hostname, key)
-
-
-def record_host_key(path: Path, name: str, key: paramiko.PKey) -> None:
-    """Append `name keytype base64` to a known_hosts file (rewritten to a temp name, then renamed)."""
-    path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = path.read_text() if path.exists() else ""
-    if old and not old.endswith("\n"):
-        old += "\n"
-    from rkdet.runner import write_atomic  # the one atomic writer
-
-    write_atomic(str(path), f"{old}{name} {key.get_name()} {key.get_base64()}\n", perms=0o600)
 
 
 # --- connection -------------------------------------------------------------------------------
@@ -385,18 +183,7 @@ class BoardConnection:
     def _handshake(cls, tgt: Target, sock: socket.socket | paramiko.Channel, rkdet_known: Path,
                    timeouts: Timeouts, allow_agent: bool) -> BoardConnection:
         client = paramiko.SSHClient()
-        for path in tgt.known_hosts:
-            if path.is_file():
-                try:
-                    client.load_system_host_keys(str(path))
-                except (OSError, paramiko.SSHException) as err:
-                    raise InputError(f"{path}: unreadable known_hosts file ({err})") from None
-        if rkdet_known.is_file():
-            try:
-                client.get_host_keys().load(str(rkdet_known))
-            except (OSError, paramiko.SSHException) as err:
-                raise InputError(f"{rkdet_known}: unreadable known_hosts file ({err})") from None
-        client.set_missing_host_key_policy(_StrictPolicy(tgt.accept_new, rkdet_known))
+        hostkeys.apply_policy(client, tgt, rkdet_known)
         try:
             client.connect(
                 tgt.hostname, port=tgt.port, username=tgt.user, sock=sock,
@@ -408,20 +195,12 @@ class BoardConnection:
                 timeout=timeouts.connect + timeouts.banner, banner_timeout=timeouts.banner, auth_timeout=timeouts.auth,
                 channel_timeout=timeouts.connect, transport_factory=_fast_transport,
             )
-        except _UnknownHostKey as err:
+        except hostkeys.UnknownHostKey as err:
             client.close()
-            scan = f"ssh-keyscan -p {tgt.port} {tgt.hostname}" if tgt.port != 22 else f"ssh-keyscan {tgt.hostname}"
-            raise BoardError(
-                f"{tgt.label}: unknown host key {_key_kind(err.key)} {fingerprint(err.key)}; if that is the board's key, "
-                f"rerun with --accept-new-host-key (records it in {rkdet_known}) or add `{scan}` output to known_hosts"
-            ) from None
+            raise hostkeys.unknown_key_error(tgt, err, rkdet_known) from None
         except paramiko.BadHostKeyException as err:
             client.close()
-            raise BoardError(
-                f"{tgt.label}: HOST KEY CHANGED (now {_key_kind(err.key)} {fingerprint(err.key)}, known "
-                f"{fingerprint(err.expected_key)}); refusing. If the board was re-flashed, remove the old entry with "
-                f"`ssh-keygen -R '{tgt.host_key_name}' -f FILE` for each of {', '.join(map(str, _all_known(tgt, rkdet_known)))}"
-            ) from None
+            raise hostkeys.changed_key_error(tgt, err, rkdet_known) from None
         except paramiko.PasswordRequiredException:
             client.close()
             raise BoardError(f"{tgt.label}: the identity key is passphrase-protected; load it into ssh-agent") from None
@@ -628,8 +407,7 @@ class BoardConnection:
 
     def getenv(self, name: str) -> str | None:
         """A variable of the board's login environment (None when unset)."""
-        if not _ENV_NAME.match(name):
-            raise InputError(f"invalid environment variable name {name!r}")
+        check_env_name(name)
         res = self.run(["sh", "-c", f'[ -n "${{{name}+x}}" ] && printf %s "${name}"'], check=False)
         return res.out if res.rc == 0 else None
 
@@ -656,101 +434,5 @@ class BoardConnection:
             self._sftp.close()
         self._sftp, self._sftp_checked = None, True
 
-    # -- detached jobs --
 
-    _START = (
-        'pidfile=$1; logfile=$2; shift 2\n'
-        'rm -f "$pidfile" "$pidfile.rc"\n'
-        "setsid sh -c 'trap \"\" HUP; echo $$ > \"$0.tmp\" && mv -f \"$0.tmp\" \"$0\" || exit 125; "
-        "\"$@\"; echo $? > \"$0.rc.tmp\"; mv -f \"$0.rc.tmp\" \"$0.rc\"' \"$pidfile\" \"$@\" "
-        '> "$logfile" 2>&1 < /dev/null &\n'
-        'i=0; while [ ! -s "$pidfile" ]; do i=$((i+1)); '
-        'if [ $i -gt 400 ]; then echo "no pid file after 20 s: $pidfile" >&2; exit 1; fi; '
-        'sleep 0.05 2>/dev/null || sleep 1; done\n'
-        'cat "$pidfile"\n'
-    )
-    # running = the pid is alive, not a zombie, and still leads its own session (guards pid reuse)
-    _ALIVE = ('p=$(cat "$1" 2>/dev/null) || exit 2; [ -r "/proc/$p/stat" ] || exit 1; '
-              'read -r _ _ s _ _ sid _ < "/proc/$p/stat" || exit 1; [ "$s" != Z ] && [ "$sid" = "$p" ]')
-
-    def start_detached(self, argv: Sequence[str], pidfile: str, logfile: str, *, sudo: bool = False,
-                       env: Mapping[str, str] | None = None, keep_env: Iterable[str] = ()) -> DetachedJob:
-        """Start argv in its own session (setsid, SIGHUP ignored) that outlives this connection.
-
-        The pid (= process group id) goes to `pidfile`, output to `logfile`, the exit code to
-        `pidfile.rc` when it ends; `is_running`, `attach`, `kill_job` work from any later connection.
-        """
-        pidfile, logfile = self.abspath(pidfile), self.abspath(logfile)
-        inner = ["env", *[f"{k}={v}" for k, v in (env or {}).items()], *argv] if env else list(argv)
-        line = remote_command(["sh", "-c", self._START, "sh", pidfile, logfile, *inner])
-        if keep_env or sudo:
-            prefix = _env_prefix(None, keep_env)
-            line = (f"sudo -n {prefix} {line}" if prefix else f"sudo -n -- {line}") if sudo else f"{prefix} {line}"
-        out, err = bytearray(), bytearray()
-        rc = self.stream(line, stdout=out.extend, stderr=err.extend, timeout=self.timeouts.connect + 25,
-                         what=f"start {argv[0]}")
-        text = out.decode().strip()
-        if rc != 0 or not text.isdigit():
-            msg = err.decode("utf-8", "replace").strip().splitlines()
-            raise BoardError(f"{self.target.label}: could not start `{argv[0]}` detached: "
-                             f"{msg[-1] if msg else 'exit ' + str(rc)}")
-        return DetachedJob(int(text), pidfile, logfile, sudo)
-
-    def attach(self, pidfile: str, logfile: str, *, sudo: bool = False) -> DetachedJob:
-        """Re-attach to a job started earlier (maybe by another connection) from its pid file."""
-        pidfile, logfile = self.abspath(pidfile), self.abspath(logfile)
-        res = self.run(["cat", pidfile], check=False, sudo=sudo)
-        if res.rc != 0 or not res.out.strip().isdigit():
-            raise BoardError(f"{self.target.label}: no job pid in {pidfile}")
-        return DetachedJob(int(res.out.strip()), pidfile, logfile, sudo)
-
-    def is_running(self, job: DetachedJob) -> bool:
-        """True while the job's session leader lives (zombies count as finished)."""
-        rc = self.run(["sh", "-c", self._ALIVE, "sh", job.pidfile], check=False, sudo=job.sudo).rc
-        return rc == 0
-
-    def job_exit_code(self, job: DetachedJob) -> int | None:
-        """The job's exit code once it finished normally; None while running or when killed."""
-        res = self.run(["cat", job.rcfile], check=False, sudo=job.sudo)
-        return int(res.out.strip()) if res.rc == 0 and res.out.strip().lstrip("-").isdigit() else None
-
-    def read_log(self, job: DetachedJob, offset: int = 0) -> bytes:
-        """The job's log from byte `offset` on (poll with the previous length to follow it)."""
-        out = bytearray()
-        self.stream(remote_command(["tail", "-c", f"+{offset + 1}", job.logfile]), stdout=self.capped(out, "tail log"),
-                    what="tail log")
-        return bytes(out)
-
-    def wait_job(self, job: DetachedJob, timeout: float, poll: float = 0.2) -> int | None:
-        """Poll until the job ends; return its exit code (None if killed); BoardError on timeout."""
-        deadline = time.monotonic() + timeout
-        while self.is_running(job):
-            if time.monotonic() > deadline:
-                raise BoardError(f"{self.target.label}: job {job.pid} still running after {timeout:g} s")
-            time.sleep(poll)
-        return self.job_exit_code(job)
-
-    def kill_job(self, job: DetachedJob, grace: float = 5.0) -> None:
-        """SIGTERM the job's process group, then SIGKILL it after `grace` seconds."""
-        # the shell builtin (dash, bash, ash) takes `-SIG -PGID`; procps' /usr/bin/kill would not
-        kill = 'kill -"$1" -"$2" 2>/dev/null'
-        self.run(["sh", "-c", kill, "sh", "TERM", str(job.pid)], check=False, sudo=job.sudo)
-        deadline = time.monotonic() + grace
-        while self.is_running(job):
-            if time.monotonic() > deadline:
-                self.run(["sh", "-c", kill, "sh", "KILL", str(job.pid)], check=False, sudo=job.sudo)
-                break
-            time.sleep(0.1)
-
-    # Transfers are functions over a connection, not methods (labgrid's split of what from how):
-    # rkdet.board.transfer.push(conn, ...) and rkdet.board.pull.pull(conn, ...).
-
-
-def _all_known(tgt: Target, rkdet_known: Path) -> list[Path]:
-    return [*tgt.known_hosts, rkdet_known]
-
-
-__all__ = [
-    "BoardConnection", "CommandResult", "DetachedJob", "Limits", "Target", "Timeouts", "build_command",
-    "fingerprint", "parse_board", "record_host_key", "remote_command", "resolve_target",
-]
+__all__ = ["BoardConnection", "Limits", "Timeouts"]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable
 import paramiko
 from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
 
-from rkdet.board.ssh import remote_command
+from rkdet.board.shell import remote_command
 from rkdet.errors import BoardError, InputError
 from rkdet.runner import file_sha256
 

@@ -8,7 +8,7 @@ import pytest
 
 from rkdet.board.scripts import (
     PinReport, board_command, check_board_env, parse_pin, parse_probe, parse_records, parse_restore,
-    run_board_script, script_path,
+    run_script_locally, script_path,
 )
 from rkdet.errors import BoardError, InputError
 
@@ -57,7 +57,7 @@ def test_unknown_names_are_refused() -> None:
     with pytest.raises(InputError, match="unknown board script"):
         script_path("lib")
     with pytest.raises(InputError, match="RKDET_GPU_FREQS"):
-        run_board_script("pin", "/nonexistent", "/nonexistent", env={"RKDET_GPU_FREQS": "max"})
+        run_script_locally("pin", "/nonexistent", "/nonexistent", env={"RKDET_GPU_FREQS": "max"})
 
 
 def test_probe_report_defaults_when_empty() -> None:

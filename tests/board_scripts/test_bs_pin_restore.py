@@ -13,7 +13,7 @@ import pytest
 from bs_helpers import VARIANTS
 
 from rkdet.emulator.fake_tree import build_fake_tree, tree_digest
-from rkdet.board.scripts import parse_pin, parse_restore, run_board_script, run_board_script_full
+from rkdet.board.scripts import parse_pin, parse_restore, run_script_locally, run_script_locally_full
 from rkdet.emulator.socs import PROFILES
 
 OPTIONS = {"RKDET_CPU_GOVERNOR": "userspace", "RKDET_THP": "never", "RKDET_CPUIDLE_DEEP": "disable"}
@@ -32,7 +32,7 @@ def test_pin_then_restore_is_byte_identical(soc: str, shell: str, make_tree, sta
     prof = VARIANTS[soc]
     root = make_tree(soc)
     before = tree_digest(root)
-    run = run_board_script_full("pin", root, state_dir, shell=shell)
+    run = run_script_locally_full("pin", root, state_dir, shell=shell)
     assert run.returncode == 0, run.stderr
     rep = parse_pin(run.records)
     assert rep.ok and rep.state == "saved" and not rep.by_status("failed")
@@ -58,7 +58,7 @@ def test_pin_then_restore_is_byte_identical(soc: str, shell: str, make_tree, sta
     assert (state_dir / "pin.state").is_file()
     assert tree_digest(root) != before
 
-    run = run_board_script_full("restore", root, state_dir, shell=shell)
+    run = run_script_locally_full("restore", root, state_dir, shell=shell)
     assert run.returncode == 0, run.stderr
     restored = parse_restore(run.records)
     assert restored.ok and restored.knobs and all(k.status == "restored" for k in restored.knobs)
@@ -66,7 +66,7 @@ def test_pin_then_restore_is_byte_identical(soc: str, shell: str, make_tree, sta
     assert not (state_dir / "pin.state").exists()
     assert list(state_dir.iterdir()) == []  # no temp files left behind
 
-    run = run_board_script_full("restore", root, state_dir, shell=shell)  # idempotent
+    run = run_script_locally_full("restore", root, state_dir, shell=shell)  # idempotent
     assert run.returncode == 0 and parse_restore(run.records).nothing_to_restore
     assert tree_digest(root) == before
 
@@ -76,7 +76,7 @@ def test_optional_knobs_pin_and_restore(soc: str, make_tree, state_dir: Path) ->
     prof = VARIANTS[soc]
     root = make_tree(soc)
     before = tree_digest(root)
-    rc, records = run_board_script("pin", root, state_dir, env=OPTIONS)
+    rc, records = run_script_locally("pin", root, state_dir, env=OPTIONS)
     rep = parse_pin(records)
     assert rc == 0 and rep.ok, records
     for policy in prof.cpu_policies:
@@ -96,16 +96,16 @@ def test_optional_knobs_pin_and_restore(soc: str, make_tree, state_dir: Path) ->
         assert read(idle / "state0/disable") == "0"  # WFI stays
         for index in range(1, len(prof.cpuidle_states)):
             assert read(idle / f"state{index}/disable") == "1"
-    rc, _ = run_board_script("restore", root, state_dir)
+    rc, _ = run_script_locally("restore", root, state_dir)
     assert rc == 0 and tree_digest(root) == before
 
 
 def test_second_pin_keeps_the_original_state(shell: str, make_tree, state_dir: Path) -> None:
     root = make_tree("rk3568")
     before = tree_digest(root)
-    assert run_board_script("pin", root, state_dir, shell=shell)[0] == 0
+    assert run_script_locally("pin", root, state_dir, shell=shell)[0] == 0
     first_state = (state_dir / "pin.state").read_text()
-    rc, records = run_board_script("pin", root, state_dir, shell=shell,
+    rc, records = run_script_locally("pin", root, state_dir, shell=shell,
                                    env={"RKDET_NPU_FREQ": "297000000", "RKDET_THP": "never"})
     rep = parse_pin(records)
     assert rc == 0 and rep.state == "kept"
@@ -114,14 +114,14 @@ def test_second_pin_keeps_the_original_state(shell: str, make_tree, state_dir: P
     assert second_state.startswith(first_state)  # original values untouched, THP appended
     assert "transparent_hugepage/enabled\talways [madvise] never" in second_state
     assert "fde40000.npu/min_freq\t200000000" in second_state and "297000000" not in second_state
-    assert run_board_script("restore", root, state_dir, shell=shell)[0] == 0
+    assert run_script_locally("restore", root, state_dir, shell=shell)[0] == 0
     assert tree_digest(root) == before
 
 
 def test_frequency_not_in_the_list_is_rejected(shell: str, make_tree, state_dir: Path) -> None:
     root = make_tree("rk3568")  # lists 297/600 MHz (rk3568.dtsi), not 300/594
     before = tree_digest(root)
-    run = run_board_script_full("pin", root, state_dir, shell=shell, env={"RKDET_NPU_FREQ": "594000000"})
+    run = run_script_locally_full("pin", root, state_dir, shell=shell, env={"RKDET_NPU_FREQ": "594000000"})
     assert run.returncode == 2
     message = run.stderr.strip()
     assert len(message.splitlines()) == 1
@@ -133,7 +133,7 @@ def test_frequency_not_in_the_list_is_rejected(shell: str, make_tree, state_dir:
 
 def test_a_listed_frequency_is_pinned(make_tree, state_dir: Path) -> None:
     root = make_tree("rk3568")
-    rc, records = run_board_script("pin", root, state_dir, env={"RKDET_NPU_FREQ": "297000000", "RKDET_DDR_FREQ": "keep"})
+    rc, records = run_script_locally("pin", root, state_dir, env={"RKDET_NPU_FREQ": "297000000", "RKDET_DDR_FREQ": "keep"})
     rep = parse_pin(records)
     assert rc == 0
     assert rep.knob("devfreq/fde40000.npu").detail["min_hz"] == rep.knob("devfreq/fde40000.npu").detail["max_hz"] == 297000000
@@ -152,7 +152,7 @@ def test_a_listed_frequency_is_pinned(make_tree, state_dir: Path) -> None:
 def test_bad_settings_change_nothing(env: dict, needle: str, make_tree, state_dir: Path) -> None:
     root = make_tree("rk3588")
     before = tree_digest(root)
-    run = run_board_script_full("pin", root, state_dir, env=env)
+    run = run_script_locally_full("pin", root, state_dir, env=env)
     assert run.returncode == 2 and needle in run.stderr, run.stderr
     assert tree_digest(root) == before and not (state_dir / "pin.state").exists()
 
@@ -163,7 +163,7 @@ def test_read_back_failure_is_reported(make_tree, state_dir: Path) -> None:
     npu = devfreq_dir(root, "fdab0000.npu")
     (npu / "max_freq").unlink()
     (npu / "max_freq").symlink_to("/dev/null")  # takes every write, reads back empty
-    run = run_board_script_full("pin", root, state_dir)
+    run = run_script_locally_full("pin", root, state_dir)
     rep = parse_pin(run.records)
     assert run.returncode == 1 and rep.status == "partial"
     knob = rep.knob("devfreq/fdab0000.npu")
@@ -176,18 +176,18 @@ def test_read_back_failure_is_reported(make_tree, state_dir: Path) -> None:
 def test_restore_that_does_not_verify_keeps_state(make_tree, state_dir: Path) -> None:
     root = make_tree("rk3588")
     before = tree_digest(root)
-    assert run_board_script("pin", root, state_dir)[0] == 0
+    assert run_script_locally("pin", root, state_dir)[0] == 0
     governor = devfreq_dir(root, "fdab0000.npu") / "governor"
     governor.unlink()
     governor.symlink_to("/dev/null")  # the restore write vanishes
-    run = run_board_script_full("restore", root, state_dir)
+    run = run_script_locally_full("restore", root, state_dir)
     rep = parse_restore(run.records)
     assert run.returncode == 1 and rep.status == "partial" and "run restore.sh again" in rep.reason
     assert [k.knob for k in rep.knobs if k.status == "failed"] == ["sys/class/devfreq/fdab0000.npu/governor"]
     assert (state_dir / "pin.state").is_file()
     governor.unlink()
     governor.write_text("performance\n")
-    assert run_board_script("restore", root, state_dir)[0] == 0
+    assert run_script_locally("restore", root, state_dir)[0] == 0
     assert tree_digest(root) == before and not (state_dir / "pin.state").exists()
 
 
@@ -197,19 +197,19 @@ def test_foreign_state_file_is_refused(make_tree, state_dir: Path) -> None:
     (state_dir / "pin.state").write_text("something else\n")
     before = tree_digest(root)
     for name in ("pin", "restore"):
-        run = run_board_script_full(name, root, state_dir)
+        run = run_script_locally_full(name, root, state_dir)
         assert run.returncode == 2 and "not an rkdet pin state file" in run.stderr
     assert tree_digest(root) == before
 
 
 def test_state_for_another_root_is_refused(make_tree, state_dir: Path) -> None:
     a, b = make_tree("rk3588", "a"), make_tree("rk3588", "b")
-    assert run_board_script("pin", a, state_dir)[0] == 0
+    assert run_script_locally("pin", a, state_dir)[0] == 0
     before_b = tree_digest(b)
-    run = run_board_script_full("restore", b, state_dir)
+    run = run_script_locally_full("restore", b, state_dir)
     assert run.returncode == 2 and "saved for RKDET_ROOT" in run.stderr
     assert tree_digest(b) == before_b
-    assert run_board_script("restore", a, state_dir)[0] == 0
+    assert run_script_locally("restore", a, state_dir)[0] == 0
 
 
 # ---- unprivileged user: root ignores file modes, so this needs a real other uid ----------------------
@@ -231,7 +231,7 @@ def shared_tmp() -> Iterator[Path]:
 def _as_nobody(name: str, root: Path, state: Path) -> subprocess.CompletedProcess:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.fail("this test needs root and setpriv (util-linux) to switch to an unprivileged user")
-    run = run_board_script_full(name, root, state, prefix=NOBODY)
+    run = run_script_locally_full(name, root, state, prefix=NOBODY)
     return run
 
 
@@ -252,13 +252,13 @@ def test_non_root_restore_keeps_state(shared_tmp: Path) -> None:
     root = build_fake_tree(PROFILES["rv1126"], shared_tmp / "root")
     state = shared_tmp / "state"
     before = tree_digest(root)
-    assert run_board_script("pin", root, state)[0] == 0  # as root
+    assert run_script_locally("pin", root, state)[0] == 0  # as root
     pinned = tree_digest(root)
     state.chmod(0o755)
     run = _as_nobody("restore", root, state)
     assert run.returncode == 3 and "permission denied" in run.stderr and "state kept" in run.stderr
     assert tree_digest(root) == pinned and (state / "pin.state").is_file()
-    assert run_board_script("restore", root, state)[0] == 0  # root repairs
+    assert run_script_locally("restore", root, state)[0] == 0  # root repairs
     assert tree_digest(root) == before
 
 
@@ -310,14 +310,14 @@ def test_a_tampered_saved_cur_freq_is_never_executed_nor_written(make_tree, stat
     """restore only ever writes a saved cur_freq into min/max when it is digits; anything else is
     reported as not read back (state kept), never run or written."""
     root = make_tree("rk3588")
-    assert run_board_script("pin", root, state_dir)[0] == 0
+    assert run_script_locally("pin", root, state_dir)[0] == 0
     state = state_dir / "pin.state"
     rel = "sys/class/devfreq/fdab0000.npu/cur_freq"
     marker = tmp_path / "ran"
     text = state.read_text().replace(f"{rel}\t1000000000", f"{rel}\t1$(touch {marker})")
     assert f"touch {marker}" in text
     state.write_text(text)
-    run = run_board_script_full("restore", root, state_dir)
+    run = run_script_locally_full("restore", root, state_dir)
     rep = parse_restore(run.records)
     assert run.returncode == 1 and not marker.exists()
     assert [k.knob for k in rep.knobs if k.status == "failed"] == [rel]

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from bs_helpers import VARIANTS
 
-from rkdet.board.scripts import parse_probe, run_board_script_full
+from rkdet.board.scripts import parse_probe, run_script_locally_full
 
 
 @pytest.mark.parametrize("soc", sorted(VARIANTS))
 def test_probe_describes_each_soc(soc: str, shell: str, make_tree, state_dir: Path) -> None:
     prof = VARIANTS[soc]
     root = make_tree(soc)
-    run = run_board_script_full("probe", root, state_dir, shell=shell, env={"RKDET_WORK_DIR": str(root)})
+    run = run_script_locally_full("probe", root, state_dir, shell=shell, env={"RKDET_WORK_DIR": str(root)})
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines and all(json.loads(line)["script"] == "probe" for line in lines)  # every line is a record
@@ -49,7 +49,7 @@ def test_probe_describes_each_soc(soc: str, shell: str, make_tree, state_dir: Pa
 
 
 def test_rv1126_has_no_gpu_and_no_compaction(make_tree, state_dir: Path) -> None:
-    rep = parse_probe(run_board_script_full("probe", make_tree("rv1126"), state_dir).records)
+    rep = parse_probe(run_script_locally_full("probe", make_tree("rv1126"), state_dir).records)
     assert rep.devfreq_of("gpu") is None and "gpu" in rep.missing
     assert rep.compaction_proactiveness is None and "compaction_proactiveness" in rep.missing
     assert rep.devfreq_of("npu") is not None and rep.devfreq_of("npu").name == "ffbc0000.npu"
@@ -61,7 +61,7 @@ def test_nodes_found_by_name_not_index(make_tree, state_dir: Path) -> None:
     # Vendor kernels without a named OPP table expose the NPU as devfreq0; the GPU may be absent.
     (devfreq / "fde40000.npu").rename(devfreq / "devfreq0")
     (devfreq / "fde60000.gpu").unlink()
-    rep = parse_probe(run_board_script_full("probe", root, state_dir).records)
+    rep = parse_probe(run_script_locally_full("probe", root, state_dir).records)
     assert rep.devfreq_of("npu").name == "devfreq0"
     assert rep.devfreq_of("npu").frequencies_hz[1] == 297000000
     assert rep.devfreq_of("gpu") is None and "gpu" in rep.missing
@@ -69,7 +69,7 @@ def test_nodes_found_by_name_not_index(make_tree, state_dir: Path) -> None:
 
 
 def test_probe_of_an_empty_root_reports_missing_not_fatal(tmp_path: Path, state_dir: Path) -> None:
-    run = run_board_script_full("probe", tmp_path, state_dir, env={"RKDET_PYTHON": "no-such-python-rkdet"})
+    run = run_script_locally_full("probe", tmp_path, state_dir, env={"RKDET_PYTHON": "no-such-python-rkdet"})
     assert run.returncode == 0, run.stderr
     rep = parse_probe(run.records)
     assert rep.ok and rep.soc is None and rep.kernel is None
@@ -78,12 +78,12 @@ def test_probe_of_an_empty_root_reports_missing_not_fatal(tmp_path: Path, state_
 
 def test_probe_sees_a_leftover_pin_state(make_tree, state_dir: Path) -> None:
     root = make_tree("rk3588")
-    assert run_board_script_full("pin", root, state_dir).returncode == 0
-    assert parse_probe(run_board_script_full("probe", root, state_dir).records).pinned_state is True
+    assert run_script_locally_full("pin", root, state_dir).returncode == 0
+    assert parse_probe(run_script_locally_full("probe", root, state_dir).records).pinned_state is True
 
 
 def test_relative_root_is_refused(tmp_path: Path) -> None:
-    run = run_board_script_full("probe", "relative/root", tmp_path)
+    run = run_script_locally_full("probe", "relative/root", tmp_path)
     assert run.returncode == 2 and "RKDET_ROOT must be an absolute path" in run.stderr
 
 
@@ -93,8 +93,8 @@ def test_python_and_rknnlite_detection(make_tree, state_dir: Path, tmp_path: Pat
     (fake_site / "rknnlite").mkdir(parents=True)
     (fake_site / "rknnlite" / "__init__.py").write_text("")
     root = make_tree("rk3588")
-    without = parse_probe(run_board_script_full("probe", root, state_dir).records)
-    with_lite = parse_probe(run_board_script_full("probe", root, state_dir,
+    without = parse_probe(run_script_locally_full("probe", root, state_dir).records)
+    with_lite = parse_probe(run_script_locally_full("probe", root, state_dir,
                                                   env={"PYTHONPATH": str(fake_site)}).records)
     assert without.python_version and without.rknnlite is False
     assert with_lite.rknnlite is True

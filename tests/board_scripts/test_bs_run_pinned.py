@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rkdet.emulator.fake_tree import tree_digest
-from rkdet.board.scripts import local_command, parse_pin, parse_records, parse_restore, run_board_script, script_env
+from rkdet.board.scripts import local_command, parse_pin, parse_records, parse_restore, run_script_locally, script_env
 
 NPU_GOVERNOR = "sys/class/devfreq/fdab0000.npu/governor"
 
@@ -129,7 +129,7 @@ def test_sigkill_leaves_state_and_restore_repairs(shell: str, make_tree, state_d
     assert w.wait() == -signal.SIGKILL
     assert (state_dir / "pin.state").is_file() and tree_digest(root) != before
     os.kill(child_pid, signal.SIGKILL)  # the orphan (a real board would keep it until it ends)
-    rc, records = run_board_script("restore", root, state_dir, shell=shell)
+    rc, records = run_script_locally("restore", root, state_dir, shell=shell)
     assert rc == 0 and parse_restore(records).ok
     assert tree_digest(root) == before and not (state_dir / "pin.state").exists()
 

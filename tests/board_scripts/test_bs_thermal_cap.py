@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from rkdet.emulator.fake_tree import tree_digest
-from rkdet.board.scripts import board_scripts_dir, parse_pin, parse_restore, run_board_script_full
+from rkdet.board.scripts import board_scripts_dir, parse_pin, parse_restore, run_script_locally_full
 
 NODE = "fb000000.gpu"
 GPU = f"sys/class/devfreq/{NODE}"
@@ -45,7 +45,7 @@ def _saved(state_dir: Path) -> dict[str, str]:
 def test_pin_under_a_cap_saves_no_user_limit_and_says_so(shell: str, make_tree, state_dir: Path) -> None:
     root = make_tree("rk3588")
     _heat_by_hand(root)
-    run = run_board_script_full("pin", root, state_dir, shell=shell)
+    run = run_script_locally_full("pin", root, state_dir, shell=shell)
     assert run.returncode == 0, run.stderr
     assert _saved(state_dir)[f"{GPU}/max_freq"] == TOP  # the top OPP, not the capped 800 MHz
     assert _saved(state_dir)[f"{NPU}/max_freq"] == TOP  # (uncapped: as read)
@@ -57,7 +57,7 @@ def test_pin_under_a_cap_saves_no_user_limit_and_says_so(shell: str, make_tree, 
                                                  "max_freq_read": int(CAP), "max_freq_saved": int(TOP)}
     assert "thermal_cap_at_save" not in rep.knob("devfreq/fdab0000.npu").detail
     assert (_cooling(root, NODE) / "cur_state").read_text() == "2\n"  # pin never writes it
-    run = run_board_script_full("restore", root, state_dir, shell=shell)
+    run = run_script_locally_full("restore", root, state_dir, shell=shell)
     assert run.returncode == 0 and parse_restore(run.records).ok, run.stdout
     assert (root / GPU / "max_freq").read_text() == TOP + "\n"  # "no user limit" came back
 
@@ -67,7 +67,7 @@ def test_without_cooling_devices_pin_saves_what_it_reads(shell: str, make_tree, 
     _heat_by_hand(root)
     for cdir in (root / "sys/class/thermal").glob("cooling_device*"):
         shutil.rmtree(cdir)
-    run = run_board_script_full("pin", root, state_dir, shell=shell)
+    run = run_script_locally_full("pin", root, state_dir, shell=shell)
     assert run.returncode == 0, run.stderr
     # a plain tree keeps what is written: the max_freq := top probe moves it, so 800 MHz was a user
     # limit (on a kernel whose cap holds it the probe reads 800 MHz again: test_bs_fuse.py)
@@ -80,13 +80,13 @@ def test_a_cooling_device_is_found_by_type_not_by_index(make_tree, state_dir: Pa
     _heat_by_hand(root)
     cdev = _cooling(root, NODE)
     (cdev / "type").write_text("thermal-devfreq-1\n")  # older kernels: cannot be tied to a node
-    run = run_board_script_full("pin", root, state_dir, shell="dash")
+    run = run_script_locally_full("pin", root, state_dir, shell="dash")
     assert run.returncode == 0 and _saved(state_dir)[f"{GPU}/max_freq"] == CAP
-    run_board_script_full("restore", root, state_dir, shell="dash")
+    run_script_locally_full("restore", root, state_dir, shell="dash")
     (cdev / "type").write_text(f"devfreq-{NODE}\n")
     cdev.rename(cdev.parent / "cooling_device7")  # any index will do
     _heat_by_hand(root)
-    run = run_board_script_full("pin", root, state_dir, shell="dash")
+    run = run_script_locally_full("pin", root, state_dir, shell="dash")
     assert run.returncode == 0 and _saved(state_dir)[f"{GPU}/max_freq"] == TOP
     assert parse_pin(run.records).knob(f"devfreq/{NODE}").detail["thermal_cap_at_save"]["cooling_device"] \
         == "cooling_device7"
@@ -123,7 +123,7 @@ def test_restore_accepts_only_a_read_back_held_at_the_caps_opp(shell: str, make_
 def test_probe_shows_each_nodes_cooling_state(make_tree, state_dir: Path) -> None:
     root = make_tree("rk3588")
     _heat_by_hand(root)
-    run = run_board_script_full("probe", root, state_dir, shell="busybox sh")
+    run = run_script_locally_full("probe", root, state_dir, shell="busybox sh")
     devs = {r["name"]: r for r in run.records if r.get("record") == "devfreq"}
     assert (devs[NODE]["cooling_device"], devs[NODE]["cooling_state"]) == ("cooling_device3", 2)
     assert (devs["dmc"]["cooling_device"], devs["dmc"]["cooling_state"]) == ("cooling_device4", 0)

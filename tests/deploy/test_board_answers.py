@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from rkdet.board.deploy import clock_changes, parse_probe_of
+from rkdet.board.collect import clock_changes
+from rkdet.board.remote_scripts import parse_probe_of
 from rkdet.diff.correlate import correlate
 from rkdet.errors import EXIT_BOARD, BoardError
 from rkdet.snapshots import SnapshotError, parse_snapshot, read_snapshots

@@ -14,7 +14,8 @@ import pytest
 
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.board.selfcheck_install import SelfcheckInstall, install_selfcheck
-from rkdet.board.ssh import BoardConnection, CommandResult
+from rkdet.board.shell import CommandResult
+from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import push
 from rkdet.errors import InputError
 from rkdet.runner import read_index

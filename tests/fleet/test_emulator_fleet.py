@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from host_leftovers import children, inventory
 from process_tree import leftovers, tree_argv
 
+from rkdet.board import jobs
 from rkdet.board.ssh import BoardConnection, Timeouts
 from rkdet.cli import main
 from rkdet.emulator.fleet import DRIFT_RUNTIME, EmulatedFleet, FleetBoard
@@ -186,7 +187,7 @@ def test_drop_cuts_the_link_once_the_runtime_starts_and_the_detached_job_runs_on
     done = fb.board.home / "job.done"
     conn = _connect(fb, fleet.inventory_path)
     try:
-        conn.start_detached(["python3", "-c", RUN, model, "0", "1.5", str(done)], "~/job.pid", "~/job.log")
+        jobs.start(conn, ["python3", "-c", RUN, model, "0", "1.5", str(done)], "~/job.pid", "~/job.log")
         ev = fleet.wait_event(2, "drop", timeout=30)
         assert fleet.boards[2].dropped and not fb.board.running
         started = time.monotonic()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from rkdet.emulator.fake_tree import build_fake_tree
-from rkdet.board.scripts import parse_probe, run_board_script
+from rkdet.board.scripts import parse_probe, run_script_locally
 from rkdet.emulator.socs import profile
 from rkdet.runner import Recorder, ResultWriter, prepare_out_dir, write_json_atomic
 
@@ -39,7 +39,7 @@ def probe_records(tmp: Path, soc: str = "rk3588", runtime: str | None = None, ke
     root = tmp / f"tree-{soc}-{abs(hash((runtime, kernel, serial)))}"
     if not root.exists():
         build_fake_tree(prof, root)
-    code, records = run_board_script("probe", root, tmp / "state")
+    code, records = run_script_locally("probe", root, tmp / "state")
     assert code == 0, records
     return records
 

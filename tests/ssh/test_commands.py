@@ -9,8 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import job_helpers
+
+from rkdet.board import jobs
+from rkdet.board.shell import build_command, remote_command
+from rkdet.board.ssh import BoardConnection, Timeouts
 from rkdet.emulator.sshd import EmulatedBoard
-from rkdet.board.ssh import BoardConnection, Timeouts, build_command, remote_command
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -120,22 +124,22 @@ def _detached_roundtrip(board: EmulatedBoard) -> None:
         base = f"{first.home}/job {NASTY[:8]}"
         first.run(["mkdir", "-p", base])
         pidfile, logfile = f"{base}/job.pid", f"{base}/job.log"
-        job = first.start_detached(["sh", "-c", 'echo "started $1"; exec sleep 60', "sh", "arg;x"], pidfile, logfile)
-        assert job.pid > 1 and first.is_running(job)
+        job = jobs.start(first, ["sh", "-c", 'echo "started $1"; exec sleep 60', "sh", "arg;x"], pidfile, logfile)
+        assert job.pid > 1 and jobs.is_running(first, job)
     # the first connection is gone; the job lives on and a new connection re-attaches to it
     with board.connect(timeouts=FAST) as second:
-        again = second.attach(pidfile, logfile)
-        assert again.pid == job.pid and second.is_running(again)
+        again = jobs.attach(second, pidfile, logfile)
+        assert again.pid == job.pid and jobs.is_running(second, again)
         deadline = time.monotonic() + 5
-        while b"started" not in second.read_log(again) and time.monotonic() < deadline:
+        while b"started" not in job_helpers.read_log(second, again) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert second.read_log(again) == b"started arg;x\n"
-        assert second.read_log(again, offset=8) == b"arg;x\n"
-        second.kill_job(again, grace=2)
-        assert not second.is_running(again)
-        assert second.job_exit_code(again) is None  # killed, not finished
-        done = second.start_detached(["sh", "-c", "exit 7"], f"{base}/b.pid", f"{base}/b.log")
-        assert second.wait_job(done, timeout=10) == 7
+        assert job_helpers.read_log(second, again) == b"started arg;x\n"
+        assert job_helpers.read_log(second, again, offset=8) == b"arg;x\n"
+        job_helpers.kill(second, again, grace=2)
+        assert not jobs.is_running(second, again)
+        assert jobs.exit_code(second, again) is None  # killed, not finished
+        done = jobs.start(second, ["sh", "-c", "exit 7"], f"{base}/b.pid", f"{base}/b.log")
+        assert jobs.wait(second, done, timeout=10) == 7
         second.run(["rm", "-rf", base])
 
 
@@ -150,15 +154,15 @@ def test_detached_job_on_busybox_board(boards) -> None:
 def test_detached_job_with_sudo(boards) -> None:
     board = boards["sudo"]
     with board.connect(timeouts=FAST) as c:
-        job = c.start_detached(["sh", "-c", "id -u; sleep 60"], "/tmp/rkdet-sudo-job.pid", "/tmp/rkdet-sudo-job.log",
+        job = jobs.start(c, ["sh", "-c", "id -u; sleep 60"], "/tmp/rkdet-sudo-job.pid", "/tmp/rkdet-sudo-job.log",
                                sudo=True)
         try:
-            assert c.is_running(job)
+            assert jobs.is_running(c, job)
             deadline = time.monotonic() + 5
-            while not c.read_log(job) and time.monotonic() < deadline:
+            while not job_helpers.read_log(c, job) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert c.read_log(job) == b"0\n"
+            assert job_helpers.read_log(c, job) == b"0\n"
         finally:
-            c.kill_job(job, grace=2)
-        assert not c.is_running(job)
+            job_helpers.kill(c, job, grace=2)
+        assert not jobs.is_running(c, job)
         c.run(["rm", "-f", job.pidfile, job.logfile], sudo=True)

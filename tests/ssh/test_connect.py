@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rkdet.emulator.sshd import EmulatedBoard, free_port
-from rkdet.board.ssh import BoardConnection, Timeouts, parse_board, resolve_target
+from rkdet.board.ssh import BoardConnection, Timeouts
+from rkdet.board.target import parse_board, resolve_target
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)

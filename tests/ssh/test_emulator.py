@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rkdet.board import jobs
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.errors import InputError
@@ -111,7 +112,7 @@ def test_fuse_sysfs_is_served_to_the_board_user(tmp_path: Path) -> None:
 def test_stop_ends_sessions_and_detached_jobs(tmp_path: Path) -> None:
     board = EmulatedBoard("rk3588", tmp_path / "w").start()
     c = board.connect()
-    job = c.start_detached(["sleep", "300"], "~/j.pid", "~/j.log")
+    job = jobs.start(c, ["sleep", "300"], "~/j.pid", "~/j.log")
     assert Path(f"/proc/{job.pid}").exists()
     board.stop()
     deadline = time.monotonic() + 5

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from host_leftovers import alive, children, inventory
 
+from rkdet.board import jobs
 from rkdet.emulator import lifeline, users
 from rkdet.emulator.mount import fuse_unavailable_reason
 from rkdet.emulator.sshd import EmulatedBoard
@@ -60,7 +61,7 @@ def test_deploy_style_session_leaves_nothing_on_the_host(tmp_path: Path) -> None
     sysfs = "plain" if fuse_unavailable_reason() else "fuse"
     with EmulatedBoard("rk3588", tmp_path / "w", "sudo", sysfs=sysfs) as b, b.connect() as c:
         uid, root, port, sshd = b.account.uid, b.root, b.port, b._proc.pid  # noqa: SLF001
-        c.start_detached(["sleep", "300"], "~/j.pid", "~/j.log")
+        jobs.start(c, ["sleep", "300"], "~/j.pid", "~/j.log")
         c.run(["sudo", "-n", "env", f"RKDET_ROOT={root}", "sh", "-c", "mkdir -p /run/rkdet && echo x > /run/rkdet/s"])
         during = inventory([tmp_path], [uid], [root], [sshd], [port])
         assert during.processes and during.accounts == before.accounts
@@ -125,7 +126,7 @@ def _detached_job(info: dict[str, str]) -> int:
     with BoardConnection.open(info["target"], user="rkdetsudo", identity=Path(info["identity"]),
                               known_hosts=Path(info["known_hosts"]), system_known_hosts=None, ssh_config=None,
                               allow_agent=False) as c:
-        return c.start_detached(["sleep", "300"], "~/j.pid", "~/j.log").pid
+        return jobs.start(c, ["sleep", "300"], "~/j.pid", "~/j.log").pid
 
 
 @pytest.mark.parametrize("sysfs", ["plain", "fuse"])

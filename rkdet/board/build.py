@@ -1,0 +1,97 @@
+"""What the board side reads of a build: a typed, read-only view of `manifest.json` (`BuildInfo`).
+
+Why its own record: deploy, preflight and a fleet or bisection scheduler need a handful of a
+manifest's fields (fingerprint, platform, the fed input, the `.rknn` header's versions, output
+shapes); reading them here, once, names a malformed manifest in one line (exit 2) instead of a
+KeyError deep in a board run, and keeps convert's manifest format a single reader's concern.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rkdet.errors import InputError
+
+REQUIRED_FILES = ("model.rknn", "model.io.json", "golden/inputs")
+
+
+@dataclass(frozen=True)
+class FedInput:
+    """The input as the model is fed (`manifest.fed_input`): layout and normalization."""
+
+    layout: str | None
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """The manifest fields the board side uses, checked once at load."""
+
+    folder: Path
+    fingerprint: str
+    platform: str
+    fed_input: FedInput | None
+    toolkit_version: str | None  # of the toolkit that built the .rknn (its header)
+    format_version: int  # the .rknn format (0 when the header does not say)
+    output_shapes: tuple[tuple[int, ...], ...]  # of the prepared ONNX graph
+    golden_inputs: int  # how many golden inputs the manifest lists
+
+    @property
+    def short(self) -> str:
+        """The fingerprint's first 16 hex digits (run folder and remote model names)."""
+        return self.fingerprint[:16]
+
+    def need_fed_input(self) -> FedInput:
+        if self.fed_input is None:
+            raise InputError(f"{self.folder}: manifest.json has no fed_input; re-run rkdet convert")
+        return self.fed_input
+
+    @staticmethod
+    def check(build: Path) -> dict[str, Any]:
+        """The build folder's manifest (parsed) when the folder holds what a board run needs; one line
+        naming the folder otherwise. Fields are read by `load` (so a command can check its other
+        inputs, e.g. the build's config, between the two)."""
+        build = Path(build)
+        manifest = build / "manifest.json"
+        try:
+            doc = json.loads(manifest.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{build}: no manifest.json; run `rkdet convert` first or pass --build with a build "
+                             "folder") from None
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{manifest}: unreadable manifest ({exc}); re-run rkdet convert") from None
+        for name in REQUIRED_FILES:
+            if not (build / name).exists():
+                raise InputError(f"{build}: {name} missing; the build folder is incomplete, re-run rkdet convert")
+        return doc
+
+    @classmethod
+    def load(cls, build: Path) -> BuildInfo:
+        """`check` the folder, then read the manifest's fields (a malformed one: one line, exit 2)."""
+        build = Path(build)
+        doc = cls.check(build)
+        try:
+            return cls._from(build, doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InputError(f"{build / 'manifest.json'}: malformed manifest ({type(exc).__name__}: {exc}); "
+                             "re-run rkdet convert") from None
+
+    @classmethod
+    def _from(cls, build: Path, doc: Any) -> BuildInfo:
+        fingerprint, platform = doc["fingerprint"], doc["platform"]
+        if not isinstance(fingerprint, str) or not isinstance(platform, str):
+            raise TypeError("fingerprint and platform must be strings")
+        fed = doc.get("fed_input")
+        fed_input = None if fed is None else FedInput(
+            fed.get("layout"), tuple(float(v) for v in fed["mean"]), tuple(float(v) for v in fed["std"]))
+        header = (doc.get("rknn") or {}).get("header") or {}
+        inputs = doc.get("inputs") or {}
+        outputs = ((inputs.get("onnx_prepared") or {}).get("outputs")) or []
+        return cls(folder=build, fingerprint=fingerprint, platform=platform, fed_input=fed_input,
+                   toolkit_version=header.get("toolkit_version"), format_version=int(header.get("format_version") or 0),
+                   output_shapes=tuple(tuple(int(d) for d in out["shape"]) for out in outputs),
+                   golden_inputs=len(inputs.get("golden") or ()))

@@ -1,0 +1,60 @@
+"""Where one run's files live on a board (`RemoteLayout`), derived from the work dir, build and run id.
+
+Why a typed record: every step (push, start, poll, collect) and `--resume` address the same paths;
+one constructor names them once, and the run's record stores them (`to_json` / `from_json`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+from rkdet.errors import InputError
+
+
+def scripts_dir(workdir: str) -> str:
+    """The board scripts' folder under a work dir (shared by every run and `rkdet board ...`)."""
+    return f"{workdir}/scripts"
+
+
+@dataclass(frozen=True)
+class RemoteLayout:
+    """Absolute board paths of one run."""
+
+    workdir: str
+    scripts: str
+    runner: str
+    model_dir: str
+    inputs: str
+    run_dir: str
+    result: str
+    pidfile: str
+    logfile: str
+
+    @classmethod
+    def for_run(cls, workdir: str, fingerprint: str, run_id: str, backend: str = "rknnlite") -> RemoteLayout:
+        fp = fingerprint[:16]
+        fed = "" if backend == "rknnlite" else "-fp32"  # onnxruntime takes the model's float input, not the NPU's
+        run_dir = f"{workdir}/runs/{run_id}"
+        return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/rkdet-run.py",
+                   model_dir=f"{workdir}/models/{fp}", inputs=f"{workdir}/inputs/{fp}{fed}", run_dir=run_dir,
+                   result=f"{run_dir}/result", pidfile=f"{run_dir}/job.pid", logfile=f"{run_dir}/job.log")
+
+    @property
+    def fp32_inputs(self) -> bool:
+        """True when the inputs are the model's float input (the onnxruntime backend), not the NPU's."""
+        return self.inputs.endswith("-fp32")
+
+    def model(self, backend: str) -> str:
+        """The model file the runner loads for `backend`."""
+        return f"{self.model_dir}/model.onnx" if backend == "onnxruntime" else f"{self.model_dir}/model.rknn"
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], where: str = "remote") -> RemoteLayout:
+        names = [f.name for f in fields(cls)]
+        if not isinstance(doc, Mapping) or not all(isinstance(doc.get(n), str) for n in names):
+            raise InputError(f"{where}: not a complete remote layout ({', '.join(names)})")
+        return cls(**{n: doc[n] for n in names})
