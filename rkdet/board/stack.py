@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from rkdet.board.build import BuildInfo
 from rkdet.board.scripts import ProbeReport
 from rkdet.textsafe import visible
 
@@ -29,21 +30,20 @@ class BoardStack:
     model_toolkit: Optional[str]  # the toolkit that built the .rknn
 
     @classmethod
-    def from_evidence(cls, probe: ProbeReport, run: Optional[dict[str, Any]], manifest: dict[str, Any]) -> BoardStack:
+    def from_evidence(cls, probe: ProbeReport, run: Optional[dict[str, Any]], model_toolkit: Optional[str]) -> BoardStack:
         stack = (run or {}).get("stack")
         stack = stack if isinstance(stack, dict) else {}
 
         def text(value: Any) -> Optional[str]:
             return None if value is None else str(value)[:200]
 
-        header = manifest.get("rknn", {}).get("header", {})
         return cls(kernel=probe.kernel, rknpu_driver=probe.rknpu_version, rknpu_source=probe.rknpu_source,
                    librknnrt=probe.runtime_version,
                    rknn_toolkit_lite=text(stack.get("rknn_toolkit_lite")) or probe.rknnlite_version,
                    python=text(stack.get("python")) or probe.python_version,
                    numpy=text(stack.get("numpy")) or probe.numpy_version,
                    runtime_reports=text(stack.get("sdk_version")),
-                   model_toolkit=text(stack.get("model_toolkit")) or text(header.get("toolkit_version")))
+                   model_toolkit=text(stack.get("model_toolkit")) or model_toolkit)
 
     def as_dict(self) -> dict[str, Optional[str]]:
         return asdict(self)
@@ -60,18 +60,15 @@ class BoardStack:
                 f"model built by toolkit {v(self.model_toolkit)}")
 
 
-def model_expectations(manifest: dict[str, Any], backend: str) -> list[str]:
+def model_expectations(build: BuildInfo, backend: str) -> list[str]:
     """rkdet-run's identity flags for the model deploy pushes: the fingerprint the `.rknn` carries
     (`--expect-fingerprint`, checked first) and the file's sha256 (`--expect-sha256`, checked when the
     model carries no fingerprint: older builds, or the ONNX for --backend onnxruntime)."""
     if backend == "onnxruntime":
-        sha = manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")
-        return ["--expect-sha256", sha] if isinstance(sha, str) else []
+        return ["--expect-sha256", build.onnx_sha256] if build.onnx_sha256 else []
     args: list[str] = []
-    fp = manifest.get("embedded_fingerprint")
-    if isinstance(fp, str):
-        args += ["--expect-fingerprint", fp]
-    sha = manifest.get("rknn", {}).get("sha256")
-    if isinstance(sha, str):
-        args += ["--expect-sha256", sha]
+    if build.embedded_fingerprint:
+        args += ["--expect-fingerprint", build.embedded_fingerprint]
+    if build.rknn_sha256:
+        args += ["--expect-sha256", build.rknn_sha256]
     return args
