@@ -106,3 +106,22 @@ def test_a_context_that_differs_fails_repeatable(board: EmulatedBoard, fast_buil
     assert proc.returncode == 1, proc.stderr[-3000:]
     said = _said(proc)
     assert "repeatable: NO" in said and "context 1 of 2 (threads) differs from the sequential run" in said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["sudo", "busybox"])
+def test_cells_contexts_and_stack_on_sudo_and_busybox_boards(variant: str, fast_build: Path, tmp_path: Path) -> None:
+    with EmulatedBoard("rk3588", tmp_path / "board", variant) as b:
+        flags = ("--sudo", "--state-dir", f"{b.home}/pin-state") if variant == "sudo" else ()
+        before = tree_digest(b.root)
+        out = tmp_path / "r"
+        proc = deploy(b, fast_build, out, *flags, "--core-mask", "0,0_1_2", "--contexts", "2", repeats=1)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        said = _said(proc)
+        assert "repeatable: YES [bitwise]: 2 cell(s) (core-0, core-0_1_2)" in said and "2 contexts agree" in said
+        assert "stack: kernel" in said and "rknpu driver RKNPU driver: v0.9.8 (debugfs)" in said
+        [folder] = run_folders(out)
+        for cell in ("core-0", "core-0_1_2"):
+            run = json.loads((folder / "result" / cell / "run.json").read_text())
+            assert run["model_check"]["by"] == "embedded-fingerprint" and run["contexts"] == 2
+        assert tree_digest(b.root) == before
