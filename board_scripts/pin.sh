@@ -30,17 +30,21 @@
 #   0  every asked-for knob set and read back
 #   1  pinned, but some knob failed (write refused or read back differs); state saved: run restore.sh
 #   2  bad input: unknown option or setting, frequency not in the node's list, foreign state file
-#   3  permission denied or state not writable: nothing was changed (or it was rolled back)
+#   3  permission denied or state not writable: nothing was changed (or it was rolled back); or a
+#      pinned job holds the board lock (lock.sh): nothing was changed
 
 set -eu
 RK_SCRIPT=pin
 RK_DIR=$(dirname -- "$0")
 . "$RK_DIR/lib.sh"
 . "$RK_DIR/knobs.sh"
+. "$RK_DIR/lock.sh"
 
 case ${1:-} in
     -h | --help) rk_usage "$0" ;;
     '') ;;
     *) rk_die 2 "unknown argument '$1'; settings are environment variables, see pin.sh --help" ;;
 esac
+rk_check_env
+rk_lock_refuse_if_held pin.sh
 rk_pin_main

@@ -13,8 +13,9 @@
 # version string), python (python3, its version, numpy's, and rknn-toolkit-lite's when `import
 # rknnlite` works), vm (compaction_proactiveness,
 # transparent hugepages), disk (free space of the work directory), state (a pin state left by a
-# crashed run), identity (device-tree serial-number and /etc/machine-id: who the board is, whatever
-# its address). Anything absent is a "missing" line with a reason, never an error.
+# crashed run, or a running job's), identity (device-tree serial-number and /etc/machine-id: who the
+# board is, whatever its address), lock (the board lock: free, held or stale, with its holder record;
+# see lock.sh). Anything absent is a "missing" line with a reason, never an error.
 #
 # Environment:
 #   RKDET_ROOT       prefix of /sys, /proc and /usr/lib (empty on a real board)
@@ -30,6 +31,7 @@ set -eu
 RK_SCRIPT=probe
 RK_DIR=$(dirname -- "$0")
 . "$RK_DIR/lib.sh"
+. "$RK_DIR/lock.sh"
 
 case ${1:-} in
     -h | --help) rk_usage "$0" ;;
@@ -314,4 +316,5 @@ probe_python
 probe_vm
 probe_disk
 probe_state
+rk_lock_emit
 rk_emit result '"status":"ok","exit":0'

@@ -18,17 +18,21 @@
 #   0  restored and verified (or nothing to restore)
 #   1  some value did not read back; the state file is kept: run restore.sh again
 #   2  bad input: unknown option, foreign or damaged state file, state saved for another root
-#   3  permission denied: nothing was changed, the state file is kept
+#   3  permission denied, or a pinned job holds the board lock (lock.sh: its own restore puts the
+#      board back): nothing was changed, the state file is kept
 
 set -eu
 RK_SCRIPT=restore
 RK_DIR=$(dirname -- "$0")
 . "$RK_DIR/lib.sh"
 . "$RK_DIR/knobs.sh"
+. "$RK_DIR/lock.sh"
 
 case ${1:-} in
     -h | --help) rk_usage "$0" ;;
     '') ;;
     *) rk_die 2 "unknown argument '$1'; see restore.sh --help" ;;
 esac
+rk_check_env
+rk_lock_refuse_if_held restore.sh
 rk_restore_main

@@ -12,10 +12,17 @@
 # "run-pinned": child started/exited, signal), restore's JSON lines (script "restore").
 # The command runs when pin exits 0, or 1 (some knob did not read back: the pin report says
 # which), unless RKDET_PIN_STRICT=1. Settings: the environment variables of pin.sh.
+# One board, one holder: before pin it takes the board lock in $RKDET_STATE_DIR (see lock.sh),
+# waiting up to RKDET_LOCK_TIMEOUT seconds (digits, default 0: one try) for another pinned job to
+# finish, and lets it go after restore. Records (script "run-pinned"): lock "waiting", "taken_over"
+# (a stale lock of a killed job), "acquired", "busy", "released". RKDET_LOCK_HOLDER, RKDET_LOCK_BUILD
+# and RKDET_LOCK_RUN name this job in the holder record (the deploying user@host, build, run id).
 #
 # Exit codes:
 #   the command's exit status, when pin succeeded and restore verified
-#   125  pin refused (nothing ran) or restore failed (the board may still be pinned)
+#   125  the board lock is held by another job (lock record "busy"; nothing changed), pin refused
+#        (nothing ran) or restore failed (the board may still be pinned)
+#   3    the state directory (or its lock file) is not writable: nothing changed
 #   129 / 130 / 141 / 143  stopped by SIGHUP / SIGINT / SIGPIPE / SIGTERM (restored)
 #   2    usage error
 
@@ -24,6 +31,7 @@ RK_SCRIPT=run-pinned
 RK_DIR=$(dirname -- "$0")
 . "$RK_DIR/lib.sh"
 . "$RK_DIR/knobs.sh"
+. "$RK_DIR/lock.sh"
 
 case ${1:-} in
     -h | --help) rk_usage "$0" ;;
@@ -36,6 +44,11 @@ rk_check_env
 rp_grace=${RKDET_KILL_GRACE:-10}
 case $rp_grace in
     '' | *[!0-9]* | ?????*) rk_die 2 "RKDET_KILL_GRACE must be a whole number of seconds (0-9999), got '$rp_grace'" ;;
+esac
+
+rp_wait=${RKDET_LOCK_TIMEOUT:-0}
+case $rp_wait in
+    '' | *[!0-9]* | ??????*) rk_die 2 "RKDET_LOCK_TIMEOUT must be a whole number of seconds (0-99999), got '$rp_wait'" ;;
 esac
 
 rp_child=
@@ -70,6 +83,7 @@ rp_restore() {
     (trap '' INT TERM HUP PIPE; RK_SCRIPT=restore; set -e; rk_restore_main)
     rp_restore_rc=$?
     set -e
+    rk_lock_release
 }
 
 # shellcheck disable=SC2317  # called from the traps below
@@ -80,6 +94,9 @@ rp_on_signal() {
     trap - EXIT
     exit "$2"
 }
+
+# Nothing has changed yet: wait for the board (or give up) before any trap could restore.
+rk_lock_acquire "$rp_wait"
 
 trap 'rp_restore' EXIT
 trap 'rp_on_signal HUP 129' HUP

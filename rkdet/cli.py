@@ -67,7 +67,7 @@ def _register() -> None:
     from rkdet.demo import demo_command
     from rkdet.fleet.command import fleet_group
     from rkdet.history.command import history_group
-    from rkdet.layers.command import layers_command
+    from rkdet.bisection.command import layers_command  # the host analysis, or with --board the bisection
 
     main.add_command(config_group)
     main.add_command(convert_command)

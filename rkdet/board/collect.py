@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rkdet.board import lock as board_lock
 from rkdet.board import scripts as board_scripts
 from rkdet.board.layout import RemoteLayout
 from rkdet.board.pull import pull
@@ -34,6 +35,7 @@ class Collected:
     result_exists: bool
     pulled: TransferStats = field(default_factory=TransferStats)
     refused: RkdetError | None = None  # a pull refused (raised after the job's own errors)
+    lock: board_lock.JobLock | None = None  # the board lock as the job's records tell it
 
     @property
     def restored(self) -> bool | None:
@@ -41,16 +43,27 @@ class Collected:
 
 
 def read_job_log(conn: BoardConnection, layout: RemoteLayout, pinned: bool, job_env: dict[str, str], sudo: bool,
-                 scrub: Callable[[Any], Any], folder: Path) -> Collected:
+                 scrub: Callable[[Any], Any], folder: Path, lock_names: set[str] | None = None) -> Collected:
     """The job's log (kept as job.log, scrubbed) and pin/restore reports; an incomplete restore report
-    is confirmed by running restore.sh again. Warnings: pin's and the knobs pin could not set."""
+    is confirmed by running restore.sh again. Warnings: pin's and the knobs pin could not set.
+    The board lock's holders seen in the log join `lock_names` (kept out of job.log) before it is
+    written; a pinned job that never got the lock raises the refusal naming the holder."""
     cap = conn.limits.output_bytes  # the log's end holds restore's result: keep the end
     log_text = conn.run(["tail", "-c", str(cap), layout.logfile], check=False, timeout=60).out
-    (folder / "job.log").write_text(scrub(log_text))
     records = board_scripts.parse_records(log_text)
+    lock = board_lock.job_lock(records, conn.target.label)
+    if lock_names is not None:
+        lock_names |= board_lock.private_names(lock.holders())
+    (folder / "job.log").write_text(scrub(log_text))
+    refused = board_lock.refusal(records, lock, conn.target.label) if pinned else None
+    if refused is not None:
+        raise refused
     pin = board_scripts.parse_pin(records) if pinned else None
     restore = board_scripts.parse_restore(records) if pinned else None
     warnings = list(pin.warnings) if pin else []
+    if lock.taken_over is not None:
+        warnings.append("took over a stale board lock left by a killed run (pin kept its saved state, if any, "
+                        "and restore put those values back)")
     if restore is not None and restore.status == "incomplete":
         restore, note, again = confirm_restore(conn, layout, job_env, sudo)
         warnings.append(note)
@@ -59,7 +72,7 @@ def read_job_log(conn: BoardConnection, layout: RemoteLayout, pinned: bool, job_
         for knob in pin.by_status("failed"):
             warnings.append(f"pin: {knob.knob} wanted {knob.wanted} but reads {knob.actual}"
                             + (f" ({knob.reason})" if knob.reason else ""))
-    return Collected(log_text, records, pin, restore, warnings, result_exists=False)
+    return Collected(log_text, records, pin, restore, warnings, result_exists=False, lock=lock)
 
 
 def pull_result(conn: BoardConnection, layout: RemoteLayout, dest: Path, collected: Collected,

@@ -103,6 +103,9 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="After a passing deploy, install the build's self-check in <workdir>/selfcheck on the board, "
                           "run it once and print the command for a unit's ExecStartPre= (docs/SELFCHECK.md)."),
         click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for the run."),
+        click.option("--lock-timeout", type=click.IntRange(min=0, max=99999), default=0, show_default=True,
+                     help="Seconds to wait while another pinned job holds the board (one board, one holder); "
+                          "0 refuses at once (exit 3, naming the holder)."),
         click.option("--emulator-fault", default=None, metavar="JSON",
                      help="TEST CONTROL (emulated board only): flip one bit, e.g. "
                           '\'{"occurrence": 5, "input_sha256": null, "output": "cls0", "index": 123, "bit": 0}\'.'),
@@ -133,7 +136,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
                keep: bool, resume: bool, install_selfcheck: bool, timeout: float, emulator_fault: str | None,
                emulator_npu: int | None,
-               as_json: bool) -> DeployOutcome:
+               as_json: bool, lock_timeout: int = 0) -> DeployOutcome:
     """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
     (the caller records it and exits with its code)."""
     from rkdet.board.build import BuildInfo
@@ -177,7 +180,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             chosen, repeats=repeats, warmup=warmup, core_mask=core_mask, contexts=contexts, backend=backend,
             no_pin=no_pin, sudo=sudo,
             workdir=workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
-            timeout=timeout)
+            timeout=timeout, lock_timeout=lock_timeout)
         deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal)
         outcome = deployment.resume(folder) if resume else deployment.run()
         if install_selfcheck:
@@ -245,14 +248,18 @@ def _board_script(conn_opts: dict[str, Any], name: str, workdir: str | None, sta
 @board_group.command("info")
 @connection_options
 @click.option("--workdir", default=None, help="Remote work dir for the scripts.")
-def board_info(workdir: str | None, **conn_opts: Any) -> None:
-    """Probe the board and print what it is (JSON lines from probe.sh)."""
+@click.option("--state-dir", default=None, help="Remote pin state dir, where the board lock is (default as for deploy).")
+def board_info(workdir: str | None, state_dir: str | None, **conn_opts: Any) -> None:
+    """Probe the board and print what it is (JSON lines from probe.sh); the board lock's holder (or "free")
+    goes to stderr as one line."""
+    from rkdet.board.lock import probe_lock
     from rkdet.board.remote_scripts import parse_probe_of
 
-    label, records = _board_script(conn_opts, "probe", workdir, None)
+    label, records = _board_script(conn_opts, "probe", workdir, state_dir)
     report = parse_probe_of(label, records)
     report.raise_for_status(label)
     click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    log_console().print(Text.assemble("board lock: ", literal(probe_lock(records, label).line())), soft_wrap=True)
 
 
 @board_group.command("pin")

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from rkdet.board import collect, pinned_run, stage
 from rkdet.board import scripts as board_scripts
 from rkdet.board.cells import cell_args
+from rkdet.board import lock as board_lock
 from rkdet.board.build import BuildInfo
 from rkdet.board.deploy_state import (DEPLOY_SCHEMA, DeployState, DeployStatus, load_record, public_settings,
                                       remove_partial, write_json)
@@ -119,6 +120,7 @@ class Deployment:
         workdir = conn.abspath(s.workdir) if s.workdir else conn.default_workdir()
         layout = RemoteLayout.for_run(workdir, self.info.fingerprint, run_id, s.backend)
         env = pinned_run.job_env(s, layout, state_dir_for(conn, workdir, s.sudo, s.state_dir))
+        env.update(board_lock.holder_env(self.info.fingerprint, run_id, s.lock_timeout))
         full = s.to_json()
         self.state.record.update(schema=DEPLOY_SCHEMA, run_id=run_id, board=conn.target.label, build=str(self.build),
                                  fingerprint=self.info.fingerprint, platform=self.info.platform,
@@ -129,6 +131,8 @@ class Deployment:
         transfer = stage.push_scripts(conn, layout.scripts)
         probe = probe_board(conn, layout.scripts, {"RKDET_WORK_DIR": workdir,
                                                    "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
+        lock = board_lock.probe_lock(probe.records, conn.target.label)
+        self.state.lock_names |= board_lock.private_names([lock.holder])
         write_json(self.folder / "board.json", self.scrub(probe.to_json()))
         emulated = is_emulated_runtime(conn) if s.backend == "rknnlite" else False
         fit = check_board(probe, self.info, host=conn.target.label, backend=s.backend, emulated=emulated,
@@ -138,7 +142,7 @@ class Deployment:
         if s.emulate_npu is not None and not emulated:
             raise InputError("--emulator-npu is a test control of the emulated runtime (--backend rknnlite); "
                              "this board's runtime is not emulated")
-        pinned_run.refuse_if_busy(conn, workdir)
+        board_lock.check_before_push(lock, conn.target.label, s.lock_timeout, s.pin, self.log)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         transfer.add(stage.push_build(conn, self.info, layout, emulated or s.backend == "onnxruntime",
                                       self.progress, s.emulate_npu if emulated else None))
@@ -179,7 +183,8 @@ class Deployment:
         interrupted = False
         try:
             total = self.settings.repeats * len(list((self.build / "golden" / "inputs").glob("*.npy")))
-            code = pinned_run.wait(self.conn, job, layout, self.settings.timeout, total, self.progress, self.log)
+            code = pinned_run.wait(self.conn, job, layout, self.settings.timeout + self.settings.lock_timeout, total,
+                                   self.progress, self.log)
         except KeyboardInterrupt:
             interrupted = True
             self.log("interrupted: stopping the run on the board (it restores the board)")
@@ -209,7 +214,13 @@ class Deployment:
         """The job's log and pin/restore reports, then the pulled result set (and its clock warnings).
         A refused pull is raised only after the job's own errors (a board left pinned comes first)."""
         s = self.settings
-        got = collect.read_job_log(self.conn, layout, s.pin, self.record["job_env"], s.sudo, self.scrub, self.folder)
+        got = collect.read_job_log(self.conn, layout, s.pin, self.record["job_env"], s.sudo, self.scrub, self.folder,
+                                   self.state.lock_names)
+        if got.lock is not None and got.lock.mine is not None:  # which lock the board had and the wait: no names
+            self.state.update(board_lock={"method": got.lock.mine.method, "waited_s": got.lock.waited_s,
+                                          "took_over_stale": got.lock.taken_over is not None})
+        if got.lock is not None and got.lock.taken_over is not None:
+            self.log(f"took over a stale board lock left by {got.lock.taken_over.describe()} (its job is gone)")
         got.warnings[:0] = list(fit.warnings)
         write_json(self.folder / "pin.json", self.scrub({"schema": "rkdet.pin/1", "records": got.records}))
         self.state.update(job_exit=code, restored=got.restored)

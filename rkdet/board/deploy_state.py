@@ -17,6 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from rkdet.board import lock as board_lock
 from rkdet.errors import InputError
 from rkdet.runner import write_atomic
 
@@ -124,6 +125,7 @@ class DeployState:
         self.folder = folder
         self.private_label, self.public_label, self.user = private_label, public_label, user
         self.record: dict[str, Any] = record if record is not None else {}
+        self.lock_names: set[str] = set()  # board lock holders' user@host: kept out of published files
 
     @property
     def status(self) -> DeployStatus | None:
@@ -157,6 +159,8 @@ class DeployState:
     def _secrets(self) -> list[tuple[str, str]]:
         """(private text, what the published files say instead), longest first."""
         pairs = [(self.private_label, self.public_label)]
+        own = (self.record.get("job_env") or {}).get(board_lock.HOLDER_ENV)
+        pairs += [(name, board_lock.REDACTED) for name in self.lock_names | ({own} if own else set())]
         if self.record.get("build"):
             pairs.append((str(self.record["build"]), os.path.relpath(self.record["build"], self.folder)))
         remote = self.record.get("remote") or {}
@@ -190,7 +194,8 @@ class DeployState:
             public["build"] = os.path.relpath(record["build"], self.folder)
         if record.get("reference"):
             public["reference"] = os.path.relpath(record["reference"], self.folder)
-        public["job_env"] = {k: v for k, v in (record.get("job_env") or {}).items() if k not in _PATH_ENV}
+        public["job_env"] = {k: v for k, v in (record.get("job_env") or {}).items()
+                             if k not in _PATH_ENV + board_lock.PRIVATE_ENV}
         return self.scrub(public)
 
 

@@ -29,10 +29,6 @@ _START = (
 # running = the pid is alive, not a zombie, and still leads its own session (guards pid reuse)
 _ALIVE = ('p=$(cat "$1" 2>/dev/null) || exit 2; [ -r "/proc/$p/stat" ] || exit 1; '
           'read -r _ _ s _ _ sid _ < "/proc/$p/stat" || exit 1; [ "$s" != Z ] && [ "$sid" = "$p" ]')
-# every live job whose pid file matches "$1"/runs/*/job.pid (same liveness rule as _ALIVE)
-_LIVE_UNDER = ('for f in "$1"/runs/*/job.pid; do [ -f "$f" ] || continue; p=$(cat "$f") || continue; '
-               '[ -r "/proc/$p/stat" ] || continue; read -r _ _ s _ _ sid _ < "/proc/$p/stat" || continue; '
-               'if [ "$s" != Z ] && [ "$sid" = "$p" ]; then echo "$f $p"; fi; done; exit 0')
 # the shell builtin (dash, bash, ash) takes `-SIG -PGID`; procps' /usr/bin/kill would not
 _KILL = 'kill -"$1" -"$2" 2>/dev/null'
 
@@ -90,17 +86,6 @@ def exit_code(conn: CommandRunner, job: DetachedJob) -> int | None:
     """The job's exit code once it finished normally; None while running or when killed."""
     res = conn.run(["cat", job.rcfile], check=False, sudo=job.sudo)
     return int(res.out.strip()) if res.rc == 0 and res.out.strip().lstrip("-").isdigit() else None
-
-
-def live_jobs(conn: CommandRunner, workdir: str) -> list[tuple[str, int]]:
-    """(pid file, pid) of every job still running under `workdir/runs/*/job.pid`."""
-    res = conn.run(["sh", "-c", _LIVE_UNDER, "sh", workdir], check=False, timeout=30)
-    found = []
-    for line in res.out.splitlines():
-        path, _, pid = line.rpartition(" ")
-        if path and pid.isdigit():
-            found.append((path, int(pid)))
-    return found
 
 
 def wait(conn: CommandRunner, job: DetachedJob, timeout: float, poll: float = 0.2,

@@ -18,7 +18,6 @@ from rkdet.board.layout import RemoteLayout
 from rkdet.board.remote_scripts import SESSION_ENV
 from rkdet.board.settings import RunSettings
 from rkdet.board.shell import CommandRunner
-from rkdet.errors import BoardError
 
 Log = Callable[[str], None]
 
@@ -46,17 +45,6 @@ def job_env(settings: RunSettings, layout: RemoteLayout, state_dir: str) -> dict
     if settings.fault:
         env["RKDET_EMU_FAULT"] = settings.fault
     return env
-
-
-def refuse_if_busy(conn: CommandRunner, workdir: str) -> None:
-    """Two pinned runs on one board would restore each other's clocks and share the NPU: refuse
-    while another rkdet job of this work dir still runs."""
-    live = jobs.live_jobs(conn, workdir)
-    if live:
-        path, pid = live[0]
-        run_id = path.rsplit("/", 2)[-2]
-        raise BoardError(f"{conn.target.label}: busy: run {run_id} (pid {pid}) is still running in "
-                         f"{workdir}; wait for it, or `rkdet deploy --resume` it with the --out it was started with")
 
 
 def start(conn: CommandRunner, layout: RemoteLayout, settings: RunSettings, env: dict[str, str],

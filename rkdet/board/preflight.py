@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rkdet.board import compat
 from rkdet.board.build import BuildInfo
+from rkdet.board.lock import probe_lock
 from rkdet.board.scripts import ProbeReport
 from rkdet.errors import BoardError
 
@@ -85,7 +86,7 @@ def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str
     if probe.work_dir_free_kb is not None and probe.work_dir_free_kb < need_kb:
         raise BoardError(f"{host}: not enough disk in the work dir: {probe.work_dir_free_kb // 1024} MiB free, "
                          f"{need_kb // 1024 + 1} MiB needed; free space or pass --workdir elsewhere")
-    if probe.pinned_state:
+    if probe.pinned_state and probe_lock(probe.records, host).status != "held":  # held: the running job's own state
         warnings.append("a pin state from an earlier run was left on the board; pin keeps its original values "
                         "and restore will bring them back")
     return BoardFit(probe.soc, probe.runtime_version, emulated, tuple(warnings))

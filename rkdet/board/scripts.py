@@ -22,13 +22,15 @@ from rkdet.errors import BoardError, InputError
 
 SCRIPT_NAMES = ("probe", "pin", "restore", "run-pinned")
 # Everything deploy must push, helpers first (the entry points source them from their own dir).
-SCRIPT_FILES = ("lib.sh", "knobs.sh", "probe.sh", "pin.sh", "restore.sh", "run-pinned.sh")
+SCRIPT_FILES = ("lib.sh", "knobs.sh", "lock.sh", "probe.sh", "pin.sh", "restore.sh", "run-pinned.sh")
 # Settings pin.sh (and run-pinned.sh) read from the environment; documented in pin.sh.
 PIN_SETTINGS = (
     "RKDET_CPU_GOVERNOR", "RKDET_CPU_FREQ", "RKDET_NPU_FREQ", "RKDET_GPU_FREQ", "RKDET_DDR_FREQ",
     "RKDET_COMPACTION", "RKDET_THP", "RKDET_CPUIDLE_DEEP", "RKDET_PIN_STRICT", "RKDET_KILL_GRACE",
 )
-BOARD_ENV = ("RKDET_ROOT", "RKDET_STATE_DIR", "RKDET_WORK_DIR", "RKDET_PYTHON") + PIN_SETTINGS
+# run-pinned.sh's board lock (lock.sh): how long to wait for it, and who this job is in its holder record.
+LOCK_SETTINGS = ("RKDET_LOCK_TIMEOUT", "RKDET_LOCK_HOLDER", "RKDET_LOCK_BUILD", "RKDET_LOCK_RUN")
+BOARD_ENV = ("RKDET_ROOT", "RKDET_STATE_DIR", "RKDET_WORK_DIR", "RKDET_PYTHON") + PIN_SETTINGS + LOCK_SETTINGS
 DEFAULT_STATE_DIR = "/run/rkdet"
 
 

@@ -53,6 +53,7 @@ class RunSettings:
     fault: str | None = None  # TEST CONTROL for the emulated runtime (RKDET_EMU_FAULT), never on real boards
     emulate_npu: int | None = None  # TEST CONTROL: the emulated runtime's NPU mode, K elements one LSB off
     timeout: float = 3600.0
+    lock_timeout: int = 0  # seconds the pinned job waits for the board lock (rkdet.board.lock)
     tolerances: Tolerance = field(default_factory=Tolerance)
 
     @classmethod
@@ -61,7 +62,7 @@ class RunSettings:
                     no_pin: bool = False,
                     sudo: bool | None = None, workdir: str | None = None, state_dir: str | None = None,
                     keep: bool = False, fault: str | None = None, emulate_npu: int | None = None,
-                    timeout: float = 3600.0) -> RunSettings:
+                    timeout: float = 3600.0, lock_timeout: int = 0) -> RunSettings:
         """The one constructor from a config's run/board/tolerances sections; a flag given (not None)
         wins over its config value."""
         run, board = sections.run, sections.board
@@ -73,7 +74,7 @@ class RunSettings:
                    pin=board.pin and not no_pin, pin_env=pin_env_from_config(board),
                    sudo=board.sudo if sudo is None else sudo, workdir=workdir or board.workdir,
                    state_dir=state_dir, keep=keep, fault=fault, emulate_npu=emulate_npu, timeout=timeout,
-                   tolerances=sections.tolerances)
+                   lock_timeout=lock_timeout, tolerances=sections.tolerances)
 
     def to_json(self) -> dict[str, Any]:
         """Every field, JSON-ready (`from_json` gives back an equal record)."""
@@ -105,6 +106,7 @@ class RunSettings:
         expected: dict[str, tuple[type, ...]] = {
             "repeats": (int,), "warmup": (int,), "core_mask": (str,), "contexts": (int,), "backend": (str,), "snapshot_every": (int,),
             "pin": (bool,), "pin_env": (dict,), "sudo": (bool,), "keep": (bool,), "timeout": (int, float),
+            "lock_timeout": (int,),
         }
         optional: dict[str, tuple[type, ...]] = {"cpu_affinity": (tuple,), "workdir": (str,), "state_dir": (str,),
                                                  "fault": (str,), "emulate_npu": (int,)}

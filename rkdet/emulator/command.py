@@ -30,6 +30,18 @@ def board_profile(soc: str, speed_bin: str | None, compaction: bool, thp: bool) 
     return PROFILES[soc]
 
 
+FAULT_TENSOR_ENV = "RKDET_EMU_FAULT_TENSOR"  # read by the emulated runtime (runtime_double/rknnlite/api)
+_FAULT_TENSOR = re.compile(r"^\S+$")
+
+
+def fault_tensor_value(text: str) -> str:
+    """--fault-tensor NAME[:run=K], checked (exit 2 naming the form)."""
+    name, sep, run = text.rpartition(":run=")
+    if not _FAULT_TENSOR.match(text) or (sep and (not name or not run.isdigit())):
+        raise InputError(f"--fault-tensor {text!r}: expected NAME or NAME:run=K (an ONNX tensor name, K >= 0)")
+    return text
+
+
 @click.group("emulator")
 def emulator() -> None:
     """An emulated Rockchip board on 127.0.0.1 (real sshd, fake sysfs, emulated runtime)."""
@@ -49,27 +61,34 @@ def emulator() -> None:
               help="RK3588 only: the big cores' top OPP in MHz, as the chip's speed bin sets it (default 2256).")
 @click.option("--no-compaction", is_flag=True, help="An image without CONFIG_COMPACTION (no compaction_proactiveness).")
 @click.option("--no-thp", is_flag=True, help="An image without transparent huge pages.")
+@click.option("--fault-tensor", default=None, metavar="NAME[:run=K]",
+              help="TEST CONTROL: the emulated runtime perturbs ONNX tensor NAME (one element, one int8 step of its "
+                   "range) so the error propagates downstream; with :run=K only in measured run K of each input.")
 @click.option("--test-librknnrt", "test_librknnrt", default=None, metavar="VERSION",
               help="TEST CONTROL: the board's librknnrt reports this version (e.g. 1.4.0), to see preflight's "
                    "known incompatibilities.")
 @click.option("--test-rknpu-driver", "test_driver", default=None, metavar="VERSION",
               help="TEST CONTROL: the board's rknpu driver reports this version (e.g. 0.8.2).")
 def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: str | None, no_compaction: bool,
-          no_thp: bool, test_librknnrt: str | None, test_driver: str | None) -> None:
+          no_thp: bool, fault_tensor: str | None, test_librknnrt: str | None, test_driver: str | None) -> None:
     """Start the board, print how to reach it, and stop cleanly on Ctrl-C (or SIGTERM)."""
     for flag, value in (("--test-librknnrt", test_librknnrt), ("--test-rknpu-driver", test_driver)):
         if value is not None and not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
             raise InputError(f"emulator: {flag} {value!r}: give a version like 1.4.0")
     profile = socs.with_stack(board_profile(soc, speed_bin, not no_compaction, not no_thp), test_librknnrt,
                               test_driver)
+    env = {FAULT_TENSOR_ENV: fault_tensor_value(fault_tensor)} if fault_tensor is not None else None
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        with EmulatedBoard(profile, workdir, variant, sysfs=sysfs) as board:
+        with EmulatedBoard(profile, workdir, variant, sysfs=sysfs, env=env) as board:
             image = f" [{profile.variant}]" if profile.variant else ""
             click.echo(f"emulated {soc}{image} board ({variant}) listening on {board.target} as user {board.user}")
             backend = board.sysfs.backend if board.sysfs is not None else "plain"
             click.echo(f"  emulated sysfs ({backend}): RKDET_ROOT={board.root}")
+            if fault_tensor is not None:
+                click.echo(f"  TEST CONTROL: the emulated runtime perturbs tensor {fault_tensor} "
+                           "(find it with: rkdet layers BUILD --config F --board ...)")
             click.echo(f"  ssh:    {shlex.join(board.ssh_argv())}")
             sudo = " --sudo" if board.variant.sudo else ""  # its login is not root: board work goes through sudo
             click.echo(f"  deploy: rkdet deploy --board {board.alias} --ssh-config "

@@ -206,3 +206,85 @@ def render_html(report: LayersReport) -> str:
             f"{_img(cosine_plot(report), 'cosine along the graph')}"
             f"<h2>Worst layers by single error (the cause, not the inherited loss)</h2><table>{head}{culprits}</table>"
             f"<h2>All layers</h2><table>{head}{''.join(rows)}</table></body></html>\n")
+
+
+# -- board bisection (`rkdet layers BUILD --board H`, run by rkdet/bisection/): same schema family, mode "board" --
+
+
+@dataclass(frozen=True)
+class BisectStep:
+    """One model run on the board: where it ends, whether the board departed there, what it cost."""
+
+    position: int
+    node: str
+    op: str
+    frontier: list[str]
+    departs: bool
+    model: str  # "the build's own model" | "cut (built)" | "cut (cached)"
+    build_s: float
+    board_s: float
+    worst_tensor: str | None
+    cosine: float | None
+    max_abs: float | None
+    why: str
+    quant_changed: int  # tensors whose cut step-1 parameters differed from the full build's (then replaced)
+
+
+@dataclass
+class BisectionReport:
+    source: str
+    board: str
+    against: str
+    fingerprint: str
+    toolkit: str
+    tolerance: str
+    layers: int
+    bound: int
+    first_departing: dict | None  # {position, node, op, tensors}
+    last_agreeing: dict | None
+    op_between: str | None
+    steps: list[BisectStep]
+    board_runs: int
+    cut_builds: int
+    cut_cache_hits: int
+    timings: dict[str, float] = field(default_factory=dict)
+    pinned: bool = False  # every run through run-pinned.sh (pin, run, restore)
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "mode": "board", "pinned": self.pinned, "source": self.source, "board": self.board, "against": self.against,
+                "fingerprint": self.fingerprint, "toolkit": self.toolkit, "tolerance": self.tolerance,
+                "verdict": "departs" if self.first_departing else "no departure", "layers": self.layers,
+                "cut_build_bound": self.bound, "first_departing": self.first_departing,
+                "last_agreeing": self.last_agreeing, "op_between": self.op_between,
+                "steps": [asdict(s) for s in self.steps], "board_runs": self.board_runs,
+                "cut_builds": self.cut_builds, "cut_cache_hits": self.cut_cache_hits, "timings": self.timings}
+
+
+def bisection_json(report: BisectionReport) -> str:
+    return json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def render_bisection_html(report: BisectionReport) -> str:
+    from rkdet.diff.html import _CSS
+
+    first = report.first_departing
+    if first:
+        last = report.last_agreeing or {}
+        verdict = (f"<div class='verdict different'>the board departs first at {escape(', '.join(first['tensors']))} "
+                   f"(op {escape(report.op_between or '')}); last agreeing: {escape(', '.join(last.get('tensors') or []))}"
+                   f"</div>")
+    else:
+        verdict = f"<div class='verdict same'>no departure from {escape(report.against)} at any of {report.layers} cut points</div>"
+    head = ("<tr><th>position</th><th>node</th><th>op</th><th>model</th><th>board</th><th>worst tensor</th>"
+            "<th>cosine</th><th>max abs</th><th>why</th></tr>")
+    rows = "".join(
+        f"<tr><td class='num'>{s.position}</td><td><code>{escape(s.node)}</code></td><td>{escape(s.op)}</td>"
+        f"<td>{escape(s.model)}</td><td>{'<span class=bad>departs</span>' if s.departs else 'agrees'}</td>"
+        f"<td><code>{escape(s.worst_tensor or '–')}</code></td><td class='num'>{_n(s.cosine, '.6f')}</td>"
+        f"<td class='num'>{_n(s.max_abs, '.3g')}</td><td>{escape(s.why)}</td></tr>" for s in report.steps)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>rkdet layers --board</title><style>{_CSS}</style>"
+            f"</head><body><h1>rkdet layers --board: {escape(report.source)} on {escape(report.board)}</h1>{verdict}"
+            f"<p>Against {escape(report.against)} ({escape(report.tolerance)}); build {escape(report.fingerprint[:16])}; "
+            f"{report.board_runs} board run(s), {report.cut_builds} cut build(s), {report.cut_cache_hits} from the cache "
+            f"(bound {report.bound} for {report.layers} cut points).</p>"
+            f"<h2>Bisection steps (graph order)</h2><table>{head}{rows}</table></body></html>\n")

@@ -119,7 +119,7 @@ def test_second_deploy_while_one_runs_is_refused(board: EmulatedBoard, fast_buil
         second = deploy(board, fast_build, other)
         assert second.returncode == EXIT_BOARD, second.stderr[-3000:]
         line = error_line(second)
-        assert "busy: run " in line and "is still running" in line and "--resume" in line
+        assert "busy: the board is held by " in line and "--lock-timeout" in line  # the board lock (test_deploy_lock)
         assert run_folders(other) == []  # refused in preflight: nothing kept
         first.wait(timeout=120)
     finally:

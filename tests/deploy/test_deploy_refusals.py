@@ -230,7 +230,9 @@ def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tm
         assert proc.returncode == EXIT_BOARD, text[-3000:]
         line = [ln for ln in text.splitlines() if ln.startswith("rkdet: ")]
         assert len(line) == 1 and "Traceback" not in text, text[-3000:]
-        assert "rkdet-run failed" in line[0] and "No space left on device" in line[0], line
+        # "failed" when the full disk also ate the job's exit status; "exited 3" when the board lock's release
+        # (its holder record removed from the state dir on the same tmpfs) freed the page it needed
+        assert re.search(r"rkdet-run (failed|exited 3)", line[0]) and "No space left on device" in line[0], line
         subprocess.run([*on_board, "rm", str(mnt / "ballast")], check=True)
         assert_untouched(board, before)
         [folder] = run_folders(out)

@@ -4,6 +4,8 @@ ash login with busybox applets only and no SFTP, and OpenSSH without the SFTP su
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,13 @@ CASES = {
     "busybox": ((), "exec"),
     "nosftp": ((), "exec"),
 }
+
+
+def _busybox_has_flock() -> bool:
+    """Whether this busybox build has the flock applet (Debian's has not): the busybox board's PATH holds
+    busybox applets only."""
+    done = subprocess.run(["busybox", "flock", "--help"], capture_output=True, text=True, timeout=30)
+    return "applet not found" not in done.stderr
 
 
 @pytest.mark.slow
@@ -44,5 +53,10 @@ def test_variant_completes_a_deploy(variant: str, fast_build: Path, tmp_path: Pa
         assert record["transfer"]["method"] == method and record["transfer"]["files_sent"] > 0
         assert record["settings"]["sudo"] is (variant == "sudo")
         assert len((folder / "result" / "index.jsonl").read_text().splitlines()) == 2 * 2
+        # the board lock (lock.sh): flock where the board has it, else the ln-based fallback
+        locks = [r for r in json.loads((folder / "pin.json").read_text())["records"]
+                 if r.get("record") == "lock" and r.get("status") == "acquired"]
+        has_flock = (_busybox_has_flock() if variant == "busybox" else shutil.which("flock") is not None)
+        assert [r["method"] for r in locks] == ["flock" if has_flock else "link"]
     left = inventory(paths, **mine).new_since(host_before)  # the board is stopped: nothing of it may remain
     assert left == {kind: [] for kind in left}, f"the deploy left on the host: {left}"

@@ -33,3 +33,23 @@ def fragile_model(path: Path, *, seed: int = 0, size: int = 32) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def chain_model(path: Path, *, depth: int = 6, seed: int = 0, size: int = 16) -> Path:
+    """A straight chain of `depth` Conv(8->8, 3x3)+Relu pairs after a Conv(3->8) stem: 2*depth+2 nodes named
+    conv<i>/relu<i>, tensors c<i>/r<i>; weights scaled to keep activations in range (quantizes cleanly)."""
+    rng = np.random.default_rng(seed)
+    inits, nodes, prev, cin = [], [], "x", 3
+    for i in range(depth + 1):
+        w = rng.normal(0, np.sqrt(2.0 / (cin * 9)), (8, cin, 3, 3)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes += [helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
+        prev, cin = f"r{i}", 8
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 8, size, size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path

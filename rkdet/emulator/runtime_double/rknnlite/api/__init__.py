@@ -63,6 +63,15 @@ pattern. `signal_dir`: after a successful init_runtime the double writes `DIR/ru
 inference call of the process writes T to `DIR/forced_millicelsius` (the emulated sysfs' thermal test
 control: every zone at T, the SoC's thermal caps engage), removed when the process exits: a board that
 throttles during the run, after the runner's "before" snapshot.
+
+
+TEST CONTROL, a fault at a named tensor (never present on a real board): env `RKDET_EMU_FAULT_TENSOR`,
+`NAME` or `NAME:run=K` (set by `rkdet emulator start --fault-tensor`), makes the double compute a copy of
+the model in which tensor NAME is perturbed before anything reads it, so the error propagates downstream
+like a real one: its largest element moves up by one int8 step of the tensor's range (max|x| / 127, the
+smallest step an INT8 NPU tensor of that range has; up, so a following Relu or MaxPool passes it on). A model without NAME (a cut
+model that ends before it) computes unchanged. With `:run=K` only the K-th (0-based) call for each
+distinct input is perturbed (rkdet-run with --warmup 0: measured run K), else every call.
 """
 
 import glob
@@ -234,6 +243,51 @@ def _flip_lowest_bit(outputs, which, index):
     bits[int(index)] ^= bits.dtype.type(1)
 
 
+def _fault_tensor():
+    """(NAME, run K or None) from env RKDET_EMU_FAULT_TENSOR, or None; a malformed value raises ValueError."""
+    text = os.environ.get("RKDET_EMU_FAULT_TENSOR", "").strip()
+    if not text:
+        return None
+    name, sep, rest = text.rpartition(":run=")
+    if not sep:
+        return text, None
+    if not name or not rest.isdigit():
+        raise ValueError("RKDET_EMU_FAULT_TENSOR %r: expected NAME or NAME:run=K" % text)
+    return name, int(rest)
+
+
+def _faulted_model(onnx_path, name):
+    """Serialized copy of the ONNX at `onnx_path` whose tensor `name` is perturbed (see the module doc),
+    or None when the model has no node producing `name`."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(onnx_path)
+    graph = model.graph
+    nodes = list(graph.node)
+    at = next((i for i, n in enumerate(nodes) if name in n.output), None)
+    if at is None:
+        return None
+    clean = name + "__rkdet_clean"
+    producer = nodes[at]
+    producer.output[list(producer.output).index(name)] = clean
+    t = lambda suffix: "%s__rkdet_%s" % (name, suffix)  # noqa: E731
+    extra = [  # the largest element, up by max|x| / 127: it survives a following Relu or MaxPool
+        helper.make_node("ReduceMax", [clean], [t("top")], keepdims=1),
+        helper.make_node("Equal", [clean, t("top")], [t("at")]),
+        helper.make_node("Cast", [t("at")], [t("mask")], to=TensorProto.FLOAT),
+        helper.make_node("Abs", [clean], [t("abs")]),
+        helper.make_node("ReduceMax", [t("abs")], [t("range")], keepdims=1),
+        helper.make_node("Div", [t("range"), t("levels")], [t("step")]),
+        helper.make_node("Mul", [t("mask"), t("step")], [t("delta")]),
+        helper.make_node("Add", [clean, t("delta")], [name]),
+    ]
+    graph.initializer.append(helper.make_tensor(t("levels"), TensorProto.FLOAT, [], [127.0]))
+    del graph.node[:]
+    graph.node.extend(nodes[:at + 1] + extra + nodes[at + 1:])
+    return model.SerializeToString()
+
+
 def _load_npu_outputs(npu):
     """{sha256 of a golden input's raw bytes: {output: simulator output, K elements one LSB up}}."""
     golden, k = npu["golden"], int(npu.get("lsb_k", 0))
@@ -285,6 +339,9 @@ class RKNNLite(object):
         self._fault_counts = {}
         self._frame_id = 0
         self._format = None
+        self._fault_session = None  # fault at a named tensor (TEST CONTROL): the perturbed model's session
+        self._fault_run = None
+        self._fault_calls = {}
         self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
         self.rkdet_emulates_npu = False
         self._drifts = []  # TEST CONTROL (image): [(output, index)] flipped on every call
@@ -358,6 +415,12 @@ class RKNNLite(object):
             options.inter_op_num_threads = 1
             options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             self._session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
+            fault = _fault_tensor()
+            if fault is not None:
+                faulted = _faulted_model(self._onnx, fault[0])
+                if faulted is not None:
+                    self._fault_session = ort.InferenceSession(faulted, options, providers=["CPUExecutionProvider"])
+                    self._fault_run = fault[1]
         except Exception as err:  # the real runtime returns a code, so does the double
             _log("init_runtime: %s" % err)
             return -1
@@ -447,7 +510,7 @@ class RKNNLite(object):
                 return None
             outputs = [np.array(golden[o.name], copy=True) for o in self._session.get_outputs()]
         else:
-            outputs = self._session.run(None, feed)
+            outputs = self._session_for(inputs).run(None, feed)
         try:
             for which, index in self._drifts:
                 if not isinstance(which, int):
@@ -466,6 +529,19 @@ class RKNNLite(object):
             self._frame_id += 1
             result.append(self._frame_id)
         return result
+
+    def _session_for(self, inputs):
+        """The faulted session when a fault at a named tensor applies to this call, else the plain one."""
+        if self._fault_session is None:
+            return self._session
+        if self._fault_run is None:
+            return self._fault_session
+        digest = hashlib.sha256()
+        for array in inputs:
+            digest.update(np.ascontiguousarray(array).tobytes())
+        seen = self._fault_calls.get(digest.hexdigest(), 0)
+        self._fault_calls[digest.hexdigest()] = seen + 1
+        return self._fault_session if seen == self._fault_run else self._session
 
     def _maybe_inject_fault(self, inputs, outputs):
         fault = _read_fault()
@@ -523,4 +599,5 @@ class RKNNLite(object):
 
     def release(self):
         self._session = None
+        self._fault_session = None
         self._buffers = []

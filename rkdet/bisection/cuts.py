@@ -1,0 +1,186 @@
+"""Cut models of a build, made in the hermetic toolkit worker and cached by (build fingerprint, cut).
+
+A cut folder holds what a board and the comparison need: `model.rknn` (the toolkit's cut, built with
+the full build's quantization parameters: cut_worker.py), `model.onnx` (the same cut of the prepared
+ONNX, made with onnx.utils.Extractor: what the emulated runtime computes, and the FP32 reference),
+`model.io.json` (the runner names the outputs from it), `reference/simulator/<input>.npz` and
+`reference/onnx-fp32/<input>.npz` (the cut tensors for each golden input, keyed by tensor name) and
+`cut.json` (outputs, quantization-parameter check, toolkit, build time). Folders are assembled under a
+temporary name and renamed into place, so a cache entry is complete or absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from rkdet.bisection.plan import CutPoint
+from rkdet.convert import golden, manifest
+from rkdet.convert.hermetic import ToolkitSession
+from rkdet.convert.images import list_images
+from rkdet.convert.onnx_graph import prepare_model
+from rkdet.convert.pipeline import materialize
+from rkdet.convert.toolkits import find_toolkit
+from rkdet.errors import ConversionError, InputError
+from rkdet.layers.rebuild import Source, toolkit_job
+
+WORKER = Path(__file__).resolve().parent / "cut_worker.py"
+FULL_CFG = "full.quantization.cfg"
+
+
+def default_cache() -> Path:
+    """`$XDG_CACHE_HOME/rkdet/cuts` (default `~/.cache/rkdet/cuts`)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rkdet" / "cuts"
+
+
+@dataclass(frozen=True)
+class CutModel:
+    """One cut model ready for a board: its folder, outputs and how it was obtained."""
+
+    folder: Path
+    outputs: tuple[str, ...]
+    cached: bool  # True: taken from the cache, no build
+    build_s: float
+    quant_changed: int  # tensors whose parameters step 1 of the cut computed differently (then replaced)
+
+    def reference(self, kind: str, input_name: str) -> dict[str, np.ndarray]:
+        """The cut tensors of one golden input (`kind`: simulator or onnx-fp32), by tensor name."""
+        return load_reference(self.folder / "reference" / kind / f"{input_name}.npz", self.outputs)
+
+
+def cut_key(point: CutPoint) -> str:
+    return hashlib.sha256("\n".join(point.frontier).encode()).hexdigest()[:16]
+
+
+class CutBuilder:
+    """Makes (or finds) the cut models of one build; the toolkit inputs are prepared once, when first needed."""
+
+    def __init__(self, src: Source, cache: Path, progress: Callable[[str], None]) -> None:
+        assert src.build is not None and src.manifest is not None
+        self.src = src
+        self.build = src.build
+        self.fingerprint: str = src.manifest["fingerprint"]
+        self.root = cache / self.fingerprint[:32]
+        self.progress = progress
+        self._prepared: tuple | None = None
+        self.toolkit = ""
+
+    def _prepare(self) -> tuple:
+        if self._prepared is None:
+            cfg, platform = self.src.cfg, self.src.platform
+            tk = find_toolkit(platform, cfg)
+            if not tk.has_simulator:
+                raise InputError(f"{platform}: {tk.name} cannot build cut models with a simulator reference; "
+                                 "bisection needs rknn-toolkit2")
+            if not cfg.quantize.enabled or cfg.quantize.force_fp16:
+                raise InputError(f"{self.build}: a float build has no quantization parameters to keep; board "
+                                 "bisection is for quantized builds")
+            cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
+            gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
+            key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
+            model = prepare_model(cfg.model)
+            recorded = self.src.manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")  # type: ignore[union-attr]
+            if recorded != manifest.sha256_bytes(model.onnx_bytes):
+                raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {self.build} was made; "
+                                 "rebuild with rkdet convert")
+            cal = materialize(cal_files, model, cfg)
+            gold = materialize(gold_files, model, cfg)
+            self.toolkit = f"{tk.name} {tk.version}"
+            self._prepared = (tk, key, model, cal, gold)
+        return self._prepared
+
+    def get(self, point: CutPoint) -> CutModel:
+        folder = self.root / cut_key(point)
+        if (folder / "cut.json").is_file():
+            doc = json.loads((folder / "cut.json").read_text())
+            if tuple(doc.get("outputs", ())) == point.frontier and doc.get("build_fingerprint") == self.fingerprint:
+                return CutModel(folder, point.frontier, True, 0.0, len(doc.get("quant", {}).get("changed", [])))
+        return self._make(point, folder)
+
+    def _make(self, point: CutPoint, folder: Path) -> CutModel:
+        import onnx
+        from onnx.utils import Extractor
+
+        tk, key, model, cal, gold = self._prepare()
+        self.root.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self.progress(f"cut build at {point.node} ({point.op}): outputs {', '.join(point.frontier)}")
+        full = onnx.load_from_string(model.onnx_bytes)
+        inputs = [i.name for i in full.graph.input]
+        cut_onnx = Extractor(full).extract_model(inputs, list(point.frontier)).SerializeToString()
+        session = ToolkitSession(hashlib.sha256(f"{key}/cut/{cut_key(point)}".encode()).hexdigest(), tk.python, WORKER)
+        try:
+            with session:
+                work = session.folder
+                job = toolkit_job(work, self.src, model, cal, gold, {})
+                job.update(outputs=list(point.frontier), full_cfg=FULL_CFG, analyse=None)
+                if (self.root / FULL_CFG).is_file():
+                    shutil.copyfile(self.root / FULL_CFG, work / FULL_CFG)
+                (work / ".job.json").write_text(json.dumps(job, sort_keys=True))
+                os.rename(work / ".job.json", work / "job.json")
+                run = session.worker.go()
+                result_file = work / "result.json"
+                result = json.loads(result_file.read_text()) if result_file.exists() else None
+                if run.returncode != 0 or not result or not result.get("ok"):
+                    where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
+                    raise ConversionError(f"cut at {point.node}: {tk.name} {tk.version} failed at {where}")
+                if not (self.root / FULL_CFG).is_file():
+                    _install(work / FULL_CFG, self.root / FULL_CFG)
+                stage = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=self.root))
+                try:
+                    shutil.copyfile(work / "model.rknn", stage / "model.rknn")
+                    (stage / "model.onnx").write_bytes(cut_onnx)
+                    _, _, h, w = model.input_shape_nchw
+                    io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8",
+                                           "layout": "nhwc"}], "outputs": list(point.frontier)}
+                    (stage / "model.io.json").write_text(json.dumps(io_spec, indent=2) + "\n")
+                    for name, files in result["simulator_outputs"].items():
+                        _save_npz(stage / "reference" / "simulator" / f"{name}.npz",
+                                  [np.load(work / f, allow_pickle=False) for f in files])
+                    cfg = self.src.cfg
+                    fp32, _ = golden.onnxruntime_reference(cut_onnx, gold.tensors, model.input_name,
+                                                           cfg.preprocess.mean, cfg.preprocess.std)
+                    for name, outs in fp32.items():
+                        _save_npz(stage / "reference" / "onnx-fp32" / f"{name}.npz", [outs[t] for t in point.frontier])
+                    build_s = time.monotonic() - started
+                    doc = {"build_fingerprint": self.fingerprint, "outputs": list(point.frontier), "node": point.node,
+                           "op": point.op, "quant": result["quant"], "toolkit": self.toolkit, "build_s": build_s,
+                           "cut": "rknn.load_onnx(outputs=...) + hybrid_quantization_step1/2 with the full model's "
+                                  "quantization parameters"}
+                    (stage / "cut.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+                    if folder.exists():  # a stale or foreign entry for this key
+                        shutil.rmtree(folder)
+                    os.rename(stage, folder)
+                except BaseException:
+                    shutil.rmtree(stage, ignore_errors=True)
+                    raise
+        finally:
+            session.close()
+        return CutModel(folder, point.frontier, False, build_s, len(result["quant"]["changed"]))
+
+
+def _save_npz(path: Path, arrays: list[np.ndarray]) -> None:
+    """Arrays in output order (keys t0, t1, ...: tensor names may hold characters a zip name cannot)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **{f"t{i}": np.ascontiguousarray(a) for i, a in enumerate(arrays)})
+
+
+def load_reference(path: Path, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[f"t{i}"] for i, name in enumerate(outputs)}
+
+
+def _install(src: Path, dest: Path) -> None:
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
