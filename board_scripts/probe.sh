@@ -6,9 +6,12 @@
 # Prints one JSON line per finding: soc (device-tree compatible), kernel, cpu_policy (governors,
 # frequencies, current), devfreq (NPU/GPU/DDR found by name: *.npu, *.gpu, dmc; devfreq0 as the
 # NPU when nothing is named so; with its devfreq cooling device and cur_state, > 0 while a thermal
-# cap holds it down), thermal (zones by type), cpuidle, rknpu (driver version and load
-# from /sys/kernel/debug/rknpu when readable), runtime (librknnrt.so / librknn_runtime.so version
-# string), python (python3 and whether `import rknnlite` works), vm (compaction_proactiveness,
+# cap holds it down), thermal (zones by type), cpuidle, rknpu (driver version, found by existence in
+# debugfs /sys/kernel/debug/rknpu/version, else sysfs /sys/module/rknpu/version, else the kernel log's
+# "[drm] Initialized rknpu X.Y.Z" line: `dmesg` on a board, $RKDET_ROOT/var/log/dmesg under a fake
+# root; with its source, and the NPU load when readable), runtime (librknnrt.so / librknn_runtime.so
+# version string), python (python3, its version, numpy's, and rknn-toolkit-lite's when `import
+# rknnlite` works), vm (compaction_proactiveness,
 # transparent hugepages), disk (free space of the work directory), state (a pin state left by a
 # crashed run, or a running job's), identity (device-tree serial-number and /etc/machine-id: who the
 # board is, whatever its address), lock (the board lock: free, held or stale, with its holder record;
@@ -175,21 +178,37 @@ probe_cpuidle() {
     done
 }
 
-probe_rknpu() {
-    pr_dir=sys/kernel/debug/rknpu
-    if [ ! -d "$RK_ROOT/$pr_dir" ]; then
-        missing rknpu "no /$pr_dir (debugfs not mounted, not root, or not the rknpu driver)"
+# The kernel log: `dmesg` on a real board (RKDET_ROOT empty; it may need root), else the boot log file.
+rknpu_kernel_log() {
+    if [ -z "$RK_ROOT" ] && command -v dmesg >/dev/null 2>&1 && dmesg 2>/dev/null; then
         return 0
     fi
-    pr_body=
-    for pr_f in version load; do
-        if [ -r "$RK_ROOT/$pr_dir/$pr_f" ] && pr_v=$(cat "$RK_ROOT/$pr_dir/$pr_f" 2>/dev/null); then
-            pr_body="$pr_body,\"$pr_f\":$(rk_js "$pr_v")"
-        else
-            pr_body="$pr_body,\"$pr_f\":null"
+    [ -r "$RK_ROOT/var/log/dmesg" ] && cat "$RK_ROOT/var/log/dmesg" 2>/dev/null
+}
+
+probe_rknpu() {
+    pr_dir=sys/kernel/debug/rknpu
+    pr_ver=
+    pr_src=
+    if [ -r "$RK_ROOT/$pr_dir/version" ] && pr_v=$(cat "$RK_ROOT/$pr_dir/version" 2>/dev/null) && [ -n "$pr_v" ]; then
+        pr_ver=$pr_v; pr_src=debugfs
+    elif [ -r "$RK_ROOT/sys/module/rknpu/version" ] && pr_v=$(cat "$RK_ROOT/sys/module/rknpu/version" 2>/dev/null) && [ -n "$pr_v" ]; then
+        pr_ver=$pr_v; pr_src=sysfs
+    else
+        pr_v=$(rknpu_kernel_log | grep -o 'Initialized rknpu [0-9][0-9.]*' | tail -n 1) || pr_v=
+        if [ -n "$pr_v" ]; then
+            pr_ver=${pr_v#Initialized }; pr_src=dmesg
         fi
-    done
-    rk_emit rknpu "${pr_body#,}"
+    fi
+    pr_load=null
+    if [ -r "$RK_ROOT/$pr_dir/load" ] && pr_v=$(cat "$RK_ROOT/$pr_dir/load" 2>/dev/null); then
+        pr_load=$(rk_js "$pr_v")
+    fi
+    if [ -z "$pr_src" ] && [ "$pr_load" = null ]; then
+        missing rknpu "no rknpu driver version in /$pr_dir/version (debugfs: not mounted or not root), /sys/module/rknpu/version or the kernel log"
+        return 0
+    fi
+    rk_emit rknpu "\"version\":$(if [ -n "$pr_ver" ]; then rk_js "$pr_ver"; else printf null; fi),\"source\":$(if [ -n "$pr_src" ]; then rk_js "$pr_src"; else printf null; fi),\"load\":$pr_load"
 }
 
 probe_runtime() {
@@ -210,19 +229,43 @@ probe_python() {
         return 0
     fi
     # One interpreter start (they cost ~0.1 s each on a board): version, then the import.
+    # Versions by distribution metadata first (rknnlite has no __version__), module attribute last.
     pp_out=$("$py" -c 'import sys
-print("%d.%d.%d" % sys.version_info[:3])
+print("python=%d.%d.%d" % sys.version_info[:3])
+def dist(names, module):
+    for name in names:
+        try:
+            try:
+                from importlib.metadata import version
+            except ImportError:
+                from pkg_resources import get_distribution
+                version = lambda n: get_distribution(n).version
+            return version(name)
+        except Exception:
+            pass
+    return getattr(module, "__version__", "") or "unknown"
+try:
+    import numpy
+    print("numpy=" + dist(["numpy"], numpy))
+except Exception:
+    pass
 try:
     import rknnlite
-    print("rknnlite: yes")
+    print("rknnlite=" + dist(["rknn-toolkit-lite2", "rknn_toolkit_lite2", "rknn-toolkit-lite"], rknnlite))
 except Exception:
-    print("rknnlite: no")' 2>/dev/null) || :
+    pass' 2>/dev/null) || :
     pp_ver=
+    pp_np=
+    pp_lv=
     pp_lite=false
     for pp_w in $pp_out; do
-        case $pp_w in [0-9]*.*) pp_ver=$pp_w ;; yes) pp_lite=true ;; esac
+        case $pp_w in
+            python=*) pp_ver=${pp_w#python=} ;;
+            numpy=*) pp_np=${pp_w#numpy=} ;;
+            rknnlite=*) pp_lv=${pp_w#rknnlite=}; pp_lite=true ;;
+        esac
     done
-    rk_emit python "\"python\":$(rk_js "$py"),\"version\":$(rk_js "$pp_ver"),\"rknnlite\":$pp_lite"
+    rk_emit python "\"python\":$(rk_js "$py"),\"version\":$(rk_js "$pp_ver"),\"rknnlite\":$pp_lite,\"rknnlite_version\":$(if [ -n "$pp_lv" ]; then rk_js "$pp_lv"; else printf null; fi),\"numpy\":$(if [ -n "$pp_np" ]; then rk_js "$pp_np"; else printf null; fi)"
 }
 
 probe_vm() {

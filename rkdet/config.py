@@ -199,12 +199,21 @@ class GoldenSection(_Strict):
     max_images: Optional[int] = Field(None, ge=1)
 
 
+def check_core_masks(text: str) -> str:
+    """A core mask ("0_1_2") or a comma list of distinct ones ("0,1,2,0_1_2"), normalised (no spaces)."""
+    masks = [m.strip() for m in str(text).split(",")]
+    if any(m not in CORE_MASKS for m in masks) or len(set(masks)) != len(masks):
+        raise ValueError(f"give one of {', '.join(CORE_MASKS)}, or distinct ones comma-separated (e.g. 0,1,2,0_1_2)")
+    return ",".join(masks)
+
+
 class RunSection(_Strict):
     """How the board runs the model: repeats, warmup, cores."""
 
     repeats: int = Field(10, ge=1)
     warmup: int = Field(2, ge=0)
-    core_mask: str = "auto"
+    core_mask: str = "auto"  # one mask, or a comma list: each a cell of one pinned session (docs/FORMATS.md)
+    contexts: int = Field(1, ge=1, le=16)  # > 1: that many runtime contexts in threads, checked against the sequential run
     backend: Literal["rknnlite", "onnxruntime"] = "rknnlite"
     snapshot_every: int = Field(5, ge=1)
     cpu_affinity: Optional[list[int]] = None
@@ -212,10 +221,7 @@ class RunSection(_Strict):
     @field_validator("core_mask")
     @classmethod
     def _mask(cls, v: str) -> str:
-        v = str(v)
-        if v not in CORE_MASKS:
-            raise ValueError(f"allowed: {', '.join(CORE_MASKS)}")
-        return v
+        return check_core_masks(str(v))
 
 
 class BoardSection(_Strict):

@@ -17,7 +17,12 @@ Exit codes (same meaning as the rkdet CLI):
     2    bad input: missing/unreadable model or inputs, shape/dtype mismatch, bad flag, out dir
          not writable or not empty
     3    board/runtime trouble: runtime not installed, load/init/inference failed, disk full
+    5    model refused: its embedded build fingerprint (or, without one, its sha256) is not the one
+         given with --expect-fingerprint / --expect-sha256 (not the build deploy pushed)
   130    interrupted (SIGINT/SIGTERM); completed runs stay readable, run.json says "failed"
+
+With several core masks (--core-mask 0,1,2,0_1_2) every mask is a cell with its own result set in
+OUT/core-<mask>/, and OUT/cells.json says which ran, which were skipped and whether they agree.
 """
 
 import argparse
@@ -29,8 +34,10 @@ import json
 import os
 import platform
 import queue
+import re
 import signal
 import stat
+import struct
 import sys
 import threading
 import time
@@ -49,10 +56,14 @@ EXIT_OK = 0
 EXIT_DIFFERENT = 1
 EXIT_BAD_INPUT = 2
 EXIT_BOARD = 3
+EXIT_MODEL_REFUSED = 5
 EXIT_INTERRUPTED = 130
 
 RUN_SCHEMA = "rkdet.run/1"
 SUMMARY_SCHEMA = "rkdet.summary/1"
+CELLS_SCHEMA = "rkdet.cells/1"
+CONTEXTS_SCHEMA = "rkdet.contexts/1"
+EMBED_KEY = "rkdet-fp="  # rkdet convert's custom string: "[user text;]rkdet-fp=<64 hex>" (docs/FORMATS.md)
 CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 
@@ -62,6 +73,7 @@ EPILOG = """exit codes:
   2    bad input (model/inputs missing or unreadable, shape/dtype mismatch, bad flag,
        out dir not writable or not empty)
   3    board/runtime trouble (runtime not installed, load/init/inference failed, disk full)
+  5    model refused: its embedded build fingerprint (or its sha256) is not the expected one
   130  interrupted (SIGINT/SIGTERM); completed runs stay readable
 
 environment: RKDET_ROOT prefixes every sysfs/procfs path read for snapshots (empty on boards)."""
@@ -128,6 +140,94 @@ def file_sha256(path):
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# The model's identity: the build fingerprint rkdet convert embeds in the .rknn, else its sha256.
+
+_RKNN_MAGIC = b"RKNN\0\0\0\0"
+_RKNN_CUSTOM_SLOT = 11  # root-table slot of config(custom_string=...) in toolkit2 2.x files
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _fb_string(buf, table, slot):
+    # type: (bytes, int, int) -> Optional[str]
+    """The string in `slot` of the FlatBuffer table at `table`, or None (absent or malformed)."""
+    try:
+        vtable = table - struct.unpack_from("<i", buf, table)[0]
+        vt_size = struct.unpack_from("<H", buf, vtable)[0]
+        if 4 + 2 * slot + 2 > vt_size:
+            return None
+        field_off = struct.unpack_from("<H", buf, vtable + 4 + 2 * slot)[0]
+        if not field_off:
+            return None
+        pos = table + field_off
+        target = pos + struct.unpack_from("<I", buf, pos)[0]
+        length = struct.unpack_from("<I", buf, target)[0]
+        if target + 4 + length > len(buf):
+            return None
+        return buf[target + 4:target + 4 + length].decode("utf-8", "replace")
+    except (struct.error, IndexError):
+        return None
+
+
+def read_rknn_facts(path):
+    # type: (str) -> Optional[Dict[str, Any]]
+    """What a toolkit2 `.rknn` says about itself, read from its bytes (RKNNLite 2.x has no query for
+    the custom string): custom_string, embedded_fingerprint (the last `rkdet-fp=<64 hex>` in it, or
+    None), toolkit_version (metadata JSON) and format_version. None when the file is no readable
+    toolkit2 .rknn (toolkit1, encrypted, truncated): then only its sha256 can identify it."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, IOError):
+        return None
+    if len(data) < 72 or data[:8] != _RKNN_MAGIC:
+        return None
+    version, model_size = struct.unpack_from("<QQ", data, 8)
+    if (version & 0xFFF) < 2 or 64 + model_size + 8 > len(data):
+        return None
+    payload = data[64:64 + model_size]
+    if len(payload) < 8 or payload[4:8] != b"RKNN":
+        return None
+    custom = _fb_string(payload, struct.unpack_from("<I", payload, 0)[0], _RKNN_CUSTOM_SLOT) or ""
+    toolkit = None
+    json_size = struct.unpack_from("<Q", data, 64 + model_size)[0]
+    try:
+        meta = json.loads(data[72 + model_size:72 + model_size + json_size].decode("utf-8"))
+        toolkit = str(meta.get("version")) if isinstance(meta, dict) and meta.get("version") else None
+    except ValueError:
+        pass
+    at = custom.rfind(EMBED_KEY)
+    embedded = custom[at + len(EMBED_KEY):at + len(EMBED_KEY) + 64] if at >= 0 else None
+    return {"custom_string": custom[:1024], "format_version": int(version),
+            "embedded_fingerprint": embedded if embedded and _HEX64.match(embedded) else None,
+            "toolkit_version": toolkit}
+
+
+def check_model(model, expect_fingerprint=None, expect_sha256=None):
+    # type: (str, Optional[str], Optional[str]) -> Dict[str, Any]
+    """Is this the model deploy pushed? By the embedded build fingerprint when the model carries one
+    and one is expected, else by its sha256; raises RunnerError (exit 5) naming both values when not.
+    Returns run.json's "model_check": {"by": "embedded-fingerprint" | "sha256" | "none", ...}."""
+    facts = read_rknn_facts(model) if model.endswith(".rknn") else None
+    found = facts and facts["embedded_fingerprint"]
+    if expect_fingerprint and found:
+        if found != expect_fingerprint:
+            raise RunnerError("%s: refused: it carries build fingerprint %s, expected %s: not the build deploy "
+                              "pushed; deploy it again (rkdet deploy pushes the model with its fingerprint)"
+                              % (model, found[:16], expect_fingerprint[:16]), EXIT_MODEL_REFUSED)
+        return {"by": "embedded-fingerprint", "expected": expect_fingerprint, "found": found}
+    why = ("no --expect-fingerprint" if not expect_fingerprint else
+           "the model carries no rkdet build fingerprint" if facts is not None else
+           "not a toolkit2 .rknn: no embedded fingerprint to read")
+    if expect_sha256:
+        actual = file_sha256(model)
+        if actual != expect_sha256:
+            raise RunnerError("%s: refused: sha256 %s, expected %s (%s): not the file deploy pushed; deploy it again"
+                              % (model, actual[:16], expect_sha256[:16], why), EXIT_MODEL_REFUSED)
+        return {"by": "sha256", "expected": expect_sha256, "found": actual, "why": why}
+    return {"by": "none", "why": "nothing expected (no --expect-fingerprint or --expect-sha256)"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -631,6 +731,7 @@ class OnnxRuntimeBackend(object):
             ort.__version__, platform.machine(), threads, graph_opt)
         self.emulated = False
         self.emulates_npu = False
+        self.stack = {"onnxruntime": str(ort.__version__)}
         self._input_names = [i.name for i in self._session.get_inputs()]
         self.output_names = [o.name for o in self._session.get_outputs()]
         types = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
@@ -733,8 +834,18 @@ class RknnLiteBackend(object):
         self.input_specs = io_spec.get("inputs")
         self.output_names = io_spec.get("outputs")
         self._formats = [s.get("layout", "nhwc") for s in self.input_specs] if self.input_specs else None
+        self.stack = {"rknn_toolkit_lite": version, "sdk_version": self._sdk_version()}
         self.options = {"core_mask": core_mask, "legacy_api": self._legacy,
                         "io_spec": "from io.json" if io_spec else "none (inputs checked for consistency only)"}
+
+    def _sdk_version(self):
+        # type: () -> Optional[str]
+        """RKNNLite.get_sdk_version() (the runtime library and driver as the runtime reports them), or None."""
+        try:
+            text = self._lite.get_sdk_version()
+        except Exception:
+            return None
+        return " ".join(str(text).split())[:400] if text else None
 
     def _init_runtime(self, cls, core_mask, accepts):
         # type: (Any, str, Optional[bool]) -> Any
@@ -814,7 +925,18 @@ def parse_args(argv):
     parser.add_argument("--inputs", required=True, help="folder of *.npy (one tensor each) or *.npz (keyed by input name)")
     parser.add_argument("--repeats", required=True, type=int, help="runs over the whole input set")
     parser.add_argument("--warmup", type=int, default=0, help="unrecorded passes over the input set first (default 0)")
-    parser.add_argument("--core-mask", default="auto", choices=CORE_MASKS, help="NPU cores (rknnlite only; default auto)")
+    parser.add_argument("--core-mask", default="auto",
+                        help="NPU cores (rknnlite only; default auto): one of %s, or a comma list of them: each a "
+                             "cell with its own result set in OUT/core-<mask>/" % ", ".join(CORE_MASKS))
+    parser.add_argument("--npu-cores", type=int, default=None,
+                        help="NPU cores the SoC has; core masks using others are skipped and said in cells.json")
+    parser.add_argument("--contexts", type=int, default=1,
+                        help="also run N runtime contexts in threads on the same inputs and check they agree "
+                             "with the sequential run (contexts.json; default 1: no such check)")
+    parser.add_argument("--expect-fingerprint", default=None,
+                        help="refuse (exit 5) a model whose embedded rkdet build fingerprint differs")
+    parser.add_argument("--expect-sha256", default=None,
+                        help="refuse (exit 5) a model without an embedded fingerprint whose sha256 differs")
     parser.add_argument("--backend", default="rknnlite", choices=("rknnlite", "onnxruntime"))
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (default 1)")
     parser.add_argument("--graph-opt", default="all", choices=GRAPH_OPT_LEVELS, help="onnxruntime graph optimization level (default all)")
@@ -822,10 +944,19 @@ def parse_args(argv):
     parser.add_argument("--snapshot-every", type=int, default=10, help="board snapshot every K runs (0: only before/after; default 10)")
     parser.add_argument("--out", required=True, help="result folder (created; must be new or empty)")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0 or args.snapshot_every < 0 or args.threads < 1:
-        parser.error("--repeats and --threads must be >= 1, --warmup and --snapshot-every >= 0")
-    if args.backend == "onnxruntime" and args.core_mask != "auto":
+    if args.repeats < 1 or args.warmup < 0 or args.snapshot_every < 0 or args.threads < 1 or args.contexts < 1:
+        parser.error("--repeats, --threads and --contexts must be >= 1, --warmup and --snapshot-every >= 0")
+    args.core_masks = [m.strip() for m in args.core_mask.split(",")]
+    bad = [m for m in args.core_masks if m not in CORE_MASKS]
+    if bad or len(set(args.core_masks)) != len(args.core_masks):
+        parser.error("--core-mask %s: give distinct masks from %s, comma-separated" % (args.core_mask, ", ".join(CORE_MASKS)))
+    if args.backend == "onnxruntime" and args.core_masks != ["auto"]:
         parser.error("--core-mask applies only to --backend rknnlite")
+    if args.npu_cores is not None and args.npu_cores < 1:
+        parser.error("--npu-cores must be >= 1")
+    for flag, value in (("--expect-fingerprint", args.expect_fingerprint), ("--expect-sha256", args.expect_sha256)):
+        if value is not None and not _HEX64.match(value):
+            parser.error("%s wants 64 lowercase hex digits" % flag)
     return args
 
 
@@ -989,11 +1120,28 @@ class Recorder(object):
         return self.summary.result()
 
 
-def _make_backend(args):
-    # type: (argparse.Namespace) -> Any
+def _make_backend(args, core_mask="auto"):
+    # type: (argparse.Namespace, str) -> Any
     if args.backend == "onnxruntime":
         return OnnxRuntimeBackend(args.model, threads=args.threads, graph_opt=args.graph_opt)
-    return RknnLiteBackend(args.model, core_mask=args.core_mask, io_spec=load_io_spec(args.model))
+    return RknnLiteBackend(args.model, core_mask=core_mask, io_spec=load_io_spec(args.model))
+
+
+def mask_cores(mask):
+    # type: (str) -> List[int]
+    """The NPU cores a core mask names ("0_1_2" -> [0, 1, 2]; "auto" -> [])."""
+    return [] if mask == "auto" else [int(c) for c in mask.split("_")]
+
+
+def _stack(backend, facts):
+    # type: (Any, Optional[Dict[str, Any]]) -> Dict[str, Any]
+    """The software stack this run ran on, as the board's Python sees it (probe.sh adds the kernel,
+    driver and library file versions): Python, numpy, the runtime package, the model's toolkit."""
+    stack = {"python": platform.python_version(), "numpy": getattr(np, "__version__", None)}
+    stack.update(getattr(backend, "stack", {}))
+    if facts is not None:
+        stack.update(model_toolkit=facts["toolkit_version"], model_format=facts["format_version"])
+    return stack
 
 
 _STOP = []  # type: List[int]
@@ -1018,27 +1166,156 @@ def execute(args):
         raise RunnerError("numpy is not installed for %s; install python3-numpy on the board" % sys.executable, EXIT_BOARD)
     if not os.path.isfile(args.model):
         raise RunnerError("%s: model file not found" % args.model)
+    check = check_model(args.model, args.expect_fingerprint, args.expect_sha256)
     samples = load_inputs(args.inputs)
     affinity = pin_cpus(args.cpu_affinity)
-    backend = _make_backend(args)
+    if len(args.core_masks) == 1:
+        return _run_cell(args, args.core_masks[0], args.out, samples, affinity, check)
+    return _run_cells(args, samples, affinity, check)
+
+
+def _run_cell(args, mask, out, samples, affinity, check):
+    # type: (argparse.Namespace, str, str, List[Sample], Optional[List[int]], Dict[str, Any]) -> int
+    backend = _make_backend(args, mask)
     try:
         validate_inputs(samples, backend.input_specs)
-        return _run(args, samples, backend, affinity)
+        return _run(args, mask, out, samples, backend, affinity, check)
     finally:
         backend.close()
 
 
-def _run(args, samples, backend, affinity):
-    # type: (argparse.Namespace, List[Sample], Any, Optional[List[int]]) -> int
-    prepare_out_dir(args.out)
-    run_path = os.path.join(args.out, "run.json")
+def _first_hashes(out):
+    # type: (str) -> Dict[str, List[Tuple[str, str]]]
+    """Each input's output hashes of its first recorded run in a result set."""
+    first = {}  # type: Dict[str, List[Tuple[str, str]]]
+    for record in read_index(out):
+        first.setdefault(record["input"], [(o["name"], o["hash"]) for o in record["outputs"]])
+    return first
+
+
+def _run_cells(args, samples, affinity, check):
+    # type: (argparse.Namespace, List[Sample], Optional[List[int]], Dict[str, Any]) -> int
+    """Every core mask a cell (OUT/core-<mask>/, a result set each), one after the other in this one
+    (pinned) session; cells.json records each cell's status, the skipped masks and whether the cells
+    agree bit for bit (each input's outputs the same in every cell: rknn-toolkit2 #228)."""
+    out = args.out
+    if os.path.isdir(out) and os.listdir(out):
+        raise RunnerError("%s: already holds files; choose a new --out so results never mix" % out)
+    if not os.path.isdir(out):
+        os.makedirs(out)
+    doc = {"schema": CELLS_SCHEMA, "cells": [], "agree": None, "first_difference": None}
+    cells_path = os.path.join(out, "cells.json")
+    codes = []
+    reference = None  # (cell, first hashes)
+    for mask in args.core_masks:
+        cell = {"cell": "core-" + mask, "core_mask": mask, "status": None, "exit": None, "reason": None}
+        doc["cells"].append(cell)
+        missing = [c for c in mask_cores(mask) if args.npu_cores is not None and c >= args.npu_cores]
+        if missing:
+            cell.update(status="skipped", reason="the SoC has %d NPU core(s); core mask %s needs core %s"
+                        % (args.npu_cores, mask, ",".join(map(str, missing))))
+            write_json_atomic(cells_path, doc)
+            continue
+        _check_stop()
+        cell_out = os.path.join(out, cell["cell"])
+        cell["status"] = "running"
+        write_json_atomic(cells_path, doc)
+        try:
+            code = _run_cell(args, mask, cell_out, samples, affinity, check)
+        except RunnerError as err:
+            if err.exit_code != EXIT_BOARD:
+                raise
+            cell.update(status="failed", exit=EXIT_BOARD, reason=str(err))
+            codes.append(EXIT_BOARD)
+            write_json_atomic(cells_path, doc)
+            continue
+        cell.update(status="complete", exit=code, reason=None if code == EXIT_OK else "runs of an input differ")
+        codes.append(code)
+        first = _first_hashes(cell_out)
+        if reference is None:
+            reference = (cell["cell"], first)
+        elif doc["first_difference"] is None:
+            for name in sorted(first):
+                theirs, ours = reference[1].get(name), first[name]
+                if theirs is not None and theirs != ours:
+                    output = next((n for (n, h), (_, rh) in zip(ours, theirs) if h != rh), None)
+                    doc["first_difference"] = {"cells": [reference[0], cell["cell"]], "input": name, "output": output}
+                    break
+        write_json_atomic(cells_path, doc)
+    ran = [c for c in doc["cells"] if c["status"] == "complete"]
+    doc["agree"] = None if len(ran) < 2 else doc["first_difference"] is None
+    write_json_atomic(cells_path, doc)
+    if EXIT_BOARD in codes:
+        return EXIT_BOARD
+    if not ran:
+        raise RunnerError("no core mask of %s can run on this SoC (%s NPU core(s))" % (args.core_mask, args.npu_cores))
+    return EXIT_DIFFERENT if EXIT_DIFFERENT in codes or doc["agree"] is False else EXIT_OK
+
+
+def _contexts_check(args, mask, samples, reference):
+    # type: (argparse.Namespace, str, List[Sample], Dict[str, List[Tuple[str, str]]]) -> Dict[str, Any]
+    """`--contexts N`: N runtime contexts (one backend each), one thread each, every input once, all at
+    the same time; each output compared with the sequential run's first (rknn-toolkit2 #474)."""
+    backends = []
+    try:
+        for _ in range(args.contexts):
+            backends.append(_make_backend(args, mask))
+        results = [None] * len(backends)  # type: List[Any]
+
+        def work(index):
+            # type: (int) -> None
+            got = {}
+            try:
+                for sample in samples:
+                    outputs = backends[index].own(backends[index].infer(sample.feed))
+                    got[sample.name] = [output_hash(o) for o in outputs]
+                results[index] = got
+            except BaseException as err:  # reported below, in the main thread
+                results[index] = err
+
+        threads = [threading.Thread(target=work, args=(i,), name="rkdet-context-%d" % i) for i in range(len(backends))]
+        for thread in threads:
+            thread.daemon = True
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(1.0)
+                _check_stop()
+    finally:
+        for backend in backends:
+            backend.close()
+    doc = {"schema": CONTEXTS_SCHEMA, "contexts": args.contexts, "core_mask": mask, "agree": True,
+           "differences": []}  # type: Dict[str, Any]
+    for index, got in enumerate(results):
+        if isinstance(got, BaseException):
+            if isinstance(got, RunnerError):
+                raise RunnerError("context %d of %d: %s" % (index, args.contexts, got), got.exit_code)
+            raise got
+        for sample in samples:
+            expected = reference.get(sample.name) or []
+            for (name, want), have in zip(expected, got[sample.name]):
+                if want != have:
+                    doc["agree"] = False
+                    doc["differences"].append({"context": index, "input": sample.name, "output": name,
+                                               "sequential": want, "threaded": have})
+                    break
+    return doc
+
+
+def _run(args, mask, out, samples, backend, affinity, check):
+    # type: (argparse.Namespace, str, str, List[Sample], Any, Optional[List[int]], Dict[str, Any]) -> int
+    prepare_out_dir(out)
+    run_path = os.path.join(out, "run.json")
+    facts = read_rknn_facts(args.model) if args.model.endswith(".rknn") else None
     record = {
         "schema": RUN_SCHEMA, "backend": backend.name, "backend_detail": backend.detail,
         "backend_options": backend.options, "emulated": backend.emulated,
         "emulates_npu": bool(getattr(backend, "emulates_npu", False)),
         "model": {"path": os.path.basename(args.model), "sha256": file_sha256(args.model)},  # no board path: published
         "inputs": [s.describe() for s in samples], "outputs": backend.output_names,
-        "repeats": args.repeats, "warmup": args.warmup, "core_mask": args.core_mask,
+        "model_check": check, "stack": _stack(backend, facts),
+        "embedded_fingerprint": facts["embedded_fingerprint"] if facts else None,
+        "repeats": args.repeats, "warmup": args.warmup, "core_mask": mask, "contexts": args.contexts,
         "affinity": affinity, "snapshot_every": args.snapshot_every,
         "python": platform.python_version(), "platform": platform.platform(),
         "started_unix": time.time(), "finished_unix": None, "status": "running", "error": None,
@@ -1046,16 +1323,21 @@ def _run(args, samples, backend, affinity):
     writer = None
     try:
         write_json_atomic(run_path, record)
-        writer = ResultWriter(args.out)
+        writer = ResultWriter(out)
         writer.snapshots.append(board_snapshot("before"))
         for _ in range(args.warmup):
             for sample in samples:
                 _check_stop()
                 backend.infer(sample.feed)
-        summary = _measure(args, samples, backend, writer, record)
+        summary = _measure(args, out, samples, backend, writer, record)
         writer.snapshots.append(board_snapshot("after", args.repeats - 1))
         writer.close()
-        write_json_atomic(os.path.join(args.out, "summary.json"), summary)
+        if args.contexts > 1:
+            contexts = _contexts_check(args, mask, samples, _first_hashes(out))
+            write_json_atomic(os.path.join(out, "contexts.json"), contexts)
+            summary["contexts_agree"] = contexts["agree"]
+            summary["deterministic"] = summary["deterministic"] and contexts["agree"]
+        write_json_atomic(os.path.join(out, "summary.json"), summary)
         record.update(status="complete", finished_unix=time.time())
         write_json_atomic(run_path, record)
         return EXIT_OK if summary["deterministic"] else EXIT_DIFFERENT
@@ -1074,8 +1356,8 @@ def _run(args, samples, backend, affinity):
                 pass  # already failing: the first error is the one reported
 
 
-def _measure(args, samples, backend, writer, record):
-    # type: (argparse.Namespace, List[Sample], Any, ResultWriter, Dict[str, Any]) -> Dict[str, Any]
+def _measure(args, out, samples, backend, writer, record):
+    # type: (argparse.Namespace, str, List[Sample], Any, ResultWriter, Dict[str, Any]) -> Dict[str, Any]
     """The measured loop: `for run in range(N): for input in inputs:` with only the backend call
     timed; hashing and writing happen on the Recorder's thread."""
     recorder = Recorder(writer, backend.name)
@@ -1092,7 +1374,7 @@ def _measure(args, samples, backend, writer, record):
                 if names is None:  # rknnlite without io.json: name outputs by position, once
                     names = backend.output_names = ["output%d" % i for i in range(len(outputs))]
                     record["outputs"] = names
-                    write_json_atomic(os.path.join(args.out, "run.json"), record)
+                    write_json_atomic(os.path.join(out, "run.json"), record)
                 if len(outputs) != len(names):
                     raise RunnerError("%s run %d: the runtime returned %d outputs, expected %d (%s)"
                                       % (sample.name, run, len(outputs), len(names), ", ".join(names)), EXIT_BOARD)

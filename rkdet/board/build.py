@@ -39,6 +39,9 @@ class BuildInfo:
     format_version: int  # the .rknn format (0 when the header does not say)
     output_shapes: tuple[tuple[int, ...], ...]  # of the prepared ONNX graph
     golden_inputs: int  # how many golden inputs the manifest lists
+    embedded_fingerprint: str | None = None  # what the .rknn carries (rkdet-fp=…): rkdet-run --expect-fingerprint
+    rknn_sha256: str | None = None  # the .rknn file's: rkdet-run --expect-sha256 (a model without a fingerprint)
+    onnx_sha256: str | None = None  # the prepared model.onnx's (--backend onnxruntime)
 
     @property
     def short(self) -> str:
@@ -94,4 +97,12 @@ class BuildInfo:
         return cls(folder=build, fingerprint=fingerprint, platform=platform, fed_input=fed_input,
                    toolkit_version=header.get("toolkit_version"), format_version=int(header.get("format_version") or 0),
                    output_shapes=tuple(tuple(int(d) for d in out["shape"]) for out in outputs),
-                   golden_inputs=len(inputs.get("golden") or ()))
+                   golden_inputs=len(inputs.get("golden") or ()),
+                   embedded_fingerprint=_hex64(doc.get("embedded_fingerprint")),
+                   rknn_sha256=_hex64((doc.get("rknn") or {}).get("sha256")),
+                   onnx_sha256=_hex64((inputs.get("onnx_prepared") or {}).get("sha256")))
+
+
+def _hex64(value: Any) -> str | None:
+    """A sha256/fingerprint as rkdet-run takes it (64 lowercase hex), else None (older or odd manifests)."""
+    return value if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value) else None

@@ -79,11 +79,15 @@ def pull_result(conn: BoardConnection, layout: RemoteLayout, dest: Path, collect
                 progress: bool) -> None:
     """Pull the result set (if the runner wrote one) into `dest`, with its clock warnings; a refused
     pull is kept in `collected.refused`, to be raised after the job's own errors."""
-    collected.result_exists = conn.run(["test", "-e", f"{layout.result}/run.json"], check=False, timeout=30).rc == 0
+    # a result set (run.json), or cells (cells.json, a result set per core mask: docs/FORMATS.md)
+    collected.result_exists = conn.run(["sh", "-c", 'test -e "$1/run.json" || test -e "$1/cells.json"', "sh",
+                                        layout.result], check=False, timeout=30).rc == 0
     if collected.result_exists:
         try:
             collected.pulled = pull(conn, layout.result, dest, progress=progress)
-            collected.warnings += clock_changes(dest / "snapshots.jsonl", conn.target.label)
+            cells = not (dest / "run.json").exists()
+            for snapshots in sorted(dest.glob("core-*/snapshots.jsonl")) if cells else [dest / "snapshots.jsonl"]:
+                collected.warnings += clock_changes(snapshots, conn.target.label)
         except RkdetError as err:
             collected.refused = err
 

@@ -62,6 +62,18 @@ def open_connection(board: str, user: str | None, port: int | None, identity: Pa
                                 accept_new_host_key=accept_new_host_key, timeouts=timeouts)
 
 
+def _core_masks(ctx: Any, param: Any, value: str | None) -> str | None:
+    """--core-mask: one mask or a comma list of distinct masks (config.check_core_masks), else exit 2."""
+    from rkdet.config import check_core_masks
+
+    if value is None:
+        return None
+    try:
+        return check_core_masks(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of `rkdet deploy` (the command itself is rkdet/deploy_command.py, which also records the run)."""
     options = [
@@ -72,7 +84,12 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Build folder from rkdet convert (default build/<name>-<first platform> of the config)."),
         click.option("--repeats", type=click.IntRange(min=1), default=None, help="Runs over the golden inputs (config run.repeats)."),
         click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unrecorded warm-up passes (config run.warmup)."),
-        click.option("--core-mask", type=click.Choice(CORE_MASKS), default=None, help="NPU cores (config run.core_mask)."),
+        click.option("--core-mask", default=None, metavar="M[,M…]", callback=_core_masks,
+                     help=f"NPU cores (config run.core_mask): one of {', '.join(CORE_MASKS)}, or a comma list "
+                          "(0,1,2,0_1_2): each mask a cell of one pinned session; masks the SoC lacks are skipped."),
+        click.option("--contexts", type=click.IntRange(min=1, max=16), default=None,
+                     help="Also run N runtime contexts in threads on the same inputs and check they agree with "
+                          "the sequential run (config run.contexts)."),
         click.option("--backend", type=click.Choice(["rknnlite", "onnxruntime"]), default=None,
                      help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU."),
         click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
@@ -115,6 +132,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, connect_timeout: float,
                sftp_timeout: float, config_path: Path | None,
                build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
+               contexts: int | None,
                backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
                keep: bool, resume: bool, install_selfcheck: bool, timeout: float, emulator_fault: str | None,
                emulator_npu: int | None,
@@ -159,7 +177,8 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
         assert chosen is not None and build is not None
         log(f"settings (run, board, tolerances) from {chosen.source}")
         settings = RunSettings.from_config(
-            chosen, repeats=repeats, warmup=warmup, core_mask=core_mask, backend=backend, no_pin=no_pin, sudo=sudo,
+            chosen, repeats=repeats, warmup=warmup, core_mask=core_mask, contexts=contexts, backend=backend,
+            no_pin=no_pin, sudo=sudo,
             workdir=workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
             timeout=timeout, lock_timeout=lock_timeout)
         deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal)
@@ -174,7 +193,8 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
         console.print(f"[magenta]EMULATED[/]: outputs come from the rkdet emulator ({source}), not an NPU")
     colour = "green" if outcome.exit_code == EXIT_OK else "red"
     for line in outcome.verdict_lines:
-        console.print(literal(line, "green" if ": YES " in line else "red"), soft_wrap=True)
+        style = "" if line.startswith("stack: ") else "green" if ": YES " in line else "red"
+        console.print(literal(line, style), soft_wrap=True)
     console.print(literal(outcome.verdict, colour))
     restored = "not pinned" if not settings.pin else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
     console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "

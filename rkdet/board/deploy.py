@@ -14,6 +14,7 @@ collect.py (log, restore, pull), judge.py (verdict), deploy_state.py (deploy.jso
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rkdet.board import collect, pinned_run, stage
+from rkdet.board import scripts as board_scripts
+from rkdet.board.cells import cell_args
 from rkdet.board import lock as board_lock
 from rkdet.board.build import BuildInfo
 from rkdet.board.deploy_state import (DEPLOY_SCHEMA, DeployState, DeployStatus, load_record, public_settings,
@@ -33,6 +36,7 @@ from rkdet.board.preflight import BoardFit, check_board
 from rkdet.board.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
 from rkdet.board.settings import RunSettings
 from rkdet.board.ssh import BoardConnection
+from rkdet.board.stack import BoardStack, model_expectations
 from rkdet.board.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
 
@@ -100,7 +104,9 @@ class Deployment:
             remove_partial(self.folder)
             raise
         try:
-            job = pinned_run.start(self.conn, layout, self.settings, env, self.conn.timeouts.connect + 25)
+            extra = model_expectations(self.info, self.settings.backend) + cell_args(
+                self.settings.core_mask, fit.soc, self.settings.contexts)  # identity checked on the board; cells
+            job = pinned_run.start(self.conn, layout, self.settings, env, self.conn.timeouts.connect + 25, extra)
         except BoardError as err:
             self.state.advance(DeployStatus.FAILED, error=str(err))
             raise
@@ -232,8 +238,20 @@ class Deployment:
     def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None,
                warnings: list[str]) -> DeployOutcome:
         j = judge(result_local, self.build, self.settings.tolerances, self.folder, self.conn.target.label)
+        stack = self._stack(j.run)
         self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference),
-                          repeatable=j.repeatable, agrees=j.agrees)
+                          repeatable=j.repeatable, agrees=j.agrees, stack=stack.as_dict() if stack else None,
+                          cells=j.cells, contexts=j.contexts)
         self.state.save()
+        lines = ([stack.line()] if stack else []) + j.lines
         return DeployOutcome(self.folder, j.exit_code, j.verdict, j.emulated, transfer, restored, warnings, self.record,
-                             j.lines)
+                             lines)
+
+    def _stack(self, run: dict[str, Any] | None) -> BoardStack | None:
+        """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
+        try:
+            records = json.loads((self.folder / "board.json").read_text()).get("records", [])
+            probe = board_scripts.parse_probe(records)
+        except (OSError, ValueError, AttributeError, board_scripts.RecordError):
+            return None
+        return BoardStack.from_evidence(probe, run, self.info.toolkit_version)

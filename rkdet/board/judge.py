@@ -27,26 +27,32 @@ class Judgement:
     repeatable: dict[str, Any]
     agrees: dict[str, Any] | None
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
+    run: dict[str, Any] | None = None  # the (first cell's) run.json: the stack rkdet-run saw
+    cells: dict[str, Any] | None = None  # several core masks: each cell's verdicts (rkdet/board/cells.py)
+    contexts: dict[str, Any] | None = None  # --contexts N: whether the threaded contexts agreed
 
 
 def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, label: str) -> Judgement:
     """Compare the pulled result set run-to-run and with the build's reference; reports into `folder`."""
-    from rkdet.diff.api import compare
-    from rkdet.diff.report import write_reports
-    from rkdet.diff.resultset import reference_set
+    from rkdet.board.cells import judge_result, read_cells
 
+    cells = read_cells(result_local) if (result_local / "cells.json").is_file() else None
+    first = result_local if cells is None else next(
+        (result_local / c.name for c in cells if c.status == "complete" and (result_local / c.name / "run.json").is_file()),
+        None)
+    if first is None:
+        raise BoardError(f"{label}: no cell of the run completed: "
+                         + "; ".join(f"{c.name} {c.status} ({c.reason})" for c in (cells or [])))
     try:
-        run = json.loads((result_local / "run.json").read_text())
+        run = json.loads((first / "run.json").read_text())
         if not isinstance(run, dict):
             raise ValueError(f"a JSON {type(run).__name__}, not an object")
     except (OSError, ValueError, RecursionError) as exc:
         raise BoardError(f"{label}: the board's result run.json is unreadable ({exc}); "
                          "the run's results cannot be judged (a broken or hostile board?)") from None
-    reference = reference_set(build, run)  # the one rule `rkdet diff RUN BUILD` applies too
-    comparison = compare(result_local, reference, tolerance)
-    write_reports(comparison, folder)
-    return Judgement(verdict=comparison.verdict, exit_code=EXIT_OK if comparison.exit_code == 0 else EXIT_DIFFERENT,
-                     diff_exit=comparison.exit_code, reference=Path(reference), emulated=run.get("emulated") is True,
-                     repeatable=comparison.repeatable.as_dict(),
-                     agrees=comparison.agrees.as_dict() if comparison.agrees is not None else None,
-                     lines=[v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None])
+    # the one reference rule `rkdet diff RUN BUILD` applies too; cells and threaded contexts folded in
+    j = judge_result(result_local, build, tolerance, folder)
+    return Judgement(verdict=j.verdict, exit_code=EXIT_OK if j.diff_exit == 0 else EXIT_DIFFERENT,
+                     diff_exit=j.diff_exit, reference=j.reference, emulated=run.get("emulated") is True,
+                     repeatable=j.repeatable, agrees=j.agrees, lines=j.lines, run=run, cells=j.cells,
+                     contexts=j.contexts)

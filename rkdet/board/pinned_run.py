@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from rkdet.board import jobs
 from rkdet.board.jobs import DetachedJob
@@ -22,14 +22,16 @@ from rkdet.board.shell import CommandRunner
 Log = Callable[[str], None]
 
 
-def runner_argv(layout: RemoteLayout, settings: RunSettings) -> list[str]:
-    """rkdet-run's command line for this run (inside run-pinned.sh when pinning)."""
+def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:
+    """rkdet-run's command line for this run (inside run-pinned.sh when pinning); `extra`: the model's
+    identity and the cell flags (`stack.model_expectations`, `cells.cell_args`)."""
     argv = ["python3", layout.runner, "--model", layout.model(settings.backend), "--inputs", layout.inputs,
             "--repeats", str(settings.repeats), "--warmup", str(settings.warmup),
             "--core-mask", settings.core_mask, "--backend", settings.backend,
             "--snapshot-every", str(settings.snapshot_every), "--out", layout.result]
     if settings.cpu_affinity:
         argv += ["--cpu-affinity", ",".join(map(str, settings.cpu_affinity))]
+    argv += list(extra)
     if settings.pin:
         argv = ["sh", f"{layout.scripts}/run-pinned.sh", "--", *argv]
     return argv
@@ -46,10 +48,10 @@ def job_env(settings: RunSettings, layout: RemoteLayout, state_dir: str) -> dict
 
 
 def start(conn: CommandRunner, layout: RemoteLayout, settings: RunSettings, env: dict[str, str],
-          start_timeout: float = 35.0) -> DetachedJob:
+          start_timeout: float = 35.0, extra: Sequence[str] = ()) -> DetachedJob:
     """Create the run folder and start the (pinned) runner detached."""
     conn.run(["mkdir", "-p", layout.run_dir], timeout=30)
-    return jobs.start(conn, runner_argv(layout, settings), layout.pidfile, layout.logfile, sudo=settings.sudo,
+    return jobs.start(conn, runner_argv(layout, settings, extra), layout.pidfile, layout.logfile, sudo=settings.sudo,
                       env=env, keep_env=SESSION_ENV if settings.sudo else (), timeout=start_timeout)
 
 

@@ -1,7 +1,8 @@
 """Preflight: does this board fit this build? Checked before anything on the board changes.
 
-Why each check: an RK3568 cannot run a model compiled for RK3588; an old librknnrt refuses model
-format 6 (toolkit2 >= 2.0); no Python or no rknnlite means the runner cannot start; and a full disk
+Why each check: an RK3568 cannot run a model compiled for RK3588; the known incompatibilities of the
+board's stack with the build (`rkdet/board/compat.py`: an old librknnrt refuses model format 6, a driver
+older than the runtime asks for, RV1126 needs the legacy runtime) block with their fix or warn; no Python or no rknnlite means the runner cannot start; and a full disk
 would fail halfway through a run of thousands of inferences.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rkdet.board import compat
 from rkdet.board.build import BuildInfo
 from rkdet.board.lock import probe_lock
 from rkdet.board.scripts import ProbeReport
@@ -44,10 +46,23 @@ def _version(text: str | None) -> tuple[int, int, int] | None:
     return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)) if match else None
 
 
+def stack_facts(probe: ProbeReport, build: BuildInfo) -> compat.StackFacts:
+    """The versions the known-incompatibility table is checked against (board probe + the build's .rknn)."""
+    return compat.StackFacts(soc=probe.soc, runtime_library=probe.runtime_library,
+                             runtime=compat.version_of(probe.runtime_version),
+                             driver=compat.version_of(probe.rknpu_version),
+                             model_format=build.format_version or None,
+                             model_toolkit=compat.version_of(build.toolkit_version))
+
+
 def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str, emulated: bool,
                 need_kb: int) -> BoardFit:
     """Raise BoardError (exit 3) naming the host and the mismatch; return the fit otherwise."""
     platform = build.platform
+    if backend == "rknnlite" and (probe.soc or "").lower() in compat.RKNPU1_SOCS:
+        for finding in compat.check(stack_facts(probe, build)):  # the legacy-runtime rows say more than
+            if finding.decided and finding.row.severity == "block":  # "board is rv1126, build targets ..."
+                raise BoardError(f"{host}: {finding.message}")
     if not probe.soc:
         raise BoardError(f"{host}: cannot tell the SoC (no rockchip compatible string in the device tree); "
                          f"the build targets {platform}")
@@ -61,10 +76,10 @@ def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str
         if runtime is None:
             raise BoardError(f"{host}: no RKNN runtime library found (librknnrt.so); install the runtime that "
                              f"matches rknn-toolkit2 {build.toolkit_version or '?'}")
-        if build.format_version >= 6 and runtime < (2, 0, 0):
-            raise BoardError(f"{host}: librknnrt {'.'.join(map(str, runtime))} cannot load model format "
-                             f"{build.format_version} (built by toolkit {build.toolkit_version}); "
-                             "update librknnrt to 2.x")
+        for finding in compat.check(stack_facts(probe, build)):
+            if finding.decided and finding.row.severity == "block":
+                raise BoardError(f"{host}: {finding.message}")
+            warnings.append(finding.message)
         if toolkit and runtime[:2] < toolkit[:2]:
             warnings.append(f"librknnrt {'.'.join(map(str, runtime))} is older than the toolkit "
                             f"{'.'.join(map(str, toolkit))} that built the model; Rockchip recommends matching versions")

@@ -261,11 +261,14 @@ class ProbeReport(_ScriptReport):
     devfreq: tuple[DevfreqInfo, ...] = ()
     thermal: Mapping[str, int | None] = field(default_factory=dict)  # zone type -> millicelsius
     rknpu_version: str | None = None
+    rknpu_source: str | None = None  # where the driver version was found: "debugfs" | "sysfs" | "dmesg"
     npu_load: str | None = None
     runtime_library: str | None = None
     runtime_version: str | None = None
     python_version: str | None = None
     rknnlite: bool = False
+    rknnlite_version: str | None = None
+    numpy_version: str | None = None
     compaction_proactiveness: int | None = None
     thp: str | None = None
     work_dir_free_kb: int | None = None
@@ -358,9 +361,10 @@ def parse_probe(records: Sequence[Mapping[str, Any]]) -> ProbeReport:
         serial=ident.text("serial"), machine_id=ident.text("machine_id"),
         kernel=kern.text("release"), cpu_policies=cpus, devfreq=devs,
         thermal={f.text("type", required=True): f.integer("millicelsius") for f in fields if f.rec["record"] == "thermal"},
-        rknpu_version=npu.text("version"), npu_load=npu.text("load"),
+        rknpu_version=npu.text("version"), rknpu_source=npu.text("source"), npu_load=npu.text("load"),
         runtime_library=rt.text("library"), runtime_version=rt.text("version"),
         python_version=py.text("version") or None, rknnlite=py.flag("rknnlite"),
+        rknnlite_version=py.text("rknnlite_version"), numpy_version=py.text("numpy"),
         compaction_proactiveness=vm.integer("compaction_proactiveness"), thp=vm.text("thp"),
         work_dir_free_kb=disk.integer("free_kb"), pinned_state=st.flag("pinned"),
         missing={f.text("what", required=True): str(f.rec.get("reason", "")) for f in fields if f.rec["record"] == "missing"},

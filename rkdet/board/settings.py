@@ -39,7 +39,8 @@ class RunSettings:
 
     repeats: int = 10
     warmup: int = 2
-    core_mask: str = "auto"
+    core_mask: str = "auto"  # one mask, or a comma list (cells of one pinned session)
+    contexts: int = 1  # > 1: threaded runtime contexts checked against the sequential run
     backend: str = "rknnlite"
     snapshot_every: int = 5
     cpu_affinity: tuple[int, ...] | None = None
@@ -57,7 +58,8 @@ class RunSettings:
 
     @classmethod
     def from_config(cls, sections: DeploySettings, *, repeats: int | None = None, warmup: int | None = None,
-                    core_mask: str | None = None, backend: str | None = None, no_pin: bool = False,
+                    core_mask: str | None = None, contexts: int | None = None, backend: str | None = None,
+                    no_pin: bool = False,
                     sudo: bool | None = None, workdir: str | None = None, state_dir: str | None = None,
                     keep: bool = False, fault: str | None = None, emulate_npu: int | None = None,
                     timeout: float = 3600.0, lock_timeout: int = 0) -> RunSettings:
@@ -65,7 +67,8 @@ class RunSettings:
         wins over its config value."""
         run, board = sections.run, sections.board
         return cls(repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
-                   core_mask=core_mask or run.core_mask, backend=backend or run.backend,
+                   core_mask=core_mask or run.core_mask, contexts=contexts or run.contexts,
+                   backend=backend or run.backend,
                    snapshot_every=run.snapshot_every,
                    cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None,
                    pin=board.pin and not no_pin, pin_env=pin_env_from_config(board),
@@ -101,7 +104,7 @@ class RunSettings:
 
     def _check(self, where: str) -> None:
         expected: dict[str, tuple[type, ...]] = {
-            "repeats": (int,), "warmup": (int,), "core_mask": (str,), "backend": (str,), "snapshot_every": (int,),
+            "repeats": (int,), "warmup": (int,), "core_mask": (str,), "contexts": (int,), "backend": (str,), "snapshot_every": (int,),
             "pin": (bool,), "pin_env": (dict,), "sudo": (bool,), "keep": (bool,), "timeout": (int, float),
             "lock_timeout": (int,),
         }

@@ -5,6 +5,12 @@ things?": prepared ONNX bytes, every result-affecting config value, every calibr
 (file and fed tensor), target, toolkit and library versions. The *build fingerprint* adds what came out:
 the `.rknn` content fingerprint (stable parts only: its raw bytes carry leaked pointers) and the
 simulator's golden output hashes. Same inputs -> same fingerprint; anything that matters changes it.
+
+The *embedded fingerprint* is the input fingerprint, written into the `.rknn` through the toolkit's
+`config(custom_string=...)` (`embedded_custom_string`): it is known before the toolkit runs, so the
+file can carry it without depending on itself (the build fingerprint hashes the `.rknn` content, which
+holds the custom string). On the board, rkdet-run reads it back from the file and refuses a model
+whose embedded fingerprint is not the one deploy expects (docs/FORMATS.md "Embedded fingerprint").
 The manifest has stable key order and no wall-clock time unless SOURCE_DATE_EPOCH is set.
 """
 
@@ -33,7 +39,10 @@ SCHEMA = "rkdet.manifest/1"
 _NOT_IN_BUILD = ("run", "board", "tolerances", "name")
 _VERSIONED = ("rknn-toolkit2", "onnx", "onnxruntime", "numpy", "opencv-python-headless", "torch", "protobuf")
 
-__all__ = ["sha256_file", "sha256_bytes", "input_fingerprint", "folder_key", "build_manifest", "write_manifest",
+EMBED_KEY = "rkdet-fp="  # the runner's parser (rkdet.runner.EMBED_KEY) reads the last occurrence
+CUSTOM_STRING_MAX = 1023  # rknn_custom_string.string is char[1024] in rknn_api.h (NUL-terminated)
+
+__all__ = ["embedded_custom_string", "EMBED_KEY", "sha256_file", "sha256_bytes", "input_fingerprint", "folder_key", "build_manifest", "write_manifest",
            "rknn_content_fingerprint", "combine_fingerprint"]
 
 
@@ -103,6 +112,21 @@ def folder_key(cfg: RkdetConfig, platform: str, cal_files: list, gold_files: lis
     return sha256_bytes(_canonical(doc).encode())
 
 
+def embedded_custom_string(user: str | None, inputs_fp: str) -> str:
+    """The custom_string given to the toolkit: the user's `toolkit.custom_string` (if any), then
+    `;rkdet-fp=<input fingerprint>` (alone when the user set none). The user's text is part of the
+    input fingerprint (config section `toolkit`), so nothing here depends on itself."""
+    from rkdet.errors import InputError
+
+    mine = f"{EMBED_KEY}{inputs_fp}"
+    text = f"{user};{mine}" if user else mine
+    if len(text.encode("utf-8")) > CUSTOM_STRING_MAX:
+        raise InputError(f"toolkit.custom_string is {len(user.encode('utf-8')) if user else 0} bytes; with rkdet's "
+                         f"';{EMBED_KEY}<64 hex>' it must fit the runtime's {CUSTOM_STRING_MAX + 1}-byte custom "
+                         f"string: shorten it to at most {CUSTOM_STRING_MAX - len(mine) - 1} bytes")
+    return text
+
+
 def rknn_content_fingerprint(path: Path) -> str:
     from rkdet.convert.rknn_file import content_fingerprint
 
@@ -141,6 +165,8 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         "platform": platform,
         "fingerprint": combine_fingerprint(inputs_fp, content, golden_hashes.get("simulator")),
         "input_fingerprint": inputs_fp,
+        # what the .rknn carries in its custom string (rkdet-fp=...), read back by rkdet-run on the board
+        "embedded_fingerprint": inputs_fp if info.custom_string.endswith(EMBED_KEY + inputs_fp) else None,
         "inputs": {
             "onnx": {"file": source.name, "sha256": sha256_file(source)},
             "onnx_prepared": {"file": "model.onnx", "sha256": sha256_bytes(model.onnx_bytes), "prepare": model.prepare,
@@ -160,7 +186,8 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                       "libraries": library_versions(), "host": f"{sys.platform}-{pyplatform.machine()}"},
         "build_environment": environment,
         "rknn": {"file": "model.rknn", "sha256": sha256_file(rknn_path), "size": rknn_path.stat().st_size,
-                 "content_fingerprint": content, "header": rknn_header(info)},
+                 "content_fingerprint": content, "header": rknn_header(info),
+                 "custom_string": info.custom_string},
         "golden_outputs": golden_hashes,
         "fidelity": fidelity,
         # hybrid quantization: the RKNN layers that run in float16 (quantize.float_layers); [] fully quantized

@@ -69,7 +69,7 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 
 def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel,
-                 cal: Materialized, gold: Materialized) -> dict:
+                 cal: Materialized, gold: Materialized, inputs_fp: str) -> dict:
     """Lay out the worker's folder (relative paths only: the folder path is part of the environment)."""
     (folder / "model.onnx").write_bytes(model.onnx_bytes)
     lines = []
@@ -84,8 +84,11 @@ def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, mod
             rel = f"golden/{f.name}.npy"
             _save(folder / rel, gold.tensors[f.name])
             golden_list.append([f.name, rel])
-    options = toolkit2_options if tk.name == "rknn-toolkit2" else toolkit1_options
-    config, build, do_quantization = options(cfg, platform)
+    if tk.name == "rknn-toolkit2":  # the .rknn carries the input fingerprint (manifest.embedded_custom_string)
+        config, build, do_quantization = toolkit2_options(
+            cfg, platform, manifest.embedded_custom_string(cfg.toolkit.custom_string, inputs_fp))
+    else:
+        config, build, do_quantization = toolkit1_options(cfg, platform)
     return {"config": config, "build": build, "do_quantization": do_quantization,
             "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
             "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out",
@@ -93,13 +96,13 @@ def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, mod
 
 
 def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
-                 gold: Materialized, session: ToolkitSession, stage_dir: Path
+                 gold: Materialized, session: ToolkitSession, stage_dir: Path, inputs_fp: str
                  ) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
     """Build in the session's hermetic folder; copy model.rknn and toolkit.log into `stage_dir`; return
     the simulator outputs. The session is closed (worker reaped, folder removed) on the way out."""
     with session:
         folder = session.folder
-        job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold)
+        job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold, inputs_fp)
         write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.runner)
         run = session.worker.go()
         (stage_dir / "toolkit.log").write_text(published.scrub(run.log, folder, tk.python))
@@ -157,7 +160,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         with ThreadPoolExecutor(max_workers=1) as pool:
             reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
                                     cfg.preprocess.mean, cfg.preprocess.std)
-            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir)
+            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir, inputs_fp)
             ref, ref_detail = reference.result()
         log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors)
         toolkit_log.gate(log_report, platform)
@@ -243,7 +246,7 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
     second = Path(tempfile.mkdtemp(prefix=".verify-", dir=stage_dir.parent))
     try:
         _, sim2, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, ToolkitSession(key, tk.python, tk.worker),
-                                  second)
+                                  second, inputs_fp)
         rknn2 = second / "model.rknn"
         from rkdet.convert.rknn_file import compare_rknn, read_rknn
 

@@ -48,6 +48,7 @@ _MAX_JSON = 64 << 20
 _M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO = 0, 1, 2, 3
 _M_COMPILER, _M_TARGET, _M_SOURCE = 7, 8, 9
 _M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS = 12, 13, 20
+_M_CUSTOM_STRING = 11  # config(custom_string=...): what RKNN_QUERY_CUSTOM_STRING returns on a board
 # Graph slots. 8 and 9 hold per-task descriptor tables with raw host pointers: volatile.
 _G_TENSORS, _G_NODES, _G_INPUTS, _G_OUTPUTS = 0, 1, 2, 3
 _G_VOLATILE = frozenset({8, 9})
@@ -113,6 +114,7 @@ class RknnFileInfo:
     content_fingerprint: str
     metadata: dict[str, Any] = field(hash=False)
     build_info: dict[str, Any] = field(hash=False)
+    custom_string: str = ""  # root slot 11; rkdet embeds its build's input fingerprint here (docs/FORMATS.md)
 
 
 def read_rknn(path: str | Path) -> RknnFileInfo:
@@ -428,6 +430,7 @@ def _parse_model(
         outputs=_io_attrs(first, first.outputs, io_json["output"]),
         sections=tuple(sections), content_fingerprint=_fingerprint(canonical), metadata=metadata,
         build_info=_literal_or_empty(text(_M_BUILD_INFO)),
+        custom_string=text(_M_CUSTOM_STRING),
     )
 
 

@@ -74,8 +74,11 @@ def find_toolkit(platform: str, cfg: RkdetConfig) -> Toolkit:
     return Toolkit("rknn-toolkit2", python, WORKER_DIR / "toolkit2_worker.py", version, has_simulator=True)
 
 
-def toolkit2_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], dict[str, Any], bool]:
-    """(config() kwargs, build() kwargs, do_quantization): every option explicit, from rkdet's config."""
+def toolkit2_options(cfg: RkdetConfig, platform: str, custom_string: str | None = None
+                     ) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """(config() kwargs, build() kwargs, do_quantization): every option explicit, from rkdet's config.
+    `custom_string`: what the `.rknn` carries (convert passes `manifest.embedded_custom_string`, the
+    user's `toolkit.custom_string` plus the build's input fingerprint); None: the user's alone."""
     tk, q, pp = cfg.toolkit, cfg.quantize, cfg.preprocess
     config = {
         "mean_values": [list(pp.mean)],
@@ -88,7 +91,7 @@ def toolkit2_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], d
         "quant_img_RGB2BGR": tk.quant_img_RGB2BGR,
         "float_dtype": tk.float_dtype,
         "optimization_level": tk.optimization_level,
-        "custom_string": tk.custom_string,
+        "custom_string": tk.custom_string if custom_string is None else custom_string,
         "remove_weight": tk.remove_weight,
         "compress_weight": tk.compress_weight,
         "inputs_yuv_fmt": None,

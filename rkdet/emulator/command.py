@@ -64,10 +64,19 @@ def emulator() -> None:
 @click.option("--fault-tensor", default=None, metavar="NAME[:run=K]",
               help="TEST CONTROL: the emulated runtime perturbs ONNX tensor NAME (one element, one int8 step of its "
                    "range) so the error propagates downstream; with :run=K only in measured run K of each input.")
+@click.option("--test-librknnrt", "test_librknnrt", default=None, metavar="VERSION",
+              help="TEST CONTROL: the board's librknnrt reports this version (e.g. 1.4.0), to see preflight's "
+                   "known incompatibilities.")
+@click.option("--test-rknpu-driver", "test_driver", default=None, metavar="VERSION",
+              help="TEST CONTROL: the board's rknpu driver reports this version (e.g. 0.8.2).")
 def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: str | None, no_compaction: bool,
-          no_thp: bool, fault_tensor: str | None) -> None:
+          no_thp: bool, fault_tensor: str | None, test_librknnrt: str | None, test_driver: str | None) -> None:
     """Start the board, print how to reach it, and stop cleanly on Ctrl-C (or SIGTERM)."""
-    profile = board_profile(soc, speed_bin, not no_compaction, not no_thp)
+    for flag, value in (("--test-librknnrt", test_librknnrt), ("--test-rknpu-driver", test_driver)):
+        if value is not None and not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
+            raise InputError(f"emulator: {flag} {value!r}: give a version like 1.4.0")
+    profile = socs.with_stack(board_profile(soc, speed_bin, not no_compaction, not no_thp), test_librknnrt,
+                              test_driver)
     env = {FAULT_TENSOR_ENV: fault_tensor_value(fault_tensor)} if fault_tensor is not None else None
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -191,8 +191,16 @@ def build_fake_tree(profile: SocProfile, root: Path) -> Path:
 
     if profile.rknpu_driver:
         load = ", ".join(f"Core{i}:  0%" for i in range(profile.npu_cores))
-        _write(root / "sys/kernel/debug/rknpu/version", profile.rknpu_driver + "\n")
+        number = profile.rknpu_driver.rsplit("v", 1)[-1] if "v" in profile.rknpu_driver else profile.rknpu_driver
+        if "debugfs" in profile.rknpu_version_nodes:
+            _write(root / "sys/kernel/debug/rknpu/version", profile.rknpu_driver + "\n")
         _write(root / "sys/kernel/debug/rknpu/load", f"NPU load:  {load},\n")
+        if "sysfs" in profile.rknpu_version_nodes:
+            _write(root / "sys/module/rknpu/version", number + "\n")
+        if "dmesg" in profile.rknpu_version_nodes:
+            npu = profile.devfreq_of("npu")
+            _write(root / "var/log/dmesg", f"[    2.311846] [drm] Initialized rknpu {number} 20240828 for "
+                                           f"{npu.name if npu else 'npu'} on minor 1\n")
     _write(root / profile.runtime_library, b"\x7fELF\x02\x01\x01\0" + profile.runtime_version.encode() + b"\0")
     if profile.runtime_control:  # TEST CONTROL for the runtime double (never on a real board's image)
         _write(root / RUNTIME_CONTROL, profile.runtime_control + "\n")

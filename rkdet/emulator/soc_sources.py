@@ -22,6 +22,11 @@ _CPU_GOV_510 = ("BSP 5.10 arch/arm64/configs/rockchip_linux_defconfig: CONFIG_CP
                 "the list order is an emulator choice")
 _COMMON = {
     "rknpu_driver": "rknpu driver 0.9.8 (RKNPU2 SDK 2.x), /sys/kernel/debug/rknpu/version on RK35xx boards",
+    "rknpu_version_nodes": ("debugfs: rknpu_debugger.c 'version' node ('RKNPU driver: v0.9.8', board dumps in "
+                            "radxa-build/rock-5b#29, yifengyou/Liontron-D3588#5); sysfs: rknpu_drv.c MODULE_VERSION -> "
+                            "/sys/module/rknpu/version (kernel/params.c, built-in modules too); dmesg: drm_dev_register's "
+                            "'[drm] Initialized rknpu 0.9.8 <date> for fdab0000.npu' (drivers/gpu/drm/drm_drv.c); "
+                            "the dmesg file at /var/log/dmesg is an emulator choice (boards run `dmesg`)"),
     "runtime_library": "RKNPU2 runtime install path /usr/lib/librknnrt.so (rknn-toolkit2 2.5.0 rknpu2/runtime)",
     "runtime_version": CHOICE + "a librknnrt 2.5.0 version string of the real format; the build id is made up",
     "compaction_proactiveness": "mm/compaction.c sysctl_compaction_proactiveness default 20 (when compiled in)",
@@ -151,6 +156,7 @@ RV1126 = dict(_COMMON, **{
     "compaction_proactiveness": "mm/compaction.c: no compaction_proactiveness sysctl before 5.9 (not shown)",
     "thp_enabled": "rv1126_defconfig: no CONFIG_TRANSPARENT_HUGEPAGE",
     "rknpu_driver": "RV1126 Linux SDK: the NPU runs the galcore driver (RKNPU 1.x), no /sys/kernel/debug/rknpu",
+    "rknpu_version_nodes": "RV1126 Linux SDK: galcore (RKNPU 1.x) driver, no rknpu driver, so no rknpu version node",
     "runtime_library": "RV1126 Linux SDK (RKNPU 1.x) runtime path /usr/lib/librknn_runtime.so",
     "runtime_version": CHOICE + "a librknn_runtime 1.7.3 version string of the real format",
     "cpuidle_states": _RV_DT + "idle-states CPU_SLEEP (cpu-sleep); state0 WFI",

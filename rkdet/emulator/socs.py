@@ -13,7 +13,7 @@ Frequencies are in the units the kernel prints: kHz for cpufreq, Hz for devfreq.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from rkdet.emulator import soc_sources as src
 
@@ -89,6 +89,9 @@ class SocProfile:
     compaction_proactiveness: int = 20
     thp_enabled: str | None = "always [madvise] never"  # None: kernel built without THP
     rknpu_driver: str | None = "RKNPU driver: v0.9.8"
+    # where the driver shows its version: "debugfs" (/sys/kernel/debug/rknpu/version, "RKNPU driver: vX"),
+    # "sysfs" (/sys/module/rknpu/version, "X"), "dmesg" (/var/log/dmesg: "[drm] Initialized rknpu X ...")
+    rknpu_version_nodes: tuple[str, ...] = ("debugfs", "sysfs", "dmesg")
     runtime_library: str = "usr/lib/librknnrt.so"
     runtime_version: str = "librknnrt version: 2.5.0 (be611e2c@2026-09-29T14:50:11)"
     npu_cores: int = 1
@@ -280,11 +283,33 @@ def rv1126() -> SocProfile:
         has_compaction_proactiveness=False,
         thp_enabled=None,
         rknpu_driver=None,  # RV1126 uses the galcore driver; no /sys/kernel/debug/rknpu
+        rknpu_version_nodes=(),
         runtime_library="usr/lib/librknn_runtime.so",
         runtime_version="librknn_runtime version 1.7.3 (2c0f4c5 build: 2022-08-05 10:22:34 base: 1131)",
         cpuidle_states=("WFI", "cpu-sleep"),
         sources=dict(src.RV1126),
     )
+
+
+def with_stack(prof: SocProfile, runtime: str | None = None, driver: str | None = None) -> SocProfile:
+    """TEST CONTROL: the same board with another librknnrt version and/or rknpu driver version (a bare
+    "1.4.0" becomes the library's "librknnrt version: 1.4.0 (...)" string and the driver's "RKNPU driver:
+    v0.8.2"), e.g. to check preflight's known incompatibilities. The emulated runtime reports them too."""
+    changes: dict = {}
+    sources = dict(prof.sources)
+    labels = [prof.variant] if prof.variant else []
+    if runtime:
+        full = runtime if "version" in runtime else f"librknnrt version: {runtime} (rkdet-test-control)"
+        changes["runtime_version"] = full
+        sources["runtime_version"] = "TEST CONTROL: another librknnrt version string (socs.with_stack)"
+        labels.append(f"librknnrt-{runtime.split()[-1] if 'version' not in runtime else 'custom'}")
+    if driver:
+        changes["rknpu_driver"] = driver if "driver" in driver.lower() else f"RKNPU driver: v{driver.lstrip('v')}"
+        sources["rknpu_driver"] = "TEST CONTROL: another rknpu driver version (socs.with_stack)"
+        labels.append(f"rknpu-{driver}")
+    if not changes:
+        return prof
+    return replace(prof, **changes, sources=sources, variant=",".join(labels))
 
 
 def all_variants() -> tuple[SocProfile, ...]:
@@ -316,4 +341,4 @@ def profile(soc: str) -> SocProfile:
 
 __all__ = ["CpuPolicy", "DevfreqNode", "ThermalZone", "ThermalCap", "SocProfile", "PROFILES", "RK3588", "RK3568",
            "RV1126", "RK3588_SPEED_BINS", "rk3588", "rk3568", "rv1126", "rk3588_variants", "all_variants",
-           "profile", "value_keys", "source_of", "missing_sources"]
+           "profile", "value_keys", "source_of", "missing_sources", "with_stack"]

@@ -116,7 +116,7 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 
 def toolkit_job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gold: Materialized,
-         analyse: dict[str, np.ndarray]) -> dict:
+                analyse: dict[str, np.ndarray], inputs_fp: str | None = None) -> dict:
     """The build part is laid out as rkdet convert lays it out (relative paths, same file names)."""
     (folder / "model.onnx").write_bytes(model.onnx_bytes)
     lines = []
@@ -135,7 +135,11 @@ def toolkit_job(folder: Path, src: Source, model: PreparedModel, cal: Materializ
         rel = f"analyse/{name}.npy"
         _save(folder / rel, tensor.transpose(0, 3, 1, 2))
         analyse_list.append([name, rel])
-    config, build, do_quantization = toolkit2_options(src.cfg, src.platform)
+    # the same custom string as convert (same fingerprint); inputs_fp None (bisection's cut models, which no
+    # board checks by fingerprint): the user's custom string alone
+    config, build, do_quantization = toolkit2_options(
+        src.cfg, src.platform,
+        None if inputs_fp is None else manifest.embedded_custom_string(src.cfg.toolkit.custom_string, inputs_fp))
     return {"config": config, "build": build, "do_quantization": do_quantization,
             "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
             "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out", "analyse": analyse_list,
@@ -174,7 +178,7 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
         inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
         with session:
             folder = session.folder
-            job = toolkit_job(folder, src, model, cal, gold, analyse)
+            job = toolkit_job(folder, src, model, cal, gold, analyse, inputs_fp)
             job["max_inputs"] = max_inputs or None
             if reference is not None:
                 job["reference"] = {}

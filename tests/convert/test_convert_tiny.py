@@ -136,3 +136,25 @@ def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
     assert list(out.iterdir()) == []
     left = leftovers(report)  # this convert's own process tree, not every process on the machine
     assert left == [], f"processes of the interrupted convert outlived it (an early-started toolkit worker?): {left}"
+
+
+def test_user_custom_string_and_embedded_fingerprint(first_build, tiny_assets, tmp_path):
+    """toolkit.custom_string: the user's text first, then rkdet's `;rkdet-fp=<input fingerprint>`; the
+    user's text is an input, so it changes the fingerprints; the default build embeds its own alone."""
+    from tiny_models import write_config
+
+    from rkdet.convert.rknn_file import read_rknn
+
+    build, _ = first_build
+    first = json.loads((Path(build["folder"]) / "manifest.json").read_text())
+    assert first["embedded_fingerprint"] == first["input_fingerprint"]
+    assert read_rknn(Path(build["folder"]) / "model.rknn").custom_string == f"rkdet-fp={first['input_fingerprint']}"
+    cfg = write_config(tmp_path / "c.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"],
+                       toolkit={"custom_string": "camera=front;rev=7"})
+    other = _build(cfg, tmp_path / "out")
+    manifest = json.loads((Path(other["folder"]) / "manifest.json").read_text())
+    fp = manifest["input_fingerprint"]
+    assert fp != first["input_fingerprint"] and other["fingerprint"] != build["fingerprint"]
+    assert manifest["embedded_fingerprint"] == fp
+    assert read_rknn(Path(other["folder"]) / "model.rknn").custom_string == f"camera=front;rev=7;rkdet-fp={fp}"
+    assert manifest["rknn"]["custom_string"] == f"camera=front;rev=7;rkdet-fp={fp}"

@@ -29,6 +29,15 @@ instance then says `rkdet_emulates_npu = True`; rkdet-run records `"emulates_npu
 the reference rule (rkdet.selfcheck.reference_for) judges it against the simulator. An input that is not
 a golden input fails the call (None), as nothing stands for it.
 
+The runtime stack it reports is the emulated board's, read as the real runtime finds it: the librknnrt
+version string in `$RKDET_ROOT/usr/lib/librknnrt.so` (the library RKNNLite loads) and the driver version
+in `$RKDET_ROOT/sys/kernel/debug/rknpu/version` (else `/sys/module/rknpu/version`). `get_sdk_version()`
+gives both, as lite2 2.5.0 does ("API: ... DRV: ..."). Like the real librknnrt, `init_runtime` fails
+for a model of container format 6 (toolkit2 >= 2.0) when that library is 1.x ("Invalid RKNN model
+version 6", ultralytics/ultralytics#18928), and, like lite2 on a single-core SoC, a core mask naming a
+core the SoC lacks (the cores counted in `$RKDET_ROOT/sys/kernel/debug/rknpu/load`) fails init_runtime.
+RKNNLite 2.5.0 has no method returning the model's custom string; neither has the double.
+
 TEST CONTROL, fault injection (never present on a real board): env `RKDET_EMU_FAULT`, or the file
 `$RKDET_EMU_CONTROL_DIR/fault.json` (re-read at every call, so a test can arm it mid-run), holds
 `{"occurrence": R, "input_sha256": H or null, "output": K, "index": I, "bit": B}`: on the R-th
@@ -36,6 +45,11 @@ TEST CONTROL, fault injection (never present on a real board): env `RKDET_EMU_FA
 or output name) is flipped. H is the sha256 of the raw bytes of the input arrays as passed
 (concatenated in input order); null matches every call. rkdet-run first makes `warmup` unrecorded
 passes over the inputs, so to hit measured run r of one input use `occurrence = warmup + r`.
+Optional filters: `"core_mask": M` (only an instance initialised with that core mask value, e.g. 7 for
+NPU_CORE_0_1_2: the rknn-toolkit2 #228 pattern, one mask differing from another), `"instance": K` (only
+the K-th RKNNLite initialised in this process, 0-based: one context of several, the #474 pattern), and
+`"all_calls": true` (every matching call from `occurrence` on, not only that one: a mask or context that
+differs the same way every time).
 TEST CONTROL, per-board image (never present on a real board): the emulated board's image may hold
 `$RKDET_ROOT/etc/rkdet-emulator/runtime.json` (written by the emulator from `SocProfile.runtime_control`,
 so it is the board's own setting, whatever the deploy's flags or sudo's env_reset):
@@ -64,6 +78,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 
@@ -97,6 +112,57 @@ def _npu_clock_ratio():
             return 1.0
         return float(top) / cur if cur > 0 else 1.0
     return 1.0
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def _root_file(*rels):
+    root = os.environ.get("RKDET_ROOT", "") or "/"
+    for rel in rels:
+        path = os.path.join(root, rel)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _library_version():
+    """The 'librknnrt version: X (...)' string in the library file the runtime would load, or None."""
+    path = _root_file("usr/lib/librknnrt.so", "usr/lib64/librknnrt.so", "usr/lib/aarch64-linux-gnu/librknnrt.so")
+    if path is None:
+        return None
+    with open(path, "rb") as handle:
+        data = handle.read(1 << 22)
+    found = re.search(rb"librknnrt version: [ -~]+", data)
+    return found.group(0).decode("ascii") if found else None
+
+
+def _driver_version():
+    path = _root_file("sys/kernel/debug/rknpu/version", "sys/module/rknpu/version")
+    if path is None:
+        return None
+    with open(path) as handle:
+        return handle.read().strip() or None
+
+
+def _npu_cores():
+    """Cores the emulated NPU has (its debugfs load line lists one per core), or None when unknown."""
+    path = _root_file("sys/kernel/debug/rknpu/load")
+    if path is None:
+        return None
+    with open(path) as handle:
+        return len(re.findall(r"Core\d+", handle.read())) or None
+
+
+def _container_version(path):
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    if len(head) < 16 or head[:8] != b"RKNN\0\0\0\0":
+        return None
+    return int.from_bytes(head[8:16], "little") & 0xFFF
+
+
+_INSTANCES = [0]  # RKNNLite objects whose init_runtime succeeded in this process (fault "instance")
 
 
 def _read_fault():
@@ -272,6 +338,7 @@ class RKNNLite(object):
         self._buffers = []
         self._fault_counts = {}
         self._frame_id = 0
+        self._format = None
         self._fault_session = None  # fault at a named tensor (TEST CONTROL): the perturbed model's session
         self._fault_run = None
         self._fault_calls = {}
@@ -315,6 +382,7 @@ class RKNNLite(object):
             self.rkdet_emulates_npu = True
         self._onnx = onnx_path
         self._prep = prep
+        self._format = _container_version(path)
         return 0
 
     def list_devices(self):
@@ -328,6 +396,17 @@ class RKNNLite(object):
             return -1
         if core_mask not in (0, 1, 2, 4, 3, 7, 0xFFFF):
             _log("init_runtime: invalid core_mask %r" % (core_mask,))
+            return -1
+        cores = _npu_cores()
+        if cores is not None and core_mask not in (0, 0xFFFF) and core_mask >> cores:
+            _log("init_runtime: core_mask %d names a core this %d-core NPU lacks" % (core_mask, cores))
+            return -1
+        library = _library_version()
+        found = _VERSION.search(library or "")
+        if self._format is not None and self._format >= 6 and found and int(found.group(1)) < 2:
+            _log("RKNN Runtime Information: %s" % library)
+            _log("Invalid RKNN model version %d" % self._format)
+            _log("rknn_init, load model failed!")
             return -1
         try:
             import onnxruntime as ort
@@ -347,6 +426,8 @@ class RKNNLite(object):
             return -1
         self._inputs = self._session.get_inputs()
         self.core_mask = core_mask
+        self._instance = _INSTANCES[0]
+        _INSTANCES[0] += 1
         try:
             control = _read_image_control()
             self._library_version = control.get("library_version")
@@ -466,6 +547,10 @@ class RKNNLite(object):
         fault = _read_fault()
         if fault is None:
             return
+        if "core_mask" in fault and int(fault["core_mask"]) != self.core_mask:
+            return
+        if "instance" in fault and int(fault["instance"]) != self._instance:
+            return
         wanted = fault.get("input_sha256")
         if wanted is not None:
             digest = hashlib.sha256()
@@ -476,7 +561,7 @@ class RKNNLite(object):
         key = wanted or "*"
         seen = self._fault_counts.get(key, 0)
         self._fault_counts[key] = seen + 1
-        if seen != int(fault["occurrence"]):
+        if seen != int(fault["occurrence"]) and not (fault.get("all_calls") and seen >= int(fault["occurrence"])):
             return
         which = fault["output"]
         if not isinstance(which, int):
@@ -502,8 +587,8 @@ class RKNNLite(object):
         if self._session is None:
             _log("get_sdk_version: init_runtime first")
             return None
-        library = " runtime: %s;" % self._library_version if self._library_version else ""
-        return "rknn-toolkit-lite2 version: 2.5.0 (EMULATED:%s %s)" % (library, RKDET_EMULATED)
+        return "RKNN VERSION:\n  API: %s\n  DRV: %s\n(EMULATED: %s)" % (
+            self._library_version or _library_version() or "unknown", _driver_version() or "unknown", RKDET_EMULATED)
 
     def list_support_target_platform(self, rknn_model=None):
         """Platforms the model runs on (None when the model file does not exist, as the real one)."""
