@@ -176,7 +176,7 @@ class BoardConnection:
         try:
             return self.transport.open_channel("direct-tcpip", (tgt.hostname, tgt.port), ("127.0.0.1", 0),
                                                timeout=self.timeouts.connect)
-        except (paramiko.SSHException, OSError) as err:
+        except (paramiko.SSHException, OSError, EOFError) as err:
             raise BoardError(f"{tgt.label}: jump host {self.target.label} could not connect to it ({err})") from None
 
     @classmethod
@@ -312,7 +312,7 @@ class BoardConnection:
         deadline = time.monotonic() + limit
         try:
             chan = self.transport.open_session(timeout=self.timeouts.connect)
-        except (paramiko.SSHException, OSError) as err:
+        except (paramiko.SSHException, OSError, EOFError) as err:  # EOFError: the link died as the session opened
             raise BoardError(f"{self.target.label}: cannot open a session ({err})") from None
         try:
             chan.settimeout(max(0.001, deadline - time.monotonic()))
