@@ -60,9 +60,9 @@ class DeployCommon:
     state_dir: str | None = None
     no_pin: bool = False
     keep: bool = False
-    timeout: float = 3600.0  # each cell's run on the board
-    board_timeout: float = 7200.0  # a board's whole budget (its cells); the cells left then fail
-    lock_timeout: int = 0  # seconds a cell's pinned job waits for the board lock (another holder)
+    timeout: float = 3600.0  # each cell's run on the board (a session of N cells: N times it)
+    board_timeout: float = 7200.0  # a board's whole budget (its sessions); the sessions left then fail
+    lock_timeout: int = 0  # seconds a session's pinned job waits for the board lock (another holder)
     emulator_fault: str | None = None
     emulator_npu: int | None = None
     user: str | None = None
