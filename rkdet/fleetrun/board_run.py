@@ -272,7 +272,7 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell],
                     result.cells.append(CellResult(planned.cell, SKIPPED, reason=planned.skip))
                 else:
                     sessions.setdefault(planned.cell.backend, []).append(planned.cell)
-            for backend, group in sessions.items():
+            for group in sessions.values():
                 left = deadline - time.monotonic()
                 if stop.is_set() or left <= 0:
                     why = "interrupted before this cell" if stop.is_set() else \
