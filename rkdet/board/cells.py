@@ -164,6 +164,7 @@ class CellsJudgement:
 
     def as_dict(self) -> dict[str, Any]:
         return {"cells": [{"cell": c.name, "core_mask": c.core_mask, "status": c.status, "reason": c.reason,
+                           "verdict": self.comparisons[c.name].verdict if c.name in self.comparisons else None,
                            "repeatable": self.comparisons[c.name].repeatable.as_dict() if c.name in self.comparisons else None,
                            "agrees": (self.comparisons[c.name].agrees.as_dict()
                                       if c.name in self.comparisons and self.comparisons[c.name].agrees else None),

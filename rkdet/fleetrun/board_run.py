@@ -2,11 +2,13 @@
 
 Why one module: every call into `rkdet.board` (connection, probe, `Deployment`, the settings rule of
 `rkdet deploy`) is here, so a change of the single-board API is one edit; and `run_board` is the one
-function that runs a board's cells (today one pinned deploy per cell, sequentially on the board).
+function that runs a board's cells.
 
-Each cell is exactly a single-board deploy (preflight, verified push, pin → run → restore, pull,
-judge) into the ordinary results tree `<out>/<board>/<fingerprint16>/<run-id>/`, recorded in
-`<out>/rkdet.db` like `rkdet deploy` records it.
+The core-mask cells of one backend are ONE single-board deploy (preflight, verified push, pin → every
+mask as a cell of one runner → restore, pull, judge; `rkdet deploy --core-mask 0,1,2,0_1_2`) into the
+ordinary results tree `<out>/<board>/<fingerprint16>/<run-id>/`, recorded in `<out>/rkdet.db` like
+`rkdet deploy` records it (one run per cell); its result is then split into the cells. Backends are
+separate sessions (the runner takes one backend).
 """
 
 from __future__ import annotations
@@ -58,9 +60,9 @@ class DeployCommon:
     state_dir: str | None = None
     no_pin: bool = False
     keep: bool = False
-    timeout: float = 3600.0  # each cell's run on the board
-    board_timeout: float = 7200.0  # a board's whole budget (its cells); the cells left then fail
-    lock_timeout: int = 0  # seconds a cell's pinned job waits for the board lock (another holder)
+    timeout: float = 3600.0  # each cell's run on the board (a session of N cells: N times it)
+    board_timeout: float = 7200.0  # a board's whole budget (its sessions); the sessions left then fail
+    lock_timeout: int = 0  # seconds a session's pinned job waits for the board lock (another holder)
     emulator_fault: str | None = None
     emulator_npu: int | None = None
     user: str | None = None
@@ -122,13 +124,17 @@ def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
 
-def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common: DeployCommon, timeout: float,
-                log: Log) -> CellResult:
-    """One single-board deploy of `cell`; the completed run recorded in `<out>/rkdet.db`."""
+def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell], common: DeployCommon,
+                 timeout: float, log: Log) -> list[CellResult]:
+    """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
+    the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
     from rkdet.board.deploy import Deployment
 
+    backend = cells[0].backend
+    assert all(c.backend == backend for c in cells), "one session runs one backend"
     settings = RunSettings.from_config(
-        build.settings, repeats=common.repeats, warmup=common.warmup, core_mask=cell.core_mask, backend=cell.backend,
+        build.settings, repeats=common.repeats, warmup=common.warmup,
+        core_mask=",".join(c.core_mask for c in cells), backend=backend,
         no_pin=common.no_pin, sudo=board.sudo if board.sudo is not None else common.sudo,
         workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
         fault=common.emulator_fault, emulate_npu=common.emulator_npu, timeout=timeout,
@@ -140,17 +146,47 @@ def deploy_cell(conn: Any, board: Board, build: BuildChoice, cell: Cell, common:
 
     started = time.monotonic()
     outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False).run()
-    result = CellResult(cell, COMPLETE if outcome.record.get("status") == "complete" else FAILED,
-                        folder=str(outcome.folder), deploy_exit=outcome.exit_code, verdict=outcome.verdict,
-                        seconds=time.monotonic() - started)
-    result.repeatable = (outcome.record.get("repeatable") or {}).get("ok")
-    result.agrees = (outcome.record.get("agrees") or {}).get("ok")
+    seconds = (time.monotonic() - started) / len(cells)  # a shared session's time, shared evenly
     for warning in outcome.warnings:
         log(f"warning: {warning}")
-    if result.status == COMPLETE:
-        result.run = record_run(common.out, outcome.folder, log)
-    else:
-        result.reason = str(outcome.record.get("error") or outcome.verdict)
+    record = outcome.record
+    folder = str(outcome.folder)
+    if record.get("status") != "complete":
+        why = str(record.get("error") or outcome.verdict)
+        return [CellResult(c, FAILED, reason=why, folder=folder, deploy_exit=outcome.exit_code,
+                           verdict=outcome.verdict, seconds=seconds) for c in cells]
+    runs = {r.core_mask: r for r in record_runs(common.out, outcome.folder, log)}
+    if len(cells) == 1:
+        result = CellResult(cells[0], COMPLETE, folder=folder, deploy_exit=outcome.exit_code, verdict=outcome.verdict,
+                            seconds=seconds, repeatable=(record.get("repeatable") or {}).get("ok"),
+                            agrees=(record.get("agrees") or {}).get("ok"))
+        result.run = next(iter(runs.values()), None)
+        return [result]
+    judged = {str(c.get("core_mask")): c for c in (record.get("cells") or {}).get("cells") or []
+              if isinstance(c, dict)}
+    return [_split(cell, judged.get(cell.core_mask), runs.get(cell.core_mask), folder, seconds) for cell in cells]
+
+
+def _split(cell: Cell, judged: dict[str, Any] | None, run: RunRecord | None, folder: str,
+           seconds: float) -> CellResult:
+    """One cell of a multi-mask session, from deploy.json's `cells` (its own verdicts) and its history record."""
+    if judged is None:
+        return CellResult(cell, FAILED, reason="the session's cells.json does not name this cell", folder=folder,
+                          seconds=seconds)
+    status, reason = str(judged.get("status")), str(judged.get("reason") or "")
+    if status == SKIPPED:
+        return CellResult(cell, SKIPPED, reason=reason or "skipped by the board's runner", folder=folder)
+    repeatable, agrees = judged.get("repeatable"), judged.get("agrees")
+    if status != COMPLETE or not isinstance(repeatable, dict):
+        return CellResult(cell, FAILED, reason=f"the cell {status}" + (f": {reason}" if reason else ""),
+                          folder=folder, seconds=seconds)
+    rep_ok = repeatable.get("ok")
+    agrees_ok = agrees.get("ok") if isinstance(agrees, dict) else None
+    # the cell judged alone, as its own single-mask deploy would be (the cells' agreement is the classes' job)
+    exit_code = 0 if rep_ok is True and agrees_ok is not False else 1
+    result = CellResult(cell, COMPLETE, folder=folder, deploy_exit=exit_code, verdict=str(judged.get("verdict") or ""),
+                        repeatable=rep_ok, agrees=agrees_ok, seconds=seconds)
+    result.run = run
     return result
 
 
@@ -161,29 +197,29 @@ JUDGE_SLOTS = threading.BoundedSemaphore(1)
 _DB_LOCK = threading.Lock()  # one writer per process (the database itself also queues other processes)
 
 
-def record_run(results: Path, folder: Path, log: Log) -> RunRecord | None:
-    """Read the run's per-input output hashes and add it to `<results>/rkdet.db`; the record is
-    returned even when the database refuses it (a warning, as for `rkdet deploy`)."""
+def record_runs(results: Path, folder: Path, log: Log) -> list[RunRecord]:
+    """Read the run's per-input output hashes (one record per cell) and add them to `<results>/rkdet.db`;
+    the records are returned even when the database refuses them (a warning, as for `rkdet deploy`)."""
     from rkdet.history.db import connect
-    from rkdet.history.db import record_run as db_record
-    from rkdet.history.ingest import read_run
+    from rkdet.history.db import record_runs as db_record
+    from rkdet.history.ingest import read_runs
 
     try:
-        run = read_run(results, folder)
+        runs = read_runs(results, folder)
     except (RkdetError, OSError, ValueError) as err:
         log(f"warning: run folder unreadable for the history ({err})")
-        return None
+        return []
     try:
         with _DB_LOCK:
             conn = connect(results)
             try:
-                db_record(conn, run)
+                db_record(conn, runs)
             finally:
                 conn.close()
     except (RkdetError, OSError, ValueError, sqlite3.Error) as err:
         log(f"warning: run not recorded in {results}/rkdet.db ({err}); `rkdet history import --results {results}` "
             "can add it later")
-    return run
+    return runs
 
 
 def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
@@ -195,7 +231,8 @@ def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
     hottest: dict[str, float] = {}
     for c in runs:
         try:
-            shots = read_snapshots(Path(c.folder or "") / "result" / "snapshots.jsonl")
+            assert c.run is not None
+            shots = read_snapshots(Path(c.folder or "") / "result" / c.run.result_set / "snapshots.jsonl")
         except (SnapshotError, OSError):
             continue
         for shot in shots:
@@ -209,9 +246,10 @@ def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
 
 def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
               stop: threading.Event, log: Log) -> BoardResult:
-    """Every cell of the matrix on one board, one pinned deploy after another (the board restored after
-    each); a board that cannot be reached or fails preflight is `failed` with its reason. Stops between
-    cells when `stop` is set (Ctrl-C) or the board's time budget is spent."""
+    """Every cell of the matrix on one board: the core-mask cells of a backend in one pinned deploy (every
+    mask a cell of one runner session), backends one after the other (the board restored after each); a
+    board that cannot be reached or fails preflight is `failed` with its reason. Stops between sessions
+    when `stop` is set (Ctrl-C) or the board's time budget is spent."""
     board = result.board
     started = time.monotonic()
     deadline = started + common.board_timeout
@@ -219,7 +257,7 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell],
     soc: str | None = None
     try:
         with board_connection(board, common) as conn:
-            # the source's SoC (rkdet_soc, a labgrid soc tag) saves a probe; each cell's preflight probes
+            # the source's SoC (rkdet_soc, a labgrid soc tag) saves a probe; each session's preflight probes
             # anyway and refuses a board whose NPU is not the build's
             soc = board.soc.lower() if board.soc else probe_soc(conn, board, common)
             build = build_for(builds, soc)
@@ -227,21 +265,27 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell],
                 raise InputError(f"board is {soc or 'of an unknown SoC'}; no --build targets it "
                                  f"(given: {', '.join(b.platform for b in builds)})")
             result.build, result.fingerprint = str(build.folder), build.fingerprint
+            sessions: dict[str, list[Cell]] = {}
             for planned in plan(cells, soc):
                 if planned.skip:
                     log(f"{planned.cell.name}: skipped: {planned.skip}")
                     result.cells.append(CellResult(planned.cell, SKIPPED, reason=planned.skip))
-                    continue
+                else:
+                    sessions.setdefault(planned.cell.backend, []).append(planned.cell)
+            for group in sessions.values():
                 left = deadline - time.monotonic()
                 if stop.is_set() or left <= 0:
                     why = "interrupted before this cell" if stop.is_set() else \
                         f"the board's time budget ({common.board_timeout:g} s) was spent"
-                    result.cells.append(CellResult(planned.cell, NOT_RUN, reason=why))
+                    result.cells.extend(CellResult(cell, NOT_RUN, reason=why) for cell in group)
                     continue
-                log(f"{planned.cell.name}: deploy")
-                cell = deploy_cell(conn, board, build, planned.cell, common, min(common.timeout, left), log)
-                result.cells.append(cell)
-                log(f"{planned.cell.name}: {cell.verdict or cell.reason}")
+                names = ", ".join(c.name for c in group)
+                log(f"{names}: deploy{' (one pinned session)' if len(group) > 1 else ''}")
+                # --timeout is each cell's run: a session of N cells gets N times it (within the board's budget)
+                done = deploy_cells(conn, board, build, group, common, min(common.timeout * len(group), left), log)
+                result.cells.extend(done)
+                for cell in done:
+                    log(f"{cell.cell.name}: {cell.verdict or cell.reason}")
     except (RkdetError, OSError, EOFError) as err:  # unreachable, preflight, dropped: this board only
         result.status, result.reason = BOARD_FAILED, _one_line(err)
     except Exception as err:  # noqa: BLE001 - a board's surprise must not stop the others; said, with its type

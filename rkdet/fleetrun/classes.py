@@ -69,8 +69,14 @@ def first_differences(boards: list[BoardResult], classes: list[DeterminismClass]
     out = []
     for a, b in pairs:
         ra, rb = _representative(boards, a), _representative(boards, b)
-        out.append(_difference(a, b, fleet_dir / (ra.folder or ""), fleet_dir / (rb.folder or ""), tolerance))
+        out.append(_difference(a, b, _result_set(fleet_dir, ra), _result_set(fleet_dir, rb), tolerance))
     return out
+
+
+def _result_set(fleet_dir: Path, cell: CellResult) -> Path:
+    """The cell's result set: its run folder, or `result/core-<mask>/` of a session of several cells."""
+    folder = fleet_dir / (cell.folder or "")
+    return folder / "result" / cell.run.result_set if cell.run is not None and cell.run.result_set else folder
 
 
 def _difference(a: str, b: str, folder_a: Path, folder_b: Path, tolerance: Tolerance) -> Difference:

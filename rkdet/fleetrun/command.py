@@ -50,11 +50,11 @@ _PRINT = threading.Lock()
 @click.option("--no-pin", is_flag=True, help="Run without pinning clocks (results say so).")
 @click.option("--keep", is_flag=True, help="Keep the run folders on the boards after pulling them.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
-              help="Seconds to wait for each cell's run on a board.")
+              help="Seconds to wait for each cell's run on a board (a session of N core-mask cells: N times it).")
 @click.option("--board-timeout", type=click.FloatRange(min=1), default=7200.0, show_default=True,
-              help="Seconds a board may take for all its cells; cells not started by then fail (the board, exit 3).")
+              help="Seconds a board may take for all its cells; sessions not started by then fail (the board, exit 3).")
 @click.option("--lock-timeout", type=click.IntRange(min=0, max=99999), default=0, show_default=True,
-              help="Seconds each cell waits while another pinned job holds its board (one board, one holder); "
+              help="Seconds each session waits while another pinned job holds its board (one board, one holder); "
                    "0: that board fails at once, naming the holder.")
 @click.option("--user", default=None, help="Login user for boards the source gives none (ansible_user).")
 @click.option("--identity", type=click.Path(path_type=Path), default=None,

@@ -36,7 +36,8 @@ def _cell(fleet: FleetResult, c: CellResult) -> str:
     if c.status != COMPLETE:
         return f'<td class="err" title="{_e(c.reason)}">{_e(c.status)}</td>'
     mark = "" if c.deploy_exit == 0 else " ✗"
-    link = f'<a class="run" href="{_e(quote(c.folder or ""))}/report.html">{_e(c.klass)}{mark}</a>'
+    report = f"cells/{c.run.result_set}/report.html" if c.run is not None and c.run.result_set else "report.html"
+    link = f'<a class="run" href="{_e(quote(c.folder or ""))}/{_e(quote(report))}">{_e(c.klass)}{mark}</a>'
     return f'<td class="cls" style="background:{_colour(fleet, c.klass)}" title="{_e(c.verdict)}">{link}</td>'
 
 

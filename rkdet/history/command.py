@@ -64,7 +64,7 @@ def _filtered(results: Path, board: str | None, build: str | None) -> list[RunRe
 
 
 def _run_json(r: RunRecord, verdict: str | None = None) -> dict[str, Any]:
-    doc = {"folder": r.folder, "run_id": r.run_id, "board": r.board.key, "label": r.board.label, "soc": r.board.soc,
+    doc = {"folder": r.folder, "result_set": r.result_set or None, "run_id": r.run_id, "board": r.board.key, "label": r.board.label, "soc": r.board.soc,
            "serial": r.board.serial, "machine_id": r.board.machine_id, "identified_by": r.board.identified_by,
            "build": r.build, "core_mask": r.core_mask, "backend": r.backend, "started_unix": r.started_unix,
            "status": r.status, "accepted": r.accepted, "deterministic": r.deterministic, "emulated": r.emulated,
@@ -94,14 +94,14 @@ def history_group(ctx: click.Context, results: Path | None, board: str | None, b
     runs = _filtered(results, board, build)
     verdicts = verdict_against_baseline(runs)
     if as_json:
-        click.echo(json.dumps({"schema": "rkdet.history.runs/1", "runs": [_run_json(r, verdicts[r.folder])
+        click.echo(json.dumps({"schema": "rkdet.history.runs/1", "runs": [_run_json(r, verdicts[r.key])
                                                                            for r in runs]}, indent=2, sort_keys=True))
         return
     table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {markup_escaped(results)}", title_justify="left")
     for col in ("started (UTC)", "board", "soc", "build", "cell", "run", "vs baseline", "kernel", "librknnrt"):
         table.add_column(col, overflow="fold")
     for r in runs:
-        mark = verdicts[r.folder]
+        mark = verdicts[r.key]
         if not r.accepted and mark != "differs":
             mark += " (not accepted: " + ("incomplete" if r.status != "complete" else "not deterministic") + ")"
         table.add_row(_when(r.started_unix), markup_escaped(r.board.label), markup_escaped(_unknown(r.board.soc)), r.build[:16],
@@ -163,8 +163,8 @@ def drift_command(results: Path | None, board: str | None, build: str | None, as
 @RESULTS_OPTION
 def import_command(results: Path | None) -> None:
     """Index every completed run folder under RESULTS into RESULTS/rkdet.db (importing twice adds nothing)."""
-    from rkdet.history.db import connect, is_recorded, record_run
-    from rkdet.history.ingest import deploy_status, read_run, run_folders
+    from rkdet.history.db import connect, record_runs, recorded_runs
+    from rkdet.history.ingest import deploy_status, read_runs, run_folders
 
     results = _results(results)
     if not results.is_dir():
@@ -173,18 +173,19 @@ def import_command(results: Path | None) -> None:
     added = known = skipped = 0
     try:
         for folder in run_folders(results):  # one transaction per run: an error keeps the runs before it
-            if is_recorded(conn, folder.relative_to(results).as_posix()):
-                known += 1
+            there = recorded_runs(conn, folder.relative_to(results).as_posix())
+            if there:
+                known += there
                 continue
             if deploy_status(folder) != "complete":
                 skipped += 1
                 continue
             try:
-                fresh = record_run(conn, read_run(results, folder))
+                fresh = record_runs(conn, read_runs(results, folder))
             except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full
                 raise InputError(f"{results / 'rkdet.db'}: {err} while recording {folder}; rerun "
                                  "`rkdet history import` (it adds only what is missing)") from None
-            added, known = (added + 1, known) if fresh else (added, known + 1)
+            added += fresh
     finally:
         conn.close()
     click.echo(f"imported {added} run{'s' if added != 1 else ''} into {results / 'rkdet.db'} ({known} already there, "

@@ -24,7 +24,7 @@ from rkdet.errors import InputError
 from rkdet.history.ingest import BoardIdentity, BoardState, OutputHash, RunRecord
 
 DB_NAME = "rkdet.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x726B6474  # "rkdt"
 BUSY_TIMEOUT_S = 60.0
 
@@ -63,8 +63,42 @@ def _v1(conn: sqlite3.Connection) -> None:
         PRIMARY KEY (run, input, position)) WITHOUT ROWID""")
 
 
+_RUN_COLUMNS = ("id, folder, run_id, board, build, core_mask, backend, started_unix, status, accepted, deterministic, "
+                "emulated, kernel, driver, runtime, board_model, clocks, inferences, recorded_unix")
+
+
+def _v2(conn: sqlite3.Connection) -> None:
+    """A run folder of several cells (core masks run in one session) is one run per cell: `runs` gains
+    `result_set` ("" = the folder's single result set, else the cell's "core-<mask>") and (folder,
+    result_set) is the unique key instead of folder. SQLite cannot drop a UNIQUE constraint, so the table
+    is rebuilt (ids kept, so `outputs` keeps pointing at its runs; foreign keys are off while migrating)."""
+    conn.execute("""CREATE TABLE runs_v2 (
+        id INTEGER PRIMARY KEY,
+        folder TEXT NOT NULL,
+        result_set TEXT NOT NULL DEFAULT '',
+        run_id TEXT NOT NULL,
+        board TEXT NOT NULL REFERENCES boards(key),
+        build TEXT NOT NULL,
+        core_mask TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        started_unix REAL,
+        status TEXT NOT NULL,
+        accepted INTEGER NOT NULL,
+        deterministic INTEGER NOT NULL,
+        emulated INTEGER,
+        kernel TEXT, driver TEXT, runtime TEXT, board_model TEXT,
+        clocks TEXT NOT NULL,
+        inferences INTEGER NOT NULL,
+        recorded_unix REAL NOT NULL,
+        UNIQUE (folder, result_set))""")
+    conn.execute(f"INSERT INTO runs_v2({_RUN_COLUMNS}) SELECT {_RUN_COLUMNS} FROM runs")
+    conn.execute("DROP TABLE runs")
+    conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
+    conn.execute("CREATE INDEX runs_by_cell ON runs(board, build, core_mask, backend, started_unix)")
+
+
 # MIGRATIONS[v] takes a database at schema version v to v + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -98,6 +132,10 @@ def migrate(conn: sqlite3.Connection, path: Path) -> int:
                              f"{SCHEMA_VERSION}); upgrade rkdet")
         for step in range(version, SCHEMA_VERSION):
             MIGRATIONS[step](conn)
+        bad = conn.execute("PRAGMA foreign_key_check").fetchone()
+        if bad is not None:
+            raise InputError(f"{path}: a row of {bad[0]} points at a missing {bad[2]} row; move the database away "
+                             "and run `rkdet history import`")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute("COMMIT")
@@ -124,8 +162,8 @@ def connect(results: Path, *, create: bool = True) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
+        migrate(conn, path)  # with foreign keys off: a migration may rebuild a table others point at
         conn.execute("PRAGMA foreign_keys = ON")
-        migrate(conn, path)
     except sqlite3.OperationalError as err:  # locked past the busy timeout, read-only, disk full
         conn.close()
         raise InputError(f"{path}: {err}; check that the folder is writable and no process holds the database") \
@@ -152,29 +190,40 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("COMMIT")
 
 
-def is_recorded(conn: sqlite3.Connection, folder: str) -> bool:
-    """Whether a run folder (relative to the results folder) is already in the database."""
-    return conn.execute("SELECT 1 FROM runs WHERE folder = ?", (folder,)).fetchone() is not None
+def recorded_runs(conn: sqlite3.Connection, folder: str) -> int:
+    """How many runs of a run folder (relative to the results folder) the database has (0: not recorded;
+    a folder's cells are recorded together, by `record_runs`)."""
+    return int(conn.execute("SELECT count(*) FROM runs WHERE folder = ?", (folder,)).fetchone()[0])
+
+
+def record_runs(conn: sqlite3.Connection, runs: list[RunRecord]) -> int:
+    """Store a run folder's records (one per cell) in one transaction; how many were new (idempotent)."""
+    with transaction(conn):
+        return sum(_insert(conn, run) for run in runs)
 
 
 def record_run(conn: sqlite3.Connection, run: RunRecord) -> bool:
-    """Store one run with its output hashes; False when its folder is already recorded (idempotent)."""
-    b, s = run.board, run.state
+    """Store one run with its output hashes; False when its (folder, result set) is already recorded."""
     with transaction(conn):
-        conn.execute("INSERT INTO boards(key, soc, serial, machine_id, label, identified_by) VALUES (?,?,?,?,?,?) "
-                     "ON CONFLICT(key) DO NOTHING", (b.key, b.soc, b.serial, b.machine_id, b.label, b.identified_by))
-        cur = conn.execute(
-            "INSERT INTO runs(folder, run_id, board, build, core_mask, backend, started_unix, status, accepted, "
-            "deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences, recorded_unix) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(folder) DO NOTHING",
-            (run.folder, run.run_id, b.key, run.build, run.core_mask, run.backend, run.started_unix, run.status,
-             int(run.accepted), int(run.deterministic), None if run.emulated is None else int(run.emulated),
-             s.kernel, s.driver, s.runtime, s.model, json.dumps(dict(s.clocks), sort_keys=True), run.inferences,
-             time.time()))
-        if cur.rowcount == 0:
-            return False
-        conn.executemany("INSERT INTO outputs(run, input, position, name, hash, distinct_sets) VALUES (?,?,?,?,?,?)",
-                         [(cur.lastrowid, o.input, o.position, o.name, o.hash, o.distinct) for o in run.outputs])
+        return _insert(conn, run)
+
+
+def _insert(conn: sqlite3.Connection, run: RunRecord) -> bool:
+    b, s = run.board, run.state
+    conn.execute("INSERT INTO boards(key, soc, serial, machine_id, label, identified_by) VALUES (?,?,?,?,?,?) "
+                 "ON CONFLICT(key) DO NOTHING", (b.key, b.soc, b.serial, b.machine_id, b.label, b.identified_by))
+    cur = conn.execute(
+        "INSERT INTO runs(folder, result_set, run_id, board, build, core_mask, backend, started_unix, status, "
+        "accepted, deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences, recorded_unix) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(folder, result_set) DO NOTHING",
+        (run.folder, run.result_set, run.run_id, b.key, run.build, run.core_mask, run.backend, run.started_unix,
+         run.status, int(run.accepted), int(run.deterministic), None if run.emulated is None else int(run.emulated),
+         s.kernel, s.driver, s.runtime, s.model, json.dumps(dict(s.clocks), sort_keys=True), run.inferences,
+         time.time()))
+    if cur.rowcount == 0:
+        return False
+    conn.executemany("INSERT INTO outputs(run, input, position, name, hash, distinct_sets) VALUES (?,?,?,?,?,?)",
+                     [(cur.lastrowid, o.input, o.position, o.name, o.hash, o.distinct) for o in run.outputs])
     return True
 
 
@@ -188,15 +237,15 @@ def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
         outputs.setdefault(run_id, []).append(OutputHash(*rest))
     runs = []
     for row in conn.execute(
-            "SELECT id, folder, run_id, board, build, core_mask, backend, started_unix, status, accepted, "
+            "SELECT id, folder, result_set, run_id, board, build, core_mask, backend, started_unix, status, accepted, "
             "deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences FROM runs "
             "ORDER BY board, build, core_mask, backend, started_unix IS NULL, started_unix, id"):
-        (rid, folder, run_id, board, build, core_mask, backend, started, status, accepted, deterministic,
+        (rid, folder, result_set, run_id, board, build, core_mask, backend, started, status, accepted, deterministic,
          emulated, kernel, driver, runtime, model, clocks, inferences) = row
         state = BoardState(kernel, driver, runtime, model, tuple(sorted(json.loads(clocks).items())))
         runs.append(RunRecord(folder=folder, run_id=run_id, board=boards[board], state=state, build=build,
                               core_mask=core_mask, backend=backend, started_unix=started, status=status,
                               accepted=bool(accepted), deterministic=bool(deterministic),
                               emulated=None if emulated is None else bool(emulated), inferences=inferences,
-                              outputs=tuple(outputs.get(rid, ()))))
+                              outputs=tuple(outputs.get(rid, ())), result_set=result_set))
     return runs

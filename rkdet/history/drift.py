@@ -117,7 +117,7 @@ def find_drift(runs: list[RunRecord]) -> list[Drift]:
 
 
 def verdict_against_baseline(runs: list[RunRecord]) -> dict[str, str]:
-    """folder -> "baseline" | "same" | "differs" | "no baseline", for listing runs."""
+    """run key (`RunRecord.key`) -> "baseline" | "same" | "differs" | "no baseline", for listing runs."""
     out: dict[str, str] = {}
     for _, group in groupby(runs, key=cell_key):
         cell_runs = list(group)
@@ -126,9 +126,9 @@ def verdict_against_baseline(runs: list[RunRecord]) -> dict[str, str]:
         for r in cell_runs:
             if r is base:
                 seen_base = True
-                out[r.folder] = "baseline"
+                out[r.key] = "baseline"
             elif base is None or not seen_base:
-                out[r.folder] = "no baseline"
+                out[r.key] = "no baseline"
             else:
-                out[r.folder] = "same" if matches(r, base) else "differs"
+                out[r.key] = "same" if matches(r, base) else "differs"
     return out

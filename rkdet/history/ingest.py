@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rkdet.board.cells import read_cells
 from rkdet.board.scripts import parse_probe
 from rkdet.diff.resultset import ResultSetDir, iter_jsonl
-from rkdet.errors import InputError
+from rkdet.errors import BoardError, InputError
 from rkdet.runner import Summary
 
 MAX_JSON_BYTES = 4 << 20  # deploy.json, board.json, run.json
@@ -72,7 +73,7 @@ class OutputHash:
 class RunRecord:
     """One completed deploy run, as the history database stores it."""
 
-    folder: str  # relative to the results folder, "/"-separated (the idempotent key)
+    folder: str  # relative to the results folder, "/"-separated (with result_set, the idempotent key)
     run_id: str
     board: BoardIdentity
     state: BoardState
@@ -86,10 +87,16 @@ class RunRecord:
     emulated: bool | None
     inferences: int
     outputs: tuple[OutputHash, ...]
+    result_set: str = ""  # the cell's result set under result/ ("core-0_1_2"); "" = result/ itself (one set)
 
     @property
     def cell(self) -> str:
         return f"{self.core_mask}/{self.backend}"
+
+    @property
+    def key(self) -> str:
+        """The run's unique name: its folder, plus "#<cell>" for one cell of a multi-cell run folder."""
+        return f"{self.folder}#{self.result_set}" if self.result_set else self.folder
 
 
 def _bounded_size(path: Path, limit: int) -> None:
@@ -221,8 +228,10 @@ def _outputs(result: Path) -> tuple[ResultSetDir, tuple[OutputHash, ...], bool, 
     return source, outs, bool(result_summary["deterministic"]) and count > 0, count
 
 
-def read_run(results: Path, folder: Path) -> RunRecord:
-    """The record of one completed run folder (InputError naming the file if anything is malformed)."""
+def read_runs(results: Path, folder: Path) -> list[RunRecord]:
+    """The records of one completed run folder: one for a single result set, one per completed cell of a
+    multi-mask run (result/cells.json; skipped and failed cells have no outputs and are not records).
+    InputError naming the file if anything is malformed."""
     deploy_json = folder / "deploy.json"
     deploy = _read_json(deploy_json)
     if deploy.get("status") != "complete":
@@ -240,11 +249,35 @@ def read_run(results: Path, folder: Path) -> RunRecord:
     label = folder.parent.parent.name
     board, state = _identity(board_json, records, label)
     result = folder / "result"
-    source, outputs, deterministic, count = _outputs(result)
+    if (result / "cells.json").exists():
+        _bounded_size(result / "cells.json", MAX_JSON_BYTES)
+        try:
+            cells = read_cells(result)
+        except BoardError as err:
+            raise InputError(f"{result / 'cells.json'}: {err}") from None
+        sets = [(c.name, c.core_mask) for c in cells or [] if c.status == "complete"]
+        if not sets:
+            raise InputError(f"{result / 'cells.json'}: no cell completed; nothing to record")
+    else:
+        sets = [("", None)]
+    relative = folder.relative_to(results).as_posix()
+    return [_read_set(relative, run_id, board, state, build, settings, deploy_json, result, name, mask)
+            for name, mask in sets]
+
+
+def _read_set(relative: str, run_id: str, board: BoardIdentity, state: BoardState, build: str,
+              settings: dict[str, Any], deploy_json: Path, result: Path, name: str, mask: str | None) -> RunRecord:
+    """One result set (`result/`, or a cell's `result/<name>/`) of a run as a record."""
+    here = result / name if name else result
+    if here.is_symlink():
+        raise InputError(f"{here}: a symlink; a run folder holds plain folders only")
+    source, outputs, deterministic, count = _outputs(here)
     run = source.run_info
-    run_json = result / "run.json"
-    core_mask = _text(run_json, "core_mask", run.get("core_mask")) or \
+    run_json = here / "run.json"
+    core_mask = _text(run_json, "core_mask", run.get("core_mask")) or mask or \
         _text(deploy_json, "settings.core_mask", settings.get("core_mask")) or "auto"
+    if mask is not None and core_mask != mask:
+        raise InputError(f"{run_json}: core_mask {core_mask[:40]!r}, but cells.json names this cell {mask!r}")
     backend = _text(run_json, "backend", run.get("backend")) or \
         _text(deploy_json, "settings.backend", settings.get("backend")) or "rknnlite"
     status = _text(run_json, "status", run.get("status")) or "unknown"
@@ -253,12 +286,21 @@ def read_run(results: Path, folder: Path) -> RunRecord:
                                 or not math.isfinite(started)):
         raise InputError(f"{run_json}: started_unix must be a number")
     emulated = run.get("emulated")
-    state = BoardState(state.kernel, state.driver, state.runtime, state.model, _clocks(result / "snapshots.jsonl"))
-    return RunRecord(folder=folder.relative_to(results).as_posix(), run_id=run_id, board=board, state=state,
+    state = BoardState(state.kernel, state.driver, state.runtime, state.model, _clocks(here / "snapshots.jsonl"))
+    return RunRecord(folder=relative, run_id=run_id, board=board, state=state,
                      build=build, core_mask=core_mask, backend=backend,
                      started_unix=float(started) if started is not None else None, status=status,
                      accepted=status == "complete" and deterministic, deterministic=deterministic,
-                     emulated=emulated if isinstance(emulated, bool) else None, inferences=count, outputs=outputs)
+                     emulated=emulated if isinstance(emulated, bool) else None, inferences=count, outputs=outputs,
+                     result_set=name)
+
+
+def read_run(results: Path, folder: Path) -> RunRecord:
+    """The record of a run folder with one result set (InputError for a multi-cell run: use read_runs)."""
+    runs = read_runs(results, folder)
+    if len(runs) != 1 or runs[0].result_set:
+        raise InputError(f"{folder}: a run of several cells; read it with read_runs")
+    return runs[0]
 
 
 def run_folders(results: Path) -> list[Path]:

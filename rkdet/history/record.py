@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rkdet.history.db import connect, record_run
-from rkdet.history.ingest import read_run
+from rkdet.history.db import connect, record_runs
+from rkdet.history.ingest import read_runs
 
 
 def record_folder(results: Path, folder: Path) -> bool:
-    """Add `folder` (a completed run under `results`) to the database; False if it was already there."""
+    """Add `folder` (a completed run under `results`; one run per cell) to the database; False if it was
+    already there."""
+    runs = read_runs(results, folder)
     conn = connect(results)
     try:
-        return record_run(conn, read_run(results, folder))
+        return record_runs(conn, runs) > 0
     finally:
         conn.close()

@@ -13,6 +13,7 @@ from deploy_helpers import deploy, run_folders
 
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.history.db import connect, load_runs
 
 
 def _said(proc) -> str:
@@ -58,6 +59,13 @@ def test_every_core_mask_a_cell_in_one_pinned_session(board: EmulatedBoard, fast
     record = json.loads((folder / "deploy.json").read_text())
     assert record["cells"]["repeatable"] is True and len(record["cells"]["cells"]) == 4
     assert tree_digest(board.root) == before  # restored
+    assert "not recorded" not in said and "recorded in" in said  # the history: one run per cell
+    conn = connect(out)
+    runs = load_runs(conn)
+    conn.close()
+    assert sorted((r.core_mask, r.result_set) for r in runs) == [
+        ("0", "core-0"), ("0_1_2", "core-0_1_2"), ("1", "core-1"), ("2", "core-2")]
+    assert {r.folder for r in runs} == {folder.relative_to(out).as_posix()} and all(r.outputs for r in runs)
 
 
 def test_a_mask_that_differs_is_not_repeatable_and_named(board: EmulatedBoard, fast_build: Path,

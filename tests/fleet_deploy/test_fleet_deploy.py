@@ -79,6 +79,16 @@ def test_boards_that_agree_are_one_class_exit_0(first_run, lab3: Lab) -> None:  
                 run = (folder / c["run_folder"]).resolve()
                 assert (run / "deploy.json").is_file() and run.parent.parent.parent == out.resolve()
                 assert c["class"] == "A" and c["deploy_exit"] == 0
+    for name in ("a", "b"):  # the core-mask cells of a board: ONE pinned session, one run folder, a result set each
+        first, second = boards[name]["cells"]
+        assert first["run_folder"] == second["run_folder"] and first["run_id"] == second["run_id"]
+        run = folder / first["run_folder"]
+        assert [c["cell"] for c in json.loads((run / "result" / "cells.json").read_text())["cells"]] == [
+            "core-0", "core-0_1_2"]
+        job = (run / "job.log").read_text()
+        assert job.count('"record":"state"') == 1  # pinned once for both cells
+        assert first["verdict"].startswith("SAME") and second["verdict"].startswith("SAME")  # each cell's own line
+    assert (folder / boards["c"]["cells"][0]["run_folder"] / "result" / "run.json").is_file()  # one cell: one set
     assert [(k["name"], k["size"]) for k in doc["classes"]] == [("A", 5)] and doc["differences"] == []
     # JUnit: one test case per board × cell, nothing failed, the skip said
     root = ET.parse(junit).getroot()
@@ -92,6 +102,7 @@ def test_boards_that_agree_are_one_class_exit_0(first_run, lab3: Lab) -> None:  
     assert all(tc.find("failure") is None and tc.find("error") is None for tc in cases.values())
     page = (folder / "report.html").read_text()
     assert "FLEET AGREES" in page and page.count('class="cls"') >= 5 and "127.0.0.1" in page
+    assert "/cells/core-0_1_2/report.html" in page  # a cell of a session links its own report
     with sqlite3.connect(out / "rkdet.db") as db:  # every completed cell recorded in the history
         assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 5
 
@@ -226,11 +237,13 @@ def test_ctrl_c_lets_running_boards_finish_and_restore(lab3: Lab, build_args: li
 
 
 def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, build_args: list[str], tmp_path: Path) -> None:
-    """--board-timeout: once a board's budget is spent, its cells not started fail with that reason
-    (the cell under way finished and restored the board); the board is failed; exit 3."""
+    """--board-timeout: once a board's budget is spent, its sessions not started (here the onnxruntime
+    cell; a backend is a session of its own) fail with that reason (the session under way finished and
+    restored the board); the board is failed; exit 3."""
     out = tmp_path / "results"
-    proc = fleet_deploy(lab3, lab3.inventory(tmp_path / "inv.yaml"), out, *MATRIX, "--limit", "a",
-                        "--board-timeout", "1", builds=build_args)
+    proc = fleet_deploy(lab3, lab3.inventory(tmp_path / "inv.yaml"), out, "--matrix", "core_mask=0",
+                        "--matrix", "backend=rknnlite,onnxruntime", "--limit", "a", "--board-timeout", "1",
+                        builds=build_args)
     assert proc.returncode == 3, proc.stderr[-3000:]
     doc, _ = _fleet_json(out)
     (board,) = doc["boards"]
@@ -238,4 +251,4 @@ def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, build_args: list[st
     first, second = board["cells"]
     assert first["status"] == "complete" and first["deploy_exit"] == 0
     assert (second["status"], second["reason"]) == ("not-run", "the board's time budget (1 s) was spent")
-    assert board["reason"] == "0_1_2/rknnlite: the board's time budget (1 s) was spent"
+    assert board["reason"] == "auto/onnxruntime: the board's time budget (1 s) was spent"

@@ -65,8 +65,8 @@ def test_eight_boards_one_of_each_kind(fleet: EmulatedFleet, build_args: list[st
     assert diff["max_ulp"] == 1 and diff["decision_differs"] is False
     # reasons: skips on one-core SoCs, the drift board's other runtime, the hot board's temperatures
     skipped = sorted((b["name"], c["cell"]) for b in doc["boards"] for c in b["cells"] if c["status"] == "skipped")
-    assert skipped == sorted((n, "0_1_2/rknnlite") for i, n in enumerate(names) if fleet.boards[i].soc == "rk3568"
-                             and i != 3)
+    # (the dropping board's skip is said too: skips are planned before its one session runs)
+    assert skipped == sorted((n, "0_1_2/rknnlite") for i, n in enumerate(names) if fleet.boards[i].soc == "rk3568")
     assert "2.3.2" in DRIFT_RUNTIME["librknnrt"] and "2.3.2" in (boards[names[1]]["board"]["runtime"] or "")
     assert max(boards[names[4]]["board"]["max_temp_mc"].values()) >= HOT_MILLICELSIUS
     verdict = " ".join(proc.stderr.split())

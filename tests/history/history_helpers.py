@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.board.scripts import parse_probe, run_script_locally
 from rkdet.emulator.socs import profile
-from rkdet.runner import Recorder, ResultWriter, prepare_out_dir, write_json_atomic
+from rkdet.runner import CELLS_SCHEMA, Recorder, ResultWriter, prepare_out_dir, write_json_atomic
 
 FINGERPRINT = "ab" * 32
 OUTPUTS = ["box0", "cls0"]
@@ -44,16 +45,10 @@ def probe_records(tmp: Path, soc: str = "rk3588", runtime: str | None = None, ke
     return records
 
 
-def make_run(results: Path, label: str, run_id: str, records: list[dict], outputs: dict[str, list[np.ndarray]], *,
-             repeats: int = 2, started: float | None = None, core_mask: str = "auto", backend: str = "rknnlite",
-             fingerprint: str = FINGERPRINT, npu_hz: int = 1_000_000_000,
-             flaky: tuple[str, int, list[np.ndarray]] | None = None) -> Path:
-    """results/<label>/<fp16>/<run_id>/ with deploy.json, board.json and result/ (the runner's own writer).
-
-    `flaky` = (input, run, arrays): that inference gives other outputs (a non-deterministic run).
-    """
-    folder = results / label / fingerprint[:16] / run_id
-    result = folder / "result"
+def write_set(result: Path, outputs: dict[str, list[np.ndarray]], *, repeats: int = 2, started: float | None = None,
+              core_mask: str = "auto", backend: str = "rknnlite", npu_hz: int = 1_000_000_000,
+              flaky: tuple[str, int, list[np.ndarray]] | None = None) -> None:
+    """One result set in `result`, written by the runner's own writer."""
     prepare_out_dir(str(result))
     writer = ResultWriter(str(result))
     started = time.time() if started is None else started
@@ -77,6 +72,43 @@ def make_run(results: Path, label: str, run_id: str, records: list[dict], output
         "warmup": 0, "core_mask": core_mask, "affinity": None, "backend_options": {}, "snapshot_every": 10,
         "python": "3.11", "platform": "test", "started_unix": started, "finished_unix": started + repeats,
         "status": "complete", "error": None})
+
+
+def make_cells_run(results: Path, label: str, run_id: str, records: list[dict],
+                   cells: dict[str, dict[str, list[np.ndarray]] | None], *, started: float | None = None,
+                   fingerprint: str = FINGERPRINT, repeats: int = 2) -> Path:
+    """A multi-mask run folder: `cells` maps a core mask to its outputs (None: skipped), each cell a result
+    set in result/core-<mask>/ and result/cells.json as rkdet-run writes them (docs/FORMATS.md "cells")."""
+    masks = ",".join(cells)
+    folder = make_run(results, label, run_id, records, {}, repeats=0, started=started, core_mask=masks,
+                      fingerprint=fingerprint)
+    result = folder / "result"
+    shutil.rmtree(result)
+    result.mkdir()
+    doc: dict = {"schema": CELLS_SCHEMA, "cells": [], "agree": None, "first_difference": None}
+    for mask, outputs in cells.items():
+        if outputs is None:
+            doc["cells"].append({"cell": f"core-{mask}", "core_mask": mask, "status": "skipped", "exit": None,
+                                 "reason": f"the SoC has 1 NPU core(s); core mask {mask} needs more"})
+            continue
+        write_set(result / f"core-{mask}", outputs, repeats=repeats, started=started, core_mask=mask)
+        doc["cells"].append({"cell": f"core-{mask}", "core_mask": mask, "status": "complete", "exit": 0,
+                             "reason": None})
+    write_json_atomic(str(result / "cells.json"), doc)
+    return folder
+
+
+def make_run(results: Path, label: str, run_id: str, records: list[dict], outputs: dict[str, list[np.ndarray]], *,
+             repeats: int = 2, started: float | None = None, core_mask: str = "auto", backend: str = "rknnlite",
+             fingerprint: str = FINGERPRINT, npu_hz: int = 1_000_000_000,
+             flaky: tuple[str, int, list[np.ndarray]] | None = None) -> Path:
+    """results/<label>/<fp16>/<run_id>/ with deploy.json, board.json and result/ (the runner's own writer).
+
+    `flaky` = (input, run, arrays): that inference gives other outputs (a non-deterministic run).
+    """
+    folder = results / label / fingerprint[:16] / run_id
+    write_set(folder / "result", outputs, repeats=repeats, started=started, core_mask=core_mask, backend=backend,
+              npu_hz=npu_hz, flaky=flaky)
     write_json_atomic(str(folder / "board.json"), parse_probe(records).to_json())
     write_json_atomic(str(folder / "deploy.json"), {
         "schema": "rkdet.deploy/1", "status": "complete", "run_id": run_id, "board": f"rkdet@127.0.0.1:{label}",
