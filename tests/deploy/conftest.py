@@ -6,7 +6,6 @@ holds only two pages, so tests whose point is not the verdict run 2 inferences p
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,19 +14,6 @@ import pytest
 from deploy_helpers import FAST_INPUTS
 
 from rkdet.emulator.sshd import EmulatedBoard
-
-
-@pytest.fixture(scope="session", autouse=True)
-def private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """deploy's private resume records (XDG_STATE_HOME) go to a temp dir, not the host user's home."""
-    state = tmp_path_factory.mktemp("xdg-state")
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(state)
-    yield state
-    if old is None:
-        os.environ.pop("XDG_STATE_HOME", None)
-    else:
-        os.environ["XDG_STATE_HOME"] = old
 
 
 @pytest.fixture(scope="session")

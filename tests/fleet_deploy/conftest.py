@@ -12,26 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_INPUTS = 2
-
-
-@pytest.fixture(scope="session", autouse=True)
-def fleet_private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """deploy's private resume records (XDG_STATE_HOME) go to a temp dir, not the host user's home."""
-    state = tmp_path_factory.mktemp("xdg-state")
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(state)
-    yield state
-    if old is None:
-        os.environ.pop("XDG_STATE_HOME", None)
-    else:
-        os.environ["XDG_STATE_HOME"] = old
 
 
 def _trimmed_copy(build: Path, dest: Path) -> Path:
