@@ -177,7 +177,8 @@ class BoardConnection:
             return self.transport.open_channel("direct-tcpip", (tgt.hostname, tgt.port), ("127.0.0.1", 0),
                                                timeout=self.timeouts.connect)
         except (paramiko.SSHException, OSError, EOFError) as err:
-            raise BoardError(f"{tgt.label}: jump host {self.target.label} could not connect to it ({err})") from None
+            raise BoardError(f"{tgt.label}: jump host {self.target.label} could not connect to it "
+                             f"({err or type(err).__name__})") from None
 
     @classmethod
     def _handshake(cls, tgt: Target, sock: socket.socket | paramiko.Channel, rkdet_known: Path,
@@ -313,7 +314,8 @@ class BoardConnection:
         try:
             chan = self.transport.open_session(timeout=self.timeouts.connect)
         except (paramiko.SSHException, OSError, EOFError) as err:  # EOFError: the link died as the session opened
-            raise BoardError(f"{self.target.label}: cannot open a session ({err})") from None
+            raise BoardError(f"{self.target.label}: cannot open a session ({err or type(err).__name__}: "
+                             "the connection is closed)") from None
         try:
             chan.settimeout(max(0.001, deadline - time.monotonic()))
             chan.exec_command(command)
