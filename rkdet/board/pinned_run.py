@@ -1,4 +1,5 @@
-"""The run on the board as one detached job: start it pinned, refuse a busy board, follow it, stop it.
+"""The run on the board as one detached job: start it pinned, follow it, stop it (a busy board is refused
+by run-pinned.sh's board lock, read by lock.py).
 
 Why its own module: a run is `run-pinned.sh -- rkdet-run ...` started detached (jobs.py), so the
 board is restored from run-pinned's trap even when this host disappears; deploy, `--resume` and a
