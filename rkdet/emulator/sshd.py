@@ -405,7 +405,10 @@ class EmulatedBoard:
 
     def _spawn(self, etc: Path) -> subprocess.Popen:
         """sshd in the board's own mount namespace (its users, sudo and /run; see users.py)."""
-        test = subprocess.run([str(SSHD), "-t", "-f", str(self.workdir / "sshd_config")], capture_output=True, text=True)
+        # the config test runs where sshd will: in the board's namespace, whose fresh /run has /run/sshd
+        # (a host where OpenSSH never ran as a service has none, and rkdet never creates it there)
+        test = subprocess.run([*users.namespace_prefix(etc), str(SSHD), "-t", "-f", str(self.workdir / "sshd_config")],
+                              capture_output=True, text=True, timeout=60)
         if test.returncode != 0:
             raise BoardError(f"emulator: sshd rejects its config: {test.stderr.strip()}")
         log = open(self.log_file, "ab")
