@@ -41,6 +41,10 @@ KNOB_PATTERNS = (
     "sys/class/thermal/thermal_zone*/mode",
 )
 MOUNTS_KEY = "mounts under /sys and /proc"
+RUN_KEY = "rkdet's possible marks in /run"
+#: what a mount namespace's mount(8) (libmount's utab), sshd or the board scripts would leave in the
+#: host's /run if a namespace were set up wrong: none may appear or vanish during the suite
+RUN_MARKS = ("run/mount", "run/sshd", "run/rkdet", "run/lock/rkdet-emulator.lock")
 BANNER = "THIS MACHINE'S REAL KERNEL KNOBS CHANGED DURING THE TEST SESSION"
 MODULE_BANNER = "THIS MACHINE'S REAL KERNEL KNOBS CHANGED IN TEST MODULE"
 _AT_START: dict = {}
@@ -86,6 +90,7 @@ def host_knob_snapshot(root: str | None = None) -> dict:
         for path in matches:
             snap["/" + os.path.relpath(path, root)] = _read_knob(path)
     snap[MOUNTS_KEY] = "\n".join(_sys_proc_mounts(root))
+    snap[RUN_KEY] = " ".join(m for m in RUN_MARKS if os.path.lexists(os.path.join(root, m)))
     return snap
 
 

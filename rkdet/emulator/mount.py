@@ -219,15 +219,15 @@ def emulated_sysfs(profile: Union[SocProfile, str], workdir: Path, backend: str 
 _NS_SCRIPT = r"""
 set -e
 root=$1; shift
-mount --bind "$root/sys" /sys
+mount -n --bind "$root/sys" /sys
 for rel in $RKDET_NS_PROC_FILES; do
   if [ -e "$root/$rel" ] && [ -e "/$rel" ]; then
-    mount --bind "$root/$rel" "/$rel"
+    mount -n --bind "$root/$rel" "/$rel"
   elif [ -e "/$rel" ]; then
     case $rel in
       # a knob the emulated image lacks (no CONFIG_COMPACTION) must not leave the host's writable:
       # an empty read-only tmpfs hides its whole folder (the board has none of that folder's knobs)
-      proc/sys/*) d=${rel%/*}; mount -t tmpfs -o ro,size=4k,mode=555 rkdet-absent "/$d" ;;
+      proc/sys/*) d=${rel%/*}; mount -n -t tmpfs -o ro,size=4k,mode=555 rkdet-absent "/$d" ;;
     esac
   fi
 done

@@ -146,6 +146,7 @@ class EmulatedBoard:
         self._claimed = False
         self._own_board_dir = False
         self._finalizer: weakref.finalize | None = None
+        self._reach = users.Reach()  # host folders the board reaches through its namespace (_prepare_board_dir)
 
     # -- lifecycle --
 
@@ -348,10 +349,11 @@ class EmulatedBoard:
                              f"give a root under a world-searchable directory")
         if not self.python.exists():
             raise InputError(f"emulator: python {self.python} not found")
-        if not users.traversable_by(RUNTIME_DOUBLE, entry):  # e.g. rkdet installed in a venv under a 0700 home
-            raise InputError(f"emulator: {RUNTIME_DOUBLE} (the emulated runtime) is not readable by the board user "
-                             f"{entry.name}; install rkdet in a venv under a world-readable folder (e.g. /opt)")
-        board_python = _board_python(self.python, self.board_dir, entry)
+        # what the board user runs (the interpreter, its venv, the emulated runtime) may sit behind a 0700
+        # folder (a clone in /root, a venv under a private home or temp dir): reached in the namespace
+        self._reach = users.reach_plan([*_python_prefixes(self.python), RUNTIME_DOUBLE], entry,
+                                       also_keep=[self.workdir, self.board_dir, self.root])
+        board_python = self.python
         wrapper = bindir / "python3"
         wrapper.write_text(f"#!/bin/sh\nexec {_sh_quote(str(board_python))} \"$@\"\n")
         if self.variant.hostile:  # TEST CONTROL: see hostile.py
@@ -407,13 +409,13 @@ class EmulatedBoard:
         """sshd in the board's own mount namespace (its users, sudo and /run; see users.py)."""
         # the config test runs where sshd will: in the board's namespace, whose fresh /run has /run/sshd
         # (a host where OpenSSH never ran as a service has none, and rkdet never creates it there)
-        test = subprocess.run([*users.namespace_prefix(etc), str(SSHD), "-t", "-f", str(self.workdir / "sshd_config")],
+        test = subprocess.run([*users.namespace_prefix(etc, self._reach), str(SSHD), "-t", "-f", str(self.workdir / "sshd_config")],
                               capture_output=True, text=True, timeout=60)
         if test.returncode != 0:
             raise BoardError(f"emulator: sshd rejects its config: {test.stderr.strip()}")
         log = open(self.log_file, "ab")
         try:
-            return subprocess.Popen([*users.namespace_prefix(etc), str(SSHD), "-D", "-e",
+            return subprocess.Popen([*users.namespace_prefix(etc, self._reach), str(SSHD), "-D", "-e",
                                      "-f", str(self.workdir / "sshd_config")],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         finally:
@@ -458,27 +460,16 @@ class EmulatedBoard:
         return BoardConnection.open(self.target, **opts)
 
 
-def _board_python(python: Path, board_dir: Path, entry: users.BoardAccount) -> Path:
-    """`python` if the board user may run it; else a venv over a reachable same-version python
-    whose .pth adds `python`'s site-packages (pyenv interpreters often live under 0700 /root)."""
-    real = python.resolve()
-    if users.traversable_by(real.parent, entry) and real.stat().st_mode & 0o001:
-        return python
-    probe = subprocess.run([str(python), "-c", "import sys, site; print('%d.%d' % sys.version_info[:2]);"
-                            "print('\\n'.join(site.getsitepackages()))"], capture_output=True, text=True)
-    version, *site_dirs = probe.stdout.split("\n")
-    base = next((Path(d) / f"python{version}" for d in ("/usr/bin", "/usr/local/bin")
-                 if (Path(d) / f"python{version}").exists()), None)
-    if probe.returncode != 0 or base is None:
-        raise BoardError(f"emulator: {python} is not executable by user {entry.name} and no python{version} "
-                         f"in /usr/bin or /usr/local/bin to stand in; pass python= an interpreter the user can run")
-    venv = board_dir / "venv"
-    res = subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise BoardError(f"emulator: cannot create the board venv with {base}: {res.stderr.strip()}")
-    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site_dirs if d.strip())
-    (venv / "lib" / f"python{version}" / "site-packages" / "rkdet-host-venv.pth").write_text(lines)
-    return venv / "bin" / "python3"
+def _python_prefixes(python: Path) -> list[Path]:
+    """The folders `python` runs from: its venv (sys.prefix) and the interpreter's own (sys.base_prefix)."""
+    try:
+        probe = subprocess.run([str(python), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
+                               capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise BoardError(f"emulator: cannot run {python}: {err}") from None
+    if probe.returncode != 0:
+        raise BoardError(f"emulator: {python} failed: {probe.stderr.strip().splitlines()[-1:]}")
+    return list(dict.fromkeys(Path(line) for line in probe.stdout.splitlines() if line.strip()))
 
 
 def _sh_quote(text: str) -> str:

@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkdet.errors import BoardError
+from rkdet.errors import BoardError, InputError
 
 BUSYBOX = Path("/bin/busybox")
 SUDO = Path("/usr/bin/sudo")
@@ -142,6 +142,8 @@ def write_private_etc(etc: Path, account: BoardAccount, sudo: bool, *, nopasswd:
 _NS_SCRIPT = r"""
 set -e
 etc=$1; shift
+# libmount's bookkeeping (utab) in the board's own etc dir, never the host's /run/mount
+LIBMOUNT_UTAB=$etc/utab; export LIBMOUNT_UTAB
 mount -t tmpfs -o mode=0700,nosuid,nodev rkdet-board-etc "$etc/ns"
 mkdir -m 0755 "$etc/ns/upper"
 mkdir -m 0700 "$etc/ns/work"
@@ -153,11 +155,103 @@ if [ -d "$etc/sudoers.d" ] && [ -d /etc/sudoers.d ]; then mount --bind "$etc/sud
 mount -t tmpfs -o mode=0755,nosuid,nodev rkdet-board-run /run
 mkdir -m 0755 /run/sshd
 mkdir -m 1777 /run/lock
+# reach (see Reach): up to "--", pairs "--hide DIR" / "--ro PATH" / "--rw PATH". Kept paths are staged,
+# each hidden folder gets an empty 0755 tmpfs on top (here only), the kept paths are bound back at their
+# own paths (read-only where asked) and the stages dropped: no host permission changes, no copies.
+umask 022
+mkdir -m 0700 /run/rkdet-reach
+n=0; op=
+for a do
+  [ "$a" = "--" ] && break
+  if [ -z "$op" ]; then op=$a; continue; fi
+  case $op in --ro|--rw) n=$((n + 1)); mkdir "/run/rkdet-reach/$n"; mount --rbind "$a" "/run/rkdet-reach/$n" ;; esac
+  op=
+done
+for a do
+  [ "$a" = "--" ] && break
+  if [ -z "$op" ]; then op=$a; continue; fi
+  case $op in --hide) mount -t tmpfs -o mode=0755,nosuid,nodev rkdet-board-reach "$a" ;; esac
+  op=
+done
+n=0
+for a do
+  [ "$a" = "--" ] && break
+  if [ -z "$op" ]; then op=$a; continue; fi
+  case $op in
+    --ro|--rw)
+      n=$((n + 1))
+      mkdir -p "$a"
+      mount --rbind "/run/rkdet-reach/$n" "$a"
+      if [ "$op" = --ro ]; then mount -o remount,bind,ro "$a"; fi
+      umount -R "/run/rkdet-reach/$n"
+      rmdir "/run/rkdet-reach/$n" ;;
+  esac
+  op=
+done
+rmdir /run/rkdet-reach
+while [ "$1" != "--" ]; do shift; done
+shift
+unset LIBMOUNT_UTAB
 exec "$@"
 """
 
 
-def namespace_prefix(etc: Path) -> list[str]:
+@dataclass(frozen=True)
+class Reach:
+    """What the board's namespace must reach of the host's files: `hide` are host folders the board
+    user cannot search (each covered by an empty tmpfs inside the namespace), `keep` the paths under
+    them bound back at their own paths, `(path, read_only)`. The host's permissions stay as they are."""
+
+    hide: tuple[Path, ...] = ()
+    keep: tuple[tuple[Path, bool], ...] = ()
+
+    def argv(self) -> list[str]:
+        args: list[str] = []
+        for path in self.hide:
+            args += ["--hide", str(path)]
+        for path, read_only in self.keep:
+            args += ["--ro" if read_only else "--rw", str(path)]
+        return [*args, "--"]
+
+
+def _searchable(st: os.stat_result, account: BoardAccount, bit: int = 0o1) -> bool:
+    """Whether `account` has permission `bit` (1 search, 4 read) on a file with this stat."""
+    shift = 6 if st.st_uid == account.uid else 3 if st.st_gid == account.gid else 0
+    return bool(st.st_mode & (bit << shift))
+
+
+def reach_plan(needed: list[Path], account: BoardAccount, also_keep: list[Path] = ()) -> Reach:
+    """The Reach that lets `account` read every path in `needed` inside the board's namespace, and
+    keeps every path of `also_keep` (root's own files, e.g. the work dir sshd reads) where it is
+    though a folder above it is hidden. `needed` paths are kept read-only. A needed path that the
+    account cannot enter itself (a 0700 venv folder) cannot be reached this way: one line."""
+    hide: list[Path] = []
+    keep: list[tuple[Path, bool]] = []
+    for given in needed:
+        path = Path(given).resolve()
+        st = path.stat()
+        if not path.is_dir() or not _searchable(st, account, 0o5):
+            raise InputError(f"emulator: {path} is not readable by the board user {account.name} "
+                             f"(a folder, mode {st.st_mode & 0o777:o}); make it readable by others (it stays private "
+                             f"behind its parent folders: the board reaches it through its own namespace)")
+        blocked = [p for p in path.parents if not _searchable(p.stat(), account)]
+        if blocked:
+            top = blocked[-1]
+            if top not in hide:
+                hide.append(top)
+            keep.append((path, True))
+    for given in also_keep:
+        path = Path(given).resolve()
+        if any(h == path or h in path.parents for h in hide):
+            keep.append((path, False))
+    # a path under another kept one is reached through it already
+    keep = [(p, ro) for p, ro in keep if not any(q != p and q in p.parents and qro == ro for q, qro in keep)]
+    hide = [h for h in hide if not any(g != h and g in h.parents for g in hide)]
+    return Reach(tuple(sorted(set(hide), key=lambda p: len(p.parts))),
+                 tuple(sorted(dict.fromkeys(keep), key=lambda k: len(k[0].parts))))
+
+
+def namespace_prefix(etc: Path, reach: Reach = Reach()) -> list[str]:
     """argv prefix: run the appended command (the board's sshd) in a private mount namespace whose
     /etc is an overlay of the host's /etc with `etc`'s passwd, group, shadow and sudoers on top (and
     its sudoers.d bound over the host's), and whose /run is a fresh tmpfs. An overlay on the /etc
@@ -165,7 +259,7 @@ def namespace_prefix(etc: Path) -> list[str]:
     useradd/userdel on the host replace /etc/passwd that way. `unshare` execs, so the pid is the
     command's. Needs CAP_SYS_ADMIN and overlayfs; the host's mount table, /etc and /run are untouched."""
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _NS_SCRIPT, "rkdet-board-ns",
-            str(etc)]
+            str(etc), *reach.argv()]
 
 
 def traversable_by(path: Path, account: BoardAccount) -> bool:

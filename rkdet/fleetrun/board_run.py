@@ -245,13 +245,14 @@ def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
 
 
 def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
-              stop: threading.Event, log: Log) -> BoardResult:
+              stop: threading.Event, log: Log, clock: Callable[[], float] = time.monotonic) -> BoardResult:
     """Every cell of the matrix on one board: the core-mask cells of a backend in one pinned deploy (every
     mask a cell of one runner session), backends one after the other (the board restored after each); a
     board that cannot be reached or fails preflight is `failed` with its reason. Stops between sessions
-    when `stop` is set (Ctrl-C) or the board's time budget is spent."""
+    when `stop` is set (Ctrl-C) or the board's time budget (`clock`'s seconds) is spent: the budget
+    decides which sessions start, never cuts one short (each is bounded by --timeout per cell)."""
     board = result.board
-    started = time.monotonic()
+    started = clock()
     deadline = started + common.board_timeout
     result.status = BOARD_OK
     soc: str | None = None
@@ -273,16 +274,15 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell],
                 else:
                     sessions.setdefault(planned.cell.backend, []).append(planned.cell)
             for group in sessions.values():
-                left = deadline - time.monotonic()
-                if stop.is_set() or left <= 0:
+                if stop.is_set() or clock() >= deadline:
                     why = "interrupted before this cell" if stop.is_set() else \
                         f"the board's time budget ({common.board_timeout:g} s) was spent"
                     result.cells.extend(CellResult(cell, NOT_RUN, reason=why) for cell in group)
                     continue
                 names = ", ".join(c.name for c in group)
                 log(f"{names}: deploy{' (one pinned session)' if len(group) > 1 else ''}")
-                # --timeout is each cell's run: a session of N cells gets N times it (within the board's budget)
-                done = deploy_cells(conn, board, build, group, common, min(common.timeout * len(group), left), log)
+                # --timeout is each cell's run: a session of N cells gets N times it
+                done = deploy_cells(conn, board, build, group, common, common.timeout * len(group), log)
                 result.cells.extend(done)
                 for cell in done:
                     log(f"{cell.cell.name}: {cell.verdict or cell.reason}")
@@ -300,7 +300,7 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell],
         result.status = BOARD_FAILED
         result.reason = next(f"{c.cell.name}: {c.reason}" for c in result.cells if c.status in (FAILED, NOT_RUN))
     result.state = _board_state(soc, result.cells)
-    result.seconds = time.monotonic() - started
+    result.seconds = clock() - started
     return result
 
 

@@ -297,7 +297,7 @@ def test_read_only_mount_is_named_as_such_for_root(make_tree, state_dir: Path) -
     root = make_tree("rk3588")
     knob = root / "proc/sys/vm/compaction_proactiveness"
     before = tree_digest(root)
-    inner = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    inner = 'mount -n --bind "$1" "$1" && mount -n -o remount,bind,ro "$1" && shift && exec "$@"'
     argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", inner, "ns", str(knob),
             *local_command("pin", "dash")]
     done = subprocess.run(argv, env=script_env(root, state_dir), capture_output=True, text=True, timeout=60)

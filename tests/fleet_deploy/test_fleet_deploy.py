@@ -236,19 +236,34 @@ def test_ctrl_c_lets_running_boards_finish_and_restore(lab3: Lab, build_args: li
     assert tree_digest(lab3.boards["a"].root) == before  # board a restored: every knob as it was
 
 
-def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, build_args: list[str], tmp_path: Path) -> None:
+def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, fleet_builds: dict[str, Path], tmp_path: Path) -> None:
     """--board-timeout: once a board's budget is spent, its sessions not started (here the onnxruntime
-    cell; a backend is a session of its own) fail with that reason (the session under way finished and
-    restored the board); the board is failed; exit 3."""
-    out = tmp_path / "results"
-    proc = fleet_deploy(lab3, lab3.inventory(tmp_path / "inv.yaml"), out, "--matrix", "core_mask=0",
-                        "--matrix", "backend=rknnlite,onnxruntime", "--limit", "a", "--board-timeout", "1",
-                        builds=build_args)
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    doc, _ = _fleet_json(out)
-    (board,) = doc["boards"]
-    assert board["status"] == "failed", board
-    first, second = board["cells"]
-    assert first["status"] == "complete" and first["deploy_exit"] == 0
-    assert (second["status"], second["reason"]) == ("not-run", "the board's time budget (1 s) was spent")
-    assert board["reason"] == "auto/onnxruntime: the board's time budget (1 s) was spent"
+    cell; a backend is a session of its own) fail with that reason, while the session under way
+    finished and restored the board; the board is failed. The budget is held against an injected
+    clock that passes the budget once the first session is over, so no machine is too slow for it."""
+    import threading
+
+    from rkdet.fleet.inventory import load_inventory, select
+    from rkdet.fleetrun.board_run import DeployCommon, load_builds, run_board
+    from rkdet.fleetrun.records import BOARD_FAILED, BoardResult, Cell
+
+    (board,) = select(load_inventory(lab3.inventory(tmp_path / "inv.yaml")), "a")
+    builds = load_builds(None, tuple(fleet_builds.values()))
+    common = DeployCommon(out=tmp_path / "results", repeats=1, warmup=0, board_timeout=1.0,
+                          known_hosts=lab3.known_hosts, ssh_config=Path("/dev/null"), connect_timeout=5)
+    now = [0.0]
+    lines: list[str] = []
+
+    def log(message: str) -> None:
+        lines.append(message)
+        if message.startswith("0/rknnlite: ") and "deploy" not in message:  # the first session's verdict
+            now[0] += 1000.0
+
+    cells = [Cell("0", "rknnlite"), Cell("0", "onnxruntime")]
+    result = run_board(BoardResult(board), builds, cells, common, threading.Event(), log, clock=lambda: now[0])
+    first, second = result.cells
+    assert (first.status, first.deploy_exit) == ("complete", 0), lines
+    assert (second.status, second.reason) == ("not-run", "the board's time budget (1 s) was spent")
+    assert result.status == BOARD_FAILED
+    assert result.reason == "0/onnxruntime: the board's time budget (1 s) was spent"
+    assert not any("onnxruntime: deploy" in line for line in lines)  # never started

@@ -97,7 +97,7 @@ def test_read_only_out_filesystem(tiny, tmp_path):
     model, inputs = tiny
     (tmp_path / "ro").mkdir()
     proc = _in_private_mount(
-        'mount -t tmpfs -o ro,size=64k tmpfs "$T/ro"\n'
+        'mount -n -t tmpfs -o ro,size=64k tmpfs "$T/ro"\n'
         '"$PY" "$RUNNER" --model %s --inputs %s --repeats 1 --backend onnxruntime --out "$T/ro/out" 2>"$T/stderr" || echo $? >"$T/rc"\n'
         'ls -A "$T/ro" >"$T/listing"\n' % (model, inputs), tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -112,7 +112,7 @@ def test_disk_full_mid_run_keeps_completed_runs_and_leaves_no_temp_files(tiny, t
     model, inputs = tiny
     (tmp_path / "small").mkdir()
     proc = _in_private_mount(
-        'mount -t tmpfs -o size=256k tmpfs "$T/small"\n'
+        'mount -n -t tmpfs -o size=256k tmpfs "$T/small"\n'
         'rc=0; "$PY" "$RUNNER" --model %s --inputs %s --repeats 100000 --backend onnxruntime --out "$T/small/out" 2>"$T/stderr" || rc=$?\n'
         'echo $rc >"$T/rc"; cp -a "$T/small/out" "$T/copy"\n' % (model, inputs), tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
