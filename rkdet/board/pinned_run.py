@@ -19,6 +19,7 @@ from rkdet.board.layout import RemoteLayout
 from rkdet.board.remote_scripts import SESSION_ENV
 from rkdet.board.settings import RunSettings
 from rkdet.board.shell import CommandRunner
+from rkdet.log import ProgressThrottle
 
 Log = Callable[[str], None]
 
@@ -75,6 +76,7 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
          progress: bool, log: Log) -> int | None:
     """Follow the job until it ends (inferences done so far: a bar, or log lines); its exit code."""
     last = -1
+    throttle = ProgressThrottle(total)  # off a terminal: a line at most every 10 % or 10 s
 
     with progress_bar(progress, total) as advance:
         def count() -> None:
@@ -83,10 +85,10 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
                            check=False, timeout=30)
             done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
             if done != last:
-                if advance is None:
-                    log(f"inference {done}/{total}")
-                else:
+                if advance is not None:
                     advance(done)
+                elif throttle.due(done):
+                    log(f"inference {done}/{total}")
                 last = done
 
         return jobs.wait(conn, job, timeout, poll=0.3, on_poll=count,

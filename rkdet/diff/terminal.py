@@ -14,6 +14,7 @@ from rich.text import Text
 from rkdet.diff.compare import Comparison
 from rkdet.diff.findings import Decision, InputFinding, Section, findings
 from rkdet.textsafe import literal
+from rkdet.log import output_console
 
 _STATUS = {"same": Text("same", style="green"), "within": Text("within", style="green"), "OUT": Text("OUT", style="red")}
 
@@ -60,7 +61,7 @@ def _rows(table: Table, section: Section, inp: InputFinding) -> None:
 
 def render_terminal(c: Comparison, console: Console | None = None) -> None:
     """Print notes, the tolerance, the table, where the first difference is, board state, the verdict."""
-    console = console or Console()
+    console = console or output_console()
     f = findings(c)
     console.print(Text.assemble(("tolerance", "bold"), f": {f.tolerance}  ", ("mode", "bold"), f": {f.mode}"))
     for note in f.notes:

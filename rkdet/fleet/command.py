@@ -15,6 +15,7 @@ from rkdet.errors import InputError
 from rkdet.fleet.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
 from rkdet.fleet.labgrid_places import acquired_boards, hold_until_interrupted, parse_coordinator, parse_tags
 from rkdet.textsafe import markup_escaped
+from rkdet.log import output_console
 
 
 def source_options(func):  # type: ignore[no-untyped-def]
@@ -113,4 +114,4 @@ def _print_boards(selected: list[Board], as_json: bool) -> None:
     for b in selected:
         table.add_row(*(_cell(v) for v in (b.name, b.address, b.port, b.user, b.key_file, b.soc, b.sudo, b.workdir,
                                              b.tags, b.groups)))
-    Console(soft_wrap=False).print(table)
+    output_console().print(table)

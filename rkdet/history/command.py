@@ -17,6 +17,7 @@ from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.history.drift import Drift, find_drift, verdict_against_baseline
 from rkdet.history.ingest import RunRecord
 from rkdet.textsafe import markup_escaped
+from rkdet.log import output_console
 
 RESULTS_OPTION = click.option("--results", type=click.Path(path_type=Path, file_okay=False), default=None,
                               help="Results folder holding rkdet.db (default: results).")
@@ -107,7 +108,7 @@ def history_group(ctx: click.Context, results: Path | None, board: str | None, b
         table.add_row(_when(r.started_unix), markup_escaped(r.board.label), markup_escaped(_unknown(r.board.soc)), r.build[:16],
                       markup_escaped(r.cell), markup_escaped(r.run_id), mark, markup_escaped(_unknown(r.state.kernel)),
                       markup_escaped(_unknown(r.state.runtime)))
-    Console(soft_wrap=False).print(table)
+    output_console().print(table)
 
 
 def _drift_json(d: Drift) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def drift_command(results: Path | None, board: str | None, build: str | None, as
         click.echo(json.dumps({"schema": "rkdet.history.drift/1", "runs": len(runs),
                                "drift": [_drift_json(d) for d in drifts]}, indent=2, sort_keys=True))
     else:
-        console = Console(soft_wrap=True, highlight=False)
+        console = output_console(soft_wrap=True, highlight=False)
         for d in drifts:
             console.print(f"[bold]DRIFT[/bold] {markup_escaped(d.label)} ({markup_escaped(_unknown(d.baseline.board.soc))}) "
                           f"build {d.build[:16]} cell {markup_escaped(d.cell)}: outputs differ from baseline "
