@@ -37,3 +37,27 @@ def test_setup_installs_every_lock_with_require_hashes(lock: Path) -> None:
     uses = [line for line in SETUP.splitlines() if f"requirements/{lock.name}" in line and "pip install" in line]
     assert uses, f".ci/setup never installs {lock.name}"
     assert all("--require-hashes" in line for line in uses), uses
+
+
+def _names(path: Path) -> set[str]:
+    return {re.sub(r"[-_.]+", "-", req.split("==")[0]).lower() for req in _requirements(path)}
+
+
+def test_the_host_lock_holds_every_dependency_of_its_packages() -> None:
+    """With --require-hashes pip refuses a dependency the lock does not pin (tzdata, needed by
+    python-dateutil 4, was found this way on a fresh machine): read from the installed packages'
+    own metadata, so no index is asked."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    lock = _names(REPO / "requirements" / "host.lock.txt")
+    missing = set()
+    for name in sorted(lock):
+        for text in metadata.distribution(name).requires or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            if re.sub(r"[-_.]+", "-", req.name).lower() not in lock:
+                missing.add(f"{req.name} (needed by {name})")
+    assert not missing, f"requirements/host.lock.txt lacks: {sorted(missing)}"
