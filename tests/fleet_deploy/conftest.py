@@ -8,13 +8,11 @@ its own key and host key, merged into one known_hosts (strict host keys, as on a
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from shared_build import convert_default, shared_across_workers
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_INPUTS = 2
@@ -35,14 +33,14 @@ def fleet_builds(default_build: Path, tmp_path_factory: pytest.TempPathFactory) 
     """Builds for both NPU families of the mixed fleet: the session's default rk3588 build (shared with
     the other suites, converted once) and the default model converted for rk3568 here; both with two
     golden pages, as deploy's fast_build."""
-    work = tmp_path_factory.mktemp("fleet-builds")
-    proc = subprocess.run([sys.executable, "-m", "rkdet.cli", "convert", "--config", str(REPO / "configs" / "yolov8.yaml"),
-                           "--target", "rk3568", "--out", str(work / "convert"), "--json"], capture_output=True, text=True,
-                          cwd=REPO, timeout=900, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rk3568 = Path(json.loads(proc.stdout)["builds"][0]["folder"])
-    builds = {"rk3588": _trimmed_copy(default_build, work / default_build.name),
-              "rk3568": _trimmed_copy(rk3568, work / rk3568.name)}
+    def make(work: Path) -> Path:
+        rk3568 = convert_default(work / "convert", "--target", "rk3568")
+        _trimmed_copy(default_build, work / "rk3588" / default_build.name)
+        _trimmed_copy(rk3568, work / "rk3568" / rk3568.name)
+        return work
+
+    work = shared_across_workers(tmp_path_factory, "fleet-builds", make)  # once per run, xdist or not
+    builds = {platform: next((work / platform).iterdir()) for platform in ("rk3588", "rk3568")}
     for platform, folder in builds.items():
         assert json.loads((folder / "manifest.json").read_text())["platform"] == platform
     return builds
