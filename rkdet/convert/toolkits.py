@@ -136,6 +136,17 @@ def toolkit1_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], d
     return config, {"pre_compile": False}, q.enabled and not q.force_fp16
 
 
+def job_options(tk: Toolkit, cfg: RkdetConfig, platform: str, custom_string: str | None = None) -> dict[str, Any]:
+    """Every option the toolkit job is given for `platform` (`config`, `build`, `do_quantization`,
+    `float_layers`): one definition for the job and for the model fingerprint (rkdet.convert.identity),
+    which takes them with the user's custom string (`custom_string` None) and rkdet's own added after."""
+    if tk.name == "rknn-toolkit2":
+        config, build, do_quantization = toolkit2_options(cfg, platform, custom_string)
+    else:
+        config, build, do_quantization = toolkit1_options(cfg, platform)
+    return {"config": config, "build": build, "do_quantization": do_quantization, "float_layers": float_layers_job(cfg)}
+
+
 def float_layers_job(cfg: RkdetConfig) -> list[str]:
     """The job's `float_layers`: RKNN layers built in float16 by hybrid quantization (step1 -> cfg -> step2)
     instead of `build()`; [] builds as always. One definition for convert's and layers' jobs."""
