@@ -118,7 +118,7 @@ class RknnFileInfo:
     content_fingerprint: str
     metadata: dict[str, Any] = field(hash=False)
     build_info: dict[str, Any] = field(hash=False)
-    custom_string: str = ""  # root slot 11; rkdet embeds its build's input fingerprint here (docs/FORMATS.md)
+    custom_string: str = ""  # root slot 11; rkdet embeds its model fingerprint here (provenance: not in content_fingerprint)
 
 
 def read_rknn(path: str | Path) -> RknnFileInfo:

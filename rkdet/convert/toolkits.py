@@ -78,7 +78,7 @@ def toolkit2_options(cfg: RkdetConfig, platform: str, custom_string: str | None 
                      ) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """(config() kwargs, build() kwargs, do_quantization): every option explicit, from rkdet's config.
     `custom_string`: what the `.rknn` carries (convert passes `manifest.embedded_custom_string`, the
-    user's `toolkit.custom_string` plus the build's input fingerprint); None: the user's alone."""
+    user's `toolkit.custom_string` plus the model fingerprint); None: the user's alone."""
     tk, q, pp = cfg.toolkit, cfg.quantize, cfg.preprocess
     config = {
         "mean_values": [list(pp.mean)],
