@@ -12,7 +12,9 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from rkdet.config import PLATFORMS, load_config
+from rich.console import Console
+
+from rkdet.config import PLATFORMS, RkdetConfig, load_config
 from rkdet.errors import FidelityGateError, InputError
 from rkdet.log import log_console
 
@@ -92,7 +94,7 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
         click.echo(json.dumps({"schema": "rkdet.convert/1", "builds": summary}, indent=2, sort_keys=True))
 
 
-def _check(cfg, build: Path, as_json: bool, console) -> None:
+def _check(cfg: RkdetConfig, build: Path, as_json: bool, console: Console) -> None:
     """`--check-against BUILD`: the verdict on stdout (one line, or --json), progress on stderr; exit 0 or 1."""
     from rkdet.convert.check import check_against
     from rkdet.errors import EXIT_DIFFERENT
@@ -111,7 +113,9 @@ def _check(cfg, build: Path, as_json: bool, console) -> None:
             first = report.differences[0]
             more = len(report.differences) - 1
             click.echo(f"differs: {visible(build)} ({report.platform}) vs here: {visible(first.detail, 300)}"
-                       + (f" (and {more} more difference{'s' if more > 1 else ''})" if more else ""))
+                       + (f" (and {more} more difference{'s' if more > 1 else ''})" if more else "")
+                       + ("; the model itself is the same (model and .rknn content fingerprints match)"
+                          if report.same_model else ""))
             click.echo(f"model fingerprint {fp[0][:16]} (BUILD) vs {fp[1][:16]} (here)")
         if report.environment:
             click.echo("environment (recorded, not part of the model): "

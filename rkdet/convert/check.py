@@ -29,6 +29,7 @@ from rkdet.errors import FidelityGateError, InputError
 
 Progress = Callable[[str], None]
 REPORT_SCHEMA = "rkdet.check/1"
+_BUILD_ONLY = ("golden", "simulator", "build")  # sections outside the model and its .rknn content
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,14 @@ class CheckReport:
     def same(self) -> bool:
         return not self.differences
 
+    @property
+    def same_model(self) -> bool:
+        """The model and its .rknn content agree; only the golden data (or nothing) differs."""
+        return all(d.section in _BUILD_ONLY for d in self.differences) and self.build_fingerprint[1] is not None
+
     def as_dict(self) -> dict[str, Any]:
         return {"schema": REPORT_SCHEMA, "build": str(self.build), "platform": self.platform, "same": self.same,
+                "same_model": self.same_model,
                 "differences": [{"section": d.section, "detail": d.detail} for d in self.differences],
                 "model_fingerprint": {"build": self.model_fingerprint[0], "here": self.model_fingerprint[1]},
                 "build_fingerprint": {"build": self.build_fingerprint[0], "here": self.build_fingerprint[1]},
@@ -192,7 +199,7 @@ def _rebuild(cfg: RkdetConfig, platform: str, out: Path, progress: Progress) -> 
     except FidelityGateError:
         failed = out / f"{cfg.name}-{platform}.failed"
         if (failed / "manifest.json").is_file() and (failed / "model.rknn").is_file():
-            progress(f"{platform}: the rebuild fails a fidelity gate here too; comparing it anyway")
+            progress(f"{platform}: the rebuild here fails a fidelity gate; comparing it anyway")
             return failed
         raise
 
@@ -215,7 +222,7 @@ def check_against(cfg: RkdetConfig, folder: Path, progress: Progress = lambda ms
     fps = (build.identity.fingerprint, here.fingerprint)
     if differences:
         return CheckReport(folder, platform, tuple(differences), fps, (build.manifest["fingerprint"], None), env_diff)
-    progress(f"{platform}: the model identity matches ({here.fingerprint[:16]}); rebuilding to compare the .rknn")
+    progress(f"{platform}: same model identity; rebuilding to compare the .rknn")
     tmp = Path(tempfile.mkdtemp(prefix="rkdet-check-"))
     try:
         rebuilt = _rebuild(cfg, platform, tmp, progress)

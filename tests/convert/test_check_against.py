@@ -84,9 +84,11 @@ def other_python(request, tmp_path_factory) -> tuple[str, Path]:
     return request.param, _venv(base, root / "venv", _unrelated_site(root))
 
 
-def _run(python: Path | str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _run(python: Path | str, *args: str, cwd: Path, tmpdir: Path | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RKDET_TOOLKIT2_PYTHON", "VIRTUAL_ENV")}
     env["PYTHONPATH"] = str(REPO)  # this checkout's rkdet, whichever interpreter runs it
+    if tmpdir is not None:
+        env["TMPDIR"] = str(tmpdir)
     return subprocess.run([str(python), "-m", "rkdet.cli", *args], capture_output=True, text=True, cwd=cwd, env=env,
                           timeout=600, check=False)
 
@@ -130,12 +132,15 @@ def test_another_venv_builds_the_same_model(build_here, other_python, tmp_path):
     assert b["rknn"]["content_fingerprint"] == a["rknn"]["content_fingerprint"]
     assert b["fingerprint"] == a["fingerprint"]
     # a colleague's build (made by the main venv) checked on this "workstation"
-    check = _run(python, "convert", "--config", str(cfg), "--check-against", str(here), cwd=tmp_path)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    check = _run(python, "convert", "--config", str(cfg), "--check-against", str(here), cwd=tmp_path, tmpdir=tmp)
     assert check.returncode == 0, check.stdout + check.stderr[-3000:]
     assert check.stdout.startswith(f"same model: {here} (rk3588)")
+    assert "rk3588: same model identity; rebuilding" in check.stderr  # not only the identity: the .rknn too
     if kind == "python-patch":
         assert f"python {a['environment']['python']} vs {b['environment']['python']}" in check.stdout
-    assert not list(tmp_path.glob("rkdet-check-*"))
+    assert [p.name for p in tmp.iterdir() if not p.name.startswith("rkdet-hermetic-")] == []  # rebuild removed
 
 
 def _check(cfg: Path, build: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -181,6 +186,28 @@ def test_a_changed_calibration_image_is_named(build_here, tiny_assets, tmp_path)
     assert built.returncode == 0, built.stderr[-2000:]
     other = _manifest(Path(json.loads(built.stdout)["builds"][0]["folder"]))
     assert other["model_fingerprint"] == report["model_fingerprint"]["here"]
+
+
+def test_other_golden_inputs_are_the_same_model_but_another_build(build_here, tiny_assets, tmp_path):
+    import cv2
+    from tiny_models import write_config
+
+    _, here = build_here
+    gold = tmp_path / "gold"
+    shutil.copytree(tiny_assets["gold"], gold)
+    first = sorted(gold.iterdir())[0]
+    img = cv2.imread(str(first))
+    img[1, 1] = 255 - img[1, 1]
+    cv2.imwrite(str(first), img)
+    cfg = write_config(tmp_path / "g.yaml", tiny_assets["onnx"], tiny_assets["cal"], gold)
+    proc = _check(cfg, here, "--json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["rebuilt"] is True and report["same_model"] is True
+    assert report["differences"][0] == {"section": "golden", "detail": f"golden input 1 differs: {first.name} vs {first.name}"}
+    assert report["build_fingerprint"]["here"] != report["build_fingerprint"]["build"]
+    text = _check(cfg, here)
+    assert "the model itself is the same" in text.stdout.splitlines()[0]
 
 
 def test_a_changed_toolkit_option_is_named(build_here, tiny_assets, tmp_path):
