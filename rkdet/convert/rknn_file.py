@@ -118,7 +118,7 @@ class RknnFileInfo:
     content_fingerprint: str
     metadata: dict[str, Any] = field(hash=False)
     build_info: dict[str, Any] = field(hash=False)
-    custom_string: str = ""  # root slot 11; rkdet embeds its model fingerprint here (provenance: not in content_fingerprint)
+    custom_string: str = ""  # root slot 11: rkdet embeds its model fingerprint (provenance, not hashed)
 
 
 def read_rknn(path: str | Path) -> RknnFileInfo:

@@ -1,9 +1,10 @@
 """The same model is the same fingerprint on every workstation; `rkdet convert --check-against BUILD` says so.
 
 "Another workstation" here is another interpreter: the CLI and its hermetic toolkit worker run with the
-Python that runs `rkdet`, so a second venv is a second toolchain. Two are made, each in well under a
-second and without installing the lock again (a `.pth` line makes the main venv's packages importable,
-the same wheels, so the only difference is the one under test):
+Python that runs `rkdet`, so a second venv is a second toolchain. Two are made (module-scoped, a few
+seconds together: `venv --without-pip`, no second install of the lock, which would take about a minute;
+a `.pth` line makes the main venv's packages importable, the same wheels, so the only difference is the
+one under test):
 * `python-patch`: another CPython 3.11 patch release (Debian's /usr/bin/python3.11, 3.11.2, beside the
   pyenv 3.11.7 of the main venv); skipped only where no other 3.11 patch release is installed;
 * `unrelated-package`: the same Python with one more package installed (a tiny real distribution built
