@@ -140,8 +140,37 @@ def _options(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     return out
 
 
+def onnx_difference(theirs: bytes, ours: bytes) -> str | None:
+    """The first graph element in which two prepared ONNX models differ (initializer, node, input or
+    output, in BUILD's order), or None when it cannot be said (unparseable, or only metadata differs)."""
+    import hashlib
+
+    import onnx
+
+    try:
+        a, b = onnx.load_from_string(theirs).graph, onnx.load_from_string(ours).graph
+    except Exception:  # BUILD's bytes are untrusted: any parse failure means "cannot say"
+        return None
+    digest = lambda proto: hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()  # noqa: E731
+    for kind, xs, ys in (("input", a.input, b.input), ("output", a.output, b.output),
+                         ("initializer", a.initializer, b.initializer)):
+        theirs_by, ours_by = {x.name: digest(x) for x in xs}, {y.name: digest(y) for y in ys}
+        for name in [*theirs_by, *(n for n in ours_by if n not in theirs_by)]:
+            if theirs_by.get(name) != ours_by.get(name):
+                where = "" if name in theirs_by and name in ours_by else (" (only in BUILD)" if name in theirs_by
+                                                                          else " (only here)")
+                return f"{kind} {name!r} differs{where}"
+    for i, (x, y) in enumerate(zip(a.node, b.node)):
+        if digest(x) != digest(y):
+            return f"node {i + 1} ({x.op_type} {x.name!r}) differs"
+    if len(a.node) != len(b.node):
+        return f"{len(a.node)} nodes vs {len(b.node)}"
+    return None
+
+
 def identity_differences(build: ModelIdentity, here: ModelIdentity, build_names: list[str],
-                         here_names: list[str]) -> list[Difference]:
+                         here_names: list[str], onnx_detail: Callable[[], str | None] = lambda: None
+                         ) -> list[Difference]:
     """What differs between two model identities, in the order: toolkit, target, ONNX, calibration, options."""
     out = []
     if (build.toolkit, build.toolkit_version) != (here.toolkit, here.toolkit_version):
@@ -150,8 +179,9 @@ def identity_differences(build: ModelIdentity, here: ModelIdentity, build_names:
     if build.platform != here.platform:
         out.append(Difference("target", f"target platform: {build.platform} vs {here.platform}"))
     if build.onnx_prepared != here.onnx_prepared:
-        out.append(Difference("onnx", f"ONNX model as prepared: sha256 {build.onnx_prepared[:16]} vs "
-                                      f"{here.onnx_prepared[:16]}"))
+        detail = onnx_detail()
+        out.append(Difference("onnx", f"ONNX model as prepared: {detail + ', ' if detail else ''}sha256 "
+                                      f"{build.onnx_prepared[:16]} vs {here.onnx_prepared[:16]}"))
     if len(build.calibration) != len(here.calibration):
         out.append(Difference("calibration", f"calibration: {len(build.calibration)} images vs {len(here.calibration)}"))
     for i, (a, b) in enumerate(zip(build.calibration, here.calibration)):
@@ -190,6 +220,17 @@ def _outputs_differences(build_doc: dict[str, Any], here_doc: dict[str, Any]) ->
     return out
 
 
+def _their_onnx(build: _Build, compare: Callable[[bytes], str | None]) -> str | None:
+    """BUILD's prepared model.onnx, compared when it is the one its identity records (else: cannot say)."""
+    import hashlib
+
+    try:
+        data = (build.folder / "model.onnx").read_bytes()
+    except OSError:
+        return None
+    return compare(data) if hashlib.sha256(data).hexdigest() == build.identity.onnx_prepared else None
+
+
 def _rebuild(cfg: RkdetConfig, platform: str, out: Path, progress: Progress) -> Path:
     """Build here as `rkdet convert` does, into `out`; a build that fails a fidelity gate is still compared."""
     from rkdet.convert.pipeline import convert
@@ -218,7 +259,8 @@ def check_against(cfg: RkdetConfig, folder: Path, progress: Progress = lambda ms
     here = model_identity(cfg, platform, model, materialize(cal_files, model, cfg), tk)
     env_diff = _environment_differences(build.manifest.get("environment"), environment({}))
     differences = identity_differences(build.identity, here, _names(build.manifest, "calibration"),
-                                       [f.path.name for f in cal_files])
+                                       [f.path.name for f in cal_files],
+                                       lambda: _their_onnx(build, lambda theirs: onnx_difference(theirs, model.onnx_bytes)))
     fps = (build.identity.fingerprint, here.fingerprint)
     if differences:
         return CheckReport(folder, platform, tuple(differences), fps, (build.manifest["fingerprint"], None), env_diff)

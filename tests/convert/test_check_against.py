@@ -155,7 +155,9 @@ def test_a_changed_weight_is_another_model(build_here, tiny_assets, tmp_path):
     cfg = write_config(tmp_path / "w.yaml", tiny_assets["onnx_seed1"], tiny_assets["cal"], tiny_assets["gold"])
     proc = _check(cfg, here)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert proc.stdout.startswith(f"differs: {here} (rk3588) vs here: ONNX model as prepared: sha256 ")
+    # the first differing weight by name (BUILD's prepared model.onnx against the one prepared here)
+    assert proc.stdout.startswith(f"differs: {here} (rk3588) vs here: ONNX model as prepared: initializer 'w1' "
+                                  "differs, sha256 ")
     report = json.loads(_check(cfg, here, "--json").stdout)
     assert report["same"] is False and report["rebuilt"] is False  # named without running the toolkit
     assert report["model_fingerprint"]["build"] == _manifest(here)["model_fingerprint"]
