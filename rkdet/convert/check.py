@@ -193,12 +193,19 @@ def identity_differences(build: ModelIdentity, here: ModelIdentity, build_names:
 
 
 def _environment_differences(build_env: Any, here: dict[str, Any]) -> tuple[str, ...]:
-    if not isinstance(build_env, dict):
-        return ()
-    flat = lambda env: {**{k: env.get(k) for k in ("python", "implementation", "rkdet", "host")},  # noqa: E731
-                        **(env.get("libraries") if isinstance(env.get("libraries"), dict) else {})}
-    a, b = flat(build_env), flat(here)
-    return tuple(f"{k} {a.get(k)} vs {b.get(k)}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
+    """`<name> <BUILD's> vs <here>` for each recorded version that differs (the toolkit worker's own
+    interpreter too, when both sides recorded it: here only after a rebuild)."""
+    def flat(env: dict[str, Any]) -> dict[str, Any]:
+        out = {k: env.get(k) for k in ("python", "implementation", "rkdet", "host")}
+        out.update(_obj(env.get("libraries")))
+        worker = _obj(_obj(env.get("hermetic")).get("interpreter"))
+        out.update({f"toolkit worker {k}": v for k, v in {"python": worker.get("python"),
+                                                          **_obj(worker.get("libraries"))}.items() if worker})
+        return out
+
+    a, b = flat(_obj(build_env)), flat(here)
+    keys = [k for k in sorted(set(a) | set(b)) if not k.startswith("toolkit worker ") or (k in a and k in b)]
+    return tuple(f"{k} {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k))
 
 
 def _outputs_differences(build_doc: dict[str, Any], here_doc: dict[str, Any]) -> list[Difference]:
@@ -279,6 +286,7 @@ def check_against(cfg: RkdetConfig, folder: Path, progress: Progress = lambda ms
         if not differences and doc["fingerprint"] != build.manifest["fingerprint"]:
             differences.append(Difference("build", f"build fingerprint {build.manifest['fingerprint'][:16]} vs "
                                                    f"{doc['fingerprint'][:16]}"))
+        env_diff = _environment_differences(build.manifest.get("environment"), _obj(doc.get("environment")))
         return CheckReport(folder, platform, tuple(differences), fps, (build.manifest["fingerprint"], doc["fingerprint"]),
                            env_diff)
     finally:

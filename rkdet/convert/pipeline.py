@@ -121,6 +121,7 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
         for name, files in result["simulator_outputs"].items():
             sim[name] = {out: np.load(folder / f, allow_pickle=False) for out, f in zip(model.output_names, files)}
         environment = published.environment(run.env, run.argv_prefix, folder, tk.python)
+        environment["interpreter"] = result.get("environment")  # the worker's own Python and library versions
         return environment, sim, run.log
 
 

@@ -141,6 +141,8 @@ def test_another_venv_builds_the_same_model(build_here, other_python, tmp_path):
     assert "rk3588: same model identity; rebuilding" in check.stderr  # not only the identity: the .rknn too
     if kind == "python-patch":
         assert f"python {a['environment']['python']} vs {b['environment']['python']}" in check.stdout
+        # the toolkit worker ran with that interpreter too, and the manifest says so
+        assert b["environment"]["hermetic"]["interpreter"]["python"] == b["environment"]["python"]
     assert [p.name for p in tmp.iterdir() if not p.name.startswith("rkdet-hermetic-")] == []  # rebuild removed
 
 
