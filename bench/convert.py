@@ -132,7 +132,7 @@ def phase_run(config: str, out: str) -> None:
     timed(pipeline, "prepare_model", "prepare ONNX graph")
     timed(pipeline, "materialize", "decode + letterbox images")
     timed(pipeline, "find_toolkit", "find toolkit (version probe)")
-    timed(manifest, "input_fingerprint", "input fingerprint")
+    timed(pipeline, "model_identity", "model fingerprint")
     timed(pipeline, "_run_toolkit", "toolkit worker (build, export, simulator)")
     timed(golden, "onnxruntime_reference", "golden: onnxruntime FP32 reference")
     timed(golden, "write_result_set", "golden: write result sets")

@@ -12,7 +12,9 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from rkdet.config import PLATFORMS, load_config
+from rich.console import Console
+
+from rkdet.config import PLATFORMS, RkdetConfig, load_config
 from rkdet.errors import FidelityGateError, InputError
 from rkdet.log import log_console
 
@@ -31,11 +33,15 @@ from rkdet.log import log_console
               help="Try the documented remedies in order (algorithm, method, calibration subset, float16 for the worst "
                    "layers) until one passes every fidelity gate; write search.json and <config>.searched.yaml.")
 @click.option("--search-all", is_flag=True, help="With --search: try every variant (the first passing one is installed).")
+@click.option("--check-against", "check_against", type=click.Path(path_type=Path), default=None, metavar="BUILD",
+              help="Rebuild the config here (hermetically, nothing installed) and say whether BUILD (a colleague's or "
+                   "CI's build folder) is the same model: exit 0 same, 1 names the first difference, 2 bad BUILD.")
 @click.option("--search-space", "search_space", multiple=True, metavar="DIM=V1,V2",
               help="With --search: narrow one dimension (algorithm, method, calibration divisors 1/2/4, hybrid k or "
                    "none); repeatable.")
 def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
-                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...]) -> None:
+                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...],
+                    check_against: Path | None) -> None:
     """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
 
     Exit codes: 0 ok (--search: a variant passes), 2 bad input or config, 4 conversion failed
@@ -46,7 +52,13 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     if (search_all or search_space) and not search:
         raise InputError("--search-all and --search-space go with --search")
     console = log_console()
+    if check_against is not None and (search or verify or keep_failed or targets):
+        raise InputError("--check-against rebuilds BUILD's own platform and installs nothing: it does not go with "
+                         "--search, --verify, --keep-failed or --target")
     cfg = load_config(config_path)
+    if check_against is not None:
+        _check(cfg, check_against, as_json, console)
+        return
     if search:
         if verify or keep_failed:
             raise InputError("--search builds and removes its own variants: run --verify (or --keep-failed) on "
@@ -80,3 +92,33 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
         console.print(line)
     if as_json:
         click.echo(json.dumps({"schema": "rkdet.convert/1", "builds": summary}, indent=2, sort_keys=True))
+
+
+def _check(cfg: RkdetConfig, build: Path, as_json: bool, console: Console) -> None:
+    """`--check-against BUILD`: the verdict on stdout (one line, or --json), progress on stderr; exit 0 or 1."""
+    from rkdet.convert.check import check_against
+    from rkdet.errors import EXIT_DIFFERENT
+    from rkdet.textsafe import visible
+
+    with console.status("checking") as status:
+        report = check_against(cfg, build, progress=lambda msg: (status.update(msg), console.log(msg)))
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    else:
+        fp = report.model_fingerprint
+        if report.same:
+            click.echo(f"same model: {visible(build)} ({report.platform}) is what this config builds here: model "
+                       f"fingerprint {fp[1][:16]}, build fingerprint {str(report.build_fingerprint[1])[:16]}")
+        else:
+            first = report.differences[0]
+            more = len(report.differences) - 1
+            click.echo(f"differs: {visible(build)} ({report.platform}) vs here: {visible(first.detail, 300)}"
+                       + (f" (and {more} more difference{'s' if more > 1 else ''})" if more else "")
+                       + ("; the model itself is the same (model and .rknn content fingerprints match)"
+                          if report.same_model else ""))
+            click.echo(f"model fingerprint {fp[0][:16]} (BUILD) vs {fp[1][:16]} (here)")
+        if report.environment:
+            click.echo("environment (recorded, not part of the model): "
+                       + visible("; ".join(report.environment), 600) + " (BUILD vs here)")
+    if not report.same:
+        raise SystemExit(EXIT_DIFFERENT)

@@ -1,16 +1,17 @@
-"""The build manifest and the build fingerprint.
+"""The build manifest: every input hashed, the two fingerprints, and the environment that built it.
 
-Two fingerprints, for two questions. The *input fingerprint* says "was this built from exactly the same
-things?": prepared ONNX bytes, every result-affecting config value, every calibration and golden input
-(file and fed tensor), target, toolkit and library versions. The *build fingerprint* adds what came out:
-the `.rknn` content fingerprint (stable parts only: its raw bytes carry leaked pointers) and the
-simulator's golden output hashes. Same inputs -> same fingerprint; anything that matters changes it.
+The fingerprints are defined in `rkdet.convert.identity` (one place): the *model fingerprint* hashes
+what the toolkit is given (prepared ONNX, fed calibration tensors, every toolkit option, target,
+toolkit version) and nothing about the workstation; the *build fingerprint* adds the `.rknn` content
+fingerprint, the golden inputs and the simulator's outputs. The host's Python, torch's build variant
+and the other library versions are recorded under `environment`, never fingerprinted, so the same
+model built on two workstations has the same fingerprints.
 
-The *embedded fingerprint* is the input fingerprint, written into the `.rknn` through the toolkit's
+The *embedded fingerprint* is the model fingerprint, written into the `.rknn` through the toolkit's
 `config(custom_string=...)` (`embedded_custom_string`): it is known before the toolkit runs, so the
-file can carry it without depending on itself (the build fingerprint hashes the `.rknn` content, which
-holds the custom string). On the board, rkdet-run reads it back from the file and refuses a model
-whose embedded fingerprint is not the one deploy expects (docs/FORMATS.md "Embedded fingerprint").
+file can carry it without depending on itself (the `.rknn` content fingerprint leaves the custom
+string out). On the board, rkdet-run reads it back from the file and refuses a model whose embedded
+fingerprint is not the one deploy expects (docs/FORMATS.md "Embedded fingerprint").
 The manifest has stable key order and no wall-clock time unless SOURCE_DATE_EPOCH is set.
 """
 
@@ -19,31 +20,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform as pyplatform
-import sys
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rkdet import __version__
+from rkdet.convert.identity import build_fingerprint, environment, golden_records
 from rkdet.runner import file_sha256, output_hash
 
 if TYPE_CHECKING:
     from rkdet.config import RkdetConfig
     from rkdet.convert.onnx_graph import PreparedModel
+    from rkdet.convert.identity import ModelIdentity
     from rkdet.convert.images import Materialized
     from rkdet.convert.toolkits import Toolkit
 
-SCHEMA = "rkdet.manifest/1"
+SCHEMA = "rkdet.manifest/2"  # /2: model_fingerprint + model_identity + environment (docs/FORMATS.md)
 # Config sections that cannot change the built model or its golden outputs (board run settings).
 _NOT_IN_BUILD = ("run", "board", "tolerances", "name")
-_VERSIONED = ("rknn-toolkit2", "onnx", "onnxruntime", "numpy", "opencv-python-headless", "torch", "protobuf")
 
 EMBED_KEY = "rkdet-fp="  # the runner's parser (rkdet.runner.EMBED_KEY) reads the last occurrence
 CUSTOM_STRING_MAX = 1023  # rknn_custom_string.string is char[1024] in rknn_api.h (NUL-terminated)
 
-__all__ = ["embedded_custom_string", "EMBED_KEY", "sha256_file", "sha256_bytes", "input_fingerprint", "folder_key", "build_manifest", "write_manifest",
-           "rknn_content_fingerprint", "combine_fingerprint"]
+__all__ = ["embedded_custom_string", "EMBED_KEY", "sha256_file", "sha256_bytes", "folder_key", "build_manifest",
+           "write_manifest", "rknn_content_fingerprint"]
 
 
 def sha256_file(path: Path) -> str:
@@ -56,16 +54,6 @@ def sha256_bytes(data: bytes) -> str:
 
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def library_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": pyplatform.python_version(), "rkdet": __version__}
-    for dist in _VERSIONED:
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
-    return versions
 
 
 def build_config(cfg: RkdetConfig, platform: str) -> dict[str, Any]:
@@ -86,22 +74,9 @@ def _image_records(mat: Materialized) -> list[dict[str, str]]:
     return [{"file": f.path.name, "sha256": f.sha256, "tensor": output_hash(mat.tensors[f.name])} for f in mat.files]
 
 
-def input_fingerprint(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
-                      gold: Materialized, tk: Toolkit) -> str:
-    doc = {
-        "onnx_prepared": sha256_bytes(model.onnx_bytes),
-        "config": build_config(cfg, platform),
-        "calibration": _image_records(cal),
-        "golden": _image_records(gold),
-        "toolkit": {"name": tk.name, "version": tk.version},
-        "libraries": {k: v for k, v in library_versions().items() if k != "rkdet"},
-    }
-    return sha256_bytes(_canonical(doc).encode())
-
-
 def folder_key(cfg: RkdetConfig, platform: str, cal_files: list, gold_files: list, tk: Toolkit) -> str:
     """Names the hermetic work folder before any image is decoded (so the worker can start early):
-    the same inputs as the input fingerprint, taken as file hashes instead of fed tensors."""
+    the build's inputs taken as file hashes instead of fed tensors (no machine paths, no versions)."""
     doc = {
         "onnx": sha256_file(Path(cfg.model.onnx)),
         "config": build_config(cfg, platform),
@@ -112,13 +87,13 @@ def folder_key(cfg: RkdetConfig, platform: str, cal_files: list, gold_files: lis
     return sha256_bytes(_canonical(doc).encode())
 
 
-def embedded_custom_string(user: str | None, inputs_fp: str) -> str:
+def embedded_custom_string(user: str | None, model_fp: str) -> str:
     """The custom_string given to the toolkit: the user's `toolkit.custom_string` (if any), then
-    `;rkdet-fp=<input fingerprint>` (alone when the user set none). The user's text is part of the
-    input fingerprint (config section `toolkit`), so nothing here depends on itself."""
+    `;rkdet-fp=<model fingerprint>` (alone when the user set none). The user's text is a toolkit option
+    in the model identity, so nothing here depends on itself."""
     from rkdet.errors import InputError
 
-    mine = f"{EMBED_KEY}{inputs_fp}"
+    mine = f"{EMBED_KEY}{model_fp}"
     text = f"{user};{mine}" if user else mine
     if len(text.encode("utf-8")) > CUSTOM_STRING_MAX:
         raise InputError(f"toolkit.custom_string is {len(user.encode('utf-8')) if user else 0} bytes; with rkdet's "
@@ -145,28 +120,25 @@ def rknn_header(info: Any) -> dict[str, Any]:
             "inputs": tensors(info.inputs), "outputs": tensors(info.outputs)}
 
 
-def combine_fingerprint(inputs_fp: str, rknn_content: str, simulator_hashes: dict | None) -> str:
-    return sha256_bytes(_canonical({"inputs": inputs_fp, "rknn_content": rknn_content,
-                                    "simulator_outputs": simulator_hashes}).encode())
-
-
 def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
-                   tk: Toolkit, inputs_fp: str, stage_dir: Path, golden_hashes: dict, fidelity: dict | None,
-                   environment: dict, toolkit_log: dict | None = None) -> dict[str, Any]:
+                   identity: ModelIdentity, stage_dir: Path, golden_hashes: dict, fidelity: dict | None,
+                   hermetic: dict, toolkit_log: dict | None = None) -> dict[str, Any]:
     rknn_path = stage_dir / "model.rknn"
     from rkdet.convert.rknn_file import read_rknn
 
     info = read_rknn(rknn_path)
     content = rknn_content_fingerprint(rknn_path)
+    model_fp = identity.fingerprint
     source = Path(cfg.model.onnx)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "name": cfg.name,
         "platform": platform,
-        "fingerprint": combine_fingerprint(inputs_fp, content, golden_hashes.get("simulator")),
-        "input_fingerprint": inputs_fp,
+        "fingerprint": build_fingerprint(model_fp, golden_records(gold), content, golden_hashes.get("simulator")),
+        "model_fingerprint": model_fp,
         # what the .rknn carries in its custom string (rkdet-fp=...), read back by rkdet-run on the board
-        "embedded_fingerprint": inputs_fp if info.custom_string.endswith(EMBED_KEY + inputs_fp) else None,
+        "embedded_fingerprint": model_fp if info.custom_string.endswith(EMBED_KEY + model_fp) else None,
+        "model_identity": identity.as_dict(),  # exactly what model_fingerprint hashes (rkdet.convert.identity)
         "inputs": {
             "onnx": {"file": source.name, "sha256": sha256_file(source)},
             "onnx_prepared": {"file": "model.onnx", "sha256": sha256_bytes(model.onnx_bytes), "prepare": model.prepare,
@@ -182,9 +154,8 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                                                      model.input_shape_nchw[3], 3],
                       "channel_order": cfg.preprocess.channel_order, "mean": list(cfg.preprocess.mean),
                       "std": list(cfg.preprocess.std)},
-        "toolchain": {"toolkit": {"name": tk.name, "version": tk.version},  # by version: no machine paths
-                      "libraries": library_versions(), "host": f"{sys.platform}-{pyplatform.machine()}"},
-        "build_environment": environment,
+        # what built it (versions, no machine paths) and the hermetic run: recorded, never fingerprinted
+        "environment": environment(hermetic),
         "rknn": {"file": "model.rknn", "sha256": sha256_file(rknn_path), "size": rknn_path.stat().st_size,
                  "content_fingerprint": content, "header": rknn_header(info),
                  "custom_string": info.custom_string},

@@ -25,7 +25,8 @@ from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decod
                                   non_images, preprocess)
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
-from rkdet.convert.toolkits import Toolkit, find_toolkit, float_layers_job, toolkit1_options, toolkit2_options
+from rkdet.convert.identity import ModelIdentity, build_fingerprint, golden_records, model_identity
+from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.errors import ConversionError, FidelityGateError, InputError
 from rkdet.runner import write_json_atomic
 
@@ -69,7 +70,7 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 
 def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel,
-                 cal: Materialized, gold: Materialized, inputs_fp: str) -> dict:
+                 cal: Materialized, gold: Materialized, model_fp: str) -> dict:
     """Lay out the worker's folder (relative paths only: the folder path is part of the environment)."""
     (folder / "model.onnx").write_bytes(model.onnx_bytes)
     lines = []
@@ -84,25 +85,21 @@ def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, mod
             rel = f"golden/{f.name}.npy"
             _save(folder / rel, gold.tensors[f.name])
             golden_list.append([f.name, rel])
-    if tk.name == "rknn-toolkit2":  # the .rknn carries the input fingerprint (manifest.embedded_custom_string)
-        config, build, do_quantization = toolkit2_options(
-            cfg, platform, manifest.embedded_custom_string(cfg.toolkit.custom_string, inputs_fp))
-    else:
-        config, build, do_quantization = toolkit1_options(cfg, platform)
-    return {"config": config, "build": build, "do_quantization": do_quantization,
-            "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
-            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out",
-            "float_layers": float_layers_job(cfg)}
+    # toolkit2's .rknn carries the model fingerprint (manifest.embedded_custom_string)
+    custom = manifest.embedded_custom_string(cfg.toolkit.custom_string, model_fp) if tk.name == "rknn-toolkit2" else None
+    options = job_options(tk, cfg, platform, custom)
+    return {**options, "dataset": "dataset.txt" if options["do_quantization"] else None, "onnx": "model.onnx",
+            "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out"}
 
 
 def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
-                 gold: Materialized, session: ToolkitSession, stage_dir: Path, inputs_fp: str
+                 gold: Materialized, session: ToolkitSession, stage_dir: Path, model_fp: str
                  ) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
     """Build in the session's hermetic folder; copy model.rknn and toolkit.log into `stage_dir`; return
     the simulator outputs. The session is closed (worker reaped, folder removed) on the way out."""
     with session:
         folder = session.folder
-        job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold, inputs_fp)
+        job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold, model_fp)
         write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.runner)
         run = session.worker.go()
         (stage_dir / "toolkit.log").write_text(published.scrub(run.log, folder, tk.python))
@@ -124,6 +121,7 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
         for name, files in result["simulator_outputs"].items():
             sim[name] = {out: np.load(folder / f, allow_pickle=False) for out, f in zip(model.output_names, files)}
         environment = published.environment(run.env, run.argv_prefix, folder, tk.python)
+        environment["interpreter"] = result.get("environment")  # the worker's own Python and library versions
         return environment, sim, run.log
 
 
@@ -143,8 +141,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                    tk: Toolkit | None = None, session: ToolkitSession | None = None) -> BuildResult:
     tk = tk or find_toolkit(platform, cfg)
     key = manifest.folder_key(cfg, platform, cal.files, gold.files, tk)
+    identity = model_identity(cfg, platform, model, cal, tk)  # the model fingerprint (rkdet.convert.identity)
     session = session or ToolkitSession(key, tk.python, tk.worker)
-    inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
     final = out / f"{cfg.name}-{platform}"
     try:
         stage_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=out))
@@ -160,7 +158,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         with ThreadPoolExecutor(max_workers=1) as pool:
             reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
                                     cfg.preprocess.mean, cfg.preprocess.std)
-            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir, inputs_fp)
+            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir,
+                                                 identity.fingerprint)
             ref, ref_detail = reference.result()
         log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors)
         toolkit_log.gate(log_report, platform)
@@ -199,7 +198,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             try:
                 warnings += fidelity.gate(report, platform)
             except FidelityGateError:  # a failed build kept (--keep-failed, --search) says what it was
-                doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
+                doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                               fid, environment, log_report.as_dict())
                 manifest.write_manifest(stage_dir / "manifest.json", doc)
                 (stage_dir / "config.resolved.json").write_text(
@@ -207,7 +206,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                 raise
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
-        doc = manifest.build_manifest(cfg, platform, model, cal, gold, tk, inputs_fp, stage_dir, golden_hashes,
+        doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                       fid, environment, log_report.as_dict())
         # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
         fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
@@ -216,7 +215,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         verify_report = None
         if verify:
             progress(f"{platform}: --verify: rebuilding to check reproducibility")
-            verify_report = _verify(cfg, platform, model, cal, gold, tk, inputs_fp, key, stage_dir, doc,
+            verify_report = _verify(cfg, platform, model, cal, gold, tk, identity, key, stage_dir, doc,
                                     golden_hashes)
             (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
         manifest.write_manifest(stage_dir / "manifest.json", doc)
@@ -241,19 +240,19 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
 
 def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
-            tk: Toolkit, inputs_fp: str, key: str, stage_dir: Path, doc: dict, golden_hashes: dict) -> dict:
+            tk: Toolkit, identity: ModelIdentity, key: str, stage_dir: Path, doc: dict, golden_hashes: dict) -> dict:
     """Rebuild in a fresh hermetic folder; report byte identity and fingerprint identity separately."""
     second = Path(tempfile.mkdtemp(prefix=".verify-", dir=stage_dir.parent))
     try:
         _, sim2, _ = _run_toolkit(tk, cfg, platform, model, cal, gold, ToolkitSession(key, tk.python, tk.worker),
-                                  second, inputs_fp)
+                                  second, identity.fingerprint)
         rknn2 = second / "model.rknn"
         from rkdet.convert.rknn_file import compare_rknn, read_rknn
 
         diff = compare_rknn(read_rknn(stage_dir / "model.rknn"), read_rknn(rknn2))
         content2 = manifest.rknn_content_fingerprint(rknn2)
         sim_hashes2 = {n: {o: golden.output_hash(a) for o, a in outs.items()} for n, outs in sim2.items()}
-        fp2 = manifest.combine_fingerprint(inputs_fp, content2, sim_hashes2 or None)
+        fp2 = build_fingerprint(identity.fingerprint, golden_records(gold), content2, sim_hashes2 or None)
         bytes_same = (stage_dir / "model.rknn").read_bytes() == rknn2.read_bytes()
         return {
             "rknn_bytes_identical": bytes_same,

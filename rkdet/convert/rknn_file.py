@@ -3,8 +3,9 @@
 Why: rknn-toolkit2 copies host pointers and uninitialised heap bytes into some parts of the file,
 so two identical builds can differ in bytes. `content_fingerprint` hashes only the parts that
 define behaviour (header facts, metadata, tensors and quant params, node list, weights and the
-NPU register commands), with the known-volatile parts left out, so it is equal for identical
-inputs and changes with weights, quantization, target or config. Layout and evidence:
+NPU register commands), with the known-volatile parts and the provenance string rkdet embeds (the
+custom string) left out, so it is equal for identical inputs on any workstation and changes with
+weights, quantization, target or config. Layout and evidence:
 docs/RKNN_FORMAT.md. Only stdlib + numpy: reading must work on hosts without the toolkit.
 """
 
@@ -26,6 +27,7 @@ from rkdet.errors import InputError
 
 __all__ = [
     "FINGERPRINT_SCHEME",
+    "PROVENANCE_SECTIONS",
     "RknnComparison",
     "RknnFileInfo",
     "RknnFormatError",
@@ -36,7 +38,7 @@ __all__ = [
     "read_rknn",
 ]
 
-FINGERPRINT_SCHEME = "rkdet.rknn-fingerprint/1"
+FINGERPRINT_SCHEME = "rkdet.rknn-fingerprint/2"  # /2: the custom string (slot 11) is provenance, not content
 
 _MAGIC = b"RKNN\0\0\0\0"
 _ENCRYPTED_MAGIC = b"CYPTRKNN"
@@ -49,6 +51,8 @@ _M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO = 0, 1, 2, 3
 _M_COMPILER, _M_TARGET, _M_SOURCE = 7, 8, 9
 _M_INPUT_JSON, _M_OUTPUT_JSON, _M_BUFFERS = 12, 13, 20
 _M_CUSTOM_STRING = 11  # config(custom_string=...): what RKNN_QUERY_CUSTOM_STRING returns on a board
+# Says who built it (rkdet's `rkdet-fp=`), not what the NPU runs: outside the content fingerprint.
+PROVENANCE_SECTIONS = (f"model.slot{_M_CUSTOM_STRING}",)
 # Graph slots. 8 and 9 hold per-task descriptor tables with raw host pointers: volatile.
 _G_TENSORS, _G_NODES, _G_INPUTS, _G_OUTPUTS = 0, 1, 2, 3
 _G_VOLATILE = frozenset({8, 9})
@@ -114,7 +118,7 @@ class RknnFileInfo:
     content_fingerprint: str
     metadata: dict[str, Any] = field(hash=False)
     build_info: dict[str, Any] = field(hash=False)
-    custom_string: str = ""  # root slot 11; rkdet embeds its build's input fingerprint here (docs/FORMATS.md)
+    custom_string: str = ""  # root slot 11: rkdet embeds its model fingerprint (provenance, not hashed)
 
 
 def read_rknn(path: str | Path) -> RknnFileInfo:
@@ -578,10 +582,11 @@ def _root_spans(fb: _Fb, m: Sequence[int | None], anchors: set[int]) -> dict[int
 
 
 def _other_model_slots(fb: _Fb, m: Sequence[int | None], spans: dict[int, tuple[int, int]]) -> dict[str, Any]:
-    """Root-table slots we do not name, by value, stable across identical builds."""
+    """Root-table slots we do not name, by value, stable across identical builds (the custom string,
+    provenance, left out)."""
     out: dict[str, Any] = {}
     for i, pos in enumerate(m):
-        if pos is None or i in _M_NAMED:
+        if pos is None or i in _M_NAMED or i == _M_CUSTOM_STRING:  # provenance: PROVENANCE_SECTIONS
             continue
         if i in _M_SCALARS:
             out[str(i)] = int(fb.scalar(_M_SCALARS[i], pos))

@@ -37,6 +37,20 @@ def _last_error_line(exc: BaseException) -> str:
     return (informative or lines or [exc.__class__.__name__])[-1][:400]
 
 
+def _environment() -> dict:
+    """This interpreter's Python and library versions (the manifest records them; never fingerprinted)."""
+    import importlib.metadata as metadata
+    import platform
+
+    versions = {}
+    for dist in ("rknn-toolkit2", "torch", "numpy", "onnx", "onnxruntime", "protobuf"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    return {"python": platform.python_version(), "libraries": versions}
+
+
 def _cosine(a, b) -> float:
     import numpy as np
 
@@ -172,6 +186,7 @@ def run_job(job: dict) -> int:
                 analysed[name] = str(target)
             timings["analysis_s"] = time.monotonic() - started
             result.update(analysis=analysed, ranking=ranking, timings=timings)
+        result["environment"] = _environment()  # after the build: it cannot change what was built
         Path("result.json").write_text(json.dumps(result))
         return 0
     except Exception as exc:  # the toolkit raises bare ValueError/IndexError with its own traceback text

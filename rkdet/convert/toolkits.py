@@ -78,7 +78,7 @@ def toolkit2_options(cfg: RkdetConfig, platform: str, custom_string: str | None 
                      ) -> tuple[dict[str, Any], dict[str, Any], bool]:
     """(config() kwargs, build() kwargs, do_quantization): every option explicit, from rkdet's config.
     `custom_string`: what the `.rknn` carries (convert passes `manifest.embedded_custom_string`, the
-    user's `toolkit.custom_string` plus the build's input fingerprint); None: the user's alone."""
+    user's `toolkit.custom_string` plus the model fingerprint); None: the user's alone."""
     tk, q, pp = cfg.toolkit, cfg.quantize, cfg.preprocess
     config = {
         "mean_values": [list(pp.mean)],
@@ -134,6 +134,17 @@ def toolkit1_options(cfg: RkdetConfig, platform: str) -> tuple[dict[str, Any], d
         "epochs": -1,
     }
     return config, {"pre_compile": False}, q.enabled and not q.force_fp16
+
+
+def job_options(tk: Toolkit, cfg: RkdetConfig, platform: str, custom_string: str | None = None) -> dict[str, Any]:
+    """Every option the toolkit job is given for `platform` (`config`, `build`, `do_quantization`,
+    `float_layers`): one definition for the job and for the model fingerprint (rkdet.convert.identity),
+    which takes them with the user's custom string (`custom_string` None) and rkdet's own added after."""
+    if tk.name == "rknn-toolkit2":
+        config, build, do_quantization = toolkit2_options(cfg, platform, custom_string)
+    else:
+        config, build, do_quantization = toolkit1_options(cfg, platform)
+    return {"config": config, "build": build, "do_quantization": do_quantization, "float_layers": float_layers_job(cfg)}
 
 
 def float_layers_job(cfg: RkdetConfig) -> list[str]:

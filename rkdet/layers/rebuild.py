@@ -2,8 +2,8 @@
 
 The toolkit's simulator only runs a model built in the same process, so `rkdet layers` repeats the
 build with exactly the options the build recorded (its `config.resolved.json`, checked against the
-manifest's input fingerprint) in the same hermetic folder and environment as `rkdet convert`, and
-checks that the rebuilt build fingerprint (inputs + `.rknn` content + simulator golden outputs) equals
+manifest's model fingerprint) in the same hermetic folder and environment as `rkdet convert`, and
+checks that the rebuilt build fingerprint (model + `.rknn` content + golden inputs and simulator outputs) equals
 the build's before trusting the per-layer dumps.
 """
 
@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from rkdet.config import PATH_KEYS, RkdetConfig, load_config
 from rkdet.convert import golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
+from rkdet.convert.identity import build_fingerprint, golden_records, model_identity
 from rkdet.convert.images import Materialized, list_images
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
 from rkdet.convert.pipeline import materialize
@@ -116,7 +117,7 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 
 def toolkit_job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gold: Materialized,
-                analyse: dict[str, np.ndarray], inputs_fp: str | None = None) -> dict:
+                analyse: dict[str, np.ndarray], model_fp: str | None = None) -> dict:
     """The build part is laid out as rkdet convert lays it out (relative paths, same file names)."""
     (folder / "model.onnx").write_bytes(model.onnx_bytes)
     lines = []
@@ -135,11 +136,11 @@ def toolkit_job(folder: Path, src: Source, model: PreparedModel, cal: Materializ
         rel = f"analyse/{name}.npy"
         _save(folder / rel, tensor.transpose(0, 3, 1, 2))
         analyse_list.append([name, rel])
-    # the same custom string as convert (same fingerprint); inputs_fp None (bisection's cut models, which no
+    # the same custom string as convert (same fingerprint); model_fp None (bisection's cut models, which no
     # board checks by fingerprint): the user's custom string alone
     config, build, do_quantization = toolkit2_options(
         src.cfg, src.platform,
-        None if inputs_fp is None else manifest.embedded_custom_string(src.cfg.toolkit.custom_string, inputs_fp))
+        None if model_fp is None else manifest.embedded_custom_string(src.cfg.toolkit.custom_string, model_fp))
     return {"config": config, "build": build, "do_quantization": do_quantization,
             "dataset": "dataset.txt" if do_quantization else None, "onnx": "model.onnx",
             "export": "model.rknn", "golden": golden_list, "golden_out": "sim_out", "analyse": analyse_list,
@@ -175,10 +176,10 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
         if inputs is None:  # FP32 references, so the worker analyses the golden inputs that stray furthest first
             reference, _ = golden.onnxruntime_reference(model.onnx_bytes, gold.tensors, model.input_name,
                                                         cfg.preprocess.mean, cfg.preprocess.std)
-        inputs_fp = manifest.input_fingerprint(cfg, platform, model, cal, gold, tk)
+        model_fp = model_identity(cfg, platform, model, cal, tk).fingerprint
         with session:
             folder = session.folder
-            job = toolkit_job(folder, src, model, cal, gold, analyse, inputs_fp)
+            job = toolkit_job(folder, src, model, cal, gold, analyse, model_fp)
             job["max_inputs"] = max_inputs or None
             if reference is not None:
                 job["reference"] = {}
@@ -207,7 +208,7 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
             sim_hashes = {name: {out: output_hash(np.load(folder / f, allow_pickle=False))
                                  for out, f in zip(model.output_names, files)}
                           for name, files in result["simulator_outputs"].items()}
-            fingerprint = manifest.combine_fingerprint(inputs_fp, content, sim_hashes)
+            fingerprint = build_fingerprint(model_fp, golden_records(gold), content, sim_hashes)
             analyses = [read_analysis(name, folder / rel) for name, rel in result["analysis"].items()]
             timings = dict(result.get("timings", {}), worker_s=wall)
             ranking = {name: cos for name, cos in result.get("ranking", [])}

@@ -40,7 +40,7 @@ def test_build_folder_is_complete(first_build):
     assert {"model.rknn", "model.onnx", "manifest.json", "fidelity.json", "golden", "toolkit.log",
             "config.resolved.json"} <= names
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["schema"] == "rkdet.manifest/1"
+    assert manifest["schema"] == "rkdet.manifest/2"
     assert manifest["fingerprint"] == build["fingerprint"]
     assert manifest["rknn"]["header"]["target_platform"] == "rk3588"
     assert manifest["rknn"]["header"]["toolkit_version"] == "2.5.0"
@@ -48,7 +48,13 @@ def test_build_folder_is_complete(first_build):
     assert manifest["inputs"]["config"]["resolved"]["toolkit"]["optimization_level"] == 0
     assert len(manifest["inputs"]["calibration"]) == 6 and len(manifest["inputs"]["golden"]) == 2
     assert "created_unix" not in manifest  # no wall-clock time without SOURCE_DATE_EPOCH
-    assert manifest["build_environment"]["env"]["PYTHONHASHSEED"] == "0"
+    assert manifest["environment"]["hermetic"]["env"]["PYTHONHASHSEED"] == "0"
+    # the model fingerprint is exactly its recorded identity (rkdet.convert.identity, the one definition)
+    from rkdet.convert.identity import ModelIdentity
+
+    identity = ModelIdentity.from_dict(manifest["model_identity"], "manifest.json")
+    assert identity.fingerprint == manifest["model_fingerprint"] == manifest["embedded_fingerprint"]
+    assert len(identity.calibration) == 6 and identity.options["config"]["target_platform"] == "rk3588"
     # golden result sets: one line per golden input, outputs content-addressed
     for backend in ("simulator", "onnx-fp32"):
         lines = (folder / "golden" / backend / "index.jsonl").read_text().splitlines()
@@ -139,22 +145,25 @@ def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):
 
 
 def test_user_custom_string_and_embedded_fingerprint(first_build, tiny_assets, tmp_path):
-    """toolkit.custom_string: the user's text first, then rkdet's `;rkdet-fp=<input fingerprint>`; the
-    user's text is an input, so it changes the fingerprints; the default build embeds its own alone."""
+    """toolkit.custom_string: the user's text first, then rkdet's `;rkdet-fp=<model fingerprint>`; the
+    user's text is a toolkit option, so it changes the fingerprints; the default build embeds its own alone.
+    The custom string is provenance: the .rknn content fingerprint leaves it out."""
     from tiny_models import write_config
 
     from rkdet.convert.rknn_file import read_rknn
 
     build, _ = first_build
     first = json.loads((Path(build["folder"]) / "manifest.json").read_text())
-    assert first["embedded_fingerprint"] == first["input_fingerprint"]
-    assert read_rknn(Path(build["folder"]) / "model.rknn").custom_string == f"rkdet-fp={first['input_fingerprint']}"
+    assert first["embedded_fingerprint"] == first["model_fingerprint"]
+    assert read_rknn(Path(build["folder"]) / "model.rknn").custom_string == f"rkdet-fp={first['model_fingerprint']}"
     cfg = write_config(tmp_path / "c.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"],
                        toolkit={"custom_string": "camera=front;rev=7"})
     other = _build(cfg, tmp_path / "out")
     manifest = json.loads((Path(other["folder"]) / "manifest.json").read_text())
-    fp = manifest["input_fingerprint"]
-    assert fp != first["input_fingerprint"] and other["fingerprint"] != build["fingerprint"]
+    fp = manifest["model_fingerprint"]
+    assert fp != first["model_fingerprint"] and other["fingerprint"] != build["fingerprint"]
     assert manifest["embedded_fingerprint"] == fp
     assert read_rknn(Path(other["folder"]) / "model.rknn").custom_string == f"camera=front;rev=7;rkdet-fp={fp}"
     assert manifest["rknn"]["custom_string"] == f"camera=front;rev=7;rkdet-fp={fp}"
+    # another (longer) custom string, the same model: the same .rknn content fingerprint
+    assert manifest["rknn"]["content_fingerprint"] == first["rknn"]["content_fingerprint"]

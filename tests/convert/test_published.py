@@ -44,8 +44,9 @@ def test_published_files_hold_no_machine_paths_or_user(default_build):
 
 def test_manifest_records_toolchain_by_version_and_environment_with_placeholders(default_build):
     manifest = json.loads((default_build / "manifest.json").read_text())
-    assert manifest["toolchain"]["toolkit"] == {"name": "rknn-toolkit2", "version": "2.5.0"}
-    env = manifest["build_environment"]
+    assert manifest["model_identity"]["toolkit"] == {"name": "rknn-toolkit2", "version": "2.5.0"}
+    assert manifest["environment"]["libraries"]["rknn-toolkit2"] == "2.5.0"
+    env = manifest["environment"]["hermetic"]
     assert env["cwd"] == "<work>" and env["env"]["HOME"] == "<work>/home"
     assert env["env"]["PATH"].startswith("<toolkit-python>:") and env["env"]["PYTHONHASHSEED"] == "0"
     resolved = json.loads((default_build / "config.resolved.json").read_text())

@@ -33,13 +33,13 @@ def on_board(default_build: Path, tmp_path_factory) -> tuple[Path, Path, dict]:
     return folder / "model.rknn", inputs, manifest
 
 
-def test_the_build_embeds_its_input_fingerprint(on_board) -> None:
+def test_the_build_embeds_its_model_fingerprint(on_board) -> None:
     model, _, manifest = on_board
     info = read_rknn(model)
-    assert manifest["embedded_fingerprint"] == manifest["input_fingerprint"]
-    assert info.custom_string == f"{EMBED_KEY}{manifest['input_fingerprint']}" == manifest["rknn"]["custom_string"]
+    assert manifest["embedded_fingerprint"] == manifest["model_fingerprint"]
+    assert info.custom_string == f"{EMBED_KEY}{manifest['model_fingerprint']}" == manifest["rknn"]["custom_string"]
     facts = read_rknn_facts(str(model))  # the runner's own reader agrees with the host's
-    assert facts["embedded_fingerprint"] == manifest["input_fingerprint"]
+    assert facts["embedded_fingerprint"] == manifest["model_fingerprint"]
     assert facts["toolkit_version"] == info.toolkit_version and facts["format_version"] == info.format_version
 
 

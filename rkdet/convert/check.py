@@ -1,0 +1,293 @@
+"""`rkdet convert --check-against BUILD`: is a colleague's (or CI's) build the model this config makes here?
+
+Why: the fingerprints leave the workstation out (rkdet.convert.identity), so a build made elsewhere can
+be checked by making it again here. First the model identity (toolkit, target, ONNX as prepared,
+calibration tensors, toolkit options) is compared without running the toolkit: a difference there is
+named at once. When the identities agree, the config is rebuilt hermetically as `rkdet convert` does
+(in a temporary folder, nothing installed) and the `.rknn` content, golden inputs and simulator outputs
+are compared. The first difference is named by section and input; the environment (Python, torch
+build, library versions) is reported but never makes two builds differ.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rkdet.config import RkdetConfig
+from rkdet.convert.identity import ModelIdentity, environment, model_identity
+from rkdet.convert.images import list_images
+from rkdet.convert.manifest import SCHEMA
+from rkdet.convert.onnx_graph import prepare_model, require_onnx_file
+from rkdet.convert.rknn_file import PROVENANCE_SECTIONS, RknnFileInfo, compare_rknn, read_rknn
+from rkdet.convert.toolkits import find_toolkit
+from rkdet.errors import FidelityGateError, InputError
+
+Progress = Callable[[str], None]
+REPORT_SCHEMA = "rkdet.check/1"
+_BUILD_ONLY = ("golden", "simulator", "build")  # sections outside the model and its .rknn content
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One thing that differs: the section it is in and a line naming the input (BUILD's value first)."""
+
+    section: str  # toolkit | target | onnx | calibration | toolkit option | .rknn | golden | simulator | build
+    detail: str
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """The answer: same model, or the differences in the fixed order the sections are compared."""
+
+    build: Path
+    platform: str
+    differences: tuple[Difference, ...]
+    model_fingerprint: tuple[str, str]  # (BUILD's, here)
+    build_fingerprint: tuple[str, str | None]  # here: None when the identities differ (nothing rebuilt)
+    environment: tuple[str, ...] = field(default=())  # what differs in the environment (recorded, not compared)
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+    @property
+    def same_model(self) -> bool:
+        """The model and its .rknn content agree; only the golden data (or nothing) differs."""
+        return all(d.section in _BUILD_ONLY for d in self.differences) and self.build_fingerprint[1] is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schema": REPORT_SCHEMA, "build": str(self.build), "platform": self.platform, "same": self.same,
+                "same_model": self.same_model,
+                "differences": [{"section": d.section, "detail": d.detail} for d in self.differences],
+                "model_fingerprint": {"build": self.model_fingerprint[0], "here": self.model_fingerprint[1]},
+                "build_fingerprint": {"build": self.build_fingerprint[0], "here": self.build_fingerprint[1]},
+                "environment_differences": list(self.environment), "rebuilt": self.build_fingerprint[1] is not None}
+
+
+@dataclass(frozen=True)
+class _Build:
+    folder: Path
+    manifest: dict[str, Any]
+    identity: ModelIdentity
+    rknn: RknnFileInfo
+
+
+def read_build(folder: Path) -> _Build:
+    """BUILD's manifest and model identity; anything missing or malformed is one line naming it (exit 2)."""
+    hint = "pass a build folder written by rkdet convert"
+    if not folder.is_dir():
+        raise InputError(f"{folder}: not a build folder (no such directory); {hint}")
+    path = folder / "manifest.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; {hint}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable ({exc.__class__.__name__}); {hint}") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: not a JSON object; {hint}")
+    if doc.get("schema") != SCHEMA:
+        raise InputError(f"{path}: schema {str(doc.get('schema'))[:40]!r}, not {SCHEMA!r} (only {SCHEMA} records the "
+                         "model identity to check against); rebuild it with this rkdet")
+    identity = ModelIdentity.from_dict(doc.get("model_identity"), str(path))
+    if doc.get("model_fingerprint") != identity.fingerprint or not isinstance(doc.get("fingerprint"), str):
+        raise InputError(f"{path}: model_fingerprint is not the hash of its model_identity (the manifest was "
+                         "edited or damaged); rebuild it with rkdet convert")
+    if not (folder / "model.rknn").is_file():
+        raise InputError(f"{folder / 'model.rknn'}: missing; {hint}")
+    rknn = read_rknn(folder / "model.rknn")  # unreadable: one line, exit 2
+    if _obj(doc.get("rknn")).get("content_fingerprint") != rknn.content_fingerprint:
+        raise InputError(f"{folder / 'model.rknn'}: not the model its manifest.json records (content fingerprint "
+                         f"{rknn.content_fingerprint[:16]}, manifest says "
+                         f"{str(_obj(doc.get('rknn')).get('content_fingerprint'))[:16]}): replaced, damaged, or "
+                         "fingerprinted by another rkdet; rebuild it with rkdet convert")
+    return _Build(folder, doc, identity, rknn)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _records(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """`inputs.<key>` of a manifest (BUILD's is untrusted: anything odd reads as nothing)."""
+    records = _obj(doc.get("inputs")).get(key)
+    return [_obj(r) for r in records] if isinstance(records, list) else []
+
+
+def _names(doc: dict[str, Any], key: str) -> list[str]:
+    return [str(r.get("file", "?")) for r in _records(doc, key)]
+
+
+def _at(names: list[str], i: int) -> str:
+    return names[i] if i < len(names) else "?"
+
+
+def _options(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
+    out = []
+    for group, label in (("config", "toolkit option"), ("build", "toolkit build option")):
+        ga, gb = a.get(group) or {}, b.get(group) or {}
+        for key in sorted(set(ga) | set(gb)):
+            if ga.get(key) != gb.get(key):
+                out.append(Difference("toolkit option", f"{label} {key}: {ga.get(key)!r} vs {gb.get(key)!r}"))
+    for key in ("do_quantization", "float_layers"):
+        if a.get(key) != b.get(key):
+            out.append(Difference("toolkit option", f"{key}: {a.get(key)!r} vs {b.get(key)!r}"))
+    return out
+
+
+def onnx_difference(theirs: bytes, ours: bytes) -> str | None:
+    """The first graph element in which two prepared ONNX models differ (initializer, node, input or
+    output, in BUILD's order), or None when it cannot be said (unparseable, or only metadata differs)."""
+    import hashlib
+
+    import onnx
+
+    try:
+        a, b = onnx.load_from_string(theirs).graph, onnx.load_from_string(ours).graph
+    except Exception:  # BUILD's bytes are untrusted: any parse failure means "cannot say"
+        return None
+    digest = lambda proto: hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()  # noqa: E731
+    for kind, xs, ys in (("input", a.input, b.input), ("output", a.output, b.output),
+                         ("initializer", a.initializer, b.initializer)):
+        theirs_by, ours_by = {x.name: digest(x) for x in xs}, {y.name: digest(y) for y in ys}
+        for name in [*theirs_by, *(n for n in ours_by if n not in theirs_by)]:
+            if theirs_by.get(name) != ours_by.get(name):
+                where = "" if name in theirs_by and name in ours_by else (" (only in BUILD)" if name in theirs_by
+                                                                          else " (only here)")
+                return f"{kind} {name!r} differs{where}"
+    for i, (x, y) in enumerate(zip(a.node, b.node)):
+        if digest(x) != digest(y):
+            return f"node {i + 1} ({x.op_type} {x.name!r}) differs"
+    if len(a.node) != len(b.node):
+        return f"{len(a.node)} nodes vs {len(b.node)}"
+    return None
+
+
+def identity_differences(build: ModelIdentity, here: ModelIdentity, build_names: list[str],
+                         here_names: list[str], onnx_detail: Callable[[], str | None] = lambda: None
+                         ) -> list[Difference]:
+    """What differs between two model identities, in the order: toolkit, target, ONNX, calibration, options."""
+    out = []
+    if (build.toolkit, build.toolkit_version) != (here.toolkit, here.toolkit_version):
+        out.append(Difference("toolkit", f"toolkit: {build.toolkit} {build.toolkit_version} vs "
+                                         f"{here.toolkit} {here.toolkit_version}"))
+    if build.platform != here.platform:
+        out.append(Difference("target", f"target platform: {build.platform} vs {here.platform}"))
+    if build.onnx_prepared != here.onnx_prepared:
+        detail = onnx_detail()
+        out.append(Difference("onnx", f"ONNX model as prepared: {detail + ', ' if detail else ''}sha256 "
+                                      f"{build.onnx_prepared[:16]} vs {here.onnx_prepared[:16]}"))
+    if len(build.calibration) != len(here.calibration):
+        out.append(Difference("calibration", f"calibration: {len(build.calibration)} images vs {len(here.calibration)}"))
+    for i, (a, b) in enumerate(zip(build.calibration, here.calibration)):
+        if a != b:
+            out.append(Difference("calibration", f"calibration image {i + 1} differs: {_at(build_names, i)} vs "
+                                                 f"{_at(here_names, i)} (fed tensor {a[:16]} vs {b[:16]})"))
+    out += _options(build.options, here.options)
+    return out
+
+
+def _environment_differences(build_env: Any, here: dict[str, Any]) -> tuple[str, ...]:
+    """`<name> <BUILD's> vs <here>` for each recorded version that differs (the toolkit worker's own
+    interpreter too, when both sides recorded it: here only after a rebuild)."""
+    def flat(env: dict[str, Any]) -> dict[str, Any]:
+        out = {k: env.get(k) for k in ("python", "implementation", "rkdet", "host")}
+        out.update(_obj(env.get("libraries")))
+        worker = _obj(_obj(env.get("hermetic")).get("interpreter"))
+        out.update({f"toolkit worker {k}": v for k, v in {"python": worker.get("python"),
+                                                          **_obj(worker.get("libraries"))}.items() if worker})
+        return out
+
+    a, b = flat(_obj(build_env)), flat(here)
+    keys = [k for k in sorted(set(a) | set(b)) if not k.startswith("toolkit worker ") or (k in a and k in b)]
+    return tuple(f"{k} {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k))
+
+
+def _outputs_differences(build_doc: dict[str, Any], here_doc: dict[str, Any]) -> list[Difference]:
+    """Golden inputs (as fed) and simulator outputs, input by input."""
+    out = []
+    ga, gb = _records(build_doc, "golden"), _records(here_doc, "golden")
+    if len(ga) != len(gb):
+        out.append(Difference("golden", f"golden inputs: {len(ga)} vs {len(gb)}"))
+    for i, (a, b) in enumerate(zip(ga, gb)):
+        if a.get("tensor") != b.get("tensor"):
+            out.append(Difference("golden", f"golden input {i + 1} differs: {a.get('file')} vs {b.get('file')}"))
+    sa = _obj(_obj(build_doc.get("golden_outputs")).get("simulator"))
+    sb = _obj(_obj(here_doc.get("golden_outputs")).get("simulator"))
+    for name in sorted(set(sa) | set(sb)):
+        if sa.get(name) != sb.get(name):
+            a, b = _obj(sa.get(name)), _obj(sb.get(name))
+            which = next((o for o in sorted(set(a) | set(b)) if a.get(o) != b.get(o)), "?")
+            out.append(Difference("simulator", f"simulator output {which} of golden input {name} differs"))
+    return out
+
+
+def _their_onnx(build: _Build, compare: Callable[[bytes], str | None]) -> str | None:
+    """BUILD's prepared model.onnx, compared when it is the one its identity records (else: cannot say)."""
+    import hashlib
+
+    try:
+        data = (build.folder / "model.onnx").read_bytes()
+    except OSError:
+        return None
+    return compare(data) if hashlib.sha256(data).hexdigest() == build.identity.onnx_prepared else None
+
+
+def _rebuild(cfg: RkdetConfig, platform: str, out: Path, progress: Progress) -> Path:
+    """Build here as `rkdet convert` does, into `out`; a build that fails a fidelity gate is still compared."""
+    from rkdet.convert.pipeline import convert
+
+    try:
+        return convert(cfg, out, [platform], progress=progress, keep_failed=True)[0].folder
+    except FidelityGateError:
+        failed = out / f"{cfg.name}-{platform}.failed"
+        if (failed / "manifest.json").is_file() and (failed / "model.rknn").is_file():
+            progress(f"{platform}: the rebuild here fails a fidelity gate; comparing it anyway")
+            return failed
+        raise
+
+
+def check_against(cfg: RkdetConfig, folder: Path, progress: Progress = lambda msg: None) -> CheckReport:
+    """Compare BUILD with what `cfg` builds here (for BUILD's platform)."""
+    build = read_build(folder)
+    platform = build.identity.platform
+    tk = find_toolkit(platform, cfg)
+    require_onnx_file(Path(cfg.model.onnx))
+    progress("preparing the model and the calibration images as rkdet convert does")
+    model = prepare_model(cfg.model)
+    cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
+    from rkdet.convert.pipeline import materialize
+
+    here = model_identity(cfg, platform, model, materialize(cal_files, model, cfg), tk)
+    env_diff = _environment_differences(build.manifest.get("environment"), environment({}))
+    differences = identity_differences(build.identity, here, _names(build.manifest, "calibration"),
+                                       [f.path.name for f in cal_files],
+                                       lambda: _their_onnx(build, lambda theirs: onnx_difference(theirs, model.onnx_bytes)))
+    fps = (build.identity.fingerprint, here.fingerprint)
+    if differences:
+        return CheckReport(folder, platform, tuple(differences), fps, (build.manifest["fingerprint"], None), env_diff)
+    progress(f"{platform}: same model identity; rebuilding to compare the .rknn")
+    tmp = Path(tempfile.mkdtemp(prefix="rkdet-check-"))
+    try:
+        rebuilt = _rebuild(cfg, platform, tmp, progress)
+        doc = json.loads((rebuilt / "manifest.json").read_text(encoding="utf-8"))
+        ours, theirs = read_rknn(rebuilt / "model.rknn"), build.rknn
+        if theirs.content_fingerprint != ours.content_fingerprint:
+            stable = [s for s in compare_rknn(theirs, ours).differing_stable_sections if s not in PROVENANCE_SECTIONS]
+            where = f".rknn section {stable[0]} differs" if stable else ".rknn content differs"
+            differences.append(Difference(".rknn", f"{where} (content fingerprint {theirs.content_fingerprint[:16]} "
+                                                   f"vs {ours.content_fingerprint[:16]})"))
+        differences += _outputs_differences(build.manifest, doc)
+        if not differences and doc["fingerprint"] != build.manifest["fingerprint"]:
+            differences.append(Difference("build", f"build fingerprint {build.manifest['fingerprint'][:16]} vs "
+                                                   f"{doc['fingerprint'][:16]}"))
+        env_diff = _environment_differences(build.manifest.get("environment"), _obj(doc.get("environment")))
+        return CheckReport(folder, platform, tuple(differences), fps, (build.manifest["fingerprint"], doc["fingerprint"]),
+                           env_diff)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
