@@ -17,6 +17,7 @@ import pytest
 
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.board.scripts import local_command, parse_pin, parse_records, parse_restore, run_script_locally, script_env
+from bounds import ended_within
 
 NPU_GOVERNOR = "sys/class/devfreq/fdab0000.npu/governor"
 
@@ -196,7 +197,7 @@ def test_child_ignoring_sigterm_is_killed_after_the_grace(make_tree, state_dir: 
     t0 = time.monotonic()
     w.proc.send_signal(signal.SIGTERM)
     assert w.wait(timeout=30) == 143
-    assert time.monotonic() - t0 < 15
+    assert ended_within(t0, 1)  # the kill grace, not the child's endless loop
     assert not pid_alive(child_pid)
     assert tree_digest(root) == before
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bounds import HANG_MARGIN
 from deploy_helpers import assert_untouched, deploy, error_line, run_folders
 
 from rkdet.emulator import hostile
@@ -70,7 +71,7 @@ def test_every_lie_is_exit_3_naming_the_entry(bad_board: EmulatedBoard, fast_bui
         assert "'outputs/fifo.npy'" in line or "'outputs/passwd.npy'" in line or "'home-link'" in line
     if modes == ("huge",):
         assert "'outputs/huge.npy'" in line and "10000000000 bytes" in line
-    assert took < 120
+    assert took < 60 + HANG_MARGIN  # the SFTP stalls are cut at their timeouts, not left to hang
     [folder] = run_folders(out)
     record = json.loads((folder / "deploy.json").read_text())
     assert record["status"] == "failed" and named in record["error"] and record["restored"] is True

@@ -17,6 +17,7 @@ from rkdet.config import load_config, load_tolerances
 from rkdet.diff.tolerance import Tolerance as DiffTolerance
 from rkdet.errors import ConfigError, InputError
 from rkdet.tolerance import Tolerance
+from bounds import ended_within
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,7 +87,7 @@ def test_yaml_alias_bomb_under_tolerances_is_exit_2_in_seconds(tmp_path: Path) -
     bomb.write_text("\n".join(lines) + "\n")
     t = time.monotonic()
     proc = _cli("diff", str(s), "--config", str(bomb), timeout=60)
-    assert time.monotonic() - t < 10
+    assert ended_within(t)
     assert proc.returncode == 2, proc.stderr
     lines_out = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines_out) == 1 and "tolerances.max_abs" in lines_out[0] and len(lines_out[0]) < 400
@@ -99,4 +100,4 @@ def test_deploy_refuses_a_bad_tolerance_before_connecting(tmp_path: Path) -> Non
     proc = _cli("deploy", "--board", "127.0.0.1", "--port", "9", "--config", str(cfg), "--build",
                 str(tmp_path / "nobuild"), cwd=tmp_path)
     assert proc.returncode == 2 and "tolerances.max_ulp" in proc.stderr, proc.stderr
-    assert time.monotonic() - t < 30
+    assert ended_within(t)

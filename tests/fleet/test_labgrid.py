@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from bounds import ended_within
 from click.testing import CliRunner
 
 from rkdet.emulator.sshd import EmulatedBoard, free_port
@@ -239,7 +240,7 @@ def test_busy_place_times_out_with_exit_3_naming_place_and_holder(clean: Lab) ->
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("rkdet: labgrid place rock5-b is acquired by labpc/alice; waited 2 s (--reserve-timeout)")
     assert "Traceback" not in done.stderr and done.stdout == ""
-    assert 2.0 <= elapsed < 40
+    assert elapsed >= 2.0 and ended_within(started, 2.0)
     assert clean.held() == {"rock5-b": "labpc/alice"}  # rock5-a was allocated to us meanwhile: given back
     assert clean.state()["reservations"] == []
 
@@ -313,7 +314,7 @@ def test_coordinator_not_there_is_one_line_exit_3_within_the_timeout() -> None:
     lines = done.stderr.strip().splitlines()
     assert lines == [f"rkdet: labgrid coordinator 127.0.0.1:{port} is not reachable (no answer within 3 s); "
                      "check --labgrid HOST:PORT and that labgrid-coordinator runs there"], done.stderr
-    assert elapsed < 3 + 20
+    assert ended_within(started, 3)
 
 
 def test_untrusted_username_from_the_coordinator_is_refused_and_released(clean: Lab) -> None:

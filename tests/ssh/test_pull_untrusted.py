@@ -20,6 +20,7 @@ from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.board.pull import pull
 from rkdet.board.ssh import BoardConnection, Limits, Timeouts
 from rkdet.errors import EXIT_BOARD, BoardError
+from bounds import HANG_MARGIN, ended_within
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5, sftp=2)
 
@@ -99,7 +100,7 @@ def test_pull_refuses_a_10_gb_sparse_file_at_once(conn: BoardConnection, remote_
     start = time.monotonic()
     with pytest.raises(BoardError) as err:
         pull(conn, src, tmp_path / "back")
-    assert time.monotonic() - start < 10
+    assert ended_within(start)  # refused from the listing, not after reading 10 GB
     assert "'outputs/huge.npy'" in str(err.value) and "per-file cap" in str(err.value)
     assert _untouched_parent(tmp_path) == []
 
@@ -150,7 +151,7 @@ def test_a_stalled_sftp_fails_within_the_configured_timeout(bad: EmulatedBoard, 
     with pytest.raises(BoardError) as err:
         pull(bad_conn, src, tmp_path / "back")
     took = time.monotonic() - start
-    assert took < FAST.sftp + 5, took
+    assert took < FAST.sftp + HANG_MARGIN, took
     assert "no answer" in str(err.value) and f"{FAST.sftp:g} s" in str(err.value)
     assert _untouched_parent(tmp_path) == []
     # a bare stat on a fresh connection stalls the same way, and is cut off the same way
@@ -160,7 +161,7 @@ def test_a_stalled_sftp_fails_within_the_configured_timeout(bad: EmulatedBoard, 
         start = time.monotonic()
         with pytest.raises(OSError):
             sftp.stat(f"{src}/run.json")
-        assert time.monotonic() - start < FAST.sftp + 2
+        assert ended_within(start, FAST.sftp)
 
 
 def test_command_output_is_read_with_a_byte_cap(board: EmulatedBoard) -> None:
@@ -169,7 +170,7 @@ def test_command_output_is_read_with_a_byte_cap(board: EmulatedBoard) -> None:
         with pytest.raises(BoardError) as err:
             c.run(["sh", "-c", "yes | head -c 50000000"])
         assert "more than 1048576 bytes" in str(err.value)
-        assert time.monotonic() - start < 20
+        assert ended_within(start)
         assert c.run(["echo", "ok"]).out == "ok\n"  # the connection is still usable
 
 
