@@ -461,10 +461,12 @@ class EmulatedBoard:
 
 
 def _python_prefixes(python: Path) -> list[Path]:
-    """The folders `python` runs from: its venv (sys.prefix) and the interpreter's own (sys.base_prefix)."""
+    """The folders `python` runs from: its venv (sys.prefix), the interpreter's own (sys.base_prefix) and
+    every folder on its sys.path (a .pth may add one from elsewhere, e.g. another venv's site-packages)."""
+    code = ("import os, sys; print(sys.prefix); print(sys.base_prefix); "
+            "[print(p) for p in sys.path if p and os.path.isdir(p)]")
     try:
-        probe = subprocess.run([str(python), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-                               capture_output=True, text=True, timeout=60)
+        probe = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True, timeout=60, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as err:
         raise BoardError(f"emulator: cannot run {python}: {err}") from None
     if probe.returncode != 0:

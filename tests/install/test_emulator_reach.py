@@ -34,7 +34,11 @@ def _private_install(tmp_path: Path) -> tuple[Path, Path, Path]:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = Path(subprocess.run([str(venv / "bin" / "python3"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True, timeout=60).stdout.strip())
-    (site / "host-venv.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    elsewhere = tmp_path / "elsewhere"  # another private folder, reached only through the venv's .pth
+    elsewhere.mkdir(mode=0o700)
+    (elsewhere / "site").mkdir()
+    (elsewhere / "site" / "reach_probe.py").write_text("WHERE = 'elsewhere'\n")
+    (site / "host-venv.pth").write_text(f"{sysconfig.get_path('purelib')}\n{elsewhere / 'site'}\n")
     (private / "secret.txt").write_text("not for the board\n")
     return private, double, venv
 
@@ -44,7 +48,7 @@ def test_private_install_is_reached_inside_the_namespace(monkeypatch: pytest.Mon
     monkeypatch.setattr(sshd, "RUNTIME_DOUBLE", double)
     before = private.stat()
     with EmulatedBoard("rk3588", tmp_path / "board", python=venv / "bin" / "python3") as board:
-        script = ("import sys, rknnlite.api as api; print(sys.prefix); print(api.__file__); "
+        script = ("import sys, rknnlite.api as api, reach_probe; print(sys.prefix); print(api.__file__); "
                   "print(sorted(__import__('os').listdir(sys.argv[1])))")
         res = subprocess.run([*board.ssh_argv(), "python3", "-c", f'"{script}"', str(private)],
                              capture_output=True, text=True, timeout=120)
