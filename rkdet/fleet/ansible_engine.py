@@ -103,8 +103,7 @@ def _run(program: Path, inventory: Path, limit: str | None, timeout: float) -> t
         err.seek(0)
         stderr = err.read(1 << 20).decode("utf-8", "replace").splitlines()
         if rc != 0:
-            why = next((ln for ln in stderr if "ERROR" in ln), stderr[-1] if stderr else f"exit {rc}")
-            raise InputError(f"{inventory}: ansible-inventory refused it: {visible(why.strip(), 300)}")
+            raise InputError(f"{inventory}: ansible-inventory refused it ({visible(_why(stderr, rc), 400)})")
         size = out.seek(0, 2)
         if size > MAX_OUTPUT:
             raise InputError(f"{inventory}: ansible-inventory printed more than {MAX_OUTPUT >> 20} MiB")
@@ -119,6 +118,16 @@ def _run(program: Path, inventory: Path, limit: str | None, timeout: float) -> t
         raise InputError(f"{inventory}: ansible-inventory printed JSON that is not an inventory")
     missing = [m.group(1).strip() for ln in stderr if (m := _NO_MATCH.search(ln))]
     return doc, missing
+
+
+def _why(stderr: list[str], rc: int) -> str:
+    """Ansible's reasons, one line: each plugin's "Failed to parse ..." warning, else its ERROR line."""
+    reasons = [m.group(1) + ": " + m.group(2).strip() for ln in stderr
+               if (m := re.search(r"Failed to parse inventory with '([\w.]+)' plugin: (.+)$", ln))]
+    if reasons:
+        return "; ".join(dict.fromkeys(reasons))
+    errors = [ln.split("]:", 1)[-1].strip() for ln in stderr if "ERROR" in ln]
+    return errors[0] if errors else (stderr[-1].strip() if stderr else f"exit {rc}")
 
 
 def _check_depth(doc: Any, inventory: Path) -> None:
@@ -189,6 +198,8 @@ def load(program: Path, inventory: Path, limit: str | None, timeout: float = TIM
     label = version(program)
     doc, missing = _run(program, inventory, limit, timeout)
     inv = to_inventory(doc, inventory, label)
+    if limit and not missing and not inv.hosts:
+        raise InputError(f"{inventory}: --limit {visible(limit)!r} selects no host")
     if missing:
         raise InputError(f"{inventory}: --limit term {visible(missing[0])!r} matches no group or host "
                          f"(Ansible warns, ignores it and selects {describe(inv.hosts)}); check the spelling")

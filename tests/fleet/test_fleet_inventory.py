@@ -289,8 +289,8 @@ def test_usage_mistakes_exit_2_in_one_line(lab: Path) -> None:
 
 def test_bad_inventory_from_the_real_cli_is_one_line_exit_2(tmp_path: Path) -> None:
     path = write(tmp_path, "lab:\n  hosts:\n    - a\n")
-    done = subprocess.run([sys.executable, "-m", "rkdet.cli", "fleet", "hosts", "--inventory", str(path)],
-                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "rkdet.cli", "fleet", "hosts", "--inventory", str(path),
+                           "--inventory-engine", "native"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2
     assert done.stderr == f"rkdet: {path}:3: group 'lab' hosts must be a mapping, not a list\n"
     assert done.stdout == ""
