@@ -97,8 +97,8 @@ def _host_vars(board: Board) -> dict[str, Any]:
 
 def inventory_text(boards: Sequence[Board], comment: str = "") -> str:
     """An Ansible YAML inventory of `boards`: every board with its connection and rkdet_* vars under
-    `all: hosts:` (in the order given, which `load_inventory` keeps), and each board listed in the
-    group `groups[0]` (a child of `all`) when it has one. `comment` lines go first as `# ` lines.
+    `all: hosts:`, and each board listed in the group `groups[0]` (a child of `all`) when it has
+    one. `load_inventory` lists them as Ansible's tree: boards without a group first, then group by group. `comment` lines go first as `# ` lines.
     `load_inventory` reads it back to the same records (source "inventory")."""
     names = [b.name for b in boards]
     if len(set(names)) != len(names):
