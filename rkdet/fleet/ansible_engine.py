@@ -106,7 +106,7 @@ def _run(program: Path, inventory: Path, limit: str | None, timeout: float) -> t
             raise InputError(f"{inventory}: ansible-inventory refused it ({visible(_why(stderr, rc), 400)})")
         size = out.seek(0, 2)
         if size > MAX_OUTPUT:
-            raise InputError(f"{inventory}: ansible-inventory printed more than {MAX_OUTPUT >> 20} MiB")
+            raise InputError(f"{inventory}: ansible-inventory printed more than {MAX_OUTPUT / (1 << 20):g} MiB")
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
     try:

@@ -271,3 +271,36 @@ def test_native_and_ansible_core_agree(tmp_path: Path, kind: str, ansible_progra
     kinds = {n[0] for n, _ in results}
     assert kinds >= {"ok", "no-match", "bad-subscript"}  # the lab exercises every outcome
     assert sum(1 for n, _ in results if n[0] == "ok") >= 30
+
+
+# ---- the engine's output is bounded (a stand-in program plays a misbehaving ansible-inventory) ----
+
+
+@pytest.mark.parametrize("body, message", [
+    ("exec sleep 30", "no answer within 0.5 s"),
+    ("python3 -c 'print(\"[\" * 500 + \"]\" * 500)'", "nested deeper than 64"),
+    ("python3 -c 'print(\"{\\\"_meta\\\": 1, \\\"x\\\": \\\"\" + \"a\" * 3000 + \"\\\"}\")'", "printed more than"),
+    ("echo 'not json'", "printed no readable JSON"),
+    ("echo '[WARNING]: Failed to parse inventory with '\"'\"'ini'\"'\"' plugin: bad line 3' >&2; exit 1",
+     "refused it (ini: bad line 3)"),
+])
+def test_engine_output_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, message: str) -> None:
+    program = tmp_path / "bin" / "ansible-inventory"
+    program.parent.mkdir()
+    program.write_text(f"#!/bin/sh\n{body}\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(ansible_engine, "MAX_OUTPUT", 2048)
+    inv = tmp_path / "inv.ini"
+    inv.write_text("[g]\na\n")
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        ansible_engine.load(program, inv, None, timeout=0.5 if "sleep" in body else 120)
+    assert str(err.value).startswith(f"{inv}: ") and "\n" not in str(err.value)
+
+
+def test_the_inventorys_jump_host_wins_over_ssh_config(tmp_path: Path) -> None:
+    from rkdet.board.target import resolve_target
+
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host b\n  ProxyJump other\n")
+    assert resolve_target("b", ssh_config=cfg, system_known_hosts=None).proxy_jump == "other"
+    assert resolve_target("b", ssh_config=cfg, system_known_hosts=None, proxy_jump="gw").proxy_jump == "gw"
