@@ -21,7 +21,7 @@ from rkdet.textsafe import markup_escaped
 def source_options(func):  # type: ignore[no-untyped-def]
     """The board-source flags (one source per command), shared by `fleet hosts` and `fleet deploy`."""
     options = [
-        click.option("--inventory", type=click.Path(path_type=Path, dir_okay=False), default=None,
+        click.option("--inventory", type=click.Path(path_type=Path), default=None,
                      help="Ansible inventory (YAML or INI, group_vars/ and host_vars/ beside it; with ansible-core "
                           "any source Ansible reads). docs/FLEET.md."),
         click.option("--limit", default=None,

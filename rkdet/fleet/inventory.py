@@ -12,6 +12,7 @@ fleet's inventory is written with it and read back with `load_inventory`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,13 @@ def load_inventory(path: str | Path) -> Inventory:
     name (`hosts`), YAML when it is a YAML mapping, else INI, as Ansible tries its plugins. Every
     host's record is built now (so a bad value is refused before a deploy starts)."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: a folder of inventory sources is read by ansible-core only (docs/FLEET.md); "
+                         "pass one inventory file")
     text = read_bounded(p, MAX_INVENTORY_BYTES, "inventory")
+    if text.startswith("#!") and os.access(p, os.X_OK):
+        raise InputError(f"{p}:1: an executable inventory script: only ansible-core runs it (docs/FLEET.md); "
+                         "rkdet's reader never executes an inventory")
     if p.suffix in YAML_SUFFIXES:
         inv = read_yaml(p, text)
     elif p.suffix in INI_SUFFIXES:

@@ -179,6 +179,34 @@ def test_a_fifo_in_group_vars_is_refused(tmp_path: Path) -> None:
         load_inventory(path)
 
 
+def test_scripts_and_folders_are_left_to_ansible_core(tmp_path: Path) -> None:
+    script = tmp_path / "inventory.py"
+    script.write_text("#!/bin/sh\ntouch \"$(dirname \"$0\")/ran\"\necho '{}'\n")
+    script.chmod(0o755)
+    with pytest.raises(InputError, match=r":1: an executable inventory script: only ansible-core runs it"):
+        load_inventory(script)
+    assert not (tmp_path / "ran").exists()
+    with pytest.raises(InputError, match="a folder of inventory sources is read by ansible-core only"):
+        load_inventory(tmp_path)
+
+
+def test_ansible_core_reads_a_folder_of_sources_and_a_script(tmp_path: Path, ansible_program: Path) -> None:
+    folder = tmp_path / "inventory"
+    folder.mkdir()
+    (folder / "a.ini").write_text("[web]\nw1 ansible_port=2201\n")
+    (folder / "b.yml").write_text("db:\n  hosts:\n    d1:\n      ansible_become: true\n")
+    res = CliRunner().invoke(main, ["fleet", "hosts", "--inventory", str(folder), "--json"],
+                             env={"RKDET_INVENTORY_ENGINE": "auto"})
+    assert res.exit_code == 0, res.output
+    got = {b["name"]: (b["port"], b["sudo"]) for b in json.loads(res.output)["boards"]}
+    assert got == {"w1": (2201, None), "d1": (None, True)}
+    script = tmp_path / "dyn.sh"
+    script.write_text("#!/bin/sh\necho '{\"lab\": {\"hosts\": [\"s1\"], \"vars\": {\"ansible_user\": \"rock\"}}}'\n")
+    script.chmod(0o755)
+    (b,) = select(ansible_engine.load(ansible_program, script, None), None)
+    assert (b.name, b.user, b.groups) == ("s1", "rock", ("lab",))
+
+
 def test_merge_keys_and_aliases_are_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "inv.yml"
     path.write_text("g:\n  hosts:\n    a:\n      <<: {ansible_user: x}\n")
