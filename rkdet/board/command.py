@@ -47,8 +47,9 @@ def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def open_connection(board: str, user: str | None, port: int | None, identity: Path | None,
                     known_hosts: Path | None, ssh_config: Path | None, accept_new_host_key: bool,
-                    connect_timeout: float = 10.0, sftp_timeout: float = 30.0):
-    """Open the one SSH connection a command uses (strict host keys; BoardError, exit 3, on trouble)."""
+                    connect_timeout: float = 10.0, sftp_timeout: float = 30.0, proxy_jump: str | None = None):
+    """Open the one SSH connection a command uses (strict host keys; BoardError, exit 3, on trouble).
+    `proxy_jump` (a fleet inventory's ProxyJump) wins over ~/.ssh/config's, as `ssh -J` does."""
     from rkdet.board.hostkeys import DEFAULT_RKDET_KNOWN_HOSTS
     from rkdet.board.ssh import BoardConnection, Timeouts
     from rkdet.board.target import DEFAULT_SSH_CONFIG
@@ -59,7 +60,7 @@ def open_connection(board: str, user: str | None, port: int | None, identity: Pa
     return BoardConnection.open(board, user=user, port=port, identity=identity,
                                 known_hosts=known_hosts or DEFAULT_RKDET_KNOWN_HOSTS,
                                 ssh_config=ssh_config or DEFAULT_SSH_CONFIG,
-                                accept_new_host_key=accept_new_host_key, timeouts=timeouts)
+                                accept_new_host_key=accept_new_host_key, timeouts=timeouts, proxy_jump=proxy_jump)
 
 
 def _core_masks(ctx: Any, param: Any, value: str | None) -> str | None:

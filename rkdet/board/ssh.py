@@ -129,7 +129,7 @@ class BoardConnection:
              system_known_hosts: str | Path | None = DEFAULT_SYSTEM_KNOWN_HOSTS,
              accept_new_host_key: bool = False, timeouts: Timeouts | None = None,
              ssh_config: str | Path | None = DEFAULT_SSH_CONFIG, allow_agent: bool = True,
-             limits: Limits | None = None) -> BoardConnection:
+             limits: Limits | None = None, proxy_jump: str | None = None) -> BoardConnection:
         """Connect and authenticate; `known_hosts` is rkdet's own file (read, and written by accept-new),
         `system_known_hosts` is read only (OpenSSH's). Explicit arguments override ssh_config."""
         timeouts = timeouts or Timeouts()
@@ -137,7 +137,8 @@ class BoardConnection:
             tgt = target
         else:
             tgt = resolve_target(target, user=user, port=port, identity=identity, ssh_config=ssh_config,
-                                 system_known_hosts=system_known_hosts, accept_new_host_key=accept_new_host_key)
+                                 system_known_hosts=system_known_hosts, accept_new_host_key=accept_new_host_key,
+                                 proxy_jump=proxy_jump)
         rkdet_known = Path(known_hosts).expanduser() if known_hosts else DEFAULT_RKDET_KNOWN_HOSTS.expanduser()
         jumps: list[BoardConnection] = []
         sock: socket.socket | paramiko.Channel

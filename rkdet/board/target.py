@@ -75,9 +75,9 @@ def resolve_target(board: str, *, user: str | None = None, port: int | None = No
                    identity: str | Path | Sequence[str | Path] | None = None,
                    ssh_config: str | Path | None = DEFAULT_SSH_CONFIG,
                    system_known_hosts: str | Path | None = DEFAULT_SYSTEM_KNOWN_HOSTS,
-                   accept_new_host_key: bool = False) -> Target:
+                   accept_new_host_key: bool = False, proxy_jump: str | None = None) -> Target:
     """Apply ssh_config (Host, HostName, User, Port, IdentityFile, ProxyJump, UserKnownHostsFile)
-    then explicit values (which win), like `ssh -F config -l user -p port -i identity board`."""
+    then explicit values (which win), like `ssh -F config -l user -p port -i identity -J jump board`."""
     b_user, host, b_port = parse_board(board)
     conf: dict = {}
     if ssh_config is not None:
@@ -106,7 +106,7 @@ def resolve_target(board: str, *, user: str | None = None, port: int | None = No
     else:
         known = (Path(system_known_hosts).expanduser(),) if system_known_hosts else ()
     accept_new = accept_new_host_key or conf.get("stricthostkeychecking", "").lower() == "accept-new"
-    proxy = conf.get("proxyjump")
+    proxy = proxy_jump or conf.get("proxyjump")
     if proxy and proxy.lower() == "none":
         proxy = None
     return Target(name=board, hostname=hostname, port=final_port, user=final_user, identities=tuple(ids),

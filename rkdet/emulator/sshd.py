@@ -104,7 +104,8 @@ class EmulatedBoard:
 
     def __init__(self, soc: str | SocProfile = "rk3588", workdir: str | Path | None = None,
                  variant: str | Variant = "standard", *, root: str | Path | None = None, sysfs: str = "plain",
-                 python: str | Path | None = None, env: dict[str, str] | None = None) -> None:
+                 python: str | Path | None = None, env: dict[str, str] | None = None,
+                 netns: str | None = None, listen: str = "127.0.0.1") -> None:
         try:  # a SoC name (its default profile) or a profile variant (a speed bin, an image without compaction)
             self.profile = soc if isinstance(soc, SocProfile) else soc_profile(soc)
         except KeyError as err:
@@ -128,7 +129,10 @@ class EmulatedBoard:
         self._given_root = Path(root).resolve() if root is not None else None
         self.python = Path(python) if python else _venv_python()
         self._extra_env = dict(env or {})
-        self.host = "127.0.0.1"
+        # `netns` (a name under /run/netns that the caller made, e.g. a test's jump-host lab) runs sshd in that
+        # network namespace, listening on `listen`: a board only another board can reach (issue 22)
+        self.netns = netns
+        self.host = listen
         self.port = 0
         self.user = variant.user
         self.identity_file = self.workdir / "id_ed25519"
@@ -409,17 +413,22 @@ class EmulatedBoard:
         """sshd in the board's own mount namespace (its users, sudo and /run; see users.py)."""
         # the config test runs where sshd will: in the board's namespace, whose fresh /run has /run/sshd
         # (a host where OpenSSH never ran as a service has none, and rkdet never creates it there)
-        test = subprocess.run([*users.namespace_prefix(etc, self._reach), str(SSHD), "-t", "-f", str(self.workdir / "sshd_config")],
+        test = subprocess.run([*self._netns_prefix(), *users.namespace_prefix(etc, self._reach), str(SSHD), "-t",
+                               "-f", str(self.workdir / "sshd_config")],
                               capture_output=True, text=True, timeout=60)
         if test.returncode != 0:
             raise BoardError(f"emulator: sshd rejects its config: {test.stderr.strip()}")
         log = open(self.log_file, "ab")
         try:
-            return subprocess.Popen([*users.namespace_prefix(etc, self._reach), str(SSHD), "-D", "-e",
+            return subprocess.Popen([*self._netns_prefix(), *users.namespace_prefix(etc, self._reach), str(SSHD), "-D", "-e",
                                      "-f", str(self.workdir / "sshd_config")],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         finally:
             log.close()
+
+    def _netns_prefix(self) -> list[str]:
+        """argv prefix entering the board's network namespace (none: the host's); nsenter execs, so the pid stays."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
 
     def _wait_ready(self, timeout: float = 10.0) -> str:
         """'' once sshd answers with a banner; else why it did not (it may have lost the port)."""
@@ -429,6 +438,11 @@ class EmulatedBoard:
             if self._proc.poll() is not None:
                 tail = self.log_file.read_text(errors="replace").strip().splitlines()
                 return tail[-1] if tail else f"sshd exited {self._proc.returncode}"
+            if self.netns:  # the host may not reach it (that is the point): sshd says when it listens
+                if f"Server listening on {self.host} port {self.port}" in self.log_file.read_text(errors="replace"):
+                    return ""
+                time.sleep(0.02)
+                continue
             try:
                 with socket.create_connection((self.host, self.port), timeout=1) as s:
                     s.settimeout(2)

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from rkdet.errors import InputError
+from rkdet.fleet import ansible_engine
 from rkdet.fleet.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
 from rkdet.fleet.labgrid_places import acquired_boards, hold_until_interrupted, parse_coordinator, parse_tags
 from rkdet.textsafe import markup_escaped
@@ -21,9 +21,14 @@ from rkdet.log import output_console
 def source_options(func):  # type: ignore[no-untyped-def]
     """The board-source flags (one source per command), shared by `fleet hosts` and `fleet deploy`."""
     options = [
-        click.option("--inventory", type=click.Path(path_type=Path, dir_okay=False), default=None,
-                     help="Ansible YAML inventory (groups, children, hosts, vars; ansible_* and rkdet_* vars)."),
-        click.option("--limit", default=None, help="Ansible host pattern: group, host, all, web*, a:b, a:!b, a:&b."),
+        click.option("--inventory", type=click.Path(path_type=Path), default=None,
+                     help="Ansible inventory (YAML or INI, group_vars/ and host_vars/ beside it; with ansible-core "
+                          "any source Ansible reads). docs/FLEET.md."),
+        click.option("--limit", default=None,
+                     help="Ansible host pattern: group, host, all, web*, ~regex, g[0], g[1:3], a:b, a:!b, a:&b."),
+        click.option("--inventory-engine", type=click.Choice(ansible_engine.ENGINES), default=None,
+                     help="Who reads --inventory: auto (ansible-core's ansible-inventory when installed, else "
+                          f"rkdet's reader; ${ansible_engine.ENGINE_ENV}), ansible, native."),
         click.option("--board", "boards", multiple=True, help="A board (~/.ssh/config Host or HOST[:PORT]); repeatable."),
         click.option("--boards-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
                      help="A file of board names, one per line (# comments)."),
@@ -42,7 +47,7 @@ def source_options(func):  # type: ignore[no-untyped-def]
 @contextlib.contextmanager
 def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str, ...],
                    boards_file: Path | None, labgrid: str | None = None, tags: tuple[str, ...] = (),
-                   reserve_timeout: float = 300.0) -> Iterator[list[Board]]:
+                   reserve_timeout: float = 300.0, inventory_engine: str | None = None) -> Iterator[list[Board]]:
     """The selected boards from exactly one source (InputError, exit 2, on a usage mistake).
 
     A context manager because a labgrid source holds its places while the block runs and releases
@@ -62,11 +67,44 @@ def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str,
             yield held
         return
     if inventory:
-        yield select(load_inventory(inventory), limit)
+        yield select_from_inventory(inventory, limit, inventory_engine)
     elif boards_file:
         yield boards_from_names(read_boards_file(boards_file))
     else:
         yield boards_from_names((b, "--board") for b in boards)
+
+
+class Selected(list[Board]):
+    """The selected boards, and which engine read the source (`fleet hosts` says it)."""
+
+    engine: str = ""
+
+
+def select_from_inventory(inventory: Path, limit: str | None, engine: str | None) -> Selected:
+    """The inventory's selected boards, read by ansible-core's ansible-inventory or natively (`engine`)."""
+    _check_source(inventory)
+    program = ansible_engine.choose(engine)
+    if program is None:
+        out = Selected(select(load_inventory(inventory), limit))
+        out.engine = "native (rkdet's reader; ansible-core not used)"
+        return out
+    out = Selected(select(ansible_engine.load(program, inventory, limit), None))
+    out.engine = f"{ansible_engine.version(program)} ({program})"
+    return out
+
+
+def _check_source(path: Path) -> None:
+    """An inventory source is a regular file (or, for ansible-core, a folder): a FIFO or device would block."""
+    import stat
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such inventory") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the inventory ({err.strerror})") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise InputError(f"{path}: not a regular file (a FIFO, socket or device); pass the inventory file itself")
 
 
 def _cell(value: object) -> str:
@@ -89,29 +127,33 @@ def fleet_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the board records as JSON (schema rkdet.fleet.hosts/1).")
 @click.option("--hold", is_flag=True, help="With --labgrid: keep the places acquired until Ctrl-C (for manual use).")
 def hosts_command(inventory: Path | None, limit: str | None, boards: tuple[str, ...], boards_file: Path | None,
-                  labgrid: str | None, tags: tuple[str, ...], reserve_timeout: float, as_json: bool,
-                  hold: bool) -> None:
+                  labgrid: str | None, tags: tuple[str, ...], reserve_timeout: float, inventory_engine: str | None,
+                  as_json: bool, hold: bool) -> None:
     """List the boards a source selects, with the values a deploy would use ("-": ssh_config/config decide).
 
     With --labgrid the places are reserved and acquired to read their NetworkService, then released
     (with --hold, only at Ctrl-C)."""
     if hold and not labgrid:
         raise InputError("--hold keeps labgrid places; use it with --labgrid HOST:PORT --tags K=V")
-    with resolve_boards(inventory, limit, boards, boards_file, labgrid, tags, reserve_timeout) as selected:
-        _print_boards(selected, as_json)
+    with resolve_boards(inventory, limit, boards, boards_file, labgrid, tags, reserve_timeout,
+                        inventory_engine) as selected:
+        _print_boards(selected, as_json, getattr(selected, "engine", "") or None)
         if hold:
             hold_until_interrupted(selected)
 
 
-def _print_boards(selected: list[Board], as_json: bool) -> None:
+def _print_boards(selected: list[Board], as_json: bool, engine: str | None = None) -> None:
     if as_json:
-        click.echo(json.dumps({"schema": "rkdet.fleet.hosts/1", "boards": [b.to_json() for b in selected]},
-                              indent=2, sort_keys=True))
+        click.echo(json.dumps({"schema": "rkdet.fleet.hosts/1", "engine": engine,
+                               "boards": [b.to_json() for b in selected]}, indent=2, sort_keys=True))
         return
-    table = Table(title=f"{len(selected)} board{'s' if len(selected) != 1 else ''}", title_justify="left")
-    for col in ("name", "address", "port", "user", "key", "soc", "sudo", "workdir", "tags", "groups"):
+    title = f"{len(selected)} board{'s' if len(selected) != 1 else ''}"
+    if engine:
+        title += f" (inventory read by {markup_escaped(engine, 200)})"
+    table = Table(title=title, title_justify="left")
+    for col in ("name", "address", "port", "user", "key", "soc", "sudo", "workdir", "jump", "tags", "groups"):
         table.add_column(col, overflow="fold")
     for b in selected:
         table.add_row(*(_cell(v) for v in (b.name, b.address, b.port, b.user, b.key_file, b.soc, b.sudo, b.workdir,
-                                             b.tags, b.groups)))
+                                             b.proxy_jump, b.tags, b.groups)))
     output_console().print(table)

@@ -107,7 +107,7 @@ def board_connection(board: Board, common: DeployCommon) -> Iterator[Any]:
     known_hosts = Path(board.known_hosts) if board.known_hosts else common.known_hosts
     with open_connection(board.address, board.user or common.user, board.port, key, known_hosts,
                          common.ssh_config, common.accept_new_host_key, common.connect_timeout,
-                         common.sftp_timeout) as conn:
+                         common.sftp_timeout, proxy_jump=board.proxy_jump) as conn:
         yield conn
 
 

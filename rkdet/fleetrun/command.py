@@ -79,7 +79,8 @@ _PRINT = threading.Lock()
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write JUnit XML: one test case per board × cell, failures carrying the first difference.")
 def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tuple[str, ...], boards_file: Path | None,
-                         labgrid: str | None, tags: tuple[str, ...], reserve_timeout: float, config_path: Path | None,
+                         labgrid: str | None, tags: tuple[str, ...], reserve_timeout: float,
+                         inventory_engine: str | None, config_path: Path | None,
                          builds: tuple[Path, ...], matrix: tuple[str, ...], forks: int, canary: int,
                          max_fail_percent: float, repeats: int | None, warmup: int | None, out: Path,
                          workdir: str | None, state_dir: str | None, no_pin: bool, keep: bool, timeout: float,
@@ -118,8 +119,10 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
         with _PRINT:
             console.log(literal(f"[{board}] {message}" if board else message))
 
-    with resolve_boards(inventory, limit, boards, boards_file, labgrid, tags, reserve_timeout) as selected:
-        log("", f"{len(selected)} board(s), {len(cells)} cell(s): {', '.join(c.name for c in cells)}; "
+    with resolve_boards(inventory, limit, boards, boards_file, labgrid, tags, reserve_timeout,
+                        inventory_engine) as selected:
+        engine = getattr(selected, "engine", "")
+        log("", f"{len(selected)} board(s){f' (inventory read by {engine})' if engine else ''}, {len(cells)} cell(s): {', '.join(c.name for c in cells)}; "
                 f"forks {forks}, canary {canary if len(selected) > canary else 0}")
         fleet, folder = run_fleet(selected, built, cells, common, Schedule(forks, canary, max_fail_percent), log)
     files = write_files(fleet, folder, html_path, junit_path)

@@ -95,13 +95,16 @@ def _run(fb: FleetBoard, mask: int, hold: float = 0.0) -> dict:
 def test_inventory_reads_back_with_socs_groups_ports_and_strict_host_keys(fleet: EmulatedFleet) -> None:
     inv = load_inventory(fleet.inventory_path)
     boards = select(inv, None)
-    assert [b.name for b in boards] == ["emu0-rk3588", "emu1-rk3568", "emu2-rv1126", "emu3-rk3588"]
-    assert [b.soc for b in boards] == ["rk3588", "rk3568", "rv1126", "rk3588"]  # round-robin
-    assert [b.port for b in boards] == [fb.board.port for fb in fleet.boards]
+    # listed group by group (ansible-inventory's tree, which both engines follow); SoCs round-robin
+    assert [b.name for b in boards] == ["emu0-rk3588", "emu3-rk3588", "emu1-rk3568", "emu2-rv1126"]
+    assert [b.soc for b in boards] == ["rk3588", "rk3588", "rk3568", "rv1126"]
+    assert {b.name: b.port for b in boards} == {fb.name: fb.board.port for fb in fleet.boards}
     assert len({b.port for b in boards}) == 4
     assert [b.name for b in select(inv, "rk3588")] == ["emu0-rk3588", "emu3-rk3588"]  # a group per SoC
     assert [b.name for b in select(inv, "all:!rk3588")] == ["emu1-rk3568", "emu2-rv1126"]
-    for b, fb in zip(boards, fleet.boards):
+    by_name = {b.name: b for b in boards}
+    for fb in fleet.boards:
+        b = by_name[fb.name]
         assert (b.address, b.user, b.key_file, b.sudo) == ("127.0.0.1", fb.board.user, str(fleet.identity_file), True)
         assert fb.board.identity_file.read_bytes() == fleet.identity_file.read_bytes()  # one key for the fleet
         assert b.known_hosts == str(fleet.known_hosts_file) and b.workdir and b.tags == ("emulated", KINDS[fb.index])
@@ -228,7 +231,8 @@ def test_inventory_writer_round_trips_through_the_reader(tmp_path: Path) -> None
               Board(name="c", address="c.lab", soc="rv1126", sudo=True, groups=("rv1126",))]
     path = write_inventory(tmp_path / "inv.yaml", boards, comment="made by a test\nsecond line")
     assert path.read_text().startswith("# made by a test\n# second line\nall:\n")
-    assert select(load_inventory(path), None) == boards  # order, vars, groups, source "inventory"
+    # vars, groups, source "inventory"; listed as ansible-inventory's tree: ungrouped first, then group by group
+    assert select(load_inventory(path), None) == [boards[1], boards[0], boards[2]]
     assert [b.name for b in select(load_inventory(path), "rv1126")] == ["c"]
 
 
