@@ -20,7 +20,6 @@ import numpy as np
 
 from rkdet.buildgates import PASSED, GateRecord
 from rkdet.config import RkdetConfig
-from rkdet.decode import detect_layout
 from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images,
@@ -28,6 +27,7 @@ from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decod
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
 from rkdet.convert.toolkits import Toolkit, find_toolkit, float_layers_job, toolkit1_options, toolkit2_options
+from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError
 from rkdet.runner import write_json_atomic
 

@@ -46,6 +46,7 @@ class BuildChoice:
     platform: str
     fingerprint: str
     settings: DeploySettings
+    caveat: str | None = None  # --allow-failed-build: the build failed its gates at convert (rkdet.buildgates)
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,13 @@ def load_builds(config_path: Path | None, builds: tuple[Path, ...], allow_failed
             BuildInfo.check(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
         settings, folder = settings_source(config_path, given)
         info = BuildInfo.load(folder)
-        info.refuse_failed("fleet deploy", allow_failed_build)
+        caveat = info.refuse_failed("fleet deploy", allow_failed_build)
         platform, fingerprint = info.platform, info.fingerprint
         for other in chosen:
             if same_npu(platform, other.platform):
                 raise InputError(f"--build {folder}: {other.folder} is already the build for {other.platform}; "
                                  "give one build per NPU family")
-        chosen.append(BuildChoice(folder, platform, fingerprint, settings))
+        chosen.append(BuildChoice(folder, platform, fingerprint, settings, caveat))
     return chosen
 
 

@@ -125,6 +125,8 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
         log("", f"{len(selected)} board(s), {len(cells)} cell(s): {', '.join(c.name for c in cells)}; "
                 f"forks {forks}, canary {canary if len(selected) > canary else 0}")
         fleet, folder = run_fleet(selected, built, cells, common, Schedule(forks, canary, max_fail_percent), log)
+    for caveat in (b.caveat for b in built if b.caveat):  # --allow-failed-build: the fleet's verdict says so too
+        fleet.verdict += f" [{caveat}]"
     files = write_files(fleet, folder, html_path, junit_path)
     _print_verdict(fleet, files.folder)
     if as_json:

@@ -87,3 +87,18 @@ def test_allowed_failed_build_says_so_on_every_verdict_line(board: EmulatedBoard
     assert caveat in report["agrees"]["caveat"] and caveat in report["repeatable"]["caveat"]
     html = (folder / "report.html").read_text()
     assert html.count("FAILED its gates") >= 3
+
+
+def test_fleet_deploy_of_an_allowed_failed_build_says_so(board: EmulatedBoard, failed_build: Path,
+                                                         tmp_path: Path) -> None:
+    proc = rkdet(["fleet", "deploy", "--board", board.target, "--user", board.user, "--identity",
+                  str(board.identity_file), "--known-hosts", str(board.known_hosts_file), "--ssh-config", "/dev/null",
+                  "--build", str(failed_build), "--out", str(tmp_path / "r"), "--repeats", "1", "--warmup", "0",
+                  "--no-pin", "--allow-failed-build", "--json"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    caveat = f"build {failed_build.name} FAILED its gates (the decision gate)"
+    fleet = json.loads(proc.stdout)
+    assert caveat in json.dumps(fleet["verdict"]), fleet.get("verdict")
+    assert caveat in " ".join(proc.stderr.split())
+    [folder] = run_folders(tmp_path / "r")
+    assert caveat in json.loads((folder / "deploy.json").read_text())["verdict"]
