@@ -18,6 +18,7 @@ from typing import Any
 
 SCHEMA = "rkdet.gates/1"
 ALLOW_FLAG = "--allow-failed-build"
+MAX_TEXT = 500  # a manifest is a file: its gate texts are bounded before they reach a line
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def from_manifest(doc: Any) -> GateRecord:
         return PASSED
     rec = doc.get("gates")
     if isinstance(rec, dict) and isinstance(rec.get("passed"), bool):
-        text = {k: (v if isinstance(v, str) else None) for k, v in
+        text = {k: (v[:MAX_TEXT] if isinstance(v, str) else None) for k, v in
                 (("gate", rec.get("failed_gate")), ("subject", rec.get("subject")), ("message", rec.get("message")))}
         if rec["passed"]:
             return PASSED
@@ -69,8 +70,8 @@ def from_manifest(doc: Any) -> GateRecord:
     for g in gates if isinstance(gates, list) else []:
         if isinstance(g, dict) and g.get("binding") is True and g.get("passed") is False:
             gate, subject = g.get("gate"), g.get("subject")
-            return GateRecord(False, gate if isinstance(gate, str) else "unnamed",
-                              subject if isinstance(subject, str) and gate != "decision" else None)
+            return GateRecord(False, gate[:MAX_TEXT] if isinstance(gate, str) else "unnamed",
+                              subject[:MAX_TEXT] if isinstance(subject, str) and gate != "decision" else None)
     return PASSED
 
 
