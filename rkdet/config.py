@@ -83,10 +83,18 @@ class TargetSection(_Strict):
 
 
 class PreprocessSection(_Strict):
-    """How an image becomes the uint8 NHWC tensor the board is fed (mean/std run on the NPU)."""
+    """How an image becomes the uint8 NHWC tensor the board is fed (mean/std run on the NPU).
+
+    `resize`: letterbox (keep aspect, pad with pad_value), stretch (to the input size), or center-crop
+    (torchvision's standard eval transform: resize so the short side is `short_side`, then crop the
+    input's HxW from the centre). mean/std are per channel in the model's channel order, i.e. after
+    `channel_order` (for bgr, mean[0] is blue's)."""
 
     channel_order: Literal["rgb", "bgr"] = "rgb"
-    resize: Literal["letterbox", "stretch"] = "letterbox"
+    resize: Literal["letterbox", "stretch", "center-crop"] = "letterbox"
+    # center-crop: the short side after resizing (torchvision Resize(S)); None: the input's larger side
+    # (the crop then spans the whole short side). Must be >= the input's larger side (no padding).
+    short_side: Optional[int] = Field(None, ge=1, le=16384)
     pad_value: int = Field(114, ge=0, le=255)
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (255.0, 255.0, 255.0)
@@ -98,6 +106,12 @@ class PreprocessSection(_Strict):
         if any(s == 0 for s in v):
             raise ValueError("std values must be non-zero")
         return v
+
+    @model_validator(mode="after")
+    def _short_side_with_crop(self) -> "PreprocessSection":
+        if self.short_side is not None and self.resize != "center-crop":
+            raise ValueError(f"short_side goes with resize: center-crop (resize is {self.resize})")
+        return self
 
 
 class QuantizeSection(_Strict):

@@ -29,6 +29,8 @@ from rkdet.log import log_console
 @click.option("--verify", is_flag=True, help="Rebuild and report byte identity and fingerprint identity separately.")
 @click.option("--keep-failed", is_flag=True, help="Keep a failed build's folder (with toolkit.log) as <name>.failed.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@click.option("--force", is_flag=True,
+              help="Replace an existing build folder that holds a build of another fingerprint (refused otherwise).")
 @click.option("--search", is_flag=True,
               help="Try the documented remedies in order (algorithm, method, calibration subset, float16 for the worst "
                    "layers) until one passes every fidelity gate; write search.json and <config>.searched.yaml.")
@@ -40,7 +42,7 @@ from rkdet.log import log_console
               help="With --search: narrow one dimension (algorithm, method, calibration divisors 1/2/4, hybrid k or "
                    "none); repeatable.")
 def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
-                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...],
+                    as_json: bool, force: bool, search: bool, search_all: bool, search_space: tuple[str, ...],
                     check_against: Path | None) -> None:
     """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
 
@@ -52,9 +54,9 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     if (search_all or search_space) and not search:
         raise InputError("--search-all and --search-space go with --search")
     console = log_console()
-    if check_against is not None and (search or verify or keep_failed or targets):
+    if check_against is not None and (search or verify or keep_failed or targets or force):
         raise InputError("--check-against rebuilds BUILD's own platform and installs nothing: it does not go with "
-                         "--search, --verify, --keep-failed or --target")
+                         "--search, --verify, --keep-failed, --target or --force")
     cfg = load_config(config_path)
     if check_against is not None:
         _check(cfg, check_against, as_json, console)
@@ -70,8 +72,10 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     try:
         with console.status("converting") as status:
             results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
-                              progress=lambda msg: (status.update(msg), console.log(msg)))
+                              progress=lambda msg: (status.update(msg), console.log(msg)), force=force)
     except FidelityGateError as err:  # point at the tools that locate the loss and look for a remedy
+        for line in err.details:  # the whole fidelity line (every output, the worst named), where fidelity.json is
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         raise FidelityGateError(f"{err}; to see which layer loses it: rkdet layers --config {config_path}; to look "
                                 f"for a remedy that passes: rkdet convert --config {config_path} --search") from None
     summary = []

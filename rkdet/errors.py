@@ -49,7 +49,15 @@ class ConversionError(RkdetError):
 
 
 class FidelityGateError(ConversionError):
-    """A build failed a fidelity gate (exit 4): `rkdet layers` can say which layer lost it."""
+    """A build failed a fidelity gate (exit 4): `rkdet layers` can say which layer lost it.
+
+    `gate` and `subject` name the failing gate (kind, e.g. "cosine", and output) for the build's gate
+    record (rkdet.buildgates); `details` are lines shown before the error (the whole fidelity line)."""
+
+    def __init__(self, message: str, *, gate: str | None = None, subject: str | None = None,
+                 details: tuple[str, ...] = (), exit_code: int | None = None) -> None:
+        super().__init__(message, exit_code=exit_code)
+        self.gate, self.subject, self.details = gate, subject, tuple(details)
 
 
 class BoardError(RkdetError):

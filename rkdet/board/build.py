@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rkdet.buildgates import GateRecord, from_manifest
 from rkdet.errors import InputError
 
 REQUIRED_FILES = ("model.rknn", "model.io.json", "golden/inputs")
@@ -42,6 +43,16 @@ class BuildInfo:
     embedded_fingerprint: str | None = None  # what the .rknn carries (rkdet-fp=…): rkdet-run --expect-fingerprint
     rknn_sha256: str | None = None  # the .rknn file's: rkdet-run --expect-sha256 (a model without a fingerprint)
     onnx_sha256: str | None = None  # the prepared model.onnx's (--backend onnxruntime)
+    gates: GateRecord = GateRecord(True)  # convert's gate verdict (manifest `gates`): a failed build is refused
+
+    def refuse_failed(self, what: str, allowed: bool) -> str | None:
+        """Refuse (exit 2, one line naming the build and its failing gate) a build that failed a gate at
+        convert, unless `allowed` (--allow-failed-build); then the caveat every verdict line carries."""
+        if self.gates.passed:
+            return None
+        if not allowed:
+            raise InputError(self.gates.refusal(self.folder, what))
+        return self.gates.caveat(self.folder)
 
     @property
     def short(self) -> str:
@@ -100,7 +111,7 @@ class BuildInfo:
                    golden_inputs=len(inputs.get("golden") or ()),
                    embedded_fingerprint=_hex64(doc.get("embedded_fingerprint")),
                    rknn_sha256=_hex64((doc.get("rknn") or {}).get("sha256")),
-                   onnx_sha256=_hex64((inputs.get("onnx_prepared") or {}).get("sha256")))
+                   onnx_sha256=_hex64((inputs.get("onnx_prepared") or {}).get("sha256")), gates=from_manifest(doc))
 
 
 def _hex64(value: Any) -> str | None:

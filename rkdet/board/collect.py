@@ -128,7 +128,8 @@ def raise_for_job(label: str, collected: Collected, interrupted: bool, code: int
             pin.raise_for_status(label)
         except RkdetError as err:
             if "permission denied" in str(err) and not sudo:
-                raise type(err)(f"{err}; or deploy with --sudo") from None
+                raise type(err)(f"{err}; deploy with --sudo if this login has passwordless sudo, as root "
+                                f"(--user root), or with --no-pin (unpinned, and the results say so)") from None
             raise
     said = [ln for ln in log_text.splitlines() if ln.strip() and not ln.startswith("{")]  # not JSON records
     if not collected.result_exists:

@@ -103,6 +103,9 @@ def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--install-selfcheck", is_flag=True,
                      help="After a passing deploy, install the build's self-check in <workdir>/selfcheck on the board, "
                           "run it once and print the command for a unit's ExecStartPre= (docs/SELFCHECK.md)."),
+        click.option("--allow-failed-build", is_flag=True,
+                     help="Run a build that failed a gate at convert (e.g. a --keep-failed <name>.failed folder); "
+                          "refused otherwise (exit 2). Every verdict then says the build failed its gates."),
         click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for the run."),
         click.option("--lock-timeout", type=click.IntRange(min=0, max=99999), default=0, show_default=True,
                      help="Seconds to wait while another pinned job holds the board (one board, one holder); "
@@ -137,7 +140,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
                keep: bool, resume: bool, install_selfcheck: bool, timeout: float, emulator_fault: str | None,
                emulator_npu: int | None,
-               as_json: bool, lock_timeout: int = 0) -> DeployOutcome:
+               as_json: bool, lock_timeout: int = 0, allow_failed_build: bool = False) -> DeployOutcome:
     """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
     (the caller records it and exits with its code)."""
     from rkdet.board.build import BuildInfo
@@ -164,6 +167,9 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             raise InputError("--emulator-fault: not valid JSON") from None
     if not resume and (config_path is not None or given_build is None):
         BuildInfo.check(build)  # after the config's own errors (and the default build); all before any connection
+    if not resume:  # a build that failed a gate: refused before any connection unless --allow-failed-build
+        BuildInfo.load(build).refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy",
+                                            allow_failed_build)
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout, sftp_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
@@ -182,10 +188,11 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             no_pin=no_pin, sudo=sudo,
             workdir=workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
             timeout=timeout, lock_timeout=lock_timeout)
-        deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal)
+        deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal,
+                                allow_failed_build=allow_failed_build)
         outcome = deployment.resume(folder) if resume else deployment.run()
         if install_selfcheck:
-            _install_selfcheck(conn, build, outcome, settings.backend, log)
+            _install_selfcheck(conn, build, outcome, settings.backend, log, allow_failed_build)
     for warning in outcome.warnings:
         console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
     if outcome.emulated:
@@ -206,7 +213,8 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
     return outcome
 
 
-def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: str, log: Callable[[str], None]) -> None:
+def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: str, log: Callable[[str], None],
+                       allow_failed_build: bool = False) -> None:
     """--install-selfcheck: after a passing deploy, the build's self-check into <workdir>/selfcheck, run once."""
     from rkdet.board.selfcheck_install import install_selfcheck
 
@@ -214,7 +222,8 @@ def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: 
         outcome.warnings.append("self-check not installed: the deploy did not pass")
         return
     remote = f"{outcome.record['remote']['workdir']}/selfcheck"
-    done = install_selfcheck(conn, build, remote, emulated=outcome.emulated, backend=backend)
+    done = install_selfcheck(conn, build, remote, emulated=outcome.emulated, backend=backend,
+                             allow_failed_build=allow_failed_build)
     res = conn.run(done.command, check=False, timeout=300)
     line = (res.out.strip() or res.err.strip()).splitlines()[-1:] or [f"exit {res.rc}, no output"]
     if res.rc != 0:

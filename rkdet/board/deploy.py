@@ -68,10 +68,12 @@ class Deployment:
     """One deploy to one board: created fresh, or re-attached with `resume`."""
 
     def __init__(self, conn: BoardConnection, build: Path, results_root: Path, settings: RunSettings,
-                 log: Log = lambda msg: None, progress: bool = False) -> None:
+                 log: Log = lambda msg: None, progress: bool = False, allow_failed_build: bool = False) -> None:
         self.conn = conn
         self.build = build
         self.info = BuildInfo.load(build)
+        # a build that failed a gate at convert: refused, or (allowed) every verdict line says so
+        self.caveat = self.info.refuse_failed("deploy", allow_failed_build)
         self.settings = settings
         self.log = log
         self.progress = progress
@@ -146,7 +148,7 @@ class Deployment:
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         transfer.add(stage.push_build(conn, self.info, layout, emulated or s.backend == "onnxruntime",
                                       self.progress, s.emulate_npu if emulated else None))
-        self.state.advance(DeployStatus.RUNNING, emulated=emulated, warnings=list(fit.warnings),
+        self.state.advance(DeployStatus.RUNNING, emulated=emulated, warnings=self._with_caveat(list(fit.warnings)),
                            transfer={"bytes_sent": transfer.bytes_sent, "files_sent": transfer.files_sent,
                                      "files_skipped": transfer.files_skipped, "method": transfer.method,
                                      "seconds": round(transfer.seconds, 3)})
@@ -221,7 +223,7 @@ class Deployment:
                                           "took_over_stale": got.lock.taken_over is not None})
         if got.lock is not None and got.lock.taken_over is not None:
             self.log(f"took over a stale board lock left by {got.lock.taken_over.describe()} (its job is gone)")
-        got.warnings[:0] = list(fit.warnings)
+        got.warnings[:0] = self._with_caveat(list(fit.warnings))
         write_json(self.folder / "pin.json", self.scrub({"schema": "rkdet.pin/1", "records": got.records}))
         self.state.update(job_exit=code, restored=got.restored)
         result_local = self.folder / "result"
@@ -238,6 +240,8 @@ class Deployment:
     def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None,
                warnings: list[str]) -> DeployOutcome:
         j = judge(result_local, self.build, self.settings.tolerances, self.folder, self.conn.target.label)
+        if self.caveat:  # the diff marks its own lines from the build's manifest; a multi-cell summary too
+            j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
         stack = self._stack(j.run)
         self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference),
                           repeatable=j.repeatable, agrees=j.agrees, stack=stack.as_dict() if stack else None,
@@ -247,6 +251,10 @@ class Deployment:
         return DeployOutcome(self.folder, j.exit_code, j.verdict, j.emulated, transfer, restored, warnings, self.record,
                              lines)
 
+    def _with_caveat(self, warnings: list[str]) -> list[str]:
+        """deploy.json's warnings, the failed-build caveat first (once) when the build failed its gates."""
+        return warnings if not self.caveat or self.caveat in warnings else [self.caveat, *warnings]
+
     def _stack(self, run: dict[str, Any] | None) -> BoardStack | None:
         """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
         try:
@@ -255,3 +263,8 @@ class Deployment:
         except (OSError, ValueError, AttributeError, board_scripts.RecordError):
             return None
         return BoardStack.from_evidence(probe, run, self.info.toolkit_version)
+
+
+def _marked(line: str, caveat: str) -> str:
+    """A verdict line carrying the failed-build caveat (once)."""
+    return line if caveat in line else f"{line} [{caveat}]"

@@ -16,6 +16,7 @@ from pathlib import Path
 from rkdet.board.shell import remote_command
 from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats, push
+from rkdet.buildgates import read as read_gates
 from rkdet.errors import InputError
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -41,15 +42,19 @@ class SelfcheckInstall:
 
 
 def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *, emulated: bool = False,
-                      backend: str = "rknnlite") -> SelfcheckInstall:
+                      backend: str = "rknnlite", allow_failed_build: bool = False) -> SelfcheckInstall:
     """Push the self-check files of `build_dir` into `remote_dir` (created; unchanged files skipped).
 
     `emulated`: the board's rknnlite is rkdet's test double, which computes the prepared ONNX: it gets
     model.onnx and model.emu.json beside model.rknn (a real board never does). `backend="onnxruntime"`
-    pushes model.onnx to check with onnxruntime instead of the NPU runtime.
+    pushes model.onnx to check with onnxruntime instead of the NPU runtime. A build that failed a gate at
+    convert (rkdet.buildgates) is refused unless `allow_failed_build`.
     """
     if backend not in ("rknnlite", "onnxruntime"):
         raise InputError(f"--backend {backend!r}: expected rknnlite or onnxruntime")
+    gates = read_gates(build_dir)
+    if not gates.passed and not allow_failed_build:
+        raise InputError(gates.refusal(build_dir, "self-check install"))
     bundle = build_dir / BUNDLE
     if not bundle.is_file():
         raise InputError(f"{build_dir}: no {BUNDLE}; re-run `rkdet convert` (builds made before the self-check have none)")

@@ -299,7 +299,9 @@ class BoardConnection:
         user = self.target.user
         return (f"{self.target.label}: sudo: a password is required for {user} (rkdet runs `sudo -n`, which never "
                 f"prompts); on the board add a NOPASSWD rule for {user} (visudo -f /etc/sudoers.d/rkdet: "
-                f"`{user} ALL=(ALL) NOPASSWD: ALL`), or log in as root (--user root) without --sudo")
+                f"`{user} ALL=(ALL) NOPASSWD: ALL`), log in as root (--user root) without --sudo, or, on a board "
+                f"where {user} has no sudo at all, deploy without --sudo and with --no-pin (unpinned, and the "
+                "results say so)")
 
     def stream(self, command: str, *, stdout: Callable[[bytes], object] | None = None,
                stderr: Callable[[bytes], object] | None = None, stdin: bytes | IO[bytes] | None = None,

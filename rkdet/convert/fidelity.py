@@ -351,7 +351,7 @@ def summary_line(report: FidelityReport, platform: str) -> str:
         pool = binding or valued or results
         worst = (max if gate == "saturation" else min)(pool, key=lambda x: x.value if x.value is not None else 0.0)
         failed = [g for g in results if g.failed]
-        g = failed[0] if failed else worst
+        g = _worst(failed) if failed else worst
         verdict = ("FAIL" if failed else "ok" if binding else "reported" if valued else "not judged")
         op = "<=" if gate == "saturation" else ">="
         what = f" ({g.note})" if gate == "decision" and g.note and g.value is not None else ""
@@ -360,13 +360,48 @@ def summary_line(report: FidelityReport, platform: str) -> str:
     return f"{platform}: fidelity: " + "; ".join(parts)
 
 
-# The order failures are reported in: the most specific cause (with the most specific fix) first.
+def _margin(g: GateResult) -> float:
+    """How far a result is inside its threshold (< 0: failed); the search table's `closest` too."""
+    if g.value is None or g.threshold is None:
+        return 0.0
+    return (g.threshold - g.value) if g.gate == "saturation" else (g.value - g.threshold)
+
+
+def _worst(results: list[GateResult]) -> GateResult:
+    """The result furthest outside (or least inside) its threshold; ties: the first in output order."""
+    return min(results, key=_margin)
+
+
+def detail_line(report: FidelityReport, platform: str) -> str:
+    """Every gate result, each subject (output) with its value: what a failed convert prints whole, so the
+    worst output is named with every other one (the search table names the same worst)."""
+    parts = []
+    for gate in ("decision", "score_collapse", "score_recall", "cosine", "saturation"):
+        results = [g for g in report.gates if g.gate == gate]
+        if not results:
+            continue
+        worst = _worst([g for g in results if g.failed] or [g for g in results if g.value is not None] or results)
+        items = []
+        for g in results:
+            mark = " FAIL" if g.failed else "" if g.binding else " (reported)"
+            mark += " worst" if g is worst and len(results) > 1 else ""
+            items.append(f"{g.subject if gate != 'decision' else 'golden inputs'} {_fmt(g.value)}{mark}")
+        op = "<=" if gate == "saturation" else ">="
+        parts.append(f"{gate} ({op} {_fmt(results[0].threshold)}): " + ", ".join(items))
+    return f"{platform}: fidelity per output: " + "; ".join(parts)
+
+
+# The order failures are reported in: the most specific cause (with the most specific fix) first; within
+# one kind of gate, the worst result (furthest outside its threshold) is the one named.
 _ORDER = ("score_collapse", "saturation", "decision", "score_recall", "cosine")
 
 
 def gate(report: FidelityReport, platform: str) -> list[str]:
-    """Raise FidelityGateError (exit 4) on the first failed gate; return what was not judged, as warnings."""
-    for g in sorted((g for g in report.gates if g.failed), key=lambda g: _ORDER.index(g.gate)):
+    """Raise FidelityGateError (exit 4) on the first failed gate kind, naming its worst result; return
+    what was not judged, as warnings."""
+    failed = [g for g in report.gates if g.failed]
+    kinds = sorted({g.gate for g in failed}, key=_ORDER.index)
+    for g in (_worst([x for x in failed if x.gate == k]) for k in kinds):
         op = "above" if g.gate == "saturation" else "below"
         key = f" ({_KEYS[g.gate]})" if _KEYS[g.gate] else ""
         what = {"decision": f"decision agreement {_fmt(g.value)} ({g.note})",
@@ -377,7 +412,9 @@ def gate(report: FidelityReport, platform: str) -> list[str]:
                 "saturation": f"{g.subject} saturates: quantized output pinned at its calibration range while "
                               f"FP32 goes {_fmt(g.value)} of the range beyond it ({g.note})"}[g.gate]
         limit = "" if g.gate == "score_collapse" else f", {op} the limit {_fmt(g.threshold)}{key}"
-        raise FidelityGateError(f"{platform}: fidelity gate failed: {what}{limit}; {_FIXES[g.gate]}")
+        raise FidelityGateError(f"{platform}: fidelity gate failed: {what}{limit}; {_FIXES[g.gate]}", gate=g.gate,
+                                subject=None if g.gate == "decision" else g.subject,
+                                details=(summary_line(report, platform), detail_line(report, platform)))
     unjudged = [g for g in report.gates if g.passed is None and g.binding]
     if not unjudged:
         return []

@@ -103,14 +103,34 @@ def decode_rgb(path: Path) -> np.ndarray:
     return np.ascontiguousarray(image[:, :, ::-1])  # BGR -> RGB
 
 
+def short_side_crop(h: int, w: int, size_hw: tuple[int, int], short_side: int | None) -> tuple[int, int, int, int]:
+    """torchvision's Resize(S) + CenterCrop(H, W) geometry: the resized (nh, nw) (short side S, long side
+    int(S * long / short)) and the crop's (top, left) (rounded half of the excess). S defaults to the
+    input's larger side; a smaller S would need padding, which the eval transform never means: refused."""
+    th, tw = size_hw
+    s = short_side if short_side is not None else max(th, tw)
+    if s < max(th, tw):
+        raise InputError(f"preprocess.short_side {s} is smaller than the model input {tw}x{th}: the centre crop "
+                         f"would need padding; set it to at least {max(th, tw)} (torchvision: Resize(S) >= crop)")
+    nh, nw = (s, int(s * w / h)) if h <= w else (int(s * h / w), s)
+    return nh, nw, int(round((nh - th) / 2.0)), int(round((nw - tw) / 2.0))
+
+
 def preprocess(image_rgb: np.ndarray, size_hw: tuple[int, int], pp: PreprocessSection) -> tuple[np.ndarray, Letterbox]:
-    """Resize (letterbox or stretch) to the model input and order channels: uint8 NHWC [1,H,W,3]."""
+    """Resize (letterbox, stretch, or short side + centre crop) to the model input and order channels:
+    uint8 NHWC [1,H,W,3]. mean/std are not applied here: they run on the NPU (and in the FP32 reference,
+    rkdet.selfcheck.fp32_input) on this tensor, so per channel in the model's channel order."""
     import cv2
 
     interp = {"linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST, "area": cv2.INTER_AREA}[pp.interpolation]
     th, tw = size_hw
     h, w = image_rgb.shape[:2]
-    if pp.resize == "stretch":
+    if pp.resize == "center-crop":
+        nh, nw, top, left = short_side_crop(h, w, size_hw, pp.short_side)
+        resized = cv2.resize(image_rgb, (nw, nh), interpolation=interp)
+        out = resized[top:top + th, left:left + tw]
+        box = Letterbox(nw / w, nh / h, -left, -top, (h, w))  # negative offsets: the crop starts inside
+    elif pp.resize == "stretch":
         out = cv2.resize(image_rgb, (tw, th), interpolation=interp)
         box = Letterbox(tw / w, th / h, 0, 0, (h, w))
     else:

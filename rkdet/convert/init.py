@@ -46,6 +46,13 @@ class ModelFacts:
     shape_check: bool  # the shape is a guess
     needs_inputs: bool  # the ONNX input has dynamic dims: model.inputs must give the full shape
     notes: list[str] = field(default_factory=list)
+    producer: str = ""  # the ONNX producer_name (e.g. "PaddlePaddle" for a Paddle2ONNX export, "pytorch")
+    names_source: str = "metadata names"  # which metadata key the class names came from
+
+    @property
+    def paddle(self) -> bool:
+        """A PaddlePaddle export (Paddle2ONNX writes producer_name "PaddlePaddle")."""
+        return self.producer.lower().startswith("paddle")
 
 
 def _names(raw: str | None) -> dict[int, str]:
@@ -58,6 +65,112 @@ def _names(raw: str | None) -> dict[int, str]:
     if isinstance(value, (list, tuple)):
         return dict(enumerate(map(str, value)))
     return {}
+
+
+def _character(raw: str | None) -> dict[int, str]:
+    """Paddle-style class names: the `character` metadata key (PaddleOCR/RapidOCR write the label list
+    there), one name per line, or a Python/JSON list."""
+    if not raw:
+        return {}
+    if raw.lstrip().startswith(("[", "(", "{")):
+        parsed = _names(raw)
+        if parsed:
+            return parsed
+    lines = [ln.strip() for ln in raw.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return dict(enumerate(lines)) if lines and all(lines) else {}
+
+
+def _floats(raw: str | None) -> tuple[float, float, float] | None:
+    """Three numbers from a metadata value ("[0.485, 0.456, 0.406]" or "0.485,0.456,0.406")."""
+    if not raw:
+        return None
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError):
+        value = [v for v in re.split(r"[,\s]+", raw.strip()) if v]
+    try:
+        numbers = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    return numbers if len(numbers) == 3 else None  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Guess:
+    """One preprocess value init writes, and where it comes from (said in its comment)."""
+
+    value: str
+    source: str
+    check: bool = True
+
+
+IMAGENET_MEAN = (123.675, 116.28, 103.53)  # 0.485, 0.456, 0.406 x 255
+IMAGENET_STD = (58.395, 57.12, 57.375)  # 0.229, 0.224, 0.225 x 255
+PADDLE_CROP_RATIO = 256 / 224  # PaddleClas's eval: ResizeImage resize_short 256, CropImage 224
+
+
+def _fmt3(values: tuple[float, ...]) -> str:
+    return "[" + ", ".join(f"{v:g}" for v in values) + "]"
+
+
+def preprocess_guesses(facts: ModelFacts) -> dict[str, Guess]:
+    """channel_order, resize (+ short_side), mean, std: from the metadata keys, else the producer's
+    conventions (Ultralytics, PaddlePaddle), else rkdet's defaults; each with its source."""
+    md, prod = facts.metadata, f"producer_name {facts.producer!r}"
+    g: dict[str, Guess] = {}
+    if facts.ultralytics:
+        resize = "stretch" if md.get("task") == "classify" else "letterbox"
+        return {"channel_order": Guess("rgb", "Ultralytics metadata (author/stride): Ultralytics models take RGB", False),
+                "resize": Guess(resize, "Ultralytics metadata task: " + ("classify resizes the image" if resize ==
+                                "stretch" else "detect letterboxes"), False),
+                "mean": Guess("[0, 0, 0]", "Ultralytics: pixels / 255", False),
+                "std": Guess("[255, 255, 255]", "Ultralytics: pixels / 255", False)}
+    classifier = facts.kind == "classifier"
+    if facts.paddle:
+        g["channel_order"] = Guess("bgr", f"a guess from {prod}: Paddle deploy pipelines read images with OpenCV "
+                                          "(BGR); check the model's own preprocessing")
+        if classifier:
+            side = round(max(facts.shape[2:]) * PADDLE_CROP_RATIO)
+            g["resize"] = Guess("center-crop", f"a guess from {prod} and a classifier layout: PaddleClas's eval "
+                                               "resizes the short side (256 for 224) and crops the centre")
+            g["short_side"] = Guess(str(side), f"{max(facts.shape[2:])} x 256/224, PaddleClas's ratio")
+        else:
+            g["resize"] = Guess("stretch", f"a guess from {prod}: PaddleDetection's PicoDet/PP-YOLOE resize "
+                                           "to the input size without keeping the aspect (keep_ratio: false)")
+        g["mean"] = Guess(_fmt3(IMAGENET_MEAN), f"a guess from {prod}: Paddle's NormalizeImage default, ImageNet "
+                                                "mean x 255, applied to the channels as fed (reverse it if the "
+                                                "model's own code normalises RGB)")
+        g["std"] = Guess(_fmt3(IMAGENET_STD), f"a guess from {prod}: ImageNet std x 255")
+    else:
+        g["channel_order"] = Guess("rgb", "rkdet's default: nothing in the model says; the channel order it was "
+                                          "trained with")
+        g["resize"] = Guess("letterbox", "rkdet's default: letterbox (keep aspect, pad), stretch or center-crop")
+        g["mean"] = Guess("[0, 0, 0]", "rkdet's default: the model's normalisation, on 0..255 pixels")
+        g["std"] = Guess("[255, 255, 255]", f"rkdet's default (ImageNet: mean {_fmt3(IMAGENET_MEAN)}, "
+                                            f"std {_fmt3(IMAGENET_STD)})")
+    for key in ("mean", "std"):  # explicit metadata keys win over any convention
+        values = _floats(md.get(key))
+        if values is not None:
+            scaled = tuple(v * 255 for v in values) if all(abs(v) <= 1 for v in values) else values
+            note = " x 255 (given on 0..1)" if scaled is not values else ""
+            g[key] = Guess(_fmt3(scaled), f"the model's metadata key {key!r} {md[key]!r}{note}, in the model's "
+                                          "channel order")
+    order = (md.get("channel_order") or md.get("color_format") or "").strip().lower()
+    if order in ("rgb", "bgr"):
+        g["channel_order"] = Guess(order, f"the model's metadata key "
+                                          f"{'channel_order' if 'channel_order' in md else 'color_format'} {order!r}")
+    if md.get("keep_ratio", "").strip().lower() in ("false", "0") and "resize" in g:
+        g["resize"] = Guess("stretch", "the model's metadata key 'keep_ratio' false")
+    short = md.get("resize_short", "").strip()
+    if short.isdigit() and int(short) >= max(facts.shape[2:]):
+        g["resize"] = Guess("center-crop", "the model's metadata key 'resize_short' (resize the short side, crop the "
+                                           "centre)")
+        g["short_side"] = Guess(short, "the model's metadata key 'resize_short'")
+    elif g["resize"].value != "center-crop":
+        g.pop("short_side", None)
+    return g
 
 
 def _static_output_shapes(model, input_name: str, shape: list[int]) -> list[tuple[str, list[int | str]]]:
@@ -126,11 +239,15 @@ def inspect(path: Path) -> ModelFacts:
     out_shapes = [(o.name, _dims(o)) for o in model.graph.output]
     if dynamic or any(not isinstance(d, int) or d <= 0 for _, s in out_shapes for d in s):
         out_shapes = _static_output_shapes(model, graph_input.name, shape)
+    names, names_source = _names(metadata.get("names")), "metadata names"
+    if not names and metadata.get("character"):
+        names, names_source = _character(metadata.get("character")), "metadata character (Paddle-style)"
     facts = ModelFacts(path=path, opset=_opset(model), input_name=graph_input.name, input_dims=dims, layout=layout,
                        outputs=out_shapes, metadata=metadata, ultralytics=ultralytics, imgsz=imgsz,
-                       names=_names(metadata.get("names")), kind="unknown", kind_detail="", prepare="none",
+                       names=names, kind="unknown", kind_detail="", prepare="none",
                        prepare_reason="", shape=shape, shape_source=source, shape_check=check,
-                       needs_inputs=bool(dynamic), notes=notes)
+                       needs_inputs=bool(dynamic), notes=notes, producer=model.producer_name or "",
+                       names_source=names_source)
     if layout != "NCHW":
         raise InputError(f"{path}: input {graph_input.name!r} is {dims}, not NCHW with 3 channels; rkdet feeds "
                          "[1, 3, H, W] (the toolkit takes NHWC uint8 on the board and transposes itself)")
@@ -197,7 +314,7 @@ def render(facts: ModelFacts, config_path: Path) -> str:
     if facts.names:
         shown = ", ".join(f"{k} {v}" for k, v in sorted(facts.names.items())[:40])
         more = f", ... ({len(facts.names)} in all)" if len(facts.names) > 40 else ""
-        lines.append(f"# Classes (metadata names; rkdet reports class ids): {shown}{more}")
+        lines.append(f"# Classes ({facts.names_source}; rkdet reports class ids): {shown}{more}")
     elif facts.kind != "unknown":
         lines.append("# Classes: no names in the metadata  # CHECK: keep your class list next to this file")
     lines += [f"name: {name}", "", "model:", f"  onnx: {_yaml_str(onnx_rel)}"]
@@ -214,21 +331,14 @@ def render(facts: ModelFacts, config_path: Path) -> str:
         lines.append(f"  # note: the metadata imgsz {list(facts.imgsz)} differs from the input dims")
     lines += ["", "target:", "  platforms: [rk3588]           # CHECK: your board's SoC (rk3562 rk3566 rk3568 rk3576 "
               "rk3588 rv1126b; rv1126 needs target.toolkit1_python)", ""]
-    lines.append("preprocess:")
-    if facts.ultralytics:
-        resize = "stretch" if facts.metadata.get("task") == "classify" else "letterbox"
-        lines += ["  channel_order: rgb            # Ultralytics models take RGB",
-                  f"  resize: {resize}{' ' * (22 - len(resize))}# Ultralytics "
-                  f"{'classify resizes the image' if resize == 'stretch' else 'detect letterboxes'}",
-                  "  pad_value: 114", "  mean: [0, 0, 0]               # Ultralytics: pixels / 255",
-                  "  std: [255, 255, 255]"]
-    else:
-        lines += ["  channel_order: rgb            # CHECK: the channel order the model was trained with",
-                  "  resize: letterbox             # CHECK: letterbox (keep aspect, pad) or stretch",
-                  "  pad_value: 114",
-                  "  mean: [0, 0, 0]               # CHECK: the model's normalisation, on 0..255 pixels",
-                  "  std: [255, 255, 255]          # CHECK: (ImageNet: mean [123.675, 116.28, 103.53], "
-                  "std [58.395, 57.12, 57.375])"]
+    lines.append("preprocess:  # mean/std apply per channel in the model's channel order (after channel_order)")
+    if facts.producer:
+        lines.append(f"  # the ONNX producer_name is {facts.producer!r}")
+    for key, guess in preprocess_guesses(facts).items():
+        entry = f"  {key}: {guess.value}"
+        lines.append(f"{entry}{' ' * max(1, 32 - len(entry))}# {'CHECK: ' if guess.check else ''}{guess.source}")
+        if key == "resize":
+            lines.append("  pad_value: 114")
     lines += ["", "quantize:", "  enabled: true", "  dtype: w8a8", "  algorithm: normal",
               "  dataset: calibration           # CHECK: fill with 20-200 images like the ones the model will see",
               "  force_fp16: false", "",

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from rkdet.buildgates import PASSED, GateRecord
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import ToolkitSession
@@ -27,6 +28,7 @@ from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_
 from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
 from rkdet.convert.identity import ModelIdentity, build_fingerprint, golden_records, model_identity
 from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
+from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError
 from rkdet.runner import write_json_atomic
 
@@ -125,6 +127,37 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
         return environment, sim, run.log
 
 
+class ReplaceRefused(InputError):
+    """The build folder holds a build of another fingerprint and --force was not given (exit 2)."""
+
+
+def _existing(final: Path) -> tuple[str | None, str | None]:
+    """The (build, model) fingerprints of the build already in `final`, (None, None) when there is none
+    (or its manifest is unreadable: nothing to protect that a deploy could use)."""
+    try:
+        doc = json.loads((final / "manifest.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    fp, ifp = doc.get("fingerprint"), doc.get("model_fingerprint")
+    return (fp if isinstance(fp, str) else None), (ifp if isinstance(ifp, str) else None)
+
+
+def check_replace(final: Path, fingerprint: str, force: bool, *, model: bool = False) -> None:
+    """Refuse (one line naming both fingerprints, exit 2) to replace a build of another fingerprint unless
+    --force; the same fingerprint is replaced silently. `model`: compare model fingerprints (known before
+    the toolkit runs, so a refusal costs no build)."""
+    old_fp, old_model = _existing(final)
+    old = old_model if model else old_fp
+    if force or old is None or old == fingerprint:
+        return
+    what = "model fingerprint" if model else "fingerprint"
+    raise ReplaceRefused(f"{final}: holds build {(old_fp or '?')[:16]} ({what} {old[:16]}); this build's {what} is "
+                         f"{fingerprint[:16]}: replacing it would lose that build; pass --force to replace it, or "
+                         "--out (or a config `name`) for a folder of its own")
+
+
 def _install(stage_dir: Path, final: Path) -> None:
     """Rename the finished staging folder into place, replacing an older build atomically enough."""
     if final.exists():
@@ -136,15 +169,30 @@ def _install(stage_dir: Path, final: Path) -> None:
         os.rename(stage_dir, final)
 
 
+def failed_fidelity_path(final: Path) -> Path:
+    """Where a build that failed a fidelity gate keeps its fidelity.json, with or without --keep-failed:
+    beside the build folder, `<out>/<name>-<platform>.failed-fidelity.json` (README "Your own model")."""
+    return final.with_name(f"{final.name}.failed-fidelity.json")
+
+
+def _write_failed(stage_dir: Path, doc: dict, record: GateRecord) -> None:
+    """A failed build's manifest says so (`gates`, rkdet.buildgates): deploy refuses it unless allowed."""
+    doc["gates"] = record.to_json()
+    manifest.write_manifest(stage_dir / "manifest.json", doc)
+    if not (stage_dir / "selfcheck.json").exists():  # so --allow-failed-build --install-selfcheck can run it
+        write_selfcheck_bundle(stage_dir, doc)
+
+
 def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
                    out: Path, verify: bool, progress: Progress, keep_failed: bool = False,
-                   tk: Toolkit | None = None, session: ToolkitSession | None = None) -> BuildResult:
+                   tk: Toolkit | None = None, session: ToolkitSession | None = None, force: bool = True) -> BuildResult:
     tk = tk or find_toolkit(platform, cfg)
     key = manifest.folder_key(cfg, platform, cal.files, gold.files, tk)
     identity = model_identity(cfg, platform, model, cal, tk)  # the model fingerprint (rkdet.convert.identity)
     session = session or ToolkitSession(key, tk.python, tk.worker)
     final = out / f"{cfg.name}-{platform}"
     try:
+        check_replace(final, identity.fingerprint, force, model=True)  # before minutes of toolkit work
         stage_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=out))
     except BaseException:
         session.close()
@@ -161,7 +209,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir,
                                                  identity.fingerprint)
             ref, ref_detail = reference.result()
-        log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors)
+        decided = detect_layout(list(zip(model.output_names, model.output_shapes))).kind != "none"
+        log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors, decisions=decided)
         toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
@@ -197,21 +246,27 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             fidelity_line = fidelity.summary_line(report, platform)
             try:
                 warnings += fidelity.gate(report, platform)
-            except FidelityGateError:  # a failed build kept (--keep-failed, --search) says what it was
+            except FidelityGateError as err:  # a failed build kept (--keep-failed, --search) says what it was
+                write_json_atomic(str(failed_fidelity_path(final)), fid)  # kept even without --keep-failed
                 doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                               fid, environment, log_report.as_dict())
-                manifest.write_manifest(stage_dir / "manifest.json", doc)
+                _write_failed(stage_dir, doc, GateRecord(False, err.gate or "fidelity", err.subject, str(err)))
                 (stage_dir / "config.resolved.json").write_text(
                     json.dumps(published.config_dict(cfg), indent=2, sort_keys=True) + "\n")
+                err.details = (*err.details, f"{platform}: fidelity.json kept: {failed_fidelity_path(final)}")
                 raise
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                       fid, environment, log_report.as_dict())
-        # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
-        fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
-                                   cfg.quantize.enabled and not cfg.quantize.force_fp16, platform,
-                                   [*cfg.quantize.float_outputs, *cfg.quantize.float_layers])
+        doc["gates"] = PASSED.to_json()
+        try:  # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
+            fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
+                                       cfg.quantize.enabled and not cfg.quantize.force_fp16, platform,
+                                       [*cfg.quantize.float_outputs, *cfg.quantize.float_layers])
+        except ConversionError as err:
+            _write_failed(stage_dir, doc, GateRecord(False, "quantization", None, str(err)))
+            raise
         verify_report = None
         if verify:
             progress(f"{platform}: --verify: rebuilding to check reproducibility")
@@ -223,14 +278,17 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         (stage_dir / "config.resolved.json").write_text(json.dumps(published.config_dict(cfg), indent=2, sort_keys=True)
                                                         + "\n")
         if verify_report and not verify_report["fingerprint_identical"]:
-            raise ConversionError(f"{platform}: --verify: a second identical build has fingerprint "
-                                  f"{verify_report['second_fingerprint'][:16]} != {doc['fingerprint'][:16]}: "
-                                  "the build is not reproducible (see verify.json)")
+            message = (f"{platform}: --verify: a second identical build has fingerprint "
+                       f"{verify_report['second_fingerprint'][:16]} != {doc['fingerprint'][:16]}: "
+                       "the build is not reproducible (see verify.json)")
+            _write_failed(stage_dir, doc, GateRecord(False, "verify", None, message))
+            raise ConversionError(message)
+        check_replace(final, doc["fingerprint"], force)
         _install(stage_dir, final)
         return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report, fidelity_line)
-    except BaseException:
+    except BaseException as exc:
         session.close()
-        if keep_failed and stage_dir.exists():
+        if keep_failed and stage_dir.exists() and not isinstance(exc, ReplaceRefused):
             failed = out / f"{final.name}.failed"
             shutil.rmtree(failed, ignore_errors=True)
             os.rename(stage_dir, failed)
@@ -269,8 +327,9 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
 
 
 def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, verify: bool = False,
-            progress: Progress = lambda msg: None, keep_failed: bool = False) -> list[BuildResult]:
-    """Convert for every configured (or given) platform; returns one result per platform."""
+            progress: Progress = lambda msg: None, keep_failed: bool = False, force: bool = True) -> list[BuildResult]:
+    """Convert for every configured (or given) platform; returns one result per platform. `force=False`
+    (the CLI without --force) refuses to replace a build folder holding another fingerprint."""
     targets = platforms or cfg.target.platforms
     check_writable(out)
     toolkits = {p: find_toolkit(p, cfg) for p in targets}  # a missing toolkit fails before any heavy work
@@ -300,7 +359,7 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
         cal = materialize(cal_files, model, cfg)
         gold = materialize(gold_files, model, cfg)
         results = [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
-                                  early if p == first else None) for p in targets]
+                                  early if p == first else None, force) for p in targets]
         results[0].warnings[:0] = notes  # about the inputs, not a platform: said once
         return results
     finally:

@@ -42,8 +42,7 @@ KNOWN_MESSAGES: tuple[KnownMessage, ...] = (
         "unknown-op-target", r"Unkown op target", "warning",
         "the compiler logs it while placing reshape-like ops itself (seen with a GlobalAveragePool/Flatten "
         "classifier tail); the build and the simulator run complete",
-        "nothing to change; the decision gate compares the simulator with ONNX FP32 and `rkdet deploy` checks "
-        "the board"),
+        "nothing to change; {gate} and `rkdet deploy` checks the board"),
 )
 _UNKNOWN_ERROR = KnownMessage(
     "unknown-error", "", "error", "an error the toolkit logged that rkdet does not know",
@@ -103,8 +102,16 @@ def _group_key(known: KnownMessage, text: str) -> str:
     return known.key if known.pattern else f"{known.key}:{re.sub(r'0x[0-9a-fA-F]+|[0-9]+', '#', text)[:120]}"
 
 
-def classify(log: str, accept_errors: list[str] | tuple[str, ...] = ()) -> LogReport:
-    """Every `E RKNN`/`W RKNN` line of `log`, grouped by kind, with accepted errors marked."""
+# What checks the build in place of the toolkit's word: a fix names the gate this model has.
+GATE_DECISION = "the decision gate compares the simulator's decisions with ONNX FP32"
+GATE_NUMERIC = ("the numeric gates compare the simulator with ONNX FP32 (cosine where FP32 carries signal, "
+                "saturation; no decision gate: rkdet decodes no layout of this model)")
+
+
+def classify(log: str, accept_errors: list[str] | tuple[str, ...] = (), decisions: bool = True) -> LogReport:
+    """Every `E RKNN`/`W RKNN` line of `log`, grouped by kind, with accepted errors marked. `decisions`:
+    the model has a decision gate (a layout rkdet decodes); a fix then names it, else the numeric gates."""
+    gate_text = GATE_DECISION if decisions else GATE_NUMERIC
     groups: dict[str, MessageGroup] = {}
     for raw in log.splitlines():
         m = _LINE.match(_ANSI.sub("", raw).strip())
@@ -118,8 +125,8 @@ def classify(log: str, accept_errors: list[str] | tuple[str, ...] = ()) -> LogRe
             groups[key] = MessageGroup(g.key, g.severity, g.count + 1, g.first_line, g.meaning, g.fix, g.accepted_by)
             continue
         accepted = next((p for p in accept_errors if re.search(p, text)), None) if known.severity == "error" else None
-        groups[key] = MessageGroup(known.key, known.severity, 1, f"{level} RKNN: {text}", known.meaning, known.fix,
-                                   accepted)
+        groups[key] = MessageGroup(known.key, known.severity, 1, f"{level} RKNN: {text}", known.meaning,
+                                   known.fix.replace("{gate}", gate_text), accepted)
     report = LogReport(accept_errors=list(accept_errors))
     for g in groups.values():
         (report.errors if g.severity == "error" else report.warnings).append(g)

@@ -116,17 +116,23 @@ class Verdict:
     tolerance: str = "bitwise"
     outputs_differing: int = 0  # distinct (input, output, hash) that are not bit-identical
     outputs_outside: int = 0  # of those, outside the tolerance
-    decisions_changed: int = 0  # distinct results whose detections / top-1 differ
+    decisions_changed: int | None = 0  # distinct results whose detections / top-1 differ; None: no decoder ran
     max_abs: float = 0.0
     max_ulp: int = 0
     max_lsb: float | None = None  # in quantization steps, where the output's step is known
     min_cosine: float | None = None
     reason: str = ""
+    caveat: str = ""  # the reference build failed its gates at convert (rkdet.buildgates): said on every line
+
+    @property
+    def decisions_judged(self) -> bool:
+        return self.decisions_changed is not None
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing", "outputs_outside",
-                                              "decisions_changed", "max_abs", "max_ulp", "max_lsb", "min_cosine",
-                                              "reason")}
+        return {**{k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing",
+                                                 "outputs_outside", "decisions_changed", "decisions_judged", "max_abs",
+                                                 "max_ulp", "max_lsb", "min_cosine", "reason")},
+                "caveat": self.caveat or None}
 
     def line(self) -> str:
         """`repeatable: YES (…)` / `agrees with the reference: NO (…)`: one line for terminals and logs."""
@@ -136,9 +142,11 @@ class Verdict:
         dist = (f"max {self.max_ulp} ULP, max abs {self.max_abs:.3g}"
                 + (f", max {self.max_lsb:g} LSB" if self.max_lsb is not None else "")
                 + (f", min cosine {self.min_cosine:.6f}" if self.min_cosine is not None else "")
-                + f", {self.decisions_changed} decision(s) changed")
+                + (f", {self.decisions_changed} decision(s) changed" if self.decisions_changed is not None
+                   else ", decisions not judged (no decoder ran: unknown, not zero)"))
         state = "bit-identical" if self.outputs_differing == 0 else f"{self.outputs_differing} output(s) not bit-identical ({dist})"
-        return f"{label}: {'YES' if self.ok else 'NO'} [{self.tolerance}]: {state}{'; ' + self.reason if self.reason else ''}"
+        return (f"{label}: {'YES' if self.ok else 'NO'} [{self.tolerance}]: {state}{'; ' + self.reason if self.reason else ''}"
+                + (f" [{self.caveat}]" if self.caveat else ""))
 
 
 @dataclass
@@ -157,6 +165,7 @@ class Comparison:
     verdict: str = ""
     repeatable: Verdict = field(default_factory=lambda: Verdict("repeatable", True))
     agrees: Verdict | None = None  # only with a reference B
+    caveat: str | None = None  # the reference build failed its gates at convert (rkdet.buildgates)
 
     @property
     def mode(self) -> str:
@@ -465,11 +474,20 @@ def run_comparison(a: Source, b: Source | None, tolerance: Tolerance, decoder: s
     comparison = Comparison(a_analysis, b_analysis, tolerance, layout, engine.failures, notes + engine.notes,
                             engine.hist.tolist())
     comparison.overlay = _finish_overlay(engine.overlay, a_analysis, b_analysis)
-    comparison.repeatable = _repeatable(a_analysis)
-    comparison.agrees = _agrees(comparison) if b_analysis is not None else None
+    decoded = layout.kind != "none"
+    comparison.repeatable = _repeatable(a_analysis, decoded)
+    comparison.agrees = _agrees(comparison, decoded) if b_analysis is not None else None
     failed = not comparison.repeatable.ok or (comparison.agrees is not None and not comparison.agrees.ok)
     comparison.exit_code = EXIT_DIFFERENT if comparison.failures or failed else EXIT_OK
     comparison.verdict = verdict_line(comparison)
+    caveat = next((s.build_caveat for s in (b, a) if s is not None and s.build_caveat), None)
+    if caveat:  # a build that failed its gates at convert: every verdict line says so
+        comparison.caveat = caveat
+        comparison.notes.append(caveat)
+        for v in (comparison.repeatable, comparison.agrees):
+            if v is not None:
+                v.caveat = caveat
+        comparison.verdict += f" [{caveat}]"
     return comparison
 
 
@@ -515,14 +533,15 @@ def _distance(v: Verdict, stats: list[NumericStats]) -> Verdict:
     return v
 
 
-def _repeatable(a: SetAnalysis) -> Verdict:
-    """Every run of every input bit-identical to run 0 (bitwise whatever the tolerance)."""
+def _repeatable(a: SetAnalysis, decoded: bool = True) -> Verdict:
+    """Every run of every input bit-identical to run 0 (bitwise whatever the tolerance). `decoded`: a decoder
+    ran (else decisions are not judged: None, not 0)."""
     stats = [var.vs_first for ia in a.inputs.values() for oa in ia.outputs.values() for var in oa.variants.values()
              if var.vs_first is not None]
     changed = sum(_decision_changed(g.decision_vs_first) for ia in a.inputs.values() for g in ia.groups.values())
     v = _distance(Verdict("repeatable", not stats), stats)
     v.outputs_outside = len(stats)
-    v.decisions_changed = changed
+    v.decisions_changed = changed if decoded else None
     if stats:
         d = a.first_divergence or {}
         v.reason = (f"not repeatable: run {d.get('run')} input {d.get('input')} output {d.get('output')} "
@@ -530,8 +549,8 @@ def _repeatable(a: SetAnalysis) -> Verdict:
     return v
 
 
-def _agrees(c: Comparison) -> Verdict:
-    """A against B's run 0 by the tolerance, and at decision level."""
+def _agrees(c: Comparison, decoded: bool = True) -> Verdict:
+    """A against B's run 0 by the tolerance, and at decision level (when a decoder ran)."""
     assert c.b is not None
     stats = [var.vs_reference for ia in c.a.inputs.values() for oa in ia.outputs.values()
              for var in oa.variants.values() if var.vs_reference is not None]
@@ -540,7 +559,7 @@ def _agrees(c: Comparison) -> Verdict:
     ref = c.b.source.path.name if c.b.source.path.parent.name == "golden" else c.b.source.short_label
     v = _distance(Verdict("agrees", not outside and not changed, ref, c.tolerance.describe()), stats)
     v.outputs_outside = len(outside)
-    v.decisions_changed = changed
+    v.decisions_changed = changed if decoded else None
     if outside:
         f = outside[0]
         v.reason = f"input {f.input} output {f.output} outside tolerance ({'; '.join(f.stats.reasons) or 'slices'})"

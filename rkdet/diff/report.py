@@ -79,6 +79,7 @@ def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
         "tolerance": {**c.tolerance.as_dict(), "bitwise": c.tolerance.bitwise, "description": c.tolerance.describe()},
         "layout": c.layout.as_dict(),
         "notes": c.notes,
+        "build_failed_gates": c.caveat,  # null, or: the reference build failed its gates at convert
         "first_failure": _failure(first) if first else None,
         "failures": [_failure(f) for f in c.failures],
         "abs_diff_histogram": {"edges": list(HIST_EDGES), "counts": c.abs_hist,

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rkdet.buildgates import read as read_gates
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
                                check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
 from rkdet.errors import InputError
@@ -176,6 +177,7 @@ class Source:
     verify: bool = True
     cache: ArrayCache = field(default_factory=ArrayCache)
     quant_steps: dict[str, float] = field(default_factory=dict)  # output -> int8 scale (LSB), from a build
+    build_caveat: str | None = None  # a build's golden set whose build failed its gates at convert (rkdet.buildgates)
 
     # -- overridden by the concrete kinds -------------------------------------------------
     def records(self) -> Iterator[Record]:
@@ -362,6 +364,8 @@ def _golden_set(path: Path, note: str | None = None) -> ResultSetDir:
     src = ResultSetDir(path, note=note)
     if path.parent.name == "golden":
         src.quant_steps = quant_steps(path.parent.parent)
+        gates = read_gates(path.parent.parent)
+        src.build_caveat = None if gates.passed else gates.caveat(path.parent.parent)
     return src
 
 

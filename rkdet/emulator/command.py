@@ -90,7 +90,11 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: s
                 click.echo(f"  TEST CONTROL: the emulated runtime perturbs tensor {fault_tensor} "
                            "(find it with: rkdet layers BUILD --config F --board ...)")
             click.echo(f"  ssh:    {shlex.join(board.ssh_argv())}")
-            sudo = " --sudo" if board.variant.sudo else ""  # its login is not root: board work goes through sudo
+            # Its login is not root: on a FUSE sysfs (kernel permissions) pinning clocks needs root, so a sudo
+            # board goes through sudo and the others (no sudo at all) run unpinned, said in the results; the
+            # sudo variant pins. Plain files are the login's own: pinning works without sudo.
+            unpinned = not board.variant.sudo and backend == "fuse"
+            sudo = " --sudo" if board.variant.sudo else " --no-pin" if unpinned else ""
             click.echo(f"  deploy: rkdet deploy --board {board.alias} --ssh-config "
                        f"{shlex.quote(str(board.ssh_config_file))}{sudo}")
             click.echo(f"     or: rkdet deploy --board {board.target} --user {board.user} "
@@ -98,6 +102,11 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: s
                        f"--known-hosts {shlex.quote(str(board.known_hosts_file))}{sudo}")
             click.echo("  (these deploy build/<name>-<platform> of ./configs/yolov8.yaml; elsewhere add "
                        "--build FOLDER, a folder made by `rkdet convert`)")
+            if unpinned:
+                click.echo(f"  (--no-pin: this board's login {board.user} has no sudo, and pinning clocks needs root; "
+                           "to pin, start `rkdet emulator start --variant sudo`)")
+            if board.variant.hostile:
+                click.echo("  (TEST CONTROL: this board lies in its listings and results; deploy refuses what it cannot trust)")
             click.echo("press Ctrl-C to stop", err=True)
             try:
                 while not stop.wait(0.5):

@@ -46,6 +46,7 @@ class BuildChoice:
     platform: str
     fingerprint: str
     settings: DeploySettings
+    caveat: str | None = None  # --allow-failed-build: the build failed its gates at convert (rkdet.buildgates)
 
 
 @dataclass(frozen=True)
@@ -73,22 +74,26 @@ class DeployCommon:
     sudo: bool | None = None
     connect_timeout: float = 10.0
     sftp_timeout: float = 30.0
+    allow_failed_build: bool = False  # --allow-failed-build: run a build that failed a gate (verdicts say so)
 
 
-def load_builds(config_path: Path | None, builds: tuple[Path, ...]) -> list[BuildChoice]:
-    """The builds of a fleet run (one per NPU family), checked before any board is touched (exit 2)."""
+def load_builds(config_path: Path | None, builds: tuple[Path, ...], allow_failed_build: bool = False
+                ) -> list[BuildChoice]:
+    """The builds of a fleet run (one per NPU family), checked before any board is touched (exit 2); a build
+    that failed a gate at convert is refused unless `allow_failed_build`."""
     chosen: list[BuildChoice] = []
     for given in builds or (None,):
         if given is not None:
             BuildInfo.check(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
         settings, folder = settings_source(config_path, given)
         info = BuildInfo.load(folder)
+        caveat = info.refuse_failed("fleet deploy", allow_failed_build)
         platform, fingerprint = info.platform, info.fingerprint
         for other in chosen:
             if same_npu(platform, other.platform):
                 raise InputError(f"--build {folder}: {other.folder} is already the build for {other.platform}; "
                                  "give one build per NPU family")
-        chosen.append(BuildChoice(folder, platform, fingerprint, settings))
+        chosen.append(BuildChoice(folder, platform, fingerprint, settings, caveat))
     return chosen
 
 
@@ -145,7 +150,8 @@ def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell],
                 return super()._judge(*args, **kwargs)
 
     started = time.monotonic()
-    outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False).run()
+    outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False,
+                              allow_failed_build=common.allow_failed_build).run()
     seconds = (time.monotonic() - started) / len(cells)  # a shared session's time, shared evenly
     for warning in outcome.warnings:
         log(f"warning: {warning}")

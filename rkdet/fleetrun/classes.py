@@ -92,11 +92,11 @@ def _difference(a: str, b: str, folder_a: Path, folder_b: Path, tolerance: Toler
         note = (f"{b} does not repeat itself (first divergence: run {div['run']} input {div['input']} output "
                 f"{div['output']})" if div else "no element-level difference")
         return Difference(a, b, None, None, None, None, None, None, None, None, 0,
-                          None if agrees is None else agrees.decisions_changed > 0, note=note)
+                          None if agrees is None or agrees.decisions_changed is None else agrees.decisions_changed > 0, note=note)
     return Difference(a, b, first["input"], first["output"], first["index"], first["position"],
                       _plain(first["reference"]), _plain(first["candidate"]), first.get("max_ulp"),
                       _plain(first.get("max_abs")), agrees.outputs_differing if agrees else 0,
-                      None if agrees is None else agrees.decisions_changed > 0)
+                      None if agrees is None or agrees.decisions_changed is None else agrees.decisions_changed > 0)
 
 
 def _plain(value: object) -> object:

@@ -73,6 +73,8 @@ _PRINT = threading.Lock()
               help="TEST CONTROL (emulated boards only): as for `rkdet deploy`, on every board.")
 @click.option("--emulator-npu", type=click.IntRange(min=0), default=None, metavar="K",
               help="TEST CONTROL (emulated boards only): as for `rkdet deploy`, on every board.")
+@click.option("--allow-failed-build", is_flag=True,
+              help="Run a build that failed a gate at convert (refused otherwise, exit 2); every verdict says so.")
 @click.option("--json", "as_json", is_flag=True, help="Print fleet.json (schema rkdet.fleet/1) on stdout.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the report here (it is always in the fleet run's folder, whose relative run links it keeps).")
@@ -88,7 +90,7 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
                          known_hosts: Path | None,
                          ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None,
                          connect_timeout: float, sftp_timeout: float, emulator_fault: str | None,
-                         emulator_npu: int | None, as_json: bool, html_path: Path | None,
+                         emulator_npu: int | None, allow_failed_build: bool, as_json: bool, html_path: Path | None,
                          junit_path: Path | None) -> None:
     """Deploy a build to many boards (`--forks` at a time, a canary first) over a matrix of cells, and
     judge them together: determinism classes (bit-identical outputs for every input), the first
@@ -104,7 +106,7 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
             json.loads(emulator_fault)
         except ValueError:
             raise InputError("--emulator-fault: not valid JSON") from None
-    built = load_builds(config_path, builds)  # exit 2 before any board is touched
+    built = load_builds(config_path, builds, allow_failed_build)  # exit 2 before any board is touched
     default = built[0].settings.run
     cells = parse_matrix(matrix, Cell(default.core_mask, default.backend))
     common = DeployCommon(out=out, repeats=repeats, warmup=warmup, workdir=workdir, state_dir=state_dir,
@@ -112,7 +114,8 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
                           lock_timeout=lock_timeout,
                           emulator_fault=emulator_fault, emulator_npu=emulator_npu, user=user, identity=identity,
                           known_hosts=known_hosts, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key,
-                          sudo=sudo, connect_timeout=connect_timeout, sftp_timeout=sftp_timeout)
+                          sudo=sudo, connect_timeout=connect_timeout, sftp_timeout=sftp_timeout,
+                          allow_failed_build=allow_failed_build)
     console = log_console()
 
     def log(board: str, message: str) -> None:
@@ -125,6 +128,8 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
         log("", f"{len(selected)} board(s){f' (inventory read by {engine})' if engine else ''}, {len(cells)} cell(s): {', '.join(c.name for c in cells)}; "
                 f"forks {forks}, canary {canary if len(selected) > canary else 0}")
         fleet, folder = run_fleet(selected, built, cells, common, Schedule(forks, canary, max_fail_percent), log)
+    for caveat in (b.caveat for b in built if b.caveat):  # --allow-failed-build: the fleet's verdict says so too
+        fleet.verdict += f" [{caveat}]"
     files = write_files(fleet, folder, html_path, junit_path)
     _print_verdict(fleet, files.folder)
     if as_json:

@@ -102,3 +102,35 @@ def test_regtask_fails_the_fp16_build_too(wide, tiny_assets, tmp_path):
     proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp_path / "out"))
     assert proc.returncode == 4, proc.stderr[-2000:]
     assert "REGTASK" in proc.stderr.strip().splitlines()[-1] and "built" not in proc.stderr
+
+
+def test_a_fix_names_the_gate_the_model_has():
+    """`Unkown op target` on a model with a decoded layout points at the decision gate; on one without (no
+    decision gate) it names the numeric gates instead of a gate the model does not have (issue 24 §7)."""
+    line = "E RKNN: [1:2:3.4] Unkown op target: 0"
+    with_decisions = toolkit_log.classify(line).warnings[0].fix
+    numeric = toolkit_log.classify(line, decisions=False).warnings[0].fix
+    assert "the decision gate compares" in with_decisions
+    assert "decision gate compares" not in numeric and "numeric gates" in numeric and "no decision gate" in numeric
+    assert "{gate}" not in with_decisions + numeric
+
+
+def test_the_worst_failing_output_is_named_and_every_output_listed():
+    """Convert's gate names the worst failing output of a kind (as the search table does), and the detail
+    line lists every output's value (issue 24 §7)."""
+    from rkdet.config import FidelitySection
+    from rkdet.convert.fidelity import FidelityReport, GateResult, detail_line, gate, summary_line
+    from rkdet.errors import FidelityGateError
+
+    limit = FidelitySection().min_cosine
+    report = FidelityReport({"kind": "none"}, [GateResult("cosine", f"transpose_{i}", v, limit, v >= limit, True)
+                                                for i, v in enumerate((0.5298, 0.99, 0.1317, 0.7))])
+    with pytest.raises(FidelityGateError) as err:
+        gate(report, "rk3588")
+    assert "transpose_2 cosine 0.1317" in str(err.value) and err.value.gate == "cosine"
+    assert err.value.subject == "transpose_2"
+    assert "cosine transpose_2 0.1317" in summary_line(report, "rk3588")
+    detail = detail_line(report, "rk3588")
+    assert all(f"transpose_{i} " in detail for i in range(4))
+    assert "transpose_2 0.1317 FAIL worst" in detail and "transpose_1 0.99," in detail
+    assert err.value.details == (summary_line(report, "rk3588"), detail)

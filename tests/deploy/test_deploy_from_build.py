@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from deploy_helpers import CONFIG, board_args, error_line, run_folders
 
 from rkdet.emulator.sshd import VARIANTS, EmulatedBoard
@@ -79,12 +80,30 @@ def test_sudo_that_wants_a_password_is_named_with_the_fix(fast_build: Path, tmp_
     assert f"settings (run, board, tolerances) from {CONFIG}" in proc.stderr
     line = error_line(proc)
     assert "sudo: a password is required for rkdetsudo" in line and "NOPASSWD" in line and "--user root" in line
+    assert "has no sudo at all, deploy without --sudo and with --no-pin" in line  # what works on a board without sudo
     assert "ended without a result" not in line
 
 
-def test_the_printed_deploy_line_of_a_sudo_board_works_as_printed(fast_build: Path, tmp_path: Path) -> None:
+def test_pinning_refused_for_a_login_without_sudo_names_what_works(fast_build: Path, tmp_path: Path) -> None:
+    """The standard board's login has no sudo: on a FUSE sysfs (kernel permissions) pin.sh is denied; the
+    advice names --no-pin (and --sudo only for a login that has passwordless sudo), and --no-pin then works."""
+    with EmulatedBoard("rk3588", tmp_path / "board", sysfs="fuse") as board:
+        args = ["deploy", *board_args(board), "--build", fast_build, "--repeats", "1", "--warmup", "0"]
+        proc = _rkdet([*args, "--out", tmp_path / "r"], cwd=tmp_path)
+        ok = _rkdet([*args, "--out", tmp_path / "r2", "--no-pin"], cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    line = error_line(proc)
+    assert "permission denied" in line and "--no-pin" in line and "passwordless sudo" in line
+    assert ok.returncode == 0 and "board restored: not pinned" in ok.stderr, ok.stderr[-3000:]
+
+
+@pytest.mark.parametrize("variant", ["sudo", "standard", "nosftp", "busybox"])
+def test_the_printed_deploy_line_of_each_board_variant_works_as_printed(variant: str, fast_build: Path,
+                                                                       tmp_path: Path) -> None:
+    """Issue 24 §3: every variant's printed line works as printed: a sudo board pins through --sudo, a board
+    whose login has no sudo at all says --no-pin (and why) instead of failing at pin.sh."""
     rkdet = Path(sys.executable).with_name("rkdet")
-    proc = subprocess.Popen([str(rkdet), "emulator", "start", "--variant", "sudo", "--dir", str(tmp_path / "d")],
+    proc = subprocess.Popen([str(rkdet), "emulator", "start", "--variant", variant, "--dir", str(tmp_path / "d")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = []
@@ -96,17 +115,25 @@ def test_the_printed_deploy_line_of_a_sudo_board_works_as_printed(fast_build: Pa
                 break
         printed = {key: next(x for x in lines if x.strip().startswith(key)).split(":", 1)[1].strip()
                    for key in ("deploy:", "or:")}
+        sudo = variant == "sudo"
+        fuse = any("emulated sysfs (fuse)" in x for x in lines)
+        unpinned = fuse and not sudo  # kernel permissions: a login without sudo cannot pin
+        if unpinned:  # the explanation comes after the deploy lines
+            while not any("--no-pin: this board's login" in x for x in lines) and lines[-1]:
+                lines.append(proc.stdout.readline())
+            assert any("has no sudo" in x and "--variant sudo" in x for x in lines), lines
         for key, text in printed.items():
             argv = shlex.split(text)
-            assert argv[:2] == ["rkdet", "deploy"] and "--sudo" in argv, text
+            assert argv[:2] == ["rkdet", "deploy"] and ("--sudo" in argv) == sudo and ("--no-pin" in argv) == unpinned, text
             out = tmp_path / key.rstrip(":")
             res = _rkdet([*argv[1:], "--build", fast_build, "--out", out, "--repeats", "1", "--warmup", "0"],
                          cwd=tmp_path)
             assert res.returncode == 0, (key, res.stderr[-3000:])
-            assert "SAME (bitwise)" in res.stderr and "board restored: yes" in res.stderr
+            assert "SAME (bitwise)" in res.stderr
+            assert f"board restored: {'not pinned' if unpinned else 'yes'}" in res.stderr
             [folder] = run_folders(out)
             record = json.loads((folder / "deploy.json").read_text())
-            assert record["settings"]["sudo"] is True and record["status"] == "complete"
+            assert record["settings"]["sudo"] is sudo and record["status"] == "complete"
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
