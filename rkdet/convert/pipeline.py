@@ -192,7 +192,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
             header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
-                                      header["outputs"])
+                                      header["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
             fid = report.as_dict()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
