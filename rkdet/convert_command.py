@@ -34,8 +34,12 @@ from rkdet.log import log_console
 @click.option("--search-space", "search_space", multiple=True, metavar="DIM=V1,V2",
               help="With --search: narrow one dimension (algorithm, method, calibration divisors 1/2/4, hybrid k or "
                    "none); repeatable.")
+@click.option("--search-budget", "search_budget", metavar="DURATION", default=None,
+              help="With --search: stop after this long (20m, 1h30m, 90s; default 20m, a coffee break), cheapest "
+                   "variants first; exit 4 with the how-close table and what was left untried.")
 def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
-                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...]) -> None:
+                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...],
+                    search_budget: str | None) -> None:
     """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
 
     Exit codes: 0 ok (--search: a variant passes), 2 bad input or config, 4 conversion failed
@@ -43,22 +47,35 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     """
     from rkdet.convert.pipeline import convert
 
-    if (search_all or search_space) and not search:
-        raise InputError("--search-all and --search-space go with --search")
+    if (search_all or search_space or search_budget) and not search:
+        raise InputError("--search-all, --search-space and --search-budget go with --search")
     console = log_console()
     cfg = load_config(config_path)
     if search:
         if verify or keep_failed:
             raise InputError("--search builds and removes its own variants: run --verify (or --keep-failed) on "
                              "the searched config afterwards")
+        from rkdet.search.budget import DEFAULT_BUDGET, Budget, parse_duration
         from rkdet.search.command import run_search
 
-        run_search(cfg, config_path, out, [t.lower() for t in targets], search_all, search_space, as_json, console)
+        budget = Budget(parse_duration(search_budget or DEFAULT_BUDGET))
+        run_search(cfg, config_path, out, [t.lower() for t in targets], search_all, search_space, as_json, console,
+                   budget)
         return
     try:
         with console.status("converting") as status:
+            from rkdet.convert.hermetic import BuildWatch
+
+            head = [""]
+
+            def step(msg: str) -> None:
+                head[0] = msg
+                status.update(msg)
+                console.log(msg)
+
+            watch = BuildWatch(progress=lambda line: status.update(f"{head[0]} | {line}"))
             results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
-                              progress=lambda msg: (status.update(msg), console.log(msg)))
+                              progress=step, watch=watch)
     except FidelityGateError as err:  # point at the tools that locate the loss and look for a remedy
         raise FidelityGateError(f"{err}; to see which layer loses it: rkdet layers --config {config_path}; to look "
                                 f"for a remedy that passes: rkdet convert --config {config_path} --search") from None

@@ -339,9 +339,12 @@ def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.n
 
 
 _FIXES = {
-    "decision": "check the disagreements in fidelity.json; try quantize.algorithm: mmse or kl_divergence, "
-                "more representative calibration images, or quantize.force_fp16: true",
-    "cosine": "try quantize.algorithm: mmse, more calibration images, or quantize.force_fp16: true",
+    # Cheapest remedy first: an mmse build can take many times a normal one (hours on a detector).
+    "decision": "check the disagreements in fidelity.json; try quantize.algorithm: kl_divergence, more "
+                "representative calibration images, quantize.algorithm: mmse (much slower to build), or a float "
+                "build, quantize.force_fp16: true (float16, not INT8)",
+    "cosine": "try quantize.algorithm: kl_divergence, more calibration images, quantize.algorithm: mmse (much slower "
+              "to build), or a float build, quantize.force_fp16: true (float16, not INT8)",
     "score_collapse": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16 "
                       "(quantize.force_fp16: true)",
     "score_recall": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16",

@@ -20,7 +20,7 @@ import numpy as np
 
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
-from rkdet.convert.hermetic import ToolkitSession
+from rkdet.convert.hermetic import BuildWatch, ToolkitSession
 from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images,
                                   non_images, preprocess)
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
@@ -96,15 +96,15 @@ def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, mod
 
 
 def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
-                 gold: Materialized, session: ToolkitSession, stage_dir: Path, inputs_fp: str
-                 ) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
+                 gold: Materialized, session: ToolkitSession, stage_dir: Path, inputs_fp: str,
+                 watch: BuildWatch | None = None) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
     """Build in the session's hermetic folder; copy model.rknn and toolkit.log into `stage_dir`; return
     the simulator outputs. The session is closed (worker reaped, folder removed) on the way out."""
     with session:
         folder = session.folder
         job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold, inputs_fp)
         write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.runner)
-        run = session.worker.go()
+        run = session.worker.go(watch=watch)
         (stage_dir / "toolkit.log").write_text(published.scrub(run.log, folder, tk.python))
         result_file = folder / "result.json"
         result = json.loads(result_file.read_text()) if result_file.exists() else None
@@ -140,7 +140,8 @@ def _install(stage_dir: Path, final: Path) -> None:
 
 def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
                    out: Path, verify: bool, progress: Progress, keep_failed: bool = False,
-                   tk: Toolkit | None = None, session: ToolkitSession | None = None) -> BuildResult:
+                   tk: Toolkit | None = None, session: ToolkitSession | None = None,
+                   watch: BuildWatch | None = None) -> BuildResult:
     tk = tk or find_toolkit(platform, cfg)
     key = manifest.folder_key(cfg, platform, cal.files, gold.files, tk)
     session = session or ToolkitSession(key, tk.python, tk.worker)
@@ -160,7 +161,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         with ThreadPoolExecutor(max_workers=1) as pool:
             reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
                                     cfg.preprocess.mean, cfg.preprocess.std)
-            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir, inputs_fp)
+            environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir, inputs_fp,
+                                                 watch)
             ref, ref_detail = reference.result()
         log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors)
         toolkit_log.gate(log_report, platform)
@@ -270,8 +272,10 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
 
 
 def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, verify: bool = False,
-            progress: Progress = lambda msg: None, keep_failed: bool = False) -> list[BuildResult]:
-    """Convert for every configured (or given) platform; returns one result per platform."""
+            progress: Progress = lambda msg: None, keep_failed: bool = False,
+            watch: BuildWatch | None = None) -> list[BuildResult]:
+    """Convert for every configured (or given) platform; returns one result per platform. `watch` reports
+    the toolkit's own progress while it builds and stops a build at its deadline (the search's budget)."""
     targets = platforms or cfg.target.platforms
     check_writable(out)
     toolkits = {p: find_toolkit(p, cfg) for p in targets}  # a missing toolkit fails before any heavy work
@@ -301,7 +305,7 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
         cal = materialize(cal_files, model, cfg)
         gold = materialize(gold_files, model, cfg)
         results = [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
-                                  early if p == first else None) for p in targets]
+                                  early if p == first else None, watch) for p in targets]
         results[0].warnings[:0] = notes  # about the inputs, not a platform: said once
         return results
     finally:
