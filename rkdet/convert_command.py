@@ -49,16 +49,22 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
 
     if (search_all or search_space or search_budget) and not search:
         raise InputError("--search-all, --search-space and --search-budget go with --search")
+    budget_seconds = None
+    if search:
+        from rkdet.search.budget import DEFAULT_BUDGET, parse_duration
+
+        budget_seconds = parse_duration(search_budget or DEFAULT_BUDGET)  # a bad value: exit 2 before any work
     console = log_console()
     cfg = load_config(config_path)
     if search:
         if verify or keep_failed:
             raise InputError("--search builds and removes its own variants: run --verify (or --keep-failed) on "
                              "the searched config afterwards")
-        from rkdet.search.budget import DEFAULT_BUDGET, Budget, parse_duration
+        from rkdet.search.budget import Budget
         from rkdet.search.command import run_search
 
-        budget = Budget(parse_duration(search_budget or DEFAULT_BUDGET))
+        assert budget_seconds is not None
+        budget = Budget(budget_seconds)
         run_search(cfg, config_path, out, [t.lower() for t in targets], search_all, search_space, as_json, console,
                    budget)
         return
