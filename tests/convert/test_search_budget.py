@@ -105,3 +105,47 @@ def test_the_float_remedy_is_labelled_as_a_float_build() -> None:
     assert v.stage == "float" and v.changes == {"quantize.force_fp16": True, "quantize.float_layers": []}
     assert v.label() == FLOAT_LABEL and "not INT8" in v.label()
     assert float_variant(7, clear_float_layers=False).changes == {"quantize.force_fp16": True}
+
+
+_FAKE_TOOLKIT = """import os, sys, time
+sys.stdin.readline()  # the host's "go"
+sys.stdout.write("I Quantizating :   3%|#    | 5/157 [25:00<1:46:00, 41.8s/it]\\r")
+sys.stdout.flush()
+while not os.path.exists("release"):  # the test releases it once the host has reported the line
+    time.sleep(0.02)
+"""
+
+
+def _fake_worker(tmp_path):
+    import sys
+
+    from rkdet.convert.hermetic import Worker
+
+    (tmp_path / "home").mkdir()
+    script = tmp_path / "fake_toolkit.py"
+    script.write_text(_FAKE_TOOLKIT)
+    return Worker(tmp_path, sys.executable, script, "job.json")
+
+
+def test_a_watched_build_reports_the_toolkits_progress_line(tmp_path) -> None:
+    from rkdet.convert.hermetic import BuildWatch
+
+    seen: list[str] = []
+
+    def progress(line: str) -> None:
+        seen.append(line)
+        (tmp_path / "release").write_text("")
+
+    run = _fake_worker(tmp_path).go(timeout=120, watch=BuildWatch(progress=progress, interval=0.05))
+    assert run.returncode == 0
+    assert seen == ["toolkit: Quantizating 5/157 (3%), 25:00 elapsed, about 1:46:00 left (the toolkit's estimate)"]
+
+
+def test_a_watched_build_is_stopped_at_its_deadline(tmp_path) -> None:
+    from rkdet.convert.hermetic import BuildWatch, DeadlineReached
+
+    clock = FakeClock()
+    worker = _fake_worker(tmp_path)
+    with pytest.raises(DeadlineReached, match="budget ran out during this build") as err:
+        worker.go(timeout=120, watch=BuildWatch(deadline=clock.now, clock=clock, interval=0.05))
+    assert err.value.exit_code == 4 and worker.proc.poll() is not None  # the worker is gone, not left running
