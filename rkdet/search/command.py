@@ -84,7 +84,8 @@ def _remedies(result: SearchResult) -> str:
 def _why(o: Outcome) -> str:
     c = o.closest
     gate = f"; closest gate {c.gate} {c.subject} {c.value:.5g} vs {c.threshold:.4g}" if c and c.value is not None else ""
-    return f"variant {o.variant.index} ({o.variant.stage}) passes every fidelity gate{gate}"
+    kind = f" ({o.variant.label()})" if o.variant.stage == "float" else ""
+    return f"variant {o.variant.index} ({o.variant.stage}){kind} passes every fidelity gate{gate}"
 
 
 def no_pass_error(result: SearchResult, out: Path) -> ConversionError:

@@ -108,8 +108,12 @@ class LossShape:
     def sentence(self) -> str:
         if not self.accumulates:
             return "rkdet layers: single layers cause the loss (single-layer float16 can fix it)"
-        where = (f"first below {self.threshold:g} at {self.first_loss} (entire cosine {self.first_loss_cosine:.4g})"
-                 if self.first_loss else f"outputs down to cosine {self.min_output_cosine:.4g}")
+        if self.first_loss:
+            where = f"first below {self.threshold:g} at {self.first_loss} (entire cosine {self.first_loss_cosine:.4g})"
+        elif self.min_output_cosine is not None and self.min_output_cosine < self.threshold:
+            where = f"outputs down to cosine {self.min_output_cosine:.4g}"
+        else:
+            where = "the gate fails on the whole model's decisions"
         return (f"rkdet layers: the loss accumulates: {where} while no single layer is below {self.threshold:g} "
                 f"(lowest single cosine {self.min_single_cosine:.4g}), so no few float16 layers can fix it")
 
@@ -239,13 +243,14 @@ def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Pa
 
 
 def loss_shape(singles: list[float | None], first_loss: tuple[str, float] | None, outputs: list[float],
-               threshold: float) -> LossShape:
-    """Accumulating loss: the entire model falls below `threshold` (a layer's accumulated cosine or an
-    output's) while every single layer (fed float inputs) stays at or above it."""
+               threshold: float, gate_failed: bool = False) -> LossShape:
+    """Accumulating loss: the entire model is lost (a layer's accumulated cosine or an output's below
+    `threshold`, or the build fails its gate: the search reaches this stage only then) while every single
+    layer (fed float inputs) stays at or above it: no layer to put in float16 stands out."""
     measured = [c for c in singles if c is not None]
     low_single = min(measured) if measured else None
     low_output = min(outputs) if outputs else None
-    entire_low = first_loss is not None or (low_output is not None and low_output < threshold)
+    entire_low = first_loss is not None or (low_output is not None and low_output < threshold) or gate_failed
     accumulates = bool(entire_low and low_single is not None and low_single >= threshold)
     return LossShape(accumulates, threshold, low_single, first_loss[0] if first_loss else None,
                      first_loss[1] if first_loss else None, low_output)
@@ -269,7 +274,7 @@ def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Prog
     first = report.first_loss
     shape = loss_shape([x.single.cosine for x in measured],
                        (onnx_label(first), float(first.entire.cosine)) if first and first.entire.cosine is not None
-                       else None, list(report.output_cosine.values()), threshold)
+                       else None, list(report.output_cosine.values()), threshold, gate_failed=True)
     return ([{"layer": x.index, "rknn_name": x.rknn_name, "onnx": onnx_label(x), "single_cosine": x.single.cosine}
              for x in report.worst_single], len(measured), shape)
 

@@ -98,6 +98,10 @@ def test_an_accumulating_loss_is_told_from_a_single_bad_layer() -> None:
     clean = loss_shape([0.999, 0.998], None, [0.99], 0.9)
     assert not clean.accumulates
     assert loss_shape([0.99, 0.95], None, [0.7], 0.9).accumulates  # only the outputs show it
+    # per-layer cosines all fine, yet the gate fails (a detector's decisions are sensitive): nothing to single out
+    spread = loss_shape([0.9998, 0.9999], None, [0.9996], 0.9, gate_failed=True)
+    assert spread.accumulates and "the gate fails on the whole model's decisions" in spread.sentence()
+    assert not loss_shape([0.9998, 0.20], None, [0.9996], 0.9, gate_failed=True).accumulates
 
 
 def test_the_float_remedy_is_labelled_as_a_float_build() -> None:

@@ -97,6 +97,13 @@ def test_picodet_800x608_decodes_the_constructed_box(tmp_path: Path) -> None:
     assert np.allclose(dets.boxes[0], [cx - 32, cy - 32, cx + 32, cy + 32], atol=1e-3)
 
 
+def test_the_bundle_summary_decodes_picodet_with_the_fed_input_size() -> None:
+    arrays = picodet_outputs()
+    assert decision_summary(list(arrays.items()))["kind"] == "none"  # without the input size: not guessed
+    summary = decision_summary(list(arrays.items()), PICO_HW)
+    assert summary["kind"] == "picodet" and [d["class"] for d in summary["detections"]] == [2]
+
+
 def test_picodet_flattened_grid_needs_the_input_size_or_says_none() -> None:
     shapes = [(n, a.shape) for n, a in picodet_outputs().items()]
     layout = detect_layout(shapes)  # 7600 cells: 100x76 or 76x100, the outputs cannot say
