@@ -186,3 +186,12 @@ def finish(boxes: np.ndarray, cls_scores: np.ndarray, conf: float, iou: float,
     kept = nms(boxes, score, best, iou)
     dets = Detections(boxes[kept], score[kept].astype(np.float64), best[kept].astype(np.int64))
     return dets, None if extra is None else extra[keep][kept]
+
+
+def finish_multi_label(boxes: np.ndarray, cls_scores: np.ndarray, conf: float, iou: float) -> Detections:
+    """Every (candidate, class) above `conf` is a detection, then class-aware NMS: PaddleDetection's
+    multiclass NMS (a PicoDet cell can report two classes), where `finish` keeps one class per candidate."""
+    anchor, klass = np.nonzero(cls_scores > conf)
+    score = cls_scores[anchor, klass]
+    kept = nms(boxes[anchor], score, klass, iou)
+    return Detections(boxes[anchor][kept], score[kept].astype(np.float64), klass[kept].astype(np.int64))

@@ -3,6 +3,8 @@
 Box conventions (facts of each family's own post-processing, e.g. rknn_model_zoo's Python examples):
 * DFL heads (YOLOv8/YOLO11, PP-YOLOE, PicoDet): per cell the softmax expectation over the bins of each
   side gives the distances (left, top, right, bottom) in strides from the cell centre (col + 0.5, row + 0.5).
+  PicoDet's Paddle export is post-processed as PaddleDetection does: every class above the threshold is a
+  detection (multiclass NMS); the others keep the best class per cell (Ultralytics, rknn_model_zoo).
 * YOLOv5 maps: sigmoid outputs; centre = (2 * s_xy - 0.5 + cell) * stride, size = (2 * s_wh)^2 * anchor;
   score = objectness * class score. The single output already holds cx, cy, w, h in pixels.
 * YOLOv10 end-to-end: rows (x1, y1, x2, y2, score, class), already one per object: no NMS.
@@ -22,6 +24,7 @@ from rkdet.decode.common import (
     Detections,
     Layout,
     finish,
+    finish_multi_label,
     probabilities,
     sigmoid,
 )
@@ -74,6 +77,8 @@ def split(layout: Layout, arrays: Arrays, conf: float, iou: float) -> Detections
         ay = (candidates // w) + 0.5
         all_boxes.append(np.stack([ax - dist[0], ay - dist[1], ax + dist[2], ay + dist[3]], axis=1) * b.stride)
         all_cls.append(cls[candidates].astype(np.float64))
+    if layout.kind == "picodet":  # the Paddle export's own post-processing: every class above conf, per class NMS
+        return finish_multi_label(np.concatenate(all_boxes), np.concatenate(all_cls), conf, iou)
     return finish(np.concatenate(all_boxes), np.concatenate(all_cls), conf, iou)[0]
 
 
