@@ -25,7 +25,7 @@ from rkdet.convert.hermetic import BuildWatch, DeadlineReached
 from rkdet.convert.images import list_images
 from rkdet.convert.pipeline import convert
 from rkdet.errors import ConversionError, InputError
-from rkdet.search.budget import LAYERS_COST, Budget, cheapest_first, format_duration, relative_cost
+from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first, format_duration, relative_cost
 from rkdet.search.space import (
     MAX_HYBRID_K,
     Space,
@@ -337,7 +337,15 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
 
     try:
         passed = False
-        for variant in variants:
+        diagnosis = LAYERS_COST + HYBRID_COST  # what the hybrid stage needs at least: rkdet layers and one build
+        for i, variant in enumerate(variants):
+            relative = relative_cost(variant, algorithm, count)
+            if outcomes and space.hybrid != () and budget.fits(relative) and not budget.fits(relative + diagnosis):
+                # one more quantization variant would leave no time to ask `rkdet layers` where the loss is
+                for rest in variants[i:]:
+                    skip(rest, relative_cost(rest, algorithm, count),
+                         "left for the hybrid stage (rkdet layers and a remedy build need the rest of the budget)")
+                break
             if run(variant) and not search_all:
                 passed = True
                 break

@@ -81,3 +81,19 @@ def test_a_build_running_at_the_deadline_stops_and_the_search_exits_4(config: Pa
     shown = out.getvalue()
     assert "stopped" in shown and shown.count("untried") == 2 and "build time" in shown
     assert not list(tmp_path.glob(".search-*"))  # the scratch folder is gone
+
+
+def test_the_budget_keeps_room_for_rkdet_layers_and_a_remedy(config: Path, tmp_path: Path) -> None:
+    """With a hybrid stage in the space, the quantization variants stop while `rkdet layers` and one remedy
+    build still fit: the search ends with a diagnosis, not with the sixth mmse variant."""
+    clock = BuildClock(300)
+    space = parse_space(("algorithm=normal,kl_divergence,mmse", "method=channel", "calibration=1", "hybrid=1"))
+    result = search(load_config(config), "rk3588", tmp_path, space, False, clock.progress, Budget(1700, clock))
+    # 300 s measured for the config; kl_divergence (450) + layers (600) + a hybrid build (450) = 1500 > 1400 left
+    assert [o.variant.stage for o in result.outcomes][0] == "config"
+    assert [u.variant.changes for u in result.untried][:2] == [{"quantize.algorithm": "kl_divergence"},
+                                                                {"quantize.algorithm": "mmse"}]
+    assert all("left for the hybrid stage" in u.reason for u in result.untried[:2])
+    assert result.worst_single, "rkdet layers ran within the budget"
+    assert result.loss is not None and not result.loss.accumulates  # the fragile conv: one layer's fault
+    assert result.outcomes[-1].variant.stage == "hybrid" and result.outcomes[-1].status == "pass"
