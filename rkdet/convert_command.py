@@ -41,9 +41,12 @@ from rkdet.log import log_console
 @click.option("--search-space", "search_space", multiple=True, metavar="DIM=V1,V2",
               help="With --search: narrow one dimension (algorithm, method, calibration divisors 1/2/4, hybrid k or "
                    "none); repeatable.")
+@click.option("--search-budget", "search_budget", metavar="DURATION", default=None,
+              help="With --search: stop after this long (20m, 1h30m, 90s; default 20m, a coffee break), cheapest "
+                   "variants first; exit 4 with the how-close table and what was left untried.")
 def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
                     as_json: bool, force: bool, search: bool, search_all: bool, search_space: tuple[str, ...],
-                    check_against: Path | None) -> None:
+                    search_budget: str | None, check_against: Path | None) -> None:
     """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
 
     Exit codes: 0 ok (--search: a variant passes), 2 bad input or config, 4 conversion failed
@@ -51,8 +54,13 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     """
     from rkdet.convert.pipeline import convert
 
-    if (search_all or search_space) and not search:
-        raise InputError("--search-all and --search-space go with --search")
+    if (search_all or search_space or search_budget) and not search:
+        raise InputError("--search-all, --search-space and --search-budget go with --search")
+    budget_seconds = None
+    if search:
+        from rkdet.search.budget import DEFAULT_BUDGET, parse_duration
+
+        budget_seconds = parse_duration(search_budget or DEFAULT_BUDGET)  # a bad value: exit 2 before any work
     console = log_console()
     if check_against is not None and (search or verify or keep_failed or targets or force):
         raise InputError("--check-against rebuilds BUILD's own platform and installs nothing: it does not go with "
@@ -65,14 +73,28 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
         if verify or keep_failed:
             raise InputError("--search builds and removes its own variants: run --verify (or --keep-failed) on "
                              "the searched config afterwards")
+        from rkdet.search.budget import Budget
         from rkdet.search.command import run_search
 
-        run_search(cfg, config_path, out, [t.lower() for t in targets], search_all, search_space, as_json, console)
+        assert budget_seconds is not None
+        budget = Budget(budget_seconds)
+        run_search(cfg, config_path, out, [t.lower() for t in targets], search_all, search_space, as_json, console,
+                   budget)
         return
     try:
         with console.status("converting") as status:
+            from rkdet.convert.hermetic import BuildWatch
+
+            head = [""]
+
+            def step(msg: str) -> None:
+                head[0] = msg
+                status.update(msg)
+                console.log(msg)
+
+            watch = BuildWatch(progress=lambda line: status.update(f"{head[0]} | {line}"))
             results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
-                              progress=lambda msg: (status.update(msg), console.log(msg)), force=force)
+                              progress=step, watch=watch, force=force)
     except FidelityGateError as err:  # point at the tools that locate the loss and look for a remedy
         for line in err.details:  # the whole fidelity line (every output, the worst named), where fidelity.json is
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -338,7 +338,7 @@ def _first_difference(actual, expected):
 def _top1_note(decision, outputs):
     # type: (Any, List[Any]) -> str
     """For a classifier's bundle: whether the differing outputs still give the bundle's top-1 (the
-    argmax of the one score output, as rkdet/decode.py reads it). YOLOv8 decisions are not
+    argmax of the one score output, as rkdet/decode.py reads it). Detector decisions are not
     re-decoded on the board: identical hashes imply identical detections, a difference is reported as is."""
     if not isinstance(decision, dict) or decision.get("kind") != "classification" or len(outputs) != 1:
         return ""

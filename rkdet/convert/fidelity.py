@@ -4,8 +4,9 @@ Why decisions first: a numeric score misjudges both ways. Whole-output cosine of
 reads 0.9995 while INT8 has zeroed every class score (boxes dominate the norm); a split-head class slice
 whose FP32 maximum is 0.12 (no detection anywhere) reads cosine 0.88 although nothing changes; a 2-element
 logit vector reads 0.94 with the same top-1 everywhere. So the primary gate is decision agreement on the
-golden inputs (YOLOv8: the same detections by class, IoU and score within tolerance, decoded by
-rkdet/decode.py; classifiers: the same top-k). Numeric gates measure only where FP32 carries signal
+golden inputs (detectors: the same detections by class, overlap and score within tolerance, decoded by
+rkdet/decode/ for every family it recognises, the overlap as rkdet.decode.SAME_DECISION defines it per task:
+box IoU >= fidelity.match_iou, mask IoU for segmentation; classifiers: the same top-k). Numeric gates measure only where FP32 carries signal
 (a slice without signal is reported, not failed) and judge the outputs no decision covers. A saturation
 check catches a quantized output pinned at its calibration range while FP32 goes beyond it.
 Every gate's result and threshold goes to fidelity.json and to one summary line.
@@ -21,12 +22,13 @@ import numpy as np
 from rkdet.config import FidelitySection
 from rkdet.decode import (
     CONF_THRESHOLD,
+    SAME_DECISION,
     Detections,
     Layout,
     class_scores,
-    decode_yolov8,
+    decode_detections,
     detect_layout,
-    iou_matrix,
+    overlap_matrix,
 )
 from rkdet.errors import ConversionError, FidelityGateError
 
@@ -151,11 +153,17 @@ def measure_slices(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[st
     return report
 
 
+def _match_threshold(ref: Detections, cand: Detections, limits: FidelitySection) -> float:
+    """Box IoU: fidelity.match_iou (the config's, default SAME_DECISION's); masks: SAME_DECISION's mask IoU."""
+    mask_iou = SAME_DECISION["segmentation"].min_iou
+    return limits.match_iou if ref.masks is None or cand.masks is None or mask_iou is None else mask_iou
+
+
 def _match(ref: Detections, cand: Detections, match_iou: float) -> list[tuple[int, int, float]]:
-    """Greedy same-class matching, best IoU first (decisions are per class)."""
+    """Greedy same-class matching, best overlap first (decisions are per class)."""
     if not len(ref) or not len(cand):
         return []
-    iou = iou_matrix(ref.boxes, cand.boxes)
+    iou = overlap_matrix(ref, cand)[0]
     iou[ref.classes[:, None] != cand.classes[None, :]] = -1.0
     pairs, used_r, used_c = [], set(), set()
     for flat in np.argsort(-iou, axis=None, kind="stable"):
@@ -178,7 +186,7 @@ def compare_detection_decisions(ref: Detections, cand: Detections, limits: Fidel
     either side reports it (score >= conf); it agrees when matched by class with IoU >= match_iou and
     its score within score_tolerance."""
     tol = limits.score_tolerance
-    pairs = _match(ref, cand, limits.match_iou)
+    pairs = _match(ref, cand, _match_threshold(ref, cand, limits))
     agree, disagreements, units = 0, [], 0
     for r, c, iou in pairs:
         if ref.scores[r] < conf and cand.scores[c] < conf:
@@ -231,11 +239,11 @@ def _decide(layout: Layout, sim: dict[str, dict[str, np.ndarray]], ref: dict[str
             limits: FidelitySection) -> tuple[dict[str, Any], GateResult]:
     threshold = limits.min_decision_agreement
     per_input: dict[str, Any] = {}
-    if layout.kind.startswith("yolov8"):
+    if layout.task in ("detection", "segmentation"):
         low = max(CONF_THRESHOLD - limits.score_tolerance, 1e-6)
         for name in sorted(ref):
-            per_input[name] = compare_detection_decisions(decode_yolov8(layout, ref[name], conf=low),
-                                                          decode_yolov8(layout, sim[name], conf=low), limits)
+            per_input[name] = compare_detection_decisions(decode_detections(layout, ref[name], conf=low),
+                                                          decode_detections(layout, sim[name], conf=low), limits)
         units = sum(v["detections"] for v in per_input.values())
         agree = sum(v["agree"] for v in per_input.values())
         what = f"{agree}/{units} detections agree"
@@ -246,8 +254,11 @@ def _decide(layout: Layout, sim: dict[str, dict[str, np.ndarray]], ref: dict[str
         units = len(per_input)
         agree = sum(v["agree"] for v in per_input.values())
         what = f"{agree}/{units} golden inputs keep the same top-{limits.top_k}"
-    decision = {"kind": layout.kind, "match_iou": limits.match_iou, "score_tolerance": limits.score_tolerance,
-                "top_k": limits.top_k, "conf_threshold": CONF_THRESHOLD, "inputs": per_input}
+    rule = SAME_DECISION[layout.task]
+    decision = {"kind": layout.kind, "task": layout.task, "overlap": rule.overlap,
+                "match_iou": limits.match_iou if layout.task != "segmentation" else rule.min_iou,
+                "score_tolerance": limits.score_tolerance, "top_k": limits.top_k, "conf_threshold": CONF_THRESHOLD,
+                "inputs": per_input}
     if units == 0:
         return decision, GateResult("decision", "golden inputs", None, threshold, None, True,
                                     "no detection in FP32 or quantized output on any golden input: not judged; "
@@ -286,18 +297,23 @@ def _saturation(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, 
 
 def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
             output_names: tuple[str, ...], output_shapes: tuple[tuple[int, ...], ...], prepare: str,
-            limits: FidelitySection, header_outputs: list[dict[str, Any]] | None = None) -> FidelityReport:
-    """Every gate on the golden inputs: decision, per-slice signal cosine, score collapse/recall, saturation."""
-    layout = detect_layout(list(zip(output_names, output_shapes)))
+            limits: FidelitySection, header_outputs: list[dict[str, Any]] | None = None,
+            input_hw: tuple[int, int] | None = None) -> FidelityReport:
+    """Every gate on the golden inputs: decision, per-slice signal cosine, score collapse/recall, saturation.
+    `input_hw` (the model input's H, W) lets the decoder read flattened or non-square grids."""
+    layout = detect_layout(list(zip(output_names, output_shapes)), input_size=input_hw)
     report = FidelityReport(layout=layout.as_dict())
     decided: set[str] = set()
     if layout.kind != "none":
         report.decision, result = _decide(layout, sim, ref, limits)
         report.gates.append(result)
         if result.passed is not None:
-            decided = set(output_names) if layout.kind.startswith("yolov8") else set(layout.roles)
-    if layout.kind == "yolov8-split":  # any split head (rkdet's cut, rknn_model_zoo's): roles from the decoder
+            decided = set(output_names) if layout.task in ("detection", "segmentation") else set(layout.roles)
+    if layout.branches and all(layout.roles.get(n) in ("box", "cls", "score_sum") for n in output_names):
+        # any split head (rkdet's cut, rknn_model_zoo's, PicoDet's): roles from the decoder
         slices = [Slice(n, "boxes" if layout.roles.get(n) == "box" else "scores", None) for n in output_names]
+    elif layout.kind not in ("none", "classification", "yolov8-single"):  # other families: scores are not one slice
+        slices = [Slice(n, "all", None) for n in output_names]
     else:
         slices = slices_for(output_names, output_shapes, prepare)
     report.slices = measure_slices(sim, ref, slices, limits)
@@ -323,9 +339,12 @@ def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.n
 
 
 _FIXES = {
-    "decision": "check the disagreements in fidelity.json; try quantize.algorithm: mmse or kl_divergence, "
-                "more representative calibration images, or quantize.force_fp16: true",
-    "cosine": "try quantize.algorithm: mmse, more calibration images, or quantize.force_fp16: true",
+    # Cheapest remedy first: an mmse build can take many times a normal one (hours on a detector).
+    "decision": "check the disagreements in fidelity.json; try quantize.algorithm: kl_divergence, more "
+                "representative calibration images, quantize.algorithm: mmse (much slower to build), or a float "
+                "build, quantize.force_fp16: true (float16, not INT8)",
+    "cosine": "try quantize.algorithm: kl_divergence, more calibration images, quantize.algorithm: mmse (much slower "
+              "to build), or a float build, quantize.force_fp16: true (float16, not INT8)",
     "score_collapse": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16 "
                       "(quantize.force_fp16: true)",
     "score_recall": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16",

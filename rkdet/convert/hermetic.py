@@ -19,11 +19,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
+from rkdet.convert import toolkit_progress
 from rkdet.errors import ConversionError
 
 HERMETIC_ENV = {
@@ -95,6 +97,21 @@ def work_folder(key: str) -> Iterator[Path]:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+class DeadlineReached(ConversionError):
+    """A watched build stopped at its deadline (the search's budget), not failed by the toolkit."""
+
+
+@dataclass(frozen=True)
+class BuildWatch:
+    """How the host waits on a build: the toolkit's progress lines to `progress`, a stop at `deadline`
+    (on `clock`'s scale: the search's injected clock), a look every `interval` seconds."""
+
+    progress: Callable[[str], None] | None = None
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
+    interval: float = 2.0
+
+
 class Worker:
     """A toolkit worker started early, in its hermetic folder: it imports the toolkit (torch, ~2 s)
     while the host still prepares the job, then builds when `go()` says the job file is complete.
@@ -118,8 +135,9 @@ class Worker:
             self._log.close()
             raise ConversionError(f"cannot start the toolkit worker ({python}): {exc.strerror}") from None
 
-    def go(self, timeout: float = 3600) -> HermeticRun:
-        """Tell the worker its job is written; wait for it; return its exit code and log."""
+    def go(self, timeout: float = 3600, watch: BuildWatch | None = None) -> HermeticRun:
+        """Tell the worker its job is written; wait for it; return its exit code and log. With `watch`, the
+        toolkit's own progress is reported while it builds and the build is stopped at the watch's deadline."""
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(b"go\n")
@@ -127,13 +145,33 @@ class Worker:
         except BrokenPipeError:
             pass  # it already exited (e.g. the toolkit failed to import): its log says why
         try:
-            returncode = self.proc.wait(timeout=timeout)
+            returncode = self.proc.wait(timeout=timeout) if watch is None else self._watch(timeout, watch)
         except subprocess.TimeoutExpired:
             self.cancel()
             raise ConversionError(f"toolkit build timed out after {timeout:.0f} s") from None
         self._log.close()
         log = self._log_path.read_text(encoding="utf-8", errors="replace")
         return HermeticRun(returncode, log, self.env, self.prefix)
+
+    def _watch(self, timeout: float, watch: BuildWatch) -> int:
+        """Wait in short steps: report each new toolkit progress line, stop the build at the deadline."""
+        waited, shown = 0.0, None
+        while True:
+            if watch.deadline is not None and watch.clock() >= watch.deadline:
+                self.cancel()
+                last = toolkit_progress.read(self._log_path)
+                raise DeadlineReached("the search budget ran out during this build"
+                                      + (f" ({last.line()})" if last else ""))
+            try:
+                return self.proc.wait(timeout=min(watch.interval, max(timeout - waited, 0.001)))
+            except subprocess.TimeoutExpired:
+                waited += watch.interval
+                if waited >= timeout:
+                    raise
+            state = toolkit_progress.read(self._log_path)
+            if state is not None and watch.progress is not None and state.line() != shown:
+                shown = state.line()
+                watch.progress(shown)
 
     def cancel(self) -> None:
         """Stop a worker whose job will never come (the host failed or was interrupted)."""

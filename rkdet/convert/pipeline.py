@@ -21,7 +21,7 @@ import numpy as np
 from rkdet.buildgates import PASSED, GateRecord
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
-from rkdet.convert.hermetic import ToolkitSession
+from rkdet.convert.hermetic import BuildWatch, ToolkitSession
 from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images,
                                   non_images, preprocess)
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
@@ -95,15 +95,15 @@ def _toolkit_job(folder: Path, tk: Toolkit, cfg: RkdetConfig, platform: str, mod
 
 
 def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized,
-                 gold: Materialized, session: ToolkitSession, stage_dir: Path, model_fp: str
-                 ) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
+                 gold: Materialized, session: ToolkitSession, stage_dir: Path, model_fp: str,
+                 watch: BuildWatch | None = None) -> tuple[dict, dict[str, dict[str, np.ndarray]], str]:
     """Build in the session's hermetic folder; copy model.rknn and toolkit.log into `stage_dir`; return
     the simulator outputs. The session is closed (worker reaped, folder removed) on the way out."""
     with session:
         folder = session.folder
         job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold, model_fp)
         write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.runner)
-        run = session.worker.go()
+        run = session.worker.go(watch=watch)
         (stage_dir / "toolkit.log").write_text(published.scrub(run.log, folder, tk.python))
         result_file = folder / "result.json"
         result = json.loads(result_file.read_text()) if result_file.exists() else None
@@ -185,7 +185,8 @@ def _write_failed(stage_dir: Path, doc: dict, record: GateRecord) -> None:
 
 def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
                    out: Path, verify: bool, progress: Progress, keep_failed: bool = False,
-                   tk: Toolkit | None = None, session: ToolkitSession | None = None, force: bool = True) -> BuildResult:
+                   tk: Toolkit | None = None, session: ToolkitSession | None = None, force: bool = True,
+                   watch: BuildWatch | None = None) -> BuildResult:
     tk = tk or find_toolkit(platform, cfg)
     key = manifest.folder_key(cfg, platform, cal.files, gold.files, tk)
     identity = model_identity(cfg, platform, model, cal, tk)  # the model fingerprint (rkdet.convert.identity)
@@ -207,7 +208,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             reference = pool.submit(golden.onnxruntime_reference, model.onnx_bytes, gold.tensors, model.input_name,
                                     cfg.preprocess.mean, cfg.preprocess.std)
             environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir,
-                                                 identity.fingerprint)
+                                                 identity.fingerprint, watch)
             ref, ref_detail = reference.result()
         decided = detect_layout(list(zip(model.output_names, model.output_shapes))).kind != "none"
         log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors, decisions=decided)
@@ -240,7 +241,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
             header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
-                                      header["outputs"])
+                                      header["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
             fid = report.as_dict()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
@@ -327,9 +328,11 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
 
 
 def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, verify: bool = False,
-            progress: Progress = lambda msg: None, keep_failed: bool = False, force: bool = True) -> list[BuildResult]:
+            progress: Progress = lambda msg: None, keep_failed: bool = False, force: bool = True,
+            watch: BuildWatch | None = None) -> list[BuildResult]:
     """Convert for every configured (or given) platform; returns one result per platform. `force=False`
-    (the CLI without --force) refuses to replace a build folder holding another fingerprint."""
+    (the CLI without --force) refuses to replace a build folder holding another fingerprint. `watch` reports
+    the toolkit's own progress while it builds and stops a build at its deadline (the search's budget)."""
     targets = platforms or cfg.target.platforms
     check_writable(out)
     toolkits = {p: find_toolkit(p, cfg) for p in targets}  # a missing toolkit fails before any heavy work
@@ -359,7 +362,7 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
         cal = materialize(cal_files, model, cfg)
         gold = materialize(gold_files, model, cfg)
         results = [build_platform(cfg, p, model, cal, gold, out, verify, progress, keep_failed, toolkits[p],
-                                  early if p == first else None, force) for p in targets]
+                                  early if p == first else None, force, watch) for p in targets]
         results[0].warnings[:0] = notes  # about the inputs, not a platform: said once
         return results
     finally:

@@ -48,22 +48,25 @@ def _reference_outputs(result_set: Path) -> dict[str, list[tuple[str, np.ndarray
     return found
 
 
-def decision_summary(outputs: list[tuple[str, np.ndarray]]) -> dict[str, Any]:
-    """What the model decides for these outputs: YOLOv8 detections, a classifier's top-1, or nothing
+def decision_summary(outputs: list[tuple[str, np.ndarray]], input_hw: tuple[int, int] | None = None) -> dict[str, Any]:
+    """What the model decides for these outputs: detections (any family rkdet decodes; a segmentation's
+    masks as their pixel counts, so the bundle stays small JSON), a classifier's top-1, or nothing
     (the same decoder `rkdet diff` judges decisions with)."""
     arrays = dict(outputs)
-    layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs])
-    if layout.kind.startswith("yolov8"):
-        return {"kind": layout.kind, "detections": decode.decode_yolov8(layout, arrays).as_list()}
+    layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs], input_size=input_hw)
+    if layout.task in ("detection", "segmentation"):
+        return {"kind": layout.kind, "task": layout.task,
+                "detections": decode.decode_detections(layout, arrays).as_list()}
     if layout.kind == "classification":
         return {"kind": "classification", "top1": int(np.argmax(decode.class_scores(layout, arrays)))}
     return {"kind": "none"}
 
 
 def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]]) -> dict[str, Any]:
+    hw = decode.input_hw(tuple(tensor.shape))
     return {"name": name, "tensor": selfcheck.encode_array(tensor),
             "expected": {ref: [dict(selfcheck.encode_array(a), name=out) for out, a in sets[name]] for ref, sets in refs.items()},
-            "decisions": {ref: decision_summary(sets[name]) for ref, sets in refs.items()}}
+            "decisions": {ref: decision_summary(sets[name], hw) for ref, sets in refs.items()}}
 
 
 def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT_CAP_BYTES) -> BundleInfo:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rkdet.decode import Detections, Layout, class_scores, decode_yolov8, detect_layout
+from rkdet.decode import Detections, Layout, class_scores, decode_detections, detect_layout, input_hw
 from rkdet.diff.correlate import correlate, run_setting_differences
 from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
@@ -181,11 +181,21 @@ def _where(element: int | None, shape: tuple[int, ...]) -> str:
 
 
 def _decide(layout: Layout, arrays: dict[str, np.ndarray]) -> Detections | np.ndarray | None:
-    if layout.kind.startswith("yolov8"):
-        return decode_yolov8(layout, arrays)
-    if layout.kind == "classification":
+    if layout.task in ("detection", "segmentation"):
+        return decode_detections(layout, arrays)
+    if layout.task == "classification":
         return class_scores(layout, arrays)
     return None
+
+
+def _input_hw(src: Source) -> tuple[int, int] | None:
+    """The model input's H, W as the result set's run.json records its inputs (a flattened grid needs it)."""
+    inputs = src.run_info.get("inputs")
+    first = inputs[0] if isinstance(inputs, list) and inputs and isinstance(inputs[0], dict) else {}
+    shape = first.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        return None
+    return input_hw(shape)
 
 
 def _decision_delta(ref: Detections | np.ndarray | None, cand: Detections | np.ndarray | None) -> dict[str, Any] | None:
@@ -198,7 +208,8 @@ def _decision_delta(ref: Detections | np.ndarray | None, cand: Detections | np.n
 
 def _decision_summary(dec: Detections | np.ndarray | None) -> dict[str, Any] | None:
     if isinstance(dec, Detections):
-        return {"kind": "detection", "detections": dec.as_list()}
+        return {"kind": "detection", "task": "segmentation" if dec.masks is not None else "detection",
+                "detections": dec.as_list()}
     if isinstance(dec, np.ndarray):
         top = np.argsort(-dec, kind="stable")[:5]
         return {"kind": "classification", "top5": [int(i) for i in top], "scores": [float(dec[i]) for i in top]}
@@ -219,9 +230,9 @@ class _Engine:
         self.norms: dict[tuple[str, str], float] = {}  # |reference|^2 per reference hash
 
     # -- layout ----------------------------------------------------------------------------
-    def layout_for(self, record: Record) -> Layout:
+    def layout_for(self, record: Record, src: Source) -> Layout:
         if self.layout is None:
-            self.layout = detect_layout([(o.name, o.shape) for o in record.outputs], self.decoder)
+            self.layout = detect_layout([(o.name, o.shape) for o in record.outputs], self.decoder, _input_hw(src))
         return self.layout
 
     # -- per-pair numerics -----------------------------------------------------------------
@@ -260,7 +271,7 @@ class _Engine:
         first_decisions: dict[str, Any] = {}
         ref_decisions: dict[str, Any] = {}
         for rec in self._prefetching(src, analysis):
-            layout = self.layout_for(rec)
+            layout = self.layout_for(rec, src)
             analysis.records += 1
             analysis.runs = max(analysis.runs, rec.run + 1)
             ia = analysis.inputs.get(rec.input)

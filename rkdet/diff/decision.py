@@ -1,23 +1,26 @@
 """Decision-level comparison: does the difference change what the model *decides*?
 
-Detections are matched greedily by IoU (>= MATCH_IOU, best pairs first); a matched pair with a
-different class is a class flip, unmatched reference boxes are missing, unmatched candidate boxes
-are extra. Classification compares top-1 and the top-k set.
+Detections are matched greedily by overlap (best pairs first) as rkdet.decode.SAME_DECISION defines it per
+task: box IoU for detectors, mask IoU for segmentation; a matched pair with a different class is a class
+flip, unmatched reference detections are missing, unmatched candidate ones are extra. Classification
+compares top-1 and the top-k set.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rkdet.decode import Detections, iou_matrix
+from rkdet.decode import SAME_DECISION, Detections, overlap_matrix
 
-MATCH_IOU = 0.5
+MATCH_IOU = SAME_DECISION["detection"].min_iou  # the one definition, in rkdet/decode/common.py
 TOP_K = 5
 
 
-def compare_detections(reference: Detections, candidate: Detections, match_iou: float = MATCH_IOU) -> dict:
-    """Counts and worst deltas between two detection lists (JSON-ready)."""
-    iou = iou_matrix(reference.boxes, candidate.boxes) if len(reference) and len(candidate) else np.zeros((len(reference), len(candidate)))
+def compare_detections(reference: Detections, candidate: Detections, match_iou: float | None = None) -> dict:
+    """Counts and worst deltas between two detection lists (JSON-ready); `match_iou` overrides the rule's."""
+    iou, rule = overlap_matrix(reference, candidate)
+    match_iou = rule.min_iou if match_iou is None else match_iou
+    assert match_iou is not None
     pairs: list[tuple[int, int, float]] = []
     if iou.size:
         order = np.argsort(-iou, axis=None, kind="stable")
@@ -40,6 +43,9 @@ def compare_detections(reference: Detections, candidate: Detections, match_iou: 
     score_deltas = [float(candidate.scores[c] - reference.scores[r]) for r, c, _ in same]
     return {
         "kind": "detection",
+        "task": rule.task,
+        "overlap": rule.overlap,
+        "match_iou": match_iou,
         "reference_count": len(reference),
         "candidate_count": len(candidate),
         "matched": len(same),

@@ -1,7 +1,11 @@
 """Build each variant of the search space in its fixed order; record options, fidelity and fingerprint.
 
-Every variant is a real `rkdet convert` of a validated config (the user's plus the variant's keys) into a
-scratch folder beside the output; a failed one is kept just long enough to read its fidelity.json and
+Variants run cheapest first by estimate (rkdet/search/budget.py) within the time budget: each build's time
+is measured, a build still running at the deadline is stopped, and what was left untried is recorded.
+When `rkdet layers` says the loss accumulates (no single layer below fidelity.min_layer_cosine while the
+whole model is), single-layer hybrids cannot fix it: the remedy stage is then a float16 build, labelled
+as such (never an INT8 result). Every variant is a real `rkdet convert` of a validated config (the user's
+plus the variant's keys) into a scratch folder beside the output; a failed one is kept just long enough to read its fidelity.json and
 manifest.json (the fingerprint), then removed. The first variant that passes every gate is installed as the
 build `<out>/<name>-<platform>`, exactly where `rkdet convert` would put it.
 """
@@ -17,13 +21,23 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rkdet.config import RkdetConfig
+from rkdet.convert.hermetic import BuildWatch, DeadlineReached
 from rkdet.convert.images import list_images
 from rkdet.convert.pipeline import convert
 from rkdet.errors import ConversionError, InputError
-from rkdet.search.space import MAX_HYBRID_K, Space, Variant, hybrid_ks, hybrid_variants, quantize_variants
+from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first, format_duration, relative_cost
+from rkdet.search.space import (
+    MAX_HYBRID_K,
+    Space,
+    Variant,
+    float_variant,
+    hybrid_ks,
+    hybrid_variants,
+    quantize_variants,
+)
 
 Progress = Callable[[str], None]
-SCHEMA = "rkdet.search/1"
+SCHEMA = "rkdet.search/2"  # 2: cost order, measured build seconds, budget, untried variants, loss shape
 LAYERS_MAX_INPUTS = 2  # as `rkdet layers` by default: the golden inputs that stray furthest
 
 
@@ -43,8 +57,11 @@ class Outcome:
     """What one variant's build gave."""
 
     variant: Variant
-    status: str  # "pass" | "fail" (a gate) | "error" (the toolkit or a check failed)
+    status: str  # "pass" | "fail" (a gate) | "error" (the toolkit or a check failed) | "stopped" (the budget ran out)
     options: dict[str, Any]
+    build_seconds: float | None = None  # measured (the search's clock)
+    estimated_seconds: float | None = None  # what the measured builds before it predicted
+    relative_cost: float = 1.0
     message: str | None = None
     fingerprint: str | None = None
     fidelity_line: str | None = None
@@ -57,7 +74,48 @@ class Outcome:
                 "options": self.options, "status": self.status, "message": self.message,
                 "fingerprint": self.fingerprint, "fidelity_line": self.fidelity_line, "gates": self.gates,
                 "slices": self.slices, "float_layers": self.options["float_layers"],
+                "float_build": bool(self.options.get("force_fp16")),
+                "build_seconds": self.build_seconds, "estimated_seconds": self.estimated_seconds,
+                "relative_cost": self.relative_cost,
                 "closest": None if self.closest is None else asdict(self.closest)}
+
+
+@dataclass(frozen=True)
+class Untried:
+    """A variant the budget left out: its place, what it would change, its estimated cost."""
+
+    variant: Variant
+    relative_cost: float
+    estimated_seconds: float | None
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.variant.index, "stage": self.variant.stage, "changes": self.variant.changes,
+                "relative_cost": self.relative_cost, "estimated_seconds": self.estimated_seconds, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class LossShape:
+    """What `rkdet layers` says about where the loss comes from: one layer (a hybrid fixes it) or everywhere."""
+
+    accumulates: bool  # no single layer below the threshold while the entire model is
+    threshold: float
+    min_single_cosine: float | None
+    first_loss: str | None  # ONNX label of the first layer whose entire cosine is below the threshold
+    first_loss_cosine: float | None
+    min_output_cosine: float | None
+
+    def sentence(self) -> str:
+        if not self.accumulates:
+            return "rkdet layers: single layers cause the loss (single-layer float16 can fix it)"
+        if self.first_loss:
+            where = f"first below {self.threshold:g} at {self.first_loss} (entire cosine {self.first_loss_cosine:.4g})"
+        elif self.min_output_cosine is not None and self.min_output_cosine < self.threshold:
+            where = f"outputs down to cosine {self.min_output_cosine:.4g}"
+        else:
+            where = "the gate fails on the whole model's decisions"
+        return (f"rkdet layers: the loss accumulates: {where} while no single layer is below {self.threshold:g} "
+                f"(lowest single cosine {self.min_single_cosine:.4g}), so no few float16 layers can fix it")
 
 
 @dataclass
@@ -69,6 +127,14 @@ class SearchResult:
     worst_single: list[dict[str, Any]] | None  # from `rkdet layers` (None: the hybrid stage was not reached)
     layers_error: str | None
     build: Path | None  # the installed build of the first passing variant
+    budget_seconds: float = 0.0
+    elapsed_seconds: float = 0.0
+    untried: list[Untried] = field(default_factory=list)
+    loss: LossShape | None = None
+
+    @property
+    def out_of_budget(self) -> bool:
+        return bool(self.untried) or any(o.status == "stopped" for o in self.outcomes)
 
     @property
     def passed(self) -> Outcome | None:
@@ -80,6 +146,9 @@ class SearchResult:
                 "search_all": self.search_all, "passed": None if first is None else first.variant.index,
                 "fingerprint": None if first is None else first.fingerprint, "searched_config": searched_config,
                 "worst_single": self.worst_single, "layers_error": self.layers_error,
+                "budget_seconds": self.budget_seconds, "elapsed_seconds": self.elapsed_seconds,
+                "untried": [u.as_dict() for u in self.untried],
+                "loss": None if self.loss is None else asdict(self.loss),
                 "variants": [o.as_dict() for o in self.outcomes]}
 
 
@@ -95,7 +164,8 @@ def apply(cfg: RkdetConfig, changes: dict[str, Any]) -> RkdetConfig:
 def _options(cfg: RkdetConfig, calibration_images: int) -> dict[str, Any]:
     q = cfg.quantize
     return {"algorithm": q.algorithm, "method": q.method, "max_images": q.max_images,
-            "calibration_images": calibration_images, "float_layers": list(q.float_layers)}
+            "calibration_images": calibration_images, "float_layers": list(q.float_layers),
+            "force_fp16": q.force_fp16}
 
 
 def _closest(gates: list[dict[str, Any]]) -> Closest | None:
@@ -133,15 +203,21 @@ def _fidelity_line(fid: dict[str, Any], platform: str) -> str | None:
         return None
 
 
-def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Path, progress: Progress) -> tuple[Outcome, Path | None]:
-    """Convert one variant into `scratch/<index>/`; returns its outcome and, when it passed, its build folder."""
+def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Path, progress: Progress,
+                  watch: BuildWatch | None = None) -> tuple[Outcome, Path | None]:
+    """Convert one variant into `scratch/<index>/`; returns its outcome and, when it passed, its build folder
+    (`watch`: the toolkit's progress lines and the budget's deadline)."""
     vcfg = apply(cfg, variant.changes)
     count = len(list_images(vcfg.quantize.dataset, "quantize.dataset", vcfg.quantize.max_images))
     outcome = Outcome(variant, "error", _options(vcfg, count))
     out = scratch / f"{variant.index:03d}"
     try:
         result = convert(vcfg, out, [platform], keep_failed=True,
-                         progress=lambda m: progress(f"variant {variant.index}: {m}"))[0]
+                         progress=lambda m: progress(f"variant {variant.index}: {m}"), watch=watch)[0]
+    except DeadlineReached as err:
+        outcome.status, outcome.message = "stopped", str(err)
+        shutil.rmtree(out, ignore_errors=True)
+        return outcome, None
     except (ConversionError, InputError) as err:  # a gate (FidelityGateError), the toolkit, a refused layer name
         if isinstance(err, InputError) and not variant.changes:
             raise  # the config itself is wrong (exit 2): every variant would say so
@@ -166,21 +242,41 @@ def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Pa
     return outcome, folder
 
 
+def loss_shape(singles: list[float | None], first_loss: tuple[str, float] | None, outputs: list[float],
+               threshold: float, gate_failed: bool = False) -> LossShape:
+    """Accumulating loss: the entire model is lost (a layer's accumulated cosine or an output's below
+    `threshold`, or the build fails its gate: the search reaches this stage only then) while every single
+    layer (fed float inputs) stays at or above it: no layer to put in float16 stands out."""
+    measured = [c for c in singles if c is not None]
+    low_single = min(measured) if measured else None
+    low_output = min(outputs) if outputs else None
+    entire_low = first_loss is not None or (low_output is not None and low_output < threshold) or gate_failed
+    accumulates = bool(entire_low and low_single is not None and low_single >= threshold)
+    return LossShape(accumulates, threshold, low_single, first_loss[0] if first_loss else None,
+                     first_loss[1] if first_loss else None, low_output)
+
+
 def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Progress, top: int
-                  ) -> tuple[list[dict[str, Any]], int]:
-    """`rkdet layers` on the config as given: its worst layers by single error, and how many layers it measured."""
+                  ) -> tuple[list[dict[str, Any]], int, LossShape]:
+    """`rkdet layers` on the config as given: its worst layers by single error, how many layers it measured,
+    and whether the loss comes from single layers or accumulates."""
     from rkdet.layers.rebuild import Source, rebuild_and_analyse
     from rkdet.layers.report import build_report, onnx_label
 
     src = Source(cfg, platform, None, None)
     rebuilt = rebuild_and_analyse(src, None, lambda m: progress(f"layers: {m}"), log_to=scratch / "toolkit-layers.log",
                                   max_inputs=LAYERS_MAX_INPUTS)
-    report = build_report(rebuilt.analyses, rebuilt.model.onnx_bytes, cfg.fidelity.min_layer_cosine, top,
+    threshold = cfg.fidelity.min_layer_cosine
+    report = build_report(rebuilt.analyses, rebuilt.model.onnx_bytes, threshold, top,
                           source="search", toolkit=rebuilt.toolkit, fingerprint=rebuilt.fingerprint,
                           build_fingerprint=None, timings=rebuilt.timings, output_cosine=rebuilt.output_cosine)
     measured = [x for x in report.layers if x.op != "Input"]
+    first = report.first_loss
+    shape = loss_shape([x.single.cosine for x in measured],
+                       (onnx_label(first), float(first.entire.cosine)) if first and first.entire.cosine is not None
+                       else None, list(report.output_cosine.values()), threshold, gate_failed=True)
     return ([{"layer": x.index, "rknn_name": x.rknn_name, "onnx": onnx_label(x), "single_cosine": x.single.cosine}
-             for x in report.worst_single], len(measured))
+             for x in report.worst_single], len(measured), shape)
 
 
 def _install(folder: Path, final: Path) -> None:
@@ -193,47 +289,90 @@ def _install(folder: Path, final: Path) -> None:
         os.rename(folder, final)
 
 
-def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Progress
-           ) -> SearchResult:
-    """Try the variants in order; stop at the first that passes every gate unless `search_all`."""
+def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Progress,
+           budget: Budget, toolkit_progress: Progress | None = None) -> SearchResult:
+    """Try the variants cheapest first within `budget`; stop at the first that passes every gate unless
+    `search_all`. `toolkit_progress` receives the toolkit's own progress lines while a variant builds."""
+    budget.start()
     count = len(list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images))
-    variants = quantize_variants(space, cfg.quantize.algorithm, cfg.quantize.method, count)
+    algorithm = cfg.quantize.algorithm
+    variants = cheapest_first(quantize_variants(space, algorithm, cfg.quantize.method, count), algorithm, count)
     outcomes: list[Outcome] = []
+    untried: list[Untried] = []
     installed: Path | None = None
     worst: list[dict[str, Any]] | None = None
     layers_error = None
+    loss: LossShape | None = None
     scratch = Path(tempfile.mkdtemp(prefix=f".search-{cfg.name}-{platform}-", dir=out))
-    try:
-        def run(variant: Variant) -> bool:
-            nonlocal installed
-            progress(f"variant {variant.index}: {variant.label()}")
-            outcome, folder = build_variant(cfg, variant, platform, scratch, progress)
-            outcomes.append(outcome)
-            progress(f"variant {variant.index}: {outcome.status}")
-            if folder is not None and installed is None:
-                installed = out / f"{cfg.name}-{platform}"
-                _install(folder, installed)
-            elif folder is not None:
-                shutil.rmtree(folder.parent, ignore_errors=True)
-            return outcome.status == "pass"
 
-        for variant in variants:
-            if run(variant) and not search_all:
+    def skip(variant: Variant, relative: float, reason: str) -> None:
+        untried.append(Untried(variant, relative, budget.estimate(relative), reason))
+
+    def run(variant: Variant) -> bool:
+        nonlocal installed
+        relative = relative_cost(variant, algorithm, count)
+        if outcomes and not budget.fits(relative):
+            guess = budget.estimate(relative)
+            skip(variant, relative, "the budget is spent" if budget.remaining() <= 0 else
+                 f"estimated {format_duration(guess or 0)}, {format_duration(budget.remaining())} of the budget left")
+            return False
+        guess = budget.estimate(relative)
+        progress(f"variant {variant.index}: {variant.label()}"
+                 + (f" (estimated {format_duration(guess)}, {format_duration(budget.remaining())} left)" if guess else ""))
+        started = budget.clock()
+        watch = BuildWatch(toolkit_progress, budget.deadline, budget.clock)
+        outcome, folder = build_variant(cfg, variant, platform, scratch, progress, watch)
+        outcome.build_seconds, outcome.estimated_seconds = budget.clock() - started, guess
+        outcome.relative_cost = relative
+        if outcome.status != "stopped":
+            budget.record(variant, outcome.build_seconds, relative)
+        outcomes.append(outcome)
+        progress(f"variant {variant.index}: {outcome.status} in {format_duration(outcome.build_seconds)}")
+        if folder is not None and installed is None:
+            installed = out / f"{cfg.name}-{platform}"
+            _install(folder, installed)
+        elif folder is not None:
+            shutil.rmtree(folder.parent, ignore_errors=True)
+        return outcome.status == "pass"
+
+    try:
+        passed = False
+        diagnosis = LAYERS_COST + HYBRID_COST  # what the hybrid stage needs at least: rkdet layers and one build
+        for i, variant in enumerate(variants):
+            relative = relative_cost(variant, algorithm, count)
+            if outcomes and space.hybrid != () and budget.fits(relative) and not budget.fits(relative + diagnosis):
+                # one more quantization variant would leave no time to ask `rkdet layers` where the loss is
+                for rest in variants[i:]:
+                    skip(rest, relative_cost(rest, algorithm, count),
+                         "left for the hybrid stage (rkdet layers and a remedy build need the rest of the budget)")
                 break
-        else:
-            if space.hybrid != ():
-                top = max(space.hybrid) if space.hybrid else MAX_HYBRID_K
+            if run(variant) and not search_all:
+                passed = True
+                break
+        if not passed and space.hybrid != ():
+            top = max(space.hybrid) if space.hybrid else MAX_HYBRID_K
+            start = len(variants)
+            if not budget.fits(LAYERS_COST):
+                skip(Variant(start, "hybrid", {"quantize.float_layers": ["(the worst layers by rkdet layers)"]}),
+                     LAYERS_COST, "the hybrid stage needs `rkdet layers` first; the budget does not cover it")
+            else:
                 try:
                     progress("hybrid stage: rkdet layers on the config as given (the worst layers by single error)")
-                    worst, measured = _worst_single(cfg, platform, scratch, progress, top)
+                    worst, measured, loss = _worst_single(cfg, platform, scratch, progress, top)
                 except (ConversionError, InputError) as err:
                     layers_error = str(err)
                     measured = 0
-                ks = hybrid_ks(space, measured, len(worst or []))
-                names = [w["rknn_name"] for w in worst or []]
-                for variant in hybrid_variants(len(variants), ks, names, list(cfg.quantize.float_layers)):
+                if loss is not None and loss.accumulates:
+                    progress(f"{loss.sentence()}: trying a float16 build instead of single-layer hybrids")
+                    stage = [float_variant(start, bool(cfg.quantize.float_layers))]
+                else:
+                    ks = hybrid_ks(space, measured, len(worst or []))
+                    stage = hybrid_variants(start, ks, [w["rknn_name"] for w in worst or []],
+                                            list(cfg.quantize.float_layers))
+                for variant in stage:
                     if run(variant) and not search_all:
                         break
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return SearchResult(platform, space, search_all, outcomes, worst, layers_error, installed)
+    return SearchResult(platform, space, search_all, outcomes, worst, layers_error, installed,
+                        budget.seconds, budget.elapsed(), untried, loss)

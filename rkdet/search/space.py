@@ -8,6 +8,12 @@
 3. Hybrid quantization of the config as given: quantize.float_layers = the k worst layers by *single* error
    (`rkdet layers` on the config's build), k = 1, 2, 4, ... up to 64 while k is less than the number of
    measured layers (every layer float16 is a whole-float build, which quantize.force_fp16: false forbids).
+   When `rkdet layers` says the loss *accumulates* (no single layer below fidelity.min_layer_cosine while
+   the whole model is), single-layer hybrids cannot fix it: the stage is then one float16 build
+   (quantize.force_fp16: true), labelled as a float build, never as INT8.
+
+The variants of stages 1-2 are tried cheapest first by estimated cost (rkdet/search/budget.py), the config
+as given always first.
 
 Pure functions: no toolkit here, so the order is tested without building anything.
 """
@@ -26,6 +32,7 @@ METHODS = ("channel", "layer")
 CALIBRATION_DIVISORS = (1, 2, 4)  # all images, the first half, the first quarter
 DIMENSIONS = ("algorithm", "method", "calibration", "hybrid")
 MAX_HYBRID_K = 64  # the default k stops here (and below the number of measured layers)
+FLOAT_LABEL = "FLOAT16 build, not INT8 (quantize.force_fp16: true)"
 
 
 @dataclass(frozen=True)
@@ -47,12 +54,14 @@ class Variant:
     """One candidate: its place in the order, its stage and exactly the config keys it changes."""
 
     index: int
-    stage: str  # "config" | "quantize" | "hybrid"
+    stage: str  # "config" | "quantize" | "hybrid" | "float"
     changes: dict[str, Any] = field(default_factory=dict)  # dotted key -> value, in dimension order
 
     def label(self) -> str:
         if not self.changes:
             return "the config as given"
+        if self.stage == "float":
+            return FLOAT_LABEL
         return ", ".join(f"{k}={_short(v)}" for k, v in self.changes.items())
 
 
@@ -142,3 +151,11 @@ def hybrid_variants(start: int, ks: list[int], worst: list[str], existing: list[
         layers = list(dict.fromkeys([*existing, *worst[:k]]))
         out.append(Variant(start + i, "hybrid", {"quantize.float_layers": layers}))
     return out
+
+
+def float_variant(index: int, clear_float_layers: bool) -> Variant:
+    """The remedy for an accumulating loss: the whole model in float16, labelled as a float build."""
+    changes: dict[str, Any] = {"quantize.force_fp16": True}
+    if clear_float_layers:  # float_layers is hybrid quantization of a quantized build: not with force_fp16
+        changes["quantize.float_layers"] = []
+    return Variant(index, "float", changes)

@@ -61,7 +61,7 @@ def test_a_hybrid_layer_fixes_the_fragile_conv(first_pass):
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc == json.loads((out / "search.json").read_text())
-    assert doc["schema"] == "rkdet.search/1" and doc["platform"] == "rk3588" and doc["search_all"] is False
+    assert doc["schema"] == "rkdet.search/2" and doc["platform"] == "rk3588" and doc["search_all"] is False
     variants = doc["variants"]
     assert [(v["stage"], v["changes"], v["status"]) for v in variants] == [
         ("config", {}, "fail"),

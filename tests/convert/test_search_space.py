@@ -74,7 +74,9 @@ def test_search_space_narrows_a_dimension():
 
 def test_search_flags_bad_input_is_one_line(tiny_config):
     cfg = tiny_config()
-    for args, said in ((("--search-all",), "--search-all and --search-space go with --search"),
+    for args, said in ((("--search-all",), "--search-all, --search-space and --search-budget go with --search"),
+                       (("--search-budget", "5m"), "go with --search"),
+                       (("--search", "--search-budget", "soon"), "--search-budget 'soon': expected a duration"),
                        (("--search", "--search-space", "hybrid=x"), "whole numbers"),
                        (("--search", "--verify"), "run --verify (or --keep-failed) on the searched config")):
         proc = run_rkdet("convert", "--config", str(cfg), "--out", str(Path(cfg).parent / "out"), *args)
