@@ -140,3 +140,12 @@ def float_layers_job(cfg: RkdetConfig) -> list[str]:
     """The job's `float_layers`: RKNN layers built in float16 by hybrid quantization (step1 -> cfg -> step2)
     instead of `build()`; [] builds as always. One definition for convert's and layers' jobs."""
     return list(cfg.quantize.float_layers) if cfg.quantize.enabled and not cfg.quantize.force_fp16 else []
+
+
+def installed_toolkit2() -> Toolkit | None:
+    """The default rknn-toolkit2 (as `find_toolkit` picks it for a toolkit2 platform), or None when absent:
+    for callers that only want to ask it something (import-rknn's simulator probe)."""
+    python = os.environ.get(TOOLKIT2_PYTHON_ENV) or sys.executable
+    version = _installed_version(python, "rknn-toolkit2", _VERSION_PROBE)
+    return None if version is None else Toolkit("rknn-toolkit2", python, WORKER_DIR / "toolkit2_worker.py", version,
+                                                has_simulator=True)
