@@ -239,7 +239,7 @@ class Deployment:
                warnings: list[str]) -> DeployOutcome:
         j = judge(result_local, self.build, self.settings.tolerances, self.folder, self.conn.target.label)
         stack = self._stack(j.run)
-        self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference),
+        self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference) if j.reference is not None else None,
                           repeatable=j.repeatable, agrees=j.agrees, stack=stack.as_dict() if stack else None,
                           cells=j.cells, contexts=j.contexts)
         self.state.save()
