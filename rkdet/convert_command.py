@@ -34,8 +34,12 @@ from rkdet.log import log_console
 @click.option("--search-space", "search_space", multiple=True, metavar="DIM=V1,V2",
               help="With --search: narrow one dimension (algorithm, method, calibration divisors 1/2/4, hybrid k or "
                    "none); repeatable.")
+@click.option("--toolkit", "toolkit", default=None, metavar="V[,V2...]",
+              help="Build with rknn-toolkit2 V in its pinned environment (config toolkit.version; created on first "
+                   "use). Several: one build per version, under <out>/toolkit-<V>/.")
 def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
-                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...]) -> None:
+                    as_json: bool, search: bool, search_all: bool, search_space: tuple[str, ...],
+                    toolkit: str | None) -> None:
     """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
 
     Exit codes: 0 ok (--search: a variant passes), 2 bad input or config, 4 conversion failed
@@ -47,6 +51,18 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
         raise InputError("--search-all and --search-space go with --search")
     console = log_console()
     cfg = load_config(config_path)
+    versions = [v.strip() for v in (toolkit or "").split(",") if v.strip()]
+    if toolkit is not None and not versions:
+        raise InputError(f"--toolkit {toolkit!r}: give a version, e.g. 2.3.2, or several: 2.3.2,2.5.0")
+    if len(versions) > 1:
+        if search:
+            raise InputError("--toolkit with several versions builds each once; run --search per version")
+        return _matrix(cfg, config_path, out, targets, versions, verify, keep_failed, as_json, console)
+    if versions:
+        from rkdet.convert.toolkit_env import pinned_sha256
+
+        pinned_sha256(versions[0])  # an unpinned version: one line, exit 2, before anything is built
+        cfg = cfg.model_copy(update={"toolkit": cfg.toolkit.model_copy(update={"version": versions[0]})})
     if search:
         if verify or keep_failed:
             raise InputError("--search builds and removes its own variants: run --verify (or --keep-failed) on "
@@ -80,3 +96,27 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
         console.print(line)
     if as_json:
         click.echo(json.dumps({"schema": "rkdet.convert/1", "builds": summary}, indent=2, sort_keys=True))
+
+
+def _matrix(cfg, config_path: Path, out: Path, targets: tuple[str, ...], versions: list[str], verify: bool,  # type: ignore[no-untyped-def]
+            keep_failed: bool, as_json: bool, console) -> None:
+    """One build per toolkit version (each under <out>/toolkit-<V>/), then the comparison of each later version
+    with the first (`rkdet compare-builds`)."""
+    from rkdet.convert.pipeline import convert
+    from rkdet.convert.toolkit_env import pinned_sha256
+
+    for v in versions:
+        pinned_sha256(v)
+    built: dict[str, list] = {}
+    for v in versions:
+        vcfg = cfg.model_copy(update={"toolkit": cfg.toolkit.model_copy(update={"version": v})})
+        with console.status(f"converting with rknn-toolkit2 {v}") as status:
+            built[v] = convert(vcfg, out / f"toolkit-{v}", [t.lower() for t in targets] or None, verify=verify,
+                               keep_failed=keep_failed, progress=lambda msg: (status.update(msg), console.log(msg)))
+        for r in built[v]:
+            console.print(f"[green]built[/] {r.folder}  fingerprint {r.fingerprint[:16]}  (rknn-toolkit2 {v})")
+    summary = {"schema": "rkdet.convert-matrix/1", "toolkits": versions,
+               "builds": {v: [{"platform": r.platform, "folder": str(r.folder), "fingerprint": r.fingerprint}
+                              for r in rs] for v, rs in built.items()}}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))

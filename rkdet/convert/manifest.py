@@ -79,6 +79,7 @@ def build_config(cfg: RkdetConfig, platform: str) -> dict[str, Any]:
     if not resolved["quantize"].get("float_layers"):  # fully quantized: fingerprinted as before the key existed
         resolved["quantize"].pop("float_layers", None)
     resolved["target"] = {"platform": platform}
+    resolved["toolkit"].pop("version", None)  # fingerprinted as the toolkit's own version
     return resolved
 
 

@@ -67,7 +67,14 @@ def find_toolkit(platform: str, cfg: RkdetConfig) -> Toolkit:
             raise ConversionError(f"cannot build {platform}: rknn-toolkit is not installed for {python}; {hint}")
         return Toolkit("rknn-toolkit", str(python), WORKER_DIR / "toolkit1_worker.py", version, has_simulator=False)
     python = os.environ.get(TOOLKIT2_PYTHON_ENV) or sys.executable
+    if cfg.toolkit.version is not None:  # a pinned per-version environment (created on first use)
+        from rkdet.convert.toolkit_env import ensure
+
+        python = str(ensure(cfg.toolkit.version).python)
     version = _installed_version(python, "rknn-toolkit2", _VERSION_PROBE)
+    if version is not None and cfg.toolkit.version is not None and version != cfg.toolkit.version:
+        raise ConversionError(f"{python}: its rknn-toolkit2 is {version}, not the {cfg.toolkit.version} its environment "
+                              "was made for; delete that folder and build again")
     if version is None:
         raise ConversionError(f"rknn-toolkit2 is not installed for {python}: run `bash .ci/setup` (or "
                               "`pip install --no-deps rknn-toolkit2==2.5.0` after requirements/host.lock.txt)")
