@@ -61,6 +61,7 @@ def _register() -> None:
     from rkdet.deploy_command import deploy_command
     from rkdet.convert.command import init_command
     from rkdet.convert.import_command import import_command
+    from rkdet.buildcompare.command import compare_builds_command
     from rkdet.convert_command import convert_command
     from rkdet.diff.command import diff_command
     from rkdet.board.command import board_group
@@ -75,6 +76,7 @@ def _register() -> None:
     main.add_command(convert_command)
     main.add_command(init_command)
     main.add_command(import_command)
+    main.add_command(compare_builds_command)
     main.add_command(diff_command)
     main.add_command(emulator)
     main.add_command(deploy_command)

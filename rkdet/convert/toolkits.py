@@ -67,8 +67,9 @@ def find_toolkit(platform: str, cfg: RkdetConfig) -> Toolkit:
             raise ConversionError(f"cannot build {platform}: rknn-toolkit is not installed for {python}; {hint}")
         return Toolkit("rknn-toolkit", str(python), WORKER_DIR / "toolkit1_worker.py", version, has_simulator=False)
     python = os.environ.get(TOOLKIT2_PYTHON_ENV) or sys.executable
-    if cfg.toolkit.version is not None:  # a pinned per-version environment (created on first use)
-        from rkdet.convert.toolkit_env import ensure
+    if cfg.toolkit.version is not None and cfg.toolkit.version != _installed_version(python, "rknn-toolkit2",
+                                                                                     _VERSION_PROBE):
+        from rkdet.convert.toolkit_env import ensure  # a pinned per-version environment (created on first use)
 
         python = str(ensure(cfg.toolkit.version).python)
     version = _installed_version(python, "rknn-toolkit2", _VERSION_PROBE)
