@@ -43,7 +43,8 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
 
     Exit codes: 0 ok (--search: a variant passes), 2 bad input or config, 4 conversion failed
-    (--search: no variant passes every gate; search.json says how close each came).
+    (--search: no variant passes every gate; search.json says how close each came); with several
+    --toolkit versions, 1 when the builds differ (rkdet compare-builds: reports in --out).
     """
     from rkdet.convert.pipeline import convert
 
@@ -115,8 +116,29 @@ def _matrix(cfg, config_path: Path, out: Path, targets: tuple[str, ...], version
                                keep_failed=keep_failed, progress=lambda msg: (status.update(msg), console.log(msg)))
         for r in built[v]:
             console.print(f"[green]built[/] {r.folder}  fingerprint {r.fingerprint[:16]}  (rknn-toolkit2 {v})")
+    from rkdet.buildcompare.report import compare_builds, json_text, write_html
+    from rkdet.diff.report import write_report_file
+
+    comparisons, worst = [], 0
+    first = {r.platform: r for r in built[versions[0]]}
+    for v in versions[1:]:
+        for r in built[v]:
+            base = first.get(r.platform)
+            if base is None:
+                continue
+            c = compare_builds(base.folder, r.folder)
+            stem = out / f"compare-{versions[0]}-vs-{v}-{r.platform}"
+            write_report_file(stem.with_suffix(".json"), json_text(c))
+            write_html(c, stem.with_suffix(".html"))
+            for line in c.lines():
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+            comparisons.append({"platform": r.platform, "a": versions[0], "b": v, "same": c.same,
+                                "verdict": c.verdict(), "report": str(stem.with_suffix(".json"))})
+            worst = max(worst, c.exit_code)
     summary = {"schema": "rkdet.convert-matrix/1", "toolkits": versions,
                "builds": {v: [{"platform": r.platform, "folder": str(r.folder), "fingerprint": r.fingerprint}
-                              for r in rs] for v, rs in built.items()}}
+                              for r in rs] for v, rs in built.items()}, "comparisons": comparisons}
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    if worst:  # the builds are made; the toolkits do not give the same model (exit 1, as compare-builds)
+        raise SystemExit(worst)
