@@ -166,7 +166,7 @@ def simulator_probe(model: Path, info: RknnFileInfo) -> str:
     with tempfile.TemporaryDirectory(prefix="rkdet-import-") as home:
         env = {"HOME": home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1"}
         try:
-            proc = subprocess.run([tk.python, "-c", code, str(model.resolve())], capture_output=True, text=True, env=env,
+            proc = subprocess.run([os.path.abspath(tk.python), "-c", code, str(model.resolve())], capture_output=True, text=True, env=env,
                                   cwd=home, timeout=300, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"rknn-toolkit2 {tk.version} could not be asked ({exc.__class__.__name__})"
@@ -174,8 +174,11 @@ def simulator_probe(model: Path, info: RknnFileInfo) -> str:
     if "RKDET init_runtime 0" in said:
         return f"rknn-toolkit2 {tk.version} loads it on its simulator, but rkdet does not take a loaded model's simulator outputs as a reference"
     if "not support inference on the simulator" in said:
-        return f"rknn-toolkit2 {tk.version} refuses to run a load_rknn model on its simulator (init_runtime)"
-    return f"rknn-toolkit2 {tk.version} could not load it on its simulator (exit {proc.returncode})"
+        return (f"rknn-toolkit2 {tk.version} loads it (load_rknn) but refuses to run a load_rknn model on its "
+                "simulator (init_runtime)")
+    if "RKDET load_rknn failed" in said:
+        return f"rknn-toolkit2 {tk.version} cannot load it (load_rknn failed)"
+    return f"rknn-toolkit2 {tk.version} could not be asked about it (exit {proc.returncode})"
 
 
 def _fingerprint(info: RknnFileInfo, fed: FedSpec, tensors: dict[str, np.ndarray]) -> str:
