@@ -44,6 +44,11 @@ def compare_builds_command(a: Path, b: Path, decoder: str, as_json: bool, json_o
     else:
         for line in c.lines():
             click.echo(visible(line))
+        by: dict[str, list] = {}
         for ch in c.content.changes:
-            click.echo(visible(f"  {ch.category}: {ch.name}: {ch.detail}", 300))
+            by.setdefault(ch.category, []).append(ch)
+        for category, items in by.items():  # a summary per category; every change is in the JSON/HTML report
+            shown = "; ".join(f"{ch.name}: {ch.detail}" for ch in items[:3])
+            more = f"; … {len(items) - 3} more" if len(items) > 3 else ""
+            click.echo(visible(f"  {category} ({len(items)}): {shown}{more}", 400))
     raise SystemExit(c.exit_code)

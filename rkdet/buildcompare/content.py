@@ -146,7 +146,7 @@ def _tables(a: RknnFileInfo, b: RknnFileInfo) -> list[Change]:
         if x is None or y is None:
             out.append(Change("tensor table", f"tensor {name!r}", "in one file only"))
             continue
-        keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
+        keys = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k) and k != "buffer")  # buffers: by owner
         quant = [k for k in keys if k in ("scale", "zero_point", "min", "max", "qnt_method", "qnt_dtype")]
         if quant:
             out.append(Change("quantization", f"tensor {name!r}",
@@ -155,6 +155,32 @@ def _tables(a: RknnFileInfo, b: RknnFileInfo) -> list[Change]:
         if rest:
             out.append(Change("tensor table", f"tensor {name!r}", f"fields {', '.join(rest)} differ"))
     return out
+
+
+def _buffers(a: RknnFileInfo, b: RknnFileInfo) -> list[Change]:
+    """Data buffers keyed by the tensor that owns them (weights by name, regcmd, task ...), defined bytes only."""
+    def owned(info: RknnFileInfo) -> dict[str, tuple[str, int]]:
+        out: dict[str, tuple[str, int]] = {}
+        for sec in info.sections:
+            m = re.match(r"model\.buffer\[(\d+)\](?::(.*))?$", sec.name)
+            if m and not sec.volatile:
+                key = m.group(2) or f"buffer[{m.group(1)}]"
+                while key in out:  # a name owning two buffers: keep both, in file order
+                    key += "'"
+                out[key] = (sec.sha256, sec.size)
+        return out
+
+    oa, ob = owned(a), owned(b)
+    changes = []
+    for key in sorted(set(oa) | set(ob)):
+        x, y = oa.get(key), ob.get(key)
+        if x == y:
+            continue
+        cat = _category(f"model.buffer[0]:{key.rstrip(chr(39))}")
+        detail = ("only in B" if x is None else "only in A" if y is None
+                  else f"{x[1]} -> {y[1]} bytes" if x[1] != y[1] else f"{x[1]} bytes, content differs")
+        changes.append(Change(cat, key, detail))
+    return changes
 
 
 def _same_but_version(x: dict[str, Any], y: dict[str, Any]) -> bool:
@@ -166,18 +192,30 @@ def compare_content(a_path: Path, b_path: Path) -> ContentDiff:
     raw = compare_rknn(a, b)
     sa = {s.name: s for s in a.sections}
     sb = {s.name: s for s in b.sections}
-    changes = []
+    changes = _buffers(a, b)
     table_changes = _tables(a, b)
+    structure = []
     for name in raw.differing_stable_sections:
+        if name.startswith("model.buffer["):
+            continue  # compared by owner tensor above: buffer indices move when the toolkit reorders them
         x, y = sa.get(name), sb.get(name)
         detail = ("in one file only" if x is None or y is None
                   else f"{x.size} -> {y.size} bytes" if x.size != y.size else f"{x.size} bytes, content differs")
         category = _category(name)
         if category == "metadata (beyond the version)" and _same_but_version(a.metadata, b.metadata):
             category = "metadata (toolkit version)"
-        if category == "tensor and node tables, strings" and not table_changes:
-            category, detail = "strings and layout", detail + " (the decoded tensor and node tables are equal)"
+        if category == "tensor and node tables, strings":
+            structure.append(name)
+            continue
         changes.append(Change(category, name, detail))
+    if structure:  # the bytes between the named objects (tables, vtables, strings): one line
+        size = lambda info: sum(s.size for s in info.sections if s.name.startswith("model.structure"))  # noqa: E731
+        what = f"{len(structure)} range(s) differ ({size(a)} -> {size(b)} bytes in all)"
+        if table_changes:
+            changes.append(Change("tensor and node tables, strings", "model.structure", what))
+        else:
+            changes.append(Change("strings and layout", "model.structure",
+                                  what + "; the decoded tensor and node tables are equal"))
     changes += table_changes
     if a.toolkit_version != b.toolkit_version:
         changes.append(Change("metadata (toolkit version)", "toolkit version",
