@@ -5,7 +5,8 @@ What is proved: deploy prints both verdict lines, "repeatable" judged as for any
 APPLICABLE with its reason (and so in deploy.json: ok null, applicable false), over core-mask cells and
 threaded contexts too; runs are recorded in the history; a fleet over it finds its determinism classes
 (a board whose runtime flips a bit is a class of its own) and says agrees is not applicable; an imported
-build without a stand-in for the emulated runtime double is refused in one line.
+build without a stand-in for the emulated runtime double is refused in one line, and so are `rkdet diff RUN
+IMPORTED` (agrees not applicable) and `--install-selfcheck` (no reference outputs to bundle).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def test_deploy_says_repeatable_and_agrees_not_applicable(board: EmulatedBoard, 
     said = _said(proc)
     assert "repeatable: YES [bitwise]" in said
     assert ("agrees with the reference: NOT APPLICABLE (imported .rknn: no ONNX, so no FP32 reference; simulator: "
-            "rknn-toolkit2 2.5.0 refuses to run a load_rknn model on its simulator") in said
+            "rknn-toolkit2 2.5.0 loads it (load_rknn) but refuses to run a load_rknn model on its simulator") in said
     assert "model built by toolkit 2.3.2" in said  # the stack line reads the file's own toolkit
     [folder] = run_folders(out)
     record = json.loads((folder / "deploy.json").read_text())
@@ -68,6 +69,15 @@ def test_deploy_says_repeatable_and_agrees_not_applicable(board: EmulatedBoard, 
     assert run["model_check"]["found"] == expected  # rkdet-run checked the model it ran
     with sqlite3.connect(out / "rkdet.db") as db:
         assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    alone = rkdet(["diff", folder])  # the run judged alone: repeatable, as deploy said
+    assert alone.returncode == 0 and "repeatable: YES" in _said(alone)
+    against = rkdet(["diff", folder, imported])  # against the imported build: one line, not a silent pass
+    lines = [ln for ln in against.stderr.splitlines() if ln.startswith("rkdet: ")]
+    assert against.returncode == 2 and len(lines) == 1 and "agrees is not applicable" in lines[0]
+    selfcheck = _deploy(board, imported, tmp_path / "s", "--install-selfcheck")  # refused before any board work
+    lines = [ln for ln in selfcheck.stderr.splitlines() if ln.startswith("rkdet: ")]
+    assert selfcheck.returncode == 2 and len(lines) == 1 and "no self-check bundle" in lines[0]
+    assert not (tmp_path / "s").exists()
 
 
 def test_cells_and_contexts_on_an_imported_build(board: EmulatedBoard, imported: Path, tmp_path: Path) -> None:
