@@ -133,4 +133,5 @@ def test_a_fleet_over_an_imported_build_finds_its_classes(imported: Path, tmp_pa
             ("A", ["a", "c"]), ("B", ["b"])]
         cells = [c for b in doc["boards"] for c in b["cells"]]
         assert len(cells) == 3 and all(c["status"] == "complete" and c["agrees"] is None for c in cells)
+        assert all("no FP32 reference" in c["agrees_not_applicable"] for c in cells)  # said, not silently null
         assert "drift from history" in said  # the same boards ran the same build before
