@@ -60,6 +60,8 @@ def _register() -> None:
     from rkdet.config_command import config_group
     from rkdet.deploy_command import deploy_command
     from rkdet.convert.command import init_command
+    from rkdet.convert.import_command import import_command
+    from rkdet.buildcompare.command import compare_builds_command
     from rkdet.convert_command import convert_command
     from rkdet.diff.command import diff_command
     from rkdet.board.command import board_group
@@ -73,6 +75,8 @@ def _register() -> None:
     main.add_command(config_group)
     main.add_command(convert_command)
     main.add_command(init_command)
+    main.add_command(import_command)
+    main.add_command(compare_builds_command)
     main.add_command(diff_command)
     main.add_command(emulator)
     main.add_command(deploy_command)

@@ -181,6 +181,10 @@ class ToolkitSection(_Strict):
     memory_plan_strategy: Literal["BestFit"] = "BestFit"
     compute_order: Literal["WidthFirst", "DepthFirst"] = "WidthFirst"
     rknn_batch_size: Optional[int] = None
+    # Build with this rknn-toolkit2 version in its own pinned environment (rkdet/convert/toolkit_env.py),
+    # created on first use; None: the toolkit installed beside rkdet. Not in the build config hash: the
+    # toolkit's version is fingerprinted as the toolkit's.
+    version: Optional[str] = Field(None, pattern=r"^\d+\.\d+\.\d+$")
     # Toolkit log errors accepted by regex (searched in the `E RKNN` line text); recorded in the manifest.
     # Empty by default: any error-class line in toolkit.log fails the build (rkdet/convert/toolkit_log.py).
     accept_errors: list[str] = Field(default_factory=list)

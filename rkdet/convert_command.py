@@ -44,13 +44,17 @@ from rkdet.log import log_console
 @click.option("--search-budget", "search_budget", metavar="DURATION", default=None,
               help="With --search: stop after this long (20m, 1h30m, 90s; default 20m, a coffee break), cheapest "
                    "variants first; exit 4 with the how-close table and what was left untried.")
+@click.option("--toolkit", "toolkit", default=None, metavar="V[,V2...]",
+              help="Build with rknn-toolkit2 V in its pinned environment (config toolkit.version; created on first "
+                   "use). Several: one build per version, under <out>/toolkit-<V>/.")
 def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], verify: bool, keep_failed: bool,
                     as_json: bool, force: bool, search: bool, search_all: bool, search_space: tuple[str, ...],
-                    search_budget: str | None, check_against: Path | None) -> None:
+                    search_budget: str | None, check_against: Path | None, toolkit: str | None) -> None:
     """Convert ONNX to RKNN with static INT8 calibration, golden data and a manifest.
 
     Exit codes: 0 ok (--search: a variant passes), 2 bad input or config, 4 conversion failed
-    (--search: no variant passes every gate; search.json says how close each came).
+    (--search: no variant passes every gate; search.json says how close each came); with several
+    --toolkit versions, 1 when the builds differ (rkdet compare-builds: reports in --out).
     """
     from rkdet.convert.pipeline import convert
 
@@ -69,6 +73,18 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
     if check_against is not None:
         _check(cfg, check_against, as_json, console)
         return
+    versions = [v.strip() for v in (toolkit or "").split(",") if v.strip()]
+    if toolkit is not None and not versions:
+        raise InputError(f"--toolkit {toolkit!r}: give a version, e.g. 2.3.2, or several: 2.3.2,2.5.0")
+    if len(versions) > 1:
+        if search:
+            raise InputError("--toolkit with several versions builds each once; run --search per version")
+        return _matrix(cfg, config_path, out, targets, versions, verify, keep_failed, as_json, console)
+    if versions:
+        from rkdet.convert.toolkit_env import pinned_sha256
+
+        pinned_sha256(versions[0])  # an unpinned version: one line, exit 2, before anything is built
+        cfg = cfg.model_copy(update={"toolkit": cfg.toolkit.model_copy(update={"version": versions[0]})})
     if search:
         if verify or keep_failed:
             raise InputError("--search builds and removes its own variants: run --verify (or --keep-failed) on "
@@ -148,3 +164,48 @@ def _check(cfg: RkdetConfig, build: Path, as_json: bool, console: Console) -> No
                        + visible("; ".join(report.environment), 600) + " (BUILD vs here)")
     if not report.same:
         raise SystemExit(EXIT_DIFFERENT)
+
+
+def _matrix(cfg, config_path: Path, out: Path, targets: tuple[str, ...], versions: list[str], verify: bool,  # type: ignore[no-untyped-def]
+            keep_failed: bool, as_json: bool, console) -> None:
+    """One build per toolkit version (each under <out>/toolkit-<V>/), then the comparison of each later version
+    with the first (`rkdet compare-builds`)."""
+    from rkdet.convert.pipeline import convert
+    from rkdet.convert.toolkit_env import pinned_sha256
+
+    for v in versions:
+        pinned_sha256(v)
+    built: dict[str, list] = {}
+    for v in versions:
+        vcfg = cfg.model_copy(update={"toolkit": cfg.toolkit.model_copy(update={"version": v})})
+        with console.status(f"converting with rknn-toolkit2 {v}") as status:
+            built[v] = convert(vcfg, out / f"toolkit-{v}", [t.lower() for t in targets] or None, verify=verify,
+                               keep_failed=keep_failed, progress=lambda msg: (status.update(msg), console.log(msg)))
+        for r in built[v]:
+            console.print(f"[green]built[/] {r.folder}  fingerprint {r.fingerprint[:16]}  (rknn-toolkit2 {v})")
+    from rkdet.buildcompare.report import compare_builds, json_text, write_html
+    from rkdet.diff.report import write_report_file
+
+    comparisons, worst = [], 0
+    first = {r.platform: r for r in built[versions[0]]}
+    for v in versions[1:]:
+        for r in built[v]:
+            base = first.get(r.platform)
+            if base is None:
+                continue
+            c = compare_builds(base.folder, r.folder)
+            stem = out / f"compare-{versions[0]}-vs-{v}-{r.platform}"
+            write_report_file(stem.with_suffix(".json"), json_text(c))
+            write_html(c, stem.with_suffix(".html"))
+            for line in c.lines():
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+            comparisons.append({"platform": r.platform, "a": versions[0], "b": v, "same": c.same,
+                                "verdict": c.verdict(), "report": str(stem.with_suffix(".json"))})
+            worst = max(worst, c.exit_code)
+    summary = {"schema": "rkdet.convert-matrix/1", "toolkits": versions,
+               "builds": {v: [{"platform": r.platform, "folder": str(r.folder), "fingerprint": r.fingerprint}
+                              for r in rs] for v, rs in built.items()}, "comparisons": comparisons}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    if worst:  # the builds are made; the toolkits do not give the same model (exit 1, as compare-builds)
+        raise SystemExit(worst)

@@ -43,6 +43,9 @@ class BuildInfo:
     embedded_fingerprint: str | None = None  # what the .rknn carries (rkdet-fp=…): rkdet-run --expect-fingerprint
     rknn_sha256: str | None = None  # the .rknn file's: rkdet-run --expect-sha256 (a model without a fingerprint)
     onnx_sha256: str | None = None  # the prepared model.onnx's (--backend onnxruntime)
+    origin: str = "converted"  # "imported": `rkdet import-rknn` (no ONNX, no golden references)
+    no_reference: str | None = None  # why the agrees verdict is not applicable (imported builds), else None
+    emulator_onnx: Path | None = None  # imported: the TEST CONTROL stand-in the emulated runtime double computes
     gates: GateRecord = GateRecord(True)  # convert's gate verdict (manifest `gates`): a failed build is refused
 
     def refuse_failed(self, what: str, allowed: bool) -> str | None:
@@ -105,13 +108,21 @@ class BuildInfo:
         header = (doc.get("rknn") or {}).get("header") or {}
         inputs = doc.get("inputs") or {}
         outputs = ((inputs.get("onnx_prepared") or {}).get("outputs")) or []
+        origin = str(doc.get("origin") or "converted")
+        if origin == "imported":  # no prepared ONNX: the shapes the .rknn's own header gives
+            outputs = header.get("outputs") or []
+        reference = doc.get("reference") or {}
+        stand_in = (doc.get("emulator_stand_in") or {}).get("file")
         return cls(folder=build, fingerprint=fingerprint, platform=platform, fed_input=fed_input,
                    toolkit_version=header.get("toolkit_version"), format_version=int(header.get("format_version") or 0),
                    output_shapes=tuple(tuple(int(d) for d in out["shape"]) for out in outputs),
                    golden_inputs=len(inputs.get("golden") or ()),
                    embedded_fingerprint=_hex64(doc.get("embedded_fingerprint")),
                    rknn_sha256=_hex64((doc.get("rknn") or {}).get("sha256")),
-                   onnx_sha256=_hex64((inputs.get("onnx_prepared") or {}).get("sha256")), gates=from_manifest(doc))
+                   onnx_sha256=_hex64((inputs.get("onnx_prepared") or {}).get("sha256")), gates=from_manifest(doc),
+                   origin=origin,
+                   no_reference=str(reference.get("reason") or "no reference") if origin == "imported" else None,
+                   emulator_onnx=build / Path(str(stand_in)).name if stand_in else None)
 
 
 def _hex64(value: Any) -> str | None:

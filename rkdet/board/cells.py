@@ -197,7 +197,7 @@ class RunJudgement:
 
     verdict: str
     diff_exit: int  # 0 same, 1 different
-    reference: Path
+    reference: Path | None  # None: the build has none (an imported .rknn; `agrees` says why)
     repeatable: dict[str, Any]
     agrees: dict[str, Any] | None
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
@@ -223,23 +223,29 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
     from rkdet.diff.report import write_reports
     from rkdet.diff.resultset import reference_set
 
+    from rkdet.board.build import BuildInfo
+
     cells = read_cells(result)
-    reference = Path(reference_set(build, _first_run_json(result, cells)))
+    first_run = _first_run_json(result, cells)
+    no_reference = BuildInfo.load(build).no_reference  # an imported .rknn: nothing to agree with, said so
+    reference = Path(reference_set(build, first_run)) if no_reference is None else None
     if cells is None:
         comparison = compare(result, reference, tolerance)
         check = fold_contexts(comparison, result)
         write_reports(comparison, folder)
+        lines = [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None]
+        if no_reference is not None:
+            lines.append(not_applicable_line(no_reference))
         return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.as_dict(),
-                            comparison.agrees.as_dict() if comparison.agrees is not None else None,
-                            [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None],
-                            contexts=None if check is None else {"contexts": check.contexts, "agree": check.agree})
+                            comparison.agrees.as_dict() if comparison.agrees is not None else not_applicable(no_reference),
+                            lines, contexts=None if check is None else {"contexts": check.contexts, "agree": check.agree})
     judged = judge_cells(result, cells, reference, tolerance)
     for n, (name, comparison) in enumerate(judged.comparisons.items()):
         if n == 0:
             write_reports(comparison, folder)
         (folder / "cells" / name).mkdir(parents=True, exist_ok=True)
         write_reports(comparison, folder / "cells" / name)
-    lines = judged.lines()
+    lines = judged.lines() + ([not_applicable_line(no_reference)] if no_reference is not None else [])
     ok = judged.exit_code == 0
     if not judged.repeatable:
         failing = f"not repeatable: {lines[0].split(': ', 2)[-1]}"
@@ -250,8 +256,20 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
     names = ", ".join(c.name for c in judged.ran)
     verdict = f"SAME ({tolerance.describe()}) across {len(judged.ran)} cell(s) ({names})" if ok else f"DIFFERENT: {failing}"
     rep = {"ok": judged.repeatable, "cells": [c.name for c in judged.ran]}
-    agrees = None if judged.agrees is None else {"ok": judged.agrees}
+    agrees = not_applicable(no_reference) if judged.agrees is None else {"ok": judged.agrees}
     return RunJudgement(verdict, 0 if ok else 1, reference, rep, agrees, lines, cells=judged.as_dict())
+
+
+NOT_APPLICABLE = "not applicable"
+
+
+def not_applicable(reason: str | None) -> dict[str, Any] | None:
+    """The agrees verdict of a build without a reference (typed as such, never a pass): ok None."""
+    return None if reason is None else {"ok": None, "applicable": False, "verdict": NOT_APPLICABLE, "reason": reason}
+
+
+def not_applicable_line(reason: str) -> str:
+    return f"agrees with the reference: {NOT_APPLICABLE.upper()} ({reason})"
 
 
 def cell_args(core_mask: str, soc: str | None, contexts: int) -> list[str]:

@@ -167,6 +167,9 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             raise InputError("--emulator-fault: not valid JSON") from None
     if not resume and (config_path is not None or given_build is None):
         BuildInfo.check(build)  # after the config's own errors (and the default build); all before any connection
+    if install_selfcheck and build is not None and BuildInfo.load(build).origin == "imported":
+        raise InputError(f"{build}: an imported .rknn has no reference outputs, so no self-check bundle "
+                         "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
     if not resume:  # a build that failed a gate: refused before any connection unless --allow-failed-build
         BuildInfo.load(build).refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy",
                                             allow_failed_build)

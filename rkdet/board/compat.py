@@ -68,6 +68,8 @@ class Incompatibility:
     runtime_kind: Optional[str] = None  # the board's runtime library is this kind
     model_format_min: Optional[int] = None  # the .rknn's container format >= this
     model_toolkit_min: Optional[Version] = None  # the .rknn was built by a toolkit >= this
+    model_toolkit_below: Optional[Version] = None  # the .rknn was built by a toolkit < this
+    model_newer_than_runtime: bool = False  # the .rknn's toolkit is newer than the board's librknnrt
     runtime_below: Optional[Version] = None  # librknnrt < this
     runtime_at_least: Optional[Version] = None  # librknnrt >= this
     driver_below: Optional[Version] = None  # rknpu driver < this
@@ -92,6 +94,12 @@ class Incompatibility:
         if self.model_toolkit_min is not None:
             need(f.model_toolkit, "the model's toolkit version", f.model_toolkit is not None
                  and f.model_toolkit >= self.model_toolkit_min)
+        if self.model_toolkit_below is not None:
+            need(f.model_toolkit, "the model's toolkit version", f.model_toolkit is not None
+                 and f.model_toolkit < self.model_toolkit_below)
+        if self.model_newer_than_runtime:
+            need(f.model_toolkit if f.runtime is not None else None, "the model's toolkit and the librknnrt versions",
+                 f.model_toolkit is not None and f.runtime is not None and f.model_toolkit > f.runtime)
         if self.runtime_below is not None:
             need(f.runtime, "the librknnrt version", f.runtime is not None and f.runtime < self.runtime_below)
         if self.runtime_at_least is not None:
@@ -145,6 +153,23 @@ KNOWN: tuple[Incompatibility, ...] = (
                "to 0.9.2 or later; airockchip/rknn-toolkit2#468 (0.8.2 much slower than 0.9.2)",
         driver_below=(0, 9, 2), runtime_kind="librknnrt"),
     Incompatibility(
+        key="toolkit-2.3.0-model-on-librknnrt-2.3.2", severity="warn",
+        what="a model of rknn-toolkit2 {toolkit} on librknnrt {runtime}: a 2.3.0 model was reported to segfault "
+             "under librknnrt 2.3.2 (tensor-layout validation tightened) and to run under 2.3.0",
+        fix="rebuild the model with the toolkit matching the board's runtime (rkdet convert --toolkit), or pin "
+            "librknnrt to the model's toolkit version",
+        source="jaylfc/taOS#42 (an SD UNet .rknn of rknn-toolkit2 2.3.0 segfaults under librknnrt 2.3.2; "
+               "librknnrt 2.3.0 works)",
+        model_toolkit_min=(2, 3, 0), model_toolkit_below=(2, 3, 1), runtime_at_least=(2, 3, 2),
+        runtime_kind="librknnrt"),
+    Incompatibility(
+        key="model-toolkit-newer-than-librknnrt", severity="warn",
+        what="the model was built by rknn-toolkit2 {toolkit}, newer than the board's librknnrt {runtime}",
+        fix=_LIBRKNNRT_FIX,
+        source="airockchip/rknn-toolkit2#506 (a 2.3.2 model: rknn_run segfault under librknnrt 2.3.0, gone with "
+               "2.3.2); RKNPU2 user guide FAQ 10.1.1 (the runtime should be at least the model's toolkit)",
+        model_newer_than_runtime=True, runtime_kind="librknnrt"),
+    Incompatibility(
         key="rv1126-needs-legacy-runtime", severity="block",
         what="{soc} has an RKNPU 1 NPU (galcore): it runs only the legacy runtime librknn_runtime with models of "
              "RKNN-Toolkit 1.x, not this rknn-toolkit2 model (format {format})",
@@ -186,3 +211,28 @@ def check(facts: StackFacts, rows: tuple[Incompatibility, ...] = KNOWN) -> list[
             found.append(Finding(row, False, f"could not check known incompatibility {row.key}: "
                                              f"{', '.join(unknown)} unknown (source: {row.source.split(';')[0]})"))
     return sorted(found, key=lambda x: (not (x.decided and x.row.severity == "block")))
+
+
+@dataclass(frozen=True)
+class MeasuredLoad:
+    """Measured here, not reported: whether a model built by one toolkit loads in a given runtime, and how
+    to measure it again. `runtime` names exactly what loaded it (on this x86_64 host only the toolkits'
+    own loader, `RKNN.load_rknn`, can be measured; a board's librknnrt needs the board)."""
+
+    model_toolkit: str
+    runtime: str
+    loads: bool
+    observed: str  # what the runtime said
+    command: str  # the rkdet command that reproduces the row
+    source: str = "measured here (rkdet issue 23, 2026-12-01: the tiny conv model, rk3588, x86_64 host)"
+
+
+_PROBE = ("rkdet convert --config tiny.yaml --toolkit {model} && RKDET_TOOLKIT2_PYTHON=$(python -m "
+          "rkdet.convert.toolkit_env ensure {loader}) rkdet import-rknn build/tiny-rk3588/model.rknn --inputs golden "
+          "--channel-order rgb (the 'simulator:' line)")
+_SAID = "load_rknn 0; init_runtime on the simulator refused ('not support inference on the simulator')"
+
+MEASURED_LOADS: tuple[MeasuredLoad, ...] = tuple(
+    MeasuredLoad(model, f"rknn-toolkit2 {loader} load_rknn (x86_64 host)", True, _SAID,
+                 _PROBE.format(model=model, loader=loader))
+    for model in ("2.3.2", "2.5.0") for loader in ("2.3.2", "2.5.0"))

@@ -243,7 +243,7 @@ class Deployment:
         if self.caveat:  # the diff marks its own lines from the build's manifest; a multi-cell summary too
             j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
         stack = self._stack(j.run)
-        self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference),
+        self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference) if j.reference is not None else None,
                           repeatable=j.repeatable, agrees=j.agrees, stack=stack.as_dict() if stack else None,
                           cells=j.cells, contexts=j.contexts)
         self.state.save()

@@ -22,7 +22,7 @@ class Judgement:
     verdict: str
     exit_code: int  # the deploy's: EXIT_OK or EXIT_DIFFERENT
     diff_exit: int
-    reference: Path
+    reference: Path | None  # None: the build has no reference (imported .rknn)
     emulated: bool
     repeatable: dict[str, Any]
     agrees: dict[str, Any] | None

@@ -41,11 +41,14 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
     stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
     stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
     if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
-        stats.add(push(conn, folder / "model.onnx", f"{layout.model_dir}/model.onnx", progress=progress))
+        stats.add(push(conn, emulated_model(build), f"{layout.model_dir}/model.onnx", progress=progress))
         fed = build.need_fed_input()
         with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
             sidecar = Path(tmp) / "model.emu.json"
             prep: dict[str, Any] = {"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}
+            if emulate_npu is not None and build.origin == "imported":
+                raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
+                                 ".rknn has none")
             if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
                 from rkdet.diff.resultset import quant_steps
 
@@ -65,6 +68,17 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
     return stats
 
 
+def emulated_model(build: BuildInfo) -> Path:
+    """What the emulated runtime double computes: the prepared ONNX, or an imported build's TEST CONTROL
+    stand-in (`import-rknn --emulator-onnx`); an imported build without one cannot run on the double."""
+    if build.origin != "imported":
+        return build.folder / "model.onnx"
+    if build.emulator_onnx is None or not build.emulator_onnx.is_file():
+        raise InputError(f"{build.folder}: an imported .rknn has no ONNX for the emulated runtime double to compute; "
+                         "deploy it to a real board, or import it with --emulator-onnx FILE (test control)")
+    return build.emulator_onnx
+
+
 def model_inputs(fed_dir: Path, build: BuildInfo, dest: Path) -> Path:
     """The golden inputs as the prepared ONNX takes them (float32 NCHW, mean/std applied), for the
     onnxruntime backend: the very transform the build's FP32 golden reference was computed with,
@@ -74,6 +88,8 @@ def model_inputs(fed_dir: Path, build: BuildInfo, dest: Path) -> Path:
     from rkdet.selfcheck import fp32_input
 
     fed = build.need_fed_input()
+    if build.origin == "imported":
+        raise InputError(f"{build.folder}: an imported .rknn has no ONNX: --backend onnxruntime needs one; use rknnlite")
     if fed.layout != "NHWC":
         raise InputError(f"{fed_dir.parent.parent}: --backend onnxruntime needs NHWC golden inputs, "
                          f"the build has {fed.layout}")

@@ -69,6 +69,7 @@ def build_config(cfg: RkdetConfig, platform: str) -> dict[str, Any]:
     if resolved["preprocess"].get("short_side") is None:  # not a centre crop: as before the key existed
         resolved["preprocess"].pop("short_side", None)
     resolved["target"] = {"platform": platform}
+    resolved["toolkit"].pop("version", None)  # fingerprinted as the toolkit's own version
     return resolved
 
 

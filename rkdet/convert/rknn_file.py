@@ -119,6 +119,8 @@ class RknnFileInfo:
     metadata: dict[str, Any] = field(hash=False)
     build_info: dict[str, Any] = field(hash=False)
     custom_string: str = ""  # root slot 11: rkdet embeds its model fingerprint (provenance, not hashed)
+    # graph 0's decoded tensor and node tables (what the fingerprint hashes): `rkdet compare-builds` names changes
+    tables: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
 def read_rknn(path: str | Path) -> RknnFileInfo:
@@ -435,6 +437,7 @@ def _parse_model(
         sections=tuple(sections), content_fingerprint=_fingerprint(canonical), metadata=metadata,
         build_info=_literal_or_empty(text(_M_BUILD_INFO)),
         custom_string=text(_M_CUSTOM_STRING),
+        tables={"tensors": first.tensors, "nodes": first.nodes},
     )
 
 

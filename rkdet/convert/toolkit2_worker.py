@@ -118,6 +118,30 @@ def _hybrid_build(rknn, rknn_class, job: dict) -> tuple:
     return rknn, None
 
 
+# config() options newer than some toolkits (2.3.2 lacks them), with rknn-toolkit2 2.5.0's defaults
+# (inspect.signature(RKNN.config) of 2.5.0). A toolkit without the option is given the job without it
+# only when the job asks for exactly that default (recorded in result.json "options_absent").
+NEWER_CONFIG_DEFAULTS = {"mini_rknn": False, "memory_plan_strategy": "BestFit", "compute_order": "WidthFirst",
+                         "compiler_control_file": None}
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    return metadata.version("rknn-toolkit2")
+
+
+def _config_for(config_fn, options: dict) -> tuple:
+    """(kwargs this toolkit's config() takes, the options left out, the first one that cannot be left out)."""
+    import inspect
+
+    known = set(inspect.signature(config_fn).parameters)
+    kept = {k: v for k, v in options.items() if k in known}
+    dropped = sorted(k for k in options if k not in known)
+    refused = next((k for k in dropped if k not in NEWER_CONFIG_DEFAULTS or options[k] != NEWER_CONFIG_DEFAULTS[k]), None)
+    return kept, dropped, refused
+
+
 def run_job(job: dict) -> int:
     import time
 
@@ -129,7 +153,12 @@ def run_job(job: dict) -> int:
     started = time.monotonic()
     try:
         stage = "config"
-        ret = rknn.config(**job["config"])
+        config, dropped, refused = _config_for(RKNN.config, job["config"])
+        if refused:
+            return _fail(stage, f"rknn-toolkit2 {_version()} has no config option {refused}, and the job sets it to a "
+                                "value other than 2.5.0's default: remove it from the config, or build with toolkit 2.5.0",
+                         code=2)
+        ret = rknn.config(**config)
         if ret not in (0, None):
             return _fail(stage, f"rknn.config returned {ret}")
         stage = "load_onnx"
@@ -172,7 +201,7 @@ def run_job(job: dict) -> int:
                     np.save(target, np.ascontiguousarray(array), allow_pickle=False)
                     files.append(str(target))
                 outputs[name] = files
-        result = {"ok": True, "rknn": job["export"], "simulator_outputs": outputs}
+        result = {"ok": True, "rknn": job["export"], "simulator_outputs": outputs, "options_absent": dropped}
         if job.get("analyse"):  # rkdet layers: per-layer accuracy of this very build
             timings["golden_s"] = time.monotonic() - started
             started = time.monotonic()

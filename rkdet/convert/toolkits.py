@@ -67,7 +67,15 @@ def find_toolkit(platform: str, cfg: RkdetConfig) -> Toolkit:
             raise ConversionError(f"cannot build {platform}: rknn-toolkit is not installed for {python}; {hint}")
         return Toolkit("rknn-toolkit", str(python), WORKER_DIR / "toolkit1_worker.py", version, has_simulator=False)
     python = os.environ.get(TOOLKIT2_PYTHON_ENV) or sys.executable
+    if cfg.toolkit.version is not None and cfg.toolkit.version != _installed_version(python, "rknn-toolkit2",
+                                                                                     _VERSION_PROBE):
+        from rkdet.convert.toolkit_env import ensure  # a pinned per-version environment (created on first use)
+
+        python = str(ensure(cfg.toolkit.version).python)
     version = _installed_version(python, "rknn-toolkit2", _VERSION_PROBE)
+    if version is not None and cfg.toolkit.version is not None and version != cfg.toolkit.version:
+        raise ConversionError(f"{python}: its rknn-toolkit2 is {version}, not the {cfg.toolkit.version} its environment "
+                              "was made for; delete that folder and build again")
     if version is None:
         raise ConversionError(f"rknn-toolkit2 is not installed for {python}: run `bash .ci/setup` (or "
                               "`pip install --no-deps rknn-toolkit2==2.5.0` after requirements/host.lock.txt)")
@@ -151,3 +159,12 @@ def float_layers_job(cfg: RkdetConfig) -> list[str]:
     """The job's `float_layers`: RKNN layers built in float16 by hybrid quantization (step1 -> cfg -> step2)
     instead of `build()`; [] builds as always. One definition for convert's and layers' jobs."""
     return list(cfg.quantize.float_layers) if cfg.quantize.enabled and not cfg.quantize.force_fp16 else []
+
+
+def installed_toolkit2() -> Toolkit | None:
+    """The default rknn-toolkit2 (as `find_toolkit` picks it for a toolkit2 platform), or None when absent:
+    for callers that only want to ask it something (import-rknn's simulator probe)."""
+    python = os.environ.get(TOOLKIT2_PYTHON_ENV) or sys.executable
+    version = _installed_version(python, "rknn-toolkit2", _VERSION_PROBE)
+    return None if version is None else Toolkit("rknn-toolkit2", python, WORKER_DIR / "toolkit2_worker.py", version,
+                                                has_simulator=True)

@@ -401,5 +401,18 @@ def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | Non
             shown = p / chosen.name if what == "golden folder" else p / "golden" / chosen.name
             return _golden_set(chosen, note=f"{role} {p} is a {what}: using its {chosen.name} outputs ({shown}), "
                                              f"picked by {why}; pass {shown.parent / other} to compare with the other set")
+    if _imported_build(p):
+        raise InputError(f"{role} {p}: an imported .rknn (rkdet import-rknn) has no reference outputs: agrees is not "
+                         "applicable; compare A alone for the repeatable verdict")
     raise InputError(f"{role} {p}: not a result set (no run.json/index.jsonl), run folder (no result/), build folder "
                      f"(no golden/simulator) or .npy/.npz file")
+
+
+def _imported_build(folder: Path) -> bool:
+    """A build folder written by `rkdet import-rknn` (its manifest says origin: imported)."""
+    if not (folder / "manifest.json").is_file():
+        return False
+    try:
+        return read_json_object(folder / "manifest.json").get("origin") == "imported"
+    except (OSError, InputError):
+        return False

@@ -162,15 +162,21 @@ def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell],
         return [CellResult(c, FAILED, reason=why, folder=folder, deploy_exit=outcome.exit_code,
                            verdict=outcome.verdict, seconds=seconds) for c in cells]
     runs = {r.core_mask: r for r in record_runs(common.out, outcome.folder, log)}
+    top = record.get("agrees")
+    not_applicable = str(top.get("reason")) if isinstance(top, dict) and top.get("applicable") is False else None
     if len(cells) == 1:
         result = CellResult(cells[0], COMPLETE, folder=folder, deploy_exit=outcome.exit_code, verdict=outcome.verdict,
                             seconds=seconds, repeatable=(record.get("repeatable") or {}).get("ok"),
-                            agrees=(record.get("agrees") or {}).get("ok"))
+                            agrees=(record.get("agrees") or {}).get("ok"), agrees_not_applicable=not_applicable)
         result.run = next(iter(runs.values()), None)
         return [result]
     judged = {str(c.get("core_mask")): c for c in (record.get("cells") or {}).get("cells") or []
               if isinstance(c, dict)}
-    return [_split(cell, judged.get(cell.core_mask), runs.get(cell.core_mask), folder, seconds) for cell in cells]
+    split = [_split(cell, judged.get(cell.core_mask), runs.get(cell.core_mask), folder, seconds) for cell in cells]
+    for result in split:
+        if result.status == COMPLETE and not_applicable is not None:
+            result.agrees_not_applicable = not_applicable
+    return split
 
 
 def _split(cell: Cell, judged: dict[str, Any] | None, run: RunRecord | None, folder: str,

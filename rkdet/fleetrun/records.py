@@ -46,6 +46,7 @@ class CellResult:
     verdict: str = ""  # the single-board deploy's verdict line
     repeatable: bool | None = None
     agrees: bool | None = None
+    agrees_not_applicable: str | None = None  # why there is no agrees verdict (an imported .rknn: no reference)
     seconds: float = 0.0
     klass: str | None = None  # determinism class name ("A", "B", ...), complete cells only
     run: RunRecord | None = None  # the history record of the run (per-input output hashes); not in fleet.json
@@ -58,7 +59,9 @@ class CellResult:
         return {"cell": self.cell.name, "core_mask": self.cell.core_mask, "backend": self.cell.backend,
                 "status": self.status, "reason": self.reason or None, "run_folder": self.folder,
                 "deploy_exit": self.deploy_exit, "verdict": self.verdict or None, "repeatable": self.repeatable,
-                "agrees": self.agrees, "seconds": round(self.seconds, 3), "class": self.klass,
+                "agrees": self.agrees, **({"agrees_not_applicable": self.agrees_not_applicable}
+                                          if self.agrees_not_applicable else {}),
+                "seconds": round(self.seconds, 3), "class": self.klass,
                 "run_id": self.run.run_id if self.run else None}
 
 

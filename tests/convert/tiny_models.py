@@ -342,3 +342,37 @@ def cancelling_conv_model(path: Path, *, big: float = 1000.0, size: int = 32, se
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+def foreign_rknn(work: Path, toolkit: str | None = None, *, seed: int = 0) -> tuple[Path, Path]:
+    """A `.rknn` of the tiny conv model built by the real toolkit (2.5.0, or `toolkit` in its pinned
+    environment) and then taken out of its build folder, alone: what someone hands over without its ONNX.
+    Returns (the .rknn, the ONNX it was built from: for the emulated runtime double only)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    work.mkdir(parents=True, exist_ok=True)
+    onnx_path = conv_model(work / "tiny.onnx", seed=seed)
+    config = write_config(work / "tiny.yaml", onnx_path, image_folder(work / "cal", 4, seed=1),
+                          image_folder(work / "gold", 2, seed=2))
+    args = [sys.executable, "-m", "rkdet.cli", "convert", "--config", str(config), "--out", str(work / "build"), "--json"]
+    if toolkit:
+        args += ["--toolkit", toolkit]
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=repo, timeout=900, env=dict(os.environ), check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = Path(json.loads(proc.stdout)["builds"][0]["folder"])
+    rknn = work / f"tiny-{toolkit or 'default'}.rknn"
+    shutil.copyfile(folder / "model.rknn", rknn)
+    shutil.rmtree(work / "build")
+    return rknn, onnx_path
+
+
+def toolkit_cache() -> str:
+    """Where .ci/setup pre-built the pinned toolkit environments ($RKDET_TOOLKIT_CACHE, else .venv/rkdet-toolkits)."""
+    import os
+
+    return os.environ.get("RKDET_TOOLKIT_CACHE") or str(Path(__file__).resolve().parents[2] / ".venv" / "rkdet-toolkits")

@@ -1,0 +1,167 @@
+"""Pinned per-version rknn-toolkit2 environments (`toolkit.version`, `rkdet convert --toolkit V`).
+
+Why: to answer "what changes if I upgrade the toolkit?" one workstation must build with several
+toolkits. Each version gets its own venv holding exactly rkdet's lock (requirements/host.lock.txt:
+numpy 1.26.4, protobuf 4.25.4, CPU torch, ...) and that toolkit installed `--no-deps` (as .ci/setup
+does for 2.5.0: the toolkits declare torch<=2.4.0 but run with the lock's). The wheel is checked
+against the sha256 pinned here before it is installed; the venv is built under a temporary name
+and renamed into place, so a half-made one is never used. It lives in the user's cache folder
+(`$RKDET_TOOLKIT_CACHE`, else `$XDG_CACHE_HOME/rkdet/toolkits`, else `~/.cache/rkdet/toolkits`),
+keyed by version and lock, and is created on first use (which needs the package index; .ci/setup
+pre-builds 2.3.2 so tests run offline).
+
+Run as `python -m rkdet.convert.toolkit_env ensure 2.3.2` to create one ahead of time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rkdet.errors import ConversionError, InputError
+
+CACHE_ENV = "RKDET_TOOLKIT_CACHE"
+DIST = "rknn-toolkit2"
+
+# sha256 of each toolkit's cp311 x86_64 wheel as the package index serves it (checked with
+# `pip download --no-deps rknn-toolkit2==V`). A version not listed here is refused.
+PINNED_WHEELS: dict[str, dict[str, str]] = {
+    "2.3.2": {"cp311": "a05a8fd7515705ebdbb06a965c80b0090af61f7e716f1ed326a3aa5e313f23fb"},
+    "2.5.0": {"cp311": "21922dd3037503a2934fea24cbbf6eccda586158178636ae28a2ac658e710055"},
+}
+STAMP = ".rkdet-toolkit-env"
+
+
+@dataclass(frozen=True)
+class ToolkitEnv:
+    version: str
+    folder: Path
+
+    @property
+    def python(self) -> Path:
+        return self.folder / "bin" / "python"
+
+
+def cache_root() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rkdet" / "toolkits"
+
+
+def lock_file() -> Path:
+    path = Path(__file__).resolve().parents[2] / "requirements" / "host.lock.txt"
+    if not path.is_file():
+        raise ConversionError(f"{path}: rkdet's lock is missing (a per-version toolkit environment is built from it); "
+                              "use rkdet from its source tree, or build with the installed toolkit (no toolkit.version)")
+    return path
+
+
+def _tag() -> str:
+    return f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+def pinned_sha256(version: str) -> str:
+    entry = PINNED_WHEELS.get(version)
+    if entry is None:
+        raise InputError(f"toolkit.version {version!r}: rkdet pins the wheels of rknn-toolkit2 "
+                         f"{', '.join(sorted(PINNED_WHEELS))}; choose one of those")
+    if _tag() not in entry:
+        raise InputError(f"toolkit.version {version}: no pinned wheel for Python {_tag()} (rkdet pins {', '.join(entry)})")
+    return entry[_tag()]
+
+
+def env_for(version: str) -> ToolkitEnv:
+    """Where `version`'s environment lives (it may not exist yet): keyed by version, lock and Python."""
+    pinned_sha256(version)
+    lock = hashlib.sha256(lock_file().read_bytes()).hexdigest()[:12]
+    return ToolkitEnv(version, cache_root() / f"{DIST}-{version}-{_tag()}-{lock}")
+
+
+def ready(env: ToolkitEnv) -> bool:
+    return (env.folder / STAMP).is_file() and env.python.exists()
+
+
+def _run(argv: list[str], what: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+        raise ConversionError(f"{what} failed (exit {proc.returncode}): {tail}")
+
+
+def _wheel(version: str, into: Path) -> Path:
+    """The pinned wheel: from `<cache>/wheels` (.ci/setup may put it there), else downloaded; hash-checked."""
+    want = pinned_sha256(version)
+    wheels = cache_root() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"rknn_toolkit2-{version}-{_tag()}-*x86_64*.whl"))
+    if not found:
+        _run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+              "--only-binary=:all:", "-d", str(wheels), f"{DIST}=={version}"], f"pip download {DIST}=={version}")
+        found = sorted(wheels.glob(f"rknn_toolkit2-{version}-{_tag()}-*x86_64*.whl"))
+    if not found:
+        raise ConversionError(f"pip download {DIST}=={version} left no {_tag()} x86_64 wheel in {wheels}")
+    wheel = found[0]
+    got = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    if got != want:
+        wheel.unlink()
+        raise ConversionError(f"{wheel}: sha256 {got[:16]}… is not the pinned {want[:16]}… of {DIST} {version}; "
+                              "removed (re-run to download it again)")
+    copy = into / wheel.name
+    shutil.copyfile(wheel, copy)
+    return copy
+
+
+def ensure(version: str, progress: Callable[[str], None] | None = None) -> ToolkitEnv:
+    """`version`'s environment, created on first use (locked against a concurrent creator)."""
+    env = env_for(version)
+    if ready(env):
+        return env
+    say = progress or (lambda _m: None)
+    env.folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(env.folder.parent / f".{env.folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready(env):
+            return env
+        say(f"creating the rknn-toolkit2 {version} environment in {env.folder} (first use; needs the package index)")
+        stage = Path(tempfile.mkdtemp(prefix=f".{env.folder.name}.new-", dir=env.folder.parent))
+        try:
+            wheel = _wheel(version, stage)
+            venv = stage / "venv"
+            _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
+            pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            _run([*pip, "-r", str(lock_file())], f"installing rkdet's lock into the {version} environment")
+            _run([*pip, "--no-deps", str(wheel)], f"installing {wheel.name}")
+            (venv / STAMP).write_text(f"{DIST}=={version} sha256={pinned_sha256(version)}\n")
+            wheel.unlink()
+            if env.folder.exists():  # an unfinished one (no stamp) from an interrupted run
+                shutil.rmtree(env.folder)
+            venv.rename(env.folder)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    return env
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "ensure":
+        print("usage: python -m rkdet.convert.toolkit_env ensure VERSION", file=sys.stderr)
+        return 2
+    try:
+        env = ensure(argv[1], progress=lambda m: print(m, file=sys.stderr))
+    except (ConversionError, InputError) as err:
+        print(f"rkdet: {err}", file=sys.stderr)
+        return err.exit_code
+    print(env.python)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
