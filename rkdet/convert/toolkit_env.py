@@ -138,7 +138,7 @@ def ensure(version: str, progress: Callable[[str], None] | None = None) -> Toolk
             venv = stage / "venv"
             _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
             pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            _run([*pip, "-r", str(lock_file())], f"installing rkdet's lock into the {version} environment")
+            _run([*pip, "--require-hashes", "-r", str(lock_file())], f"installing rkdet's lock into the {version} environment")
             _run([*pip, "--no-deps", str(wheel)], f"installing {wheel.name}")
             (venv / STAMP).write_text(f"{DIST}=={version} sha256={pinned_sha256(version)}\n")
             wheel.unlink()
