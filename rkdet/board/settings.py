@@ -66,9 +66,13 @@ class RunSettings:
         """The one constructor from a config's run/board/tolerances sections; a flag given (not None)
         wins over its config value."""
         run, board = sections.run, sections.board
+        chosen = backend or run.backend
+        # the config's NPU core mask is the NPU's: `--backend onnxruntime` runs on the CPU, which has none
+        # (a --core-mask given with it is still passed on, and refused by rkdet-run in one line)
+        config_mask = run.core_mask if chosen == "rknnlite" else "auto"
         return cls(repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
-                   core_mask=core_mask or run.core_mask, contexts=contexts or run.contexts,
-                   backend=backend or run.backend,
+                   core_mask=core_mask or config_mask, contexts=contexts or run.contexts,
+                   backend=chosen,
                    snapshot_every=run.snapshot_every,
                    cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None,
                    pin=board.pin and not no_pin, pin_env=pin_env_from_config(board),

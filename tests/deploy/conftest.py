@@ -7,6 +7,7 @@ holds only two pages, so tests whose point is not the verdict run 2 inferences p
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,13 +31,25 @@ def fast_build(default_build: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedBoard]:
-    """One standard RK3588 emulated board per test module."""
-    with EmulatedBoard("rk3588", tmp_path_factory.mktemp("board")) as b:
-        yield b
+    """One standard RK3588 emulated board per test module, with a TEST CONTROL dir (`control_dir(board)`:
+    its runtime reads fault.json and the `hold` switch there, see `held`)."""
+    control = Path(tempfile.mkdtemp(prefix="rkdet-deploy-ctl-"))
+    control.chmod(0o777)  # the board user reads the controls and writes `holding` here
+    try:
+        with EmulatedBoard("rk3588", tmp_path_factory.mktemp("board"), env={"RKDET_EMU_CONTROL_DIR": str(control)}) as b:
+            yield b
+    finally:
+        shutil.rmtree(control, ignore_errors=True)
 
 
 @pytest.fixture
 def fresh_board(tmp_path: Path) -> Iterator[EmulatedBoard]:
-    """A standard RK3588 board of this test's own (for tests that damage or reconfigure it)."""
-    with EmulatedBoard("rk3588", tmp_path / "board") as b:
-        yield b
+    """A standard RK3588 board of this test's own (for tests that damage or reconfigure it), with a
+    TEST CONTROL dir as `board`'s."""
+    control = Path(tempfile.mkdtemp(prefix="rkdet-deploy-ctl-"))
+    control.chmod(0o777)
+    try:
+        with EmulatedBoard("rk3588", tmp_path / "board", env={"RKDET_EMU_CONTROL_DIR": str(control)}) as b:
+            yield b
+    finally:
+        shutil.rmtree(control, ignore_errors=True)

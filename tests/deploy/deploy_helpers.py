@@ -6,12 +6,13 @@ function; and a test must see what a user sees.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rkdet.emulator.sshd import EmulatedBoard
@@ -121,3 +122,19 @@ def kill_sessions(board: EmulatedBoard) -> int:
     return len(pids)
 
 
+def control_dir(board: EmulatedBoard) -> Path:
+    return Path(board.env["RKDET_EMU_CONTROL_DIR"])
+
+
+@contextlib.contextmanager
+def held(board: EmulatedBoard) -> Iterator[Callable[[], bool]]:
+    """While inside, the board's runtime holds every inference (TEST CONTROL `hold`); yields "is a run
+    being held right now" (the runner started, so the board lock is taken). Released on leaving."""
+    control = control_dir(board)
+    (control / "holding").unlink(missing_ok=True)
+    (control / "hold").write_text("")
+    try:
+        yield lambda: (control / "holding").exists()
+    finally:
+        (control / "hold").unlink(missing_ok=True)
+        (control / "holding").unlink(missing_ok=True)

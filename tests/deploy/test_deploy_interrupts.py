@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from deploy_helpers import (CONFIG, REPO, assert_untouched, board_args, deploy, deploy_args, error_line, kill_sessions,
+from deploy_helpers import (CONFIG, REPO, assert_untouched, held, board_args, deploy, deploy_args, error_line, kill_sessions,
                             rkdet, run_folders, wait_no_board_processes)
 
 from rkdet.emulator.sshd import EmulatedBoard
@@ -85,16 +85,17 @@ def test_connection_killed_mid_run_then_resume(board: EmulatedBoard, fast_build:
 def test_ctrl_c_stops_the_run_and_restores_the_board(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
     before = tree_digest(board.root)
     out, log = tmp_path / "r", tmp_path / "deploy.log"
-    proc = _start(board, fast_build, out, log, repeats=20)
-    try:
-        _wait_for(lambda: _inferences_logged(log, 1), proc, log)
-        pinned = tree_digest(board.root)
-        assert pinned != before  # the board really is pinned while the run goes on
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    with held(board) as holding:  # Ctrl-C lands mid-run, whatever the machine's speed
+        proc = _start(board, fast_build, out, log, repeats=2)
+        try:
+            _wait_for(holding, proc, log)
+            pinned = tree_digest(board.root)
+            assert pinned != before  # the board really is pinned while the run goes on
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     text = log.read_text()
     assert proc.returncode == EXIT_INTERRUPTED, text[-3000:]
     assert "Traceback" not in text and text.strip().splitlines()[-1] == "rkdet: interrupted"
@@ -112,16 +113,22 @@ def test_ctrl_c_stops_the_run_and_restores_the_board(board: EmulatedBoard, fast_
 def test_second_deploy_while_one_runs_is_refused(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
     before = tree_digest(board.root)
     out, log = tmp_path / "r", tmp_path / "deploy.log"
-    first = _start(board, fast_build, out, log, repeats=12)
+    with held(board) as holding:  # the first run waits mid-run until the second has been refused
+        first = _start(board, fast_build, out, log, repeats=2)
+        try:
+            _wait_for(holding, first, log)
+            other = tmp_path / "other"
+            second = deploy(board, fast_build, other)
+            assert second.returncode == EXIT_BOARD, second.stderr[-3000:]
+            line = error_line(second)
+            assert "busy: the board is held by " in line and "--lock-timeout" in line  # the board lock (test_deploy_lock)
+            assert run_folders(other) == []  # refused in preflight: nothing kept
+            assert first.poll() is None
+        except BaseException:
+            first.kill()
+            raise
     try:
-        _wait_for(lambda: _inferences_logged(log, 1), first, log)
-        other = tmp_path / "other"
-        second = deploy(board, fast_build, other)
-        assert second.returncode == EXIT_BOARD, second.stderr[-3000:]
-        line = error_line(second)
-        assert "busy: the board is held by " in line and "--lock-timeout" in line  # the board lock (test_deploy_lock)
-        assert run_folders(other) == []  # refused in preflight: nothing kept
-        first.wait(timeout=120)
+        first.wait(timeout=240)
     finally:
         if first.poll() is None:
             first.kill()

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from deploy_helpers import REPO, board_args, deploy, deploy_args, error_line, rkdet, run_folders, wait_no_board_processes
+from deploy_helpers import (REPO, board_args, deploy, deploy_args, error_line, held, rkdet, run_folders,
+                            wait_no_board_processes)
 
 from rkdet.board.lock import this_holder
 from rkdet.emulator.fake_tree import tree_digest
@@ -61,10 +62,12 @@ def test_concurrent_deploys_to_one_board(board: EmulatedBoard, fast_build: Path,
     before = tree_digest(board.root)
     me = this_holder()
     out1, log1 = tmp_path / "r1", tmp_path / "first.log"
-    first = _start(board, fast_build, out1, log1, repeats=40)
+    hold = held(board)  # the first run waits mid-run until the others have met its lock
+    holding = hold.__enter__()
+    first = _start(board, fast_build, out1, log1, repeats=2)
     waiter: subprocess.Popen | None = None
     try:
-        _until(lambda: _inferences_logged(log1, 1), first, log1)
+        _until(holding, first, log1)
         out3, log3 = tmp_path / "r3", tmp_path / "third.log"
         waiter = _start(board, fast_build, out3, log3, "--lock-timeout", "300", repeats=2)
         _until(lambda: bool(run_folders(out3)) and "job_pid" in (run_folders(out3)[0] / "deploy.json").read_text(),
@@ -81,12 +84,14 @@ def test_concurrent_deploys_to_one_board(board: EmulatedBoard, fast_build: Path,
         line = error_line(refused)
         assert "busy: the board is held by " + me in line and "--lock-timeout" in line
         assert run_folders(tmp_path / "r2") == []  # refused in preflight: nothing kept
-        assert first.poll() is None, "the first deploy ended before the others met its lock: make it longer"
+        assert first.poll() is None, "the first deploy ended while held"
+        hold.__exit__(None, None, None)
         first.wait(timeout=240)
         assert first.returncode == 0, log1.read_text()[-3000:]
         waiter.wait(timeout=240)
         assert waiter.returncode == 0, log3.read_text()[-3000:]
     finally:
+        hold.__exit__(None, None, None)
         for proc in (first, waiter):
             if proc is not None and proc.poll() is None:
                 proc.kill()
@@ -120,16 +125,17 @@ def test_lock_of_a_killed_deploy_is_taken_over(fresh_board: EmulatedBoard, fast_
     board = fresh_board
     before = tree_digest(board.root)
     out1, log1 = tmp_path / "r1", tmp_path / "first.log"
-    first = _start(board, fast_build, out1, log1, repeats=20)
-    try:
-        _until(lambda: _inferences_logged(log1, 1), first, log1)
-        job_pid = json.loads((run_folders(out1)[0] / "deploy.json").read_text())["job_pid"]
-        first.kill()
-        first.wait(timeout=30)
-        os.killpg(job_pid, signal.SIGKILL)  # the board job's own group: the detached job this test started
-    finally:
-        if first.poll() is None:
+    with held(board) as holding:  # killed mid-run, whatever the machine's speed
+        first = _start(board, fast_build, out1, log1, repeats=2)
+        try:
+            _until(holding, first, log1)
+            job_pid = json.loads((run_folders(out1)[0] / "deploy.json").read_text())["job_pid"]
             first.kill()
+            first.wait(timeout=30)
+            os.killpg(job_pid, signal.SIGKILL)  # the board job's own group: the detached job this test started
+        finally:
+            if first.poll() is None:
+                first.kill()
     assert wait_no_board_processes(board) == []
     assert tree_digest(board.root) != before  # left pinned
     info = rkdet(["board", "info", *board_args(board)])

@@ -38,6 +38,11 @@ version 6", ultralytics/ultralytics#18928), and, like lite2 on a single-core SoC
 core the SoC lacks (the cores counted in `$RKDET_ROOT/sys/kernel/debug/rknpu/load`) fails init_runtime.
 RKNNLite 2.5.0 has no method returning the model's custom string; neither has the double.
 
+TEST CONTROL, hold (never present on a real board): while the file `$RKDET_EMU_CONTROL_DIR/hold` exists,
+an inference call waits (it writes `holding` there first, so a test knows the runner is mid-run and
+the board lock held); it goes on when the test removes `hold`, and fails after 600 s. A test proves
+what happens while a run is under way without betting on how long a run takes.
+
 TEST CONTROL, fault injection (never present on a real board): env `RKDET_EMU_FAULT`, or the file
 `$RKDET_EMU_CONTROL_DIR/fault.json` (re-read at every call, so a test can arm it mid-run), holds
 `{"occurrence": R, "input_sha256": H or null, "output": K, "index": I, "bit": B}`: on the R-th
@@ -190,6 +195,27 @@ def _read_fault():
 
 
 IMAGE_CONTROL = "etc/rkdet-emulator/runtime.json"  # TEST CONTROL in an emulated board's image
+
+
+HOLD_LIMIT = 600
+
+
+def _wait_while_held():
+    """False when the hold control (see the docstring) is still there after HOLD_LIMIT seconds."""
+    control = os.environ.get("RKDET_EMU_CONTROL_DIR")
+    if not control or not os.path.exists(os.path.join(control, "hold")):
+        return True
+    try:
+        with open(os.path.join(control, "holding"), "w") as handle:
+            handle.write("%d\n" % os.getpid())
+    except (OSError, IOError):
+        pass
+    deadline = time.monotonic() + HOLD_LIMIT
+    while os.path.exists(os.path.join(control, "hold")):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _read_image_control():
@@ -482,6 +508,9 @@ class RKNNLite(object):
         """
         if self._session is None:
             _log("inference: init_runtime first")
+            return None
+        if not _wait_while_held():
+            _log("inference: the hold test control was not released within %d s" % HOLD_LIMIT)
             return None
         if not isinstance(inputs, (list, tuple)) or len(inputs) != len(self._inputs):
             _log("inference: expected a list of %d inputs" % len(self._inputs))
