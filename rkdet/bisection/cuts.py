@@ -32,6 +32,7 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.rebuild import Source, toolkit_job
+from rkdet.records.io import identifier
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
 FULL_CFG = "full.quantization.cfg"
@@ -69,7 +70,8 @@ class CutBuilder:
         assert src.build is not None and src.manifest is not None
         self.src = src
         self.build = src.build
-        self.fingerprint: str = src.manifest["fingerprint"]
+        self.fingerprint: str = identifier(src.manifest.get("fingerprint"), src.build / "manifest.json",
+                                           "fingerprint") or ""  # it names the cache folder
         self.root = cache / self.fingerprint[:32]
         self.progress = progress
         self._prepared: tuple | None = None

@@ -61,7 +61,8 @@ class DeployOutcome:
 def board_label(conn_label: str) -> str:
     """A folder-safe name for the board (`user@host:port` -> `host_port`)."""
     host = conn_label.split("@")[-1]
-    return re.sub(r"[^A-Za-z0-9._-]", "_", host)
+    label = re.sub(r"[^A-Za-z0-9._-]", "_", host)
+    return "_" if label.strip(".") == "" else label  # never "." or "..": the label is a folder under --out
 
 
 class Deployment:

@@ -21,9 +21,10 @@ from rkdet.board.cells import read_cells
 from rkdet.board.scripts import parse_probe
 from rkdet.diff.resultset import ResultSetDir, iter_jsonl
 from rkdet.errors import BoardError, InputError
+from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.runner import Summary
 
-MAX_JSON_BYTES = 4 << 20  # deploy.json, board.json, run.json
+MAX_JSON_BYTES = MAX_RUN_RECORD  # deploy.json, board.json, run.json
 MAX_INDEX_BYTES = 1 << 30  # index.jsonl: ~100k inferences x 8 inputs fit in a fraction of this
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_LINE_BYTES = 1 << 20  # one JSON Lines record (an index line with hundreds of outputs is ~50 KiB)
@@ -133,12 +134,9 @@ def _check_lines(path: Path, limit: int) -> None:
 def _read_json(path: Path) -> dict[str, Any]:
     _bounded_size(path, MAX_JSON_BYTES)
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"{path}: unreadable JSON ({err}); re-pull the run or remove the folder") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return data
+        return read_json_object(path, limit=MAX_JSON_BYTES)
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; the run folder is incomplete") from None
 
 
 def _text(path: Path, key: str, value: Any, *, required: bool = False) -> str | None:
