@@ -157,7 +157,7 @@ def check_may_write(path: Path, what: str = "output") -> None:
     path = Path(path)
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the folder part is checked below
         st = None
     except OSError as err:
         raise InputError(f"{path}: cannot check the {what} ({err.strerror}); choose another path") from None
