@@ -272,7 +272,10 @@ def read_rknn_facts(path):
         return _rknn_facts(data)
     finally:
         data.release()
-        mapped.close()
+        try:
+            mapped.close()
+        except BufferError:  # a slice still referenced: unmapped when it is collected
+            pass
 
 
 def _rknn_facts(data):
