@@ -49,8 +49,8 @@ _FB_IDENT = b"RKNN"  # FlatBuffers file identifier of the RKNPU2 model payload
 _MAX_JSON = 64 << 20
 MAX_STRING = 16 << 20  # one FlatBuffer string (names, io JSON, build_info); toolkit2 writes KBs
 MAX_LITERAL = 1 << 20  # characters of build_info parsed with ast.literal_eval (the toolkit's is ~2 KB)
-MAX_WORK_FACTOR = 8  # table/vector bytes a parse may read, per payload byte (see _Fb.spend)
-MAX_WORK_BASE = 16 << 20
+MAX_WORK_FACTOR = 4  # table/vector bytes a parse may read, per payload byte (toolkit2 files: 1.0; see _Fb.spend)
+MAX_WORK_BASE = 1 << 20
 
 # Model (root table) slots, toolkit2 2.x.
 _M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO = 0, 1, 2, 3
