@@ -23,7 +23,9 @@ from rkdet.diff.resultset import ResultSetDir, iter_jsonl
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.runner import Summary
+from rkdet.textsafe import visible
 
+_RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
 MAX_JSON_BYTES = MAX_RUN_RECORD  # deploy.json, board.json, run.json
 MAX_INDEX_BYTES = 1 << 30  # index.jsonl: ~100k inferences x 8 inputs fit in a fraction of this
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -238,6 +240,9 @@ def read_runs(results: Path, folder: Path) -> list[RunRecord]:
     if not isinstance(build, str) or not _FINGERPRINT.match(build):
         raise InputError(f"{deploy_json}: fingerprint must be lowercase hex")
     run_id = _text(deploy_json, "run_id", deploy.get("run_id"), required=True) or ""
+    if not _RUN_ID.fullmatch(run_id):  # shown in tables and reports, used in names: a plain token only
+        raise InputError(f"{deploy_json}: run_id {visible(run_id, 40)!r} is not one rkdet deploy makes (letters, "
+                         "digits, '.', '_', '-'); not recorded")
     settings = deploy.get("settings") if isinstance(deploy.get("settings"), dict) else {}
     board_json = folder / "board.json"
     board_doc = _read_json(board_json)
