@@ -8,3 +8,4 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "convert"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "history"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "diff"))
