@@ -39,6 +39,7 @@ from rkdet.board.ssh import BoardConnection
 from rkdet.board.stack import BoardStack, model_expectations
 from rkdet.board.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
+from rkdet.records.io import read_json_object
 
 Log = Callable[[str], None]
 
@@ -251,8 +252,8 @@ class Deployment:
     def _stack(self, run: dict[str, Any] | None) -> BoardStack | None:
         """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
         try:
-            records = json.loads((self.folder / "board.json").read_text()).get("records", [])
+            records = read_json_object(self.folder / "board.json").get("records", [])
             probe = board_scripts.parse_probe(records)
-        except (OSError, ValueError, AttributeError, board_scripts.RecordError):
+        except (OSError, ValueError, AttributeError, InputError, board_scripts.RecordError):
             return None
         return BoardStack.from_evidence(probe, run, self.info.toolkit_version)
