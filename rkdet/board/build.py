@@ -80,8 +80,10 @@ class BuildInfo:
         doc = cls.check(build)
         try:
             return cls._from(build, doc)
-        except InputError:
-            raise
+        except InputError as exc:  # a field named by _from: said as a malformed manifest, like the others
+            prefix = f"{build / 'manifest.json'}: "
+            text = str(exc)[len(prefix):] if str(exc).startswith(prefix) else str(exc)
+            raise InputError(f"{prefix}malformed manifest: {text}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"{build / 'manifest.json'}: malformed manifest ({type(exc).__name__}: {exc}); "
                              "re-run rkdet convert") from None
