@@ -151,7 +151,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
 
     given_build = build
     if build is not None and config_path is None and not resume:
-        BuildInfo.load(build)  # a wrong --build (or a crafted manifest) is exit 2 naming it, before its settings
+        BuildInfo.check(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
     if resume and build is None and config_path is None:  # judged by the build that run was of (below)
         chosen, build = settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
     else:
@@ -161,8 +161,8 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             json.loads(emulator_fault)
         except ValueError:
             raise InputError("--emulator-fault: not valid JSON") from None
-    if not resume and (config_path is not None or given_build is None):
-        BuildInfo.load(build)  # after the config's own errors (and the default build); all before any connection
+    if not resume:  # after the config's own errors (and the default build); all before any connection:
+        BuildInfo.load(build)  # a crafted manifest (a fingerprint that is a path) is exit 2 here
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout, sftp_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise

@@ -80,7 +80,7 @@ def load_builds(config_path: Path | None, builds: tuple[Path, ...]) -> list[Buil
     chosen: list[BuildChoice] = []
     for given in builds or (None,):
         if given is not None:
-            BuildInfo.load(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
+            BuildInfo.check(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
         settings, folder = settings_source(config_path, given)
         info = BuildInfo.load(folder)
         platform, fingerprint = info.platform, info.fingerprint

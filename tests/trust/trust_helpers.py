@@ -33,6 +33,7 @@ def fake_build(folder: Path, manifest: object | None = None, raw: bytes | None =
     (folder / "golden" / "inputs").mkdir(parents=True, exist_ok=True)
     (folder / "model.rknn").write_bytes(b"RKNN\0\0\0\0not a model")
     (folder / "model.io.json").write_text("{}")
+    (folder / "config.resolved.json").write_text(json.dumps({"run": {}, "board": {}, "tolerances": {}}))
     if raw is not None:
         (folder / "manifest.json").write_bytes(raw)
     elif manifest is not None:
