@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rkdet.errors import ConfigError
+from rkdet.records.io import read_json
 from rkdet.tolerance import Tolerance
 
 # What --config means when it is not given: relative to the current folder (a source checkout).
@@ -455,13 +456,12 @@ def build_deploy_settings(build: str | Path) -> DeploySettings:
     without the config file it came from (whose paths, there, are names only and are not needed)."""
     path = Path(build) / RESOLVED_CONFIG
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json(path, error=ConfigError)  # bounded (rkdet.records.io): a build folder is input
     except FileNotFoundError:
         raise ConfigError(f"{path}: missing; pass --config FILE, or re-run rkdet convert to make a complete "
                           "build folder") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a readable JSON config ({exc.__class__.__name__}); pass --config FILE, "
-                          "or re-run rkdet convert") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}; pass --config FILE, or re-run rkdet convert") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: not a JSON object; pass --config FILE, or re-run rkdet convert")
     sections: dict[str, Any] = {}

@@ -150,9 +150,14 @@ _RKNN_CUSTOM_SLOT = 11  # root-table slot of config(custom_string=...) in toolki
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
+MAX_RKNN_STRING = 1 << 20  # bytes of the custom string rkdet reads from a .rknn (rkdet's is < 200)
+MAX_RKNN_METADATA = 1 << 20  # bytes of the .rknn's trailing metadata JSON
+
+
 def _fb_string(buf, table, slot):
-    # type: (bytes, int, int) -> Optional[str]
-    """The string in `slot` of the FlatBuffer table at `table`, or None (absent or malformed)."""
+    # type: (Any, int, int) -> Optional[str]
+    """The string in `slot` of the FlatBuffer table at `table`, or None (absent, malformed or longer
+    than MAX_RKNN_STRING). `buf` is bytes or a memoryview of a mapped file: nothing is copied but the string."""
     try:
         vtable = table - struct.unpack_from("<i", buf, table)[0]
         vt_size = struct.unpack_from("<H", buf, vtable)[0]
@@ -164,11 +169,80 @@ def _fb_string(buf, table, slot):
         pos = table + field_off
         target = pos + struct.unpack_from("<I", buf, pos)[0]
         length = struct.unpack_from("<I", buf, target)[0]
-        if target + 4 + length > len(buf):
+        if length > MAX_RKNN_STRING or target + 4 + length > len(buf):
             return None
-        return buf[target + 4:target + 4 + length].decode("utf-8", "replace")
-    except (struct.error, IndexError):
+        return bytes(buf[target + 4:target + 4 + length]).decode("utf-8", "replace")
+    except (struct.error, IndexError, ValueError):
         return None
+
+
+# --------------------------------------------------------------------------------------------
+# The board side's bounded reads (the host's one reader is rkdet/records/io.py; these files stay
+# standalone, so they carry their own copy of the same rules): a regular file only (O_NONBLOCK: a FIFO
+# cannot hang), a size cap before reading, the JSON nesting depth measured before json.loads.
+
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(b'"[^"\\\\]*(?:\\\\.[^"\\\\]*)*"', re.DOTALL)
+_NOT_BRACKET = bytes(bytearray(b for b in range(256) if b not in b"[]{}"))
+_DEPTH_STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+
+
+def json_depth(data):
+    # type: (bytes) -> int
+    """The deepest nesting of arrays/objects in JSON text (strings skipped), in C-speed passes."""
+    import itertools
+    import operator
+    steps = _JSON_STRING.sub(b"", bytes(data)).translate(None, _NOT_BRACKET).translate(_DEPTH_STEP)
+    return max(itertools.chain((0,), map(operator.sub, itertools.accumulate(steps), itertools.count(1))))
+
+
+def loads_bounded(data, where, max_depth=MAX_JSON_DEPTH):
+    # type: (bytes, str, int) -> Any
+    """JSON text with its depth bounded; ValueError naming `where` otherwise."""
+    if json_depth(data) > max_depth:
+        raise ValueError("%s: JSON nested deeper than %d levels" % (where, max_depth))
+    try:
+        return json.loads(bytes(data).decode("utf-8"))
+    except (ValueError, RecursionError) as err:
+        raise ValueError("%s: not JSON (%s)" % (where, str(err).splitlines()[0][:200] if str(err) else type(err).__name__))
+
+
+def open_regular(path):
+    # type: (str) -> int
+    """A read-only descriptor of `path` if it is a regular file (O_NONBLOCK, checked with fstat: a FIFO
+    or device never blocks or is read); OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO or device?)", path)
+    return fd
+
+
+def read_regular(path, limit):
+    # type: (str, int) -> bytes
+    """At most `limit` bytes of a regular file; ValueError when it holds more (nothing more is read)."""
+    with os.fdopen(open_regular(path), "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError("%s: larger than %d MiB" % (path, limit >> 20))
+    return data
+
+
+# Untrusted text (a bundle's platform, names) printed on a board: the same characters as the host's
+# rkdet/textsafe.py `visible` (tests/trust/test_selfcheck_trust.py checks both agree).
+_CONTROL = re.compile(u"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text):
+    # type: (Any) -> str
+    """`str(text)` with control and bidi characters shown as escapes (\\x1b, \\u202e)."""
+    def escape(match):
+        ch = match.group()
+        if ch in _NAMED:
+            return _NAMED[ch]
+        return "\\x%02x" % ord(ch) if ord(ch) <= 0xFF else "\\u%04x" % ord(ch)
+    return _CONTROL.sub(escape, str(text))
 
 
 def read_rknn_facts(path):
@@ -176,28 +250,56 @@ def read_rknn_facts(path):
     """What a toolkit2 `.rknn` says about itself, read from its bytes (RKNNLite 2.x has no query for
     the custom string): custom_string, embedded_fingerprint (the last `rkdet-fp=<64 hex>` in it, or
     None), toolkit_version (metadata JSON) and format_version. None when the file is no readable
-    toolkit2 .rknn (toolkit1, encrypted, truncated): then only its sha256 can identify it."""
+    toolkit2 .rknn (toolkit1, encrypted, truncated): then only its sha256 can identify it.
+
+    Bounded: the file is mapped, not read (a 2 GiB model costs no memory), the strings and the
+    metadata JSON are capped in size and depth, and a FIFO or device is never opened blocking."""
+    import mmap
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        fd = open_regular(path)
     except (OSError, IOError):
         return None
-    if len(data) < 72 or data[:8] != _RKNN_MAGIC:
+    try:
+        if os.fstat(fd).st_size < 72:
+            return None
+        mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except (OSError, IOError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    data = memoryview(mapped)
+    try:
+        return _rknn_facts(data)
+    finally:
+        data.release()
+        try:
+            mapped.close()
+        except BufferError:  # a slice still referenced: unmapped when it is collected
+            pass
+
+
+def _rknn_facts(data):
+    # type: (memoryview) -> Optional[Dict[str, Any]]
+    if len(data) < 72 or bytes(data[:8]) != _RKNN_MAGIC:
         return None
     version, model_size = struct.unpack_from("<QQ", data, 8)
     if (version & 0xFFF) < 2 or 64 + model_size + 8 > len(data):
         return None
     payload = data[64:64 + model_size]
-    if len(payload) < 8 or payload[4:8] != b"RKNN":
-        return None
-    custom = _fb_string(payload, struct.unpack_from("<I", payload, 0)[0], _RKNN_CUSTOM_SLOT) or ""
+    try:
+        if len(payload) < 8 or bytes(payload[4:8]) != b"RKNN":
+            return None
+        custom = _fb_string(payload, struct.unpack_from("<I", payload, 0)[0], _RKNN_CUSTOM_SLOT) or ""
+    finally:
+        payload.release()
     toolkit = None
     json_size = struct.unpack_from("<Q", data, 64 + model_size)[0]
-    try:
-        meta = json.loads(data[72 + model_size:72 + model_size + json_size].decode("utf-8"))
-        toolkit = str(meta.get("version")) if isinstance(meta, dict) and meta.get("version") else None
-    except ValueError:
-        pass
+    if json_size <= MAX_RKNN_METADATA:
+        try:
+            meta = loads_bounded(bytes(data[72 + model_size:72 + model_size + json_size]), "metadata")
+            toolkit = str(meta.get("version"))[:64] if isinstance(meta, dict) and meta.get("version") else None
+        except ValueError:
+            pass
     at = custom.rfind(EMBED_KEY)
     embedded = custom[at + len(EMBED_KEY):at + len(EMBED_KEY) + 64] if at >= 0 else None
     return {"custom_string": custom[:1024], "format_version": int(version),
@@ -900,8 +1002,7 @@ def load_io_spec(model):
     if not os.path.exists(path):
         return None
     try:
-        with open(path) as handle:
-            spec = json.load(handle)
+        spec = loads_bounded(read_regular(path, 16 << 20), path)  # a FIFO or 100k brackets: this one line
         for item in spec.get("inputs") or []:
             if not isinstance(item.get("name"), str) or not isinstance(item.get("shape"), list):
                 raise ValueError("every inputs[] entry needs name and shape")

@@ -205,16 +205,17 @@ def decode_array(entry, where):
 
 def _read_json(path):
     # type: (str) -> Any
+    """The bundle, bounded (the runner's board-side reader: a regular file, MAX_BUNDLE_BYTES, depth):
+    a FIFO, /dev/zero or 100k brackets are a bad bundle (exit 2), never a hang or a runtime problem."""
     try:
-        size = os.path.getsize(path)
-        if size > MAX_BUNDLE_BYTES:
-            raise BundleError("%s: %d bytes, more than the %d MiB a bundle may have" % (path, size, MAX_BUNDLE_BYTES >> 20))
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BUNDLE_BYTES + 1)
-        return json.loads(data.decode("utf-8"))
+        data = _runner.read_regular(path, MAX_BUNDLE_BYTES)
     except (OSError, IOError) as err:
         raise BundleError("%s: cannot read the bundle (%s)" % (path, err.strerror or err))
-    except (ValueError, UnicodeDecodeError) as err:
+    except ValueError:
+        raise BundleError("%s: more than the %d MiB a bundle may have" % (path, MAX_BUNDLE_BYTES >> 20))
+    try:
+        return _runner.loads_bounded(data, path)
+    except ValueError as err:
         raise BundleError("%s: not a JSON bundle (%s)" % (path, str(err).splitlines()[0][:200]))
 
 
@@ -504,10 +505,10 @@ def main(argv=None):
         return 130
     except Exception as err:  # a bug: still one line
         sys.stderr.write("rkdet-selfcheck: internal error %s: %s; please report it\n"
-                         % (type(err).__name__, " ".join(str(err).split())))
+                         % (type(err).__name__, _runner.visible(" ".join(str(err).split()))))
         return EXIT_RUNTIME
     stream = sys.stdout if result.ok else sys.stderr
-    stream.write("rkdet-selfcheck: %s\n" % result.line)
+    stream.write("rkdet-selfcheck: %s\n" % _runner.visible(result.line))  # bundle text is untrusted
     stream.flush()
     return result.exit_code
 

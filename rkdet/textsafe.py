@@ -62,4 +62,24 @@ def markup_escaped(text: Any, limit: int | None = None) -> str:
     return escape(visible(text, limit))
 
 
-__all__ = ["literal", "markup_escaped", "visible"]
+def html_text(text: Any, limit: int | None = None, quote: bool = True) -> str:
+    """`visible(text)` HTML-escaped: for the HTML reports. Escaping alone keeps a raw ESC, BEL or U+202E
+    in the page (it reorders what a reader sees); here they become visible escapes first."""
+    import html
+
+    return html.escape(visible(text, limit), quote=quote)
+
+
+def xml_text(text: Any, limit: int | None = None) -> str:
+    """`visible(text)` for an XML attribute or text node (JUnit `classname`, `name`, messages): the
+    serializer escapes markup; the controls and bidi characters are already gone."""
+    return visible(text, limit)
+
+
+def plot_label(text: Any, limit: int | None = 80) -> str:
+    """`visible(text)` as a matplotlib label: printable ASCII (the bundled font has every glyph, so no
+    "Glyph missing" warning on stderr) and `$` escaped (no mathtext parse of a board's names)."""
+    return visible(text, limit).encode("ascii", "backslashreplace").decode("ascii").replace("$", r"\$")
+
+
+__all__ = ["html_text", "literal", "markup_escaped", "plot_label", "visible", "xml_text"]

@@ -32,6 +32,7 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.rebuild import Source, toolkit_job
+from rkdet.records.io import identifier, read_json_object
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
 FULL_CFG = "full.quantization.cfg"
@@ -69,7 +70,8 @@ class CutBuilder:
         assert src.build is not None and src.manifest is not None
         self.src = src
         self.build = src.build
-        self.fingerprint: str = src.manifest["fingerprint"]
+        self.fingerprint: str = identifier(src.manifest.get("fingerprint"), src.build / "manifest.json",
+                                           "fingerprint") or ""  # it names the cache folder
         self.root = cache / self.fingerprint[:32]
         self.progress = progress
         self._prepared: tuple | None = None
@@ -102,7 +104,10 @@ class CutBuilder:
     def get(self, point: CutPoint) -> CutModel:
         folder = self.root / cut_key(point)
         if (folder / "cut.json").is_file():
-            doc = json.loads((folder / "cut.json").read_text())
+            try:
+                doc = read_json_object(folder / "cut.json")
+            except InputError:
+                doc = {}  # a damaged cache entry is made again
             if tuple(doc.get("outputs", ())) == point.frontier and doc.get("build_fingerprint") == self.fingerprint:
                 return CutModel(folder, point.frontier, True, 0.0, len(doc.get("quant", {}).get("changed", [])))
         return self._make(point, folder)

@@ -8,13 +8,14 @@ KeyError deep in a board run, and keeps convert's manifest format a single reade
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rkdet.buildgates import GateRecord, from_manifest
 from rkdet.errors import InputError
+from rkdet.records.io import identifier, read_json_object
 
 REQUIRED_FILES = ("model.rknn", "model.io.json", "golden/inputs")
 
@@ -75,12 +76,12 @@ class BuildInfo:
         build = Path(build)
         manifest = build / "manifest.json"
         try:
-            doc = json.loads(manifest.read_text())
+            doc = read_json_object(manifest)  # bounded: a FIFO, /dev/zero or 100k brackets are one line
         except FileNotFoundError:
             raise InputError(f"{build}: no manifest.json; run `rkdet convert` first or pass --build with a build "
                              "folder") from None
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{manifest}: unreadable manifest ({exc}); re-run rkdet convert") from None
+        except InputError as exc:
+            raise InputError(f"{exc}; re-run rkdet convert") from None
         for name in REQUIRED_FILES:
             if not (build / name).exists():
                 raise InputError(f"{build}: {name} missing; the build folder is incomplete, re-run rkdet convert")
@@ -93,15 +94,21 @@ class BuildInfo:
         doc = cls.check(build)
         try:
             return cls._from(build, doc)
+        except InputError as exc:  # a field named by _from: said as a malformed manifest, like the others
+            prefix = f"{build / 'manifest.json'}: "
+            text = str(exc)[len(prefix):] if str(exc).startswith(prefix) else str(exc)
+            raise InputError(f"{prefix}malformed manifest: {text}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InputError(f"{build / 'manifest.json'}: malformed manifest ({type(exc).__name__}: {exc}); "
                              "re-run rkdet convert") from None
 
     @classmethod
     def _from(cls, build: Path, doc: Any) -> BuildInfo:
-        fingerprint, platform = doc["fingerprint"], doc["platform"]
-        if not isinstance(fingerprint, str) or not isinstance(platform, str):
-            raise TypeError("fingerprint and platform must be strings")
+        where = build / "manifest.json"
+        fingerprint = identifier(doc.get("fingerprint"), where, "fingerprint")
+        platform = doc["platform"]
+        if not isinstance(platform, str) or not re.fullmatch(r"[a-z0-9_]{1,32}", platform):
+            raise InputError(f"{where}: platform {str(platform)[:40]!r} is not a platform name; re-run rkdet convert")
         fed = doc.get("fed_input")
         fed_input = None if fed is None else FedInput(
             fed.get("layout"), tuple(float(v) for v in fed["mean"]), tuple(float(v) for v in fed["std"]))
@@ -117,14 +124,12 @@ class BuildInfo:
                    toolkit_version=header.get("toolkit_version"), format_version=int(header.get("format_version") or 0),
                    output_shapes=tuple(tuple(int(d) for d in out["shape"]) for out in outputs),
                    golden_inputs=len(inputs.get("golden") or ()),
-                   embedded_fingerprint=_hex64(doc.get("embedded_fingerprint")),
-                   rknn_sha256=_hex64((doc.get("rknn") or {}).get("sha256")),
-                   onnx_sha256=_hex64((inputs.get("onnx_prepared") or {}).get("sha256")), gates=from_manifest(doc),
-                   origin=origin,
+                   embedded_fingerprint=identifier(doc.get("embedded_fingerprint"), where, "embedded_fingerprint",
+                                                   required=False),
+                   rknn_sha256=identifier((doc.get("rknn") or {}).get("sha256"), where, "rknn.sha256",
+                                          required=False),
+                   onnx_sha256=identifier((inputs.get("onnx_prepared") or {}).get("sha256"), where,
+                                          "inputs.onnx_prepared.sha256", required=False),
+                   gates=from_manifest(doc), origin=origin,
                    no_reference=str(reference.get("reason") or "no reference") if origin == "imported" else None,
                    emulator_onnx=build / Path(str(stand_in)).name if stand_in else None)
-
-
-def _hex64(value: Any) -> str | None:
-    """A sha256/fingerprint as rkdet-run takes it (64 lowercase hex), else None (older or odd manifests)."""
-    return value if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value) else None

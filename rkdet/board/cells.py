@@ -13,31 +13,29 @@ bitwise (rknn-toolkit2 #228: core 0 against cores 0_1_2). The two named verdicts
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
+from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.runner import CORE_MASKS
 from rkdet.tolerance import Tolerance
 
-MAX_JSON = 4 << 20  # cells.json / contexts.json come from the board: bounded like the other run records
+MAX_JSON = MAX_RUN_RECORD  # cells.json / contexts.json come from the board: bounded like the other run records
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any] | None:
+    """The board's record through the one bounded reader (rkdet.records.io); a refusal is a board problem."""
     if not path.is_file():
         return None
-    if path.stat().st_size > MAX_JSON:
-        raise BoardError(f"{what}: {path.name} is larger than {MAX_JSON} bytes (a broken or hostile board?)")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise BoardError(f"{what}: {path.name} is unreadable ({exc.__class__.__name__})") from None
-    if not isinstance(doc, dict):
-        raise BoardError(f"{what}: {path.name} is not a JSON object")
-    return doc
+        return read_json_object(path, limit=MAX_JSON, error=BoardError)
+    except FileNotFoundError:
+        return None
+    except BoardError as exc:
+        raise BoardError(f"{what}: {exc} (a broken or hostile board?)") from None
 
 
 @dataclass(frozen=True)

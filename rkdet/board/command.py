@@ -165,14 +165,13 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
             json.loads(emulator_fault)
         except ValueError:
             raise InputError("--emulator-fault: not valid JSON") from None
-    if not resume and (config_path is not None or given_build is None):
-        BuildInfo.check(build)  # after the config's own errors (and the default build); all before any connection
-    if install_selfcheck and build is not None and BuildInfo.load(build).origin == "imported":
-        raise InputError(f"{build}: an imported .rknn has no reference outputs, so no self-check bundle "
-                         "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
-    if not resume:  # a build that failed a gate: refused before any connection unless --allow-failed-build
-        BuildInfo.load(build).refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy",
-                                            allow_failed_build)
+    if not resume:  # after the config's own errors (and the default build); all before any connection:
+        info = BuildInfo.load(build)  # a crafted manifest (a fingerprint that is a path) is exit 2 here
+        if install_selfcheck and info.origin == "imported":
+            raise InputError(f"{build}: an imported .rknn has no reference outputs, so no self-check bundle "
+                             "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
+        # a build that failed a gate: refused before any connection unless --allow-failed-build
+        info.refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy", allow_failed_build)
     with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
                          connect_timeout, sftp_timeout) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise

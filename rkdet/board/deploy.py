@@ -39,6 +39,7 @@ from rkdet.board.ssh import BoardConnection
 from rkdet.board.stack import BoardStack, model_expectations
 from rkdet.board.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
+from rkdet.records.io import read_json_object
 
 Log = Callable[[str], None]
 
@@ -61,7 +62,8 @@ class DeployOutcome:
 def board_label(conn_label: str) -> str:
     """A folder-safe name for the board (`user@host:port` -> `host_port`)."""
     host = conn_label.split("@")[-1]
-    return re.sub(r"[^A-Za-z0-9._-]", "_", host)
+    label = re.sub(r"[^A-Za-z0-9._-]", "_", host)
+    return "_" if label.strip(".") == "" else label  # never "." or "..": the label is a folder under --out
 
 
 class Deployment:
@@ -258,9 +260,9 @@ class Deployment:
     def _stack(self, run: dict[str, Any] | None) -> BoardStack | None:
         """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
         try:
-            records = json.loads((self.folder / "board.json").read_text()).get("records", [])
+            records = read_json_object(self.folder / "board.json").get("records", [])
             probe = board_scripts.parse_probe(records)
-        except (OSError, ValueError, AttributeError, board_scripts.RecordError):
+        except (OSError, ValueError, AttributeError, InputError, board_scripts.RecordError):
             return None
         return BoardStack.from_evidence(probe, run, self.info.toolkit_version)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from rkdet.board import lock as board_lock
 from rkdet.errors import InputError
+from rkdet.records.io import read_json, read_json_object
 from rkdet.runner import write_atomic
 
 DEPLOY_SCHEMA = "rkdet.deploy/1"
@@ -66,19 +67,15 @@ def private_record_path(run_id: str) -> Path:
 def load_record(folder: Path) -> dict[str, Any]:
     """A run's deploy.json merged with its private part (what --resume needs)."""
     try:
-        record = json.loads((folder / "deploy.json").read_text())
-        if not isinstance(record, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{folder / 'deploy.json'}: unreadable ({exc})") from None
+        record = read_json_object(folder / "deploy.json")
+    except FileNotFoundError:
+        raise InputError(f"{folder / 'deploy.json'}: missing; not a run folder rkdet deploy made") from None
     path = private_record_path(str(record.get("run_id")))
     try:
-        private = json.loads(path.read_text())
+        private = read_json_object(path)
     except FileNotFoundError:
         raise InputError(f"{folder}: its private resume data {path} is missing; a run can be resumed only by the "
                          "user (and machine) that started it") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: unreadable ({exc})") from None
     record.update({k: private[k] for k in PRIVATE_KEYS if k in private})
     return record
 
@@ -95,8 +92,8 @@ def latest_unfinished(results_root: Path, label: str) -> Path:
     candidates = []
     for record in (results_root / label).glob("*/*/deploy.json"):
         try:
-            doc = json.loads(record.read_text())
-        except (OSError, ValueError):
+            doc = read_json(record)
+        except (OSError, InputError):
             continue
         status = _status_of(doc)
         if status is not None and status.resumable:
@@ -109,8 +106,8 @@ def latest_unfinished(results_root: Path, label: str) -> Path:
 def remove_partial(folder: Path) -> None:
     """Drop a local run folder that never got past preflight (nothing worth keeping)."""
     try:
-        doc = json.loads((folder / "deploy.json").read_text())
-    except (OSError, ValueError):
+        doc = read_json(folder / "deploy.json")
+    except (OSError, InputError):
         doc = None
     if doc is None or (isinstance(doc, dict) and doc.get("status") in (None, DeployStatus.PREFLIGHT.value)):
         shutil.rmtree(folder, ignore_errors=True)

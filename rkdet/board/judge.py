@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError
+from rkdet.records.io import read_json_object
 from rkdet.tolerance import Tolerance
 
 
@@ -44,10 +45,8 @@ def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, l
         raise BoardError(f"{label}: no cell of the run completed: "
                          + "; ".join(f"{c.name} {c.status} ({c.reason})" for c in (cells or [])))
     try:
-        run = json.loads((first / "run.json").read_text())
-        if not isinstance(run, dict):
-            raise ValueError(f"a JSON {type(run).__name__}, not an object")
-    except (OSError, ValueError, RecursionError) as exc:
+        run = read_json_object(first / "run.json", error=BoardError)
+    except (OSError, BoardError) as exc:
         raise BoardError(f"{label}: the board's result run.json is unreadable ({exc}); "
                          "the run's results cannot be judged (a broken or hostile board?)") from None
     # the one reference rule `rkdet diff RUN BUILD` applies too; cells and threaded contexts folded in

@@ -6,10 +6,12 @@ one constructor names them once, and the run's record stores them (`to_json` / `
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from rkdet.errors import InputError
+from rkdet.records.io import identifier
 
 
 def scripts_dir(workdir: str) -> str:
@@ -33,7 +35,9 @@ class RemoteLayout:
 
     @classmethod
     def for_run(cls, workdir: str, fingerprint: str, run_id: str, backend: str = "rknnlite") -> RemoteLayout:
-        fp = fingerprint[:16]
+        fp = identifier(fingerprint, "build", "fingerprint")[:16]  # type: ignore[index]  # a path on the board
+        if not re.fullmatch(r"[0-9A-Za-z-]{1,64}", run_id):
+            raise InputError(f"run id {run_id[:40]!r} is not one rkdet deploy makes")
         fed = "" if backend == "rknnlite" else "-fp32"  # onnxruntime takes the model's float input, not the NPU's
         run_dir = f"{workdir}/runs/{run_id}"
         return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/rkdet-run.py",

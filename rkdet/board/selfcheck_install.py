@@ -18,6 +18,7 @@ from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats, push
 from rkdet.buildgates import read as read_gates
 from rkdet.errors import InputError
+from rkdet.records.io import read_json_object
 
 PACKAGE = Path(__file__).resolve().parents[1]
 SELFCHECK = PACKAGE / "selfcheck.py"
@@ -59,8 +60,10 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     if not bundle.is_file():
         raise InputError(f"{build_dir}: no {BUNDLE}; re-run `rkdet convert` (builds made before the self-check have none)")
     try:
-        fed = json.loads((build_dir / "manifest.json").read_text())["fed_input"]
-    except (OSError, ValueError, KeyError) as exc:
+        fed = read_json_object(build_dir / "manifest.json")["fed_input"]
+    except InputError:
+        raise
+    except (OSError, KeyError) as exc:
         raise InputError(f"{build_dir}/manifest.json: unreadable or without fed_input ({exc}); re-run rkdet convert") from None
     remote_dir = remote_dir.rstrip("/") or "/"
     files = [(SELFCHECK, "selfcheck.py"), (RUNNER, "runner.py"), (bundle, BUNDLE), (build_dir / "model.io.json", "model.io.json")]

@@ -18,6 +18,7 @@ from rkdet.board.layout import RemoteLayout
 from rkdet.board.ssh import BoardConnection
 from rkdet.board.transfer import TransferStats, push
 from rkdet.errors import InputError
+from rkdet.runner import file_sha256
 
 RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 
@@ -30,12 +31,30 @@ def push_scripts(conn: BoardConnection, scripts_dir: str) -> TransferStats:
     return stats
 
 
+def check_model(build: BuildInfo) -> None:
+    """The build's model.rknn is the one its manifest hashed (`rknn.sha256`, streamed in 1 MiB chunks):
+    a build folder is input, and a board should not be sent 2 GiB only to refuse them."""
+    if build.rknn_sha256 is None:
+        return
+    model = build.folder / "model.rknn"
+    if not model.is_file():
+        raise InputError(f"{model}: not a regular file (a FIFO or device?); re-run rkdet convert")
+    try:
+        found = file_sha256(str(model))
+    except OSError as exc:
+        raise InputError(f"{model}: unreadable ({exc.strerror}); re-run rkdet convert") from None
+    if found != build.rknn_sha256:
+        raise InputError(f"{model}: sha256 {found[:16]}… is not the manifest's rknn.sha256 {build.rknn_sha256[:16]}…; "
+                         "the build folder was changed after rkdet convert, re-run it")
+
+
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
                emulate_npu: int | None = None) -> TransferStats:
     """Runner, model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too."""
     folder = build.folder
+    check_model(build)  # before anything goes to the board: a swapped .rknn is refused here, not after 2 GiB
     stats = TransferStats()
     stats.add(push(conn, RUNNER, layout.runner))
     stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkdet.errors import InputError
+from rkdet.records.io import check_may_write
 
 DEFAULT_SIDE = 640  # a dynamic H/W with no imgsz metadata: the usual YOLOv8 export size, marked CHECK
 
@@ -355,13 +356,11 @@ def write_config(onnx_path: Path, out: Path, force: bool = False) -> tuple[Path,
 
     if out.exists() and not force:
         raise InputError(f"{out}: already exists; choose another --out or pass --force to replace it")
-    if out.is_symlink() or (out.exists() and not out.is_file()):
-        raise InputError(f"{out}: is not a regular file; choose another --out")
+    check_may_write(out, "config")  # the one rule (rkdet.records.io): never through a symlink/FIFO, a writable folder
     if not onnx_path.is_file():
         raise InputError(f"{onnx_path}: --onnx model not found; pass an existing .onnx file")
     facts = inspect(onnx_path)
     text = render(facts, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -372,5 +371,9 @@ def write_config(onnx_path: Path, out: Path, force: bool = False) -> tuple[Path,
         Path(tmp).unlink(missing_ok=True)
         raise
     for folder in ("calibration", "golden"):
-        (out.parent / folder).mkdir(exist_ok=True)
+        try:
+            (out.parent / folder).mkdir(exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{out.parent / folder}: cannot create the image folder ({exc.strerror}); create it "
+                             "yourself or choose another --out") from None
     return out, facts

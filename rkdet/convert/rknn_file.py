@@ -12,9 +12,12 @@ docs/RKNN_FORMAT.md. Only stdlib + numpy: reading must work on hosts without the
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import json
 import math
+import mmap
+import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from typing import Any, Callable, NoReturn, Sequence
 import numpy as np
 
 from rkdet.errors import InputError
+from rkdet.records import io
 
 __all__ = [
     "FINGERPRINT_SCHEME",
@@ -45,6 +49,10 @@ _ENCRYPTED_MAGIC = b"CYPTRKNN"
 _HEADER_SIZE = 64  # 8 magic + 8 format version + 8 model size + 40 reserved (format >= 2)
 _FB_IDENT = b"RKNN"  # FlatBuffers file identifier of the RKNPU2 model payload
 _MAX_JSON = 64 << 20
+MAX_STRING = 16 << 20  # one FlatBuffer string (names, io JSON, build_info); toolkit2 writes KBs
+MAX_LITERAL = 1 << 20  # characters of build_info parsed with ast.literal_eval (the toolkit's is ~2 KB)
+MAX_WORK_FACTOR = 4  # table/vector bytes a parse may read, per payload byte (toolkit2 files: 1.0; see _Fb.spend)
+MAX_WORK_BASE = 1 << 20
 
 # Model (root table) slots, toolkit2 2.x.
 _M_REVISION, _M_FORMAT, _M_GRAPHS, _M_BUILD_INFO = 0, 1, 2, 3
@@ -167,14 +175,43 @@ def _fingerprint(canonical: dict[str, Any]) -> str:
 
 
 def _parse(path: Path) -> RknnFileInfo:
+    """Map the file (never read whole: a 2 GiB model costs no copy), hash it in chunks, parse it bounded."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RknnFormatError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+        handle = io.open_regular(path, error=RknnFormatError)
+    except FileNotFoundError:
+        raise RknnFormatError(f"{path}: cannot read (No such file or directory); check the path") from None
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < 24:
+            return _parse_mapped(path, handle.read(), size)
+        try:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            raise RknnFormatError(f"{path}: cannot read ({exc}); check the path") from None
+    view = memoryview(mapped)
+    try:
+        return _parse_mapped(path, view, size)
+    finally:
+        view.release()
+        try:
+            mapped.close()
+        except BufferError:  # a slice still held by an error's traceback: unmapped when it is collected
+            pass
+
+
+def _file_sha256(data: bytes | memoryview) -> str:
+    """sha256 of the mapped file in 1 MiB chunks (the memory it costs stays the page cache's)."""
+    digest = hashlib.sha256()
+    for at in range(0, len(data), 1 << 20):
+        digest.update(data[at : at + (1 << 20)])
+    return digest.hexdigest()
+
+
+def _parse_mapped(path: Path, data: bytes | memoryview, size: int) -> RknnFileInfo:
     fail = _failer(path)
-    if data[:8] == _ENCRYPTED_MAGIC:
+    if bytes(data[:8]) == _ENCRYPTED_MAGIC:
         fail("encrypted RKNN (CYPTRKNN) is not supported; export without encryption")
-    if len(data) < 24 or data[:8] != _MAGIC:
+    if len(data) < 24 or bytes(data[:8]) != _MAGIC:
         fail("not an .rknn file (no 'RKNN' magic); give a file written by rknn-toolkit2 export_rknn")
     version, model_size = struct.unpack_from("<QQ", data, 8)
     if (version & 0xFFF) < 2:
@@ -190,12 +227,12 @@ def _parse(path: Path) -> RknnFileInfo:
     if json_end != len(data):
         fail(f"{len(data) - json_end} unexpected bytes after the metadata JSON; the file is corrupt")
     try:
-        metadata = json.loads(data[json_at + 8 : json_end].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        fail(f"metadata JSON at offset {json_at + 8} is invalid ({exc.__class__.__name__}); file corrupt")
+        metadata = io.loads(bytes(data[json_at + 8 : json_end]), f"{path}: metadata JSON", error=RknnFormatError)
+    except RknnFormatError as exc:
+        fail(f"{str(exc).split(': metadata JSON: ', 1)[-1]} (metadata JSON at offset {json_at + 8}); file corrupt")
     if not isinstance(metadata, dict):
         fail("metadata JSON is not an object; the file is corrupt")
-    if model[4:8] != _FB_IDENT:
+    if bytes(model[4:8]) != _FB_IDENT:
         fail("model payload is not an RKNPU2 FlatBuffer (toolkit1/OpenVX files are not supported)")
     try:
         return _parse_model(path, data, version, model, json_at, json_size, metadata)
@@ -224,8 +261,17 @@ class _FbError(Exception):
 class _Fb:
     """Minimal bounds-checked FlatBuffers reader; positions are offsets into the model payload."""
 
-    def __init__(self, buf: bytes) -> None:
+    def __init__(self, buf: bytes | memoryview) -> None:
         self.buf = buf
+        # every table, vector and string read is paid for in bytes: aliased tables (one table listed
+        # a million times) cannot make the parse quadratic; an honest file costs about 3x its size
+        self.budget = MAX_WORK_FACTOR * len(buf) + MAX_WORK_BASE
+
+    def spend(self, n: int) -> None:
+        self.budget -= n
+        if self.budget < 0:
+            raise _FbError(f"more table and vector reads than a {len(self.buf)}-byte payload can hold "
+                           "(aliased tables?)")
 
     def scalar(self, fmt: str, pos: int) -> Any:
         size = struct.calcsize(fmt)
@@ -243,6 +289,7 @@ class _Fb:
         if vsize < 4 or vsize % 2:
             raise _FbError(f"bad vtable size {vsize} at {vtable}")
         count = (vsize - 4) // 2
+        self.spend(vsize + 8)
         return [table + o if o else None for o in (self.scalar("<H", vtable + 4 + 2 * i) for i in range(count))]
 
     def target(self, pos: int) -> int:
@@ -253,12 +300,16 @@ class _Fb:
         n = int(self.scalar("<I", start))
         if start + 4 + n * itemsize > len(self.buf):
             raise _FbError(f"vector of {n} x {itemsize} bytes at {start} runs past the payload")
+        self.spend(4 + n * itemsize)
         return start + 4, n
 
     def string(self, pos: int) -> str:
         start, n = self.vector(pos, 1)
+        if n > MAX_STRING:
+            raise _FbError(f"string of {n} bytes at {start}, over the {MAX_STRING >> 20} MiB a .rknn string may have")
+        self.spend(n)
         try:
-            return self.buf[start : start + n].decode("utf-8")
+            return bytes(self.buf[start : start + n]).decode("utf-8")
         except UnicodeDecodeError:
             raise _FbError(f"string at {start} is not UTF-8") from None
 
@@ -273,7 +324,8 @@ class _Fb:
         vsize, tsize = self.scalar("<H", vtable), self.scalar("<H", vtable + 2)
         if vtable < 0 or vtable + vsize > len(self.buf) or tsize < 4 or table + tsize > len(self.buf):
             raise _FbError(f"bad table at {table}")
-        return (self.buf[vtable : vtable + vsize] + self.buf[table + 4 : table + tsize]).hex()
+        self.spend(vsize + tsize)
+        return (bytes(self.buf[vtable : vtable + vsize]) + bytes(self.buf[table + 4 : table + tsize])).hex()
 
     def tables(self, pos: int) -> list[int]:
         start, n = self.vector(pos, 4)
@@ -340,7 +392,7 @@ class _Graph:
     spans: dict[int, tuple[int, int]]  # subtree span of every slot after the outputs
 
 
-def _read_graph(fb: _Fb, table: int, anchors: set[int]) -> _Graph:
+def _read_graph(fb: _Fb, table: int, anchors: Sequence[int]) -> _Graph:
     g = fb.slots(table)
     ints = lambda p: [int(v) for v in fb.array(p, "<i4")]  # noqa: E731
     graph = _Graph(
@@ -369,11 +421,14 @@ def _parse_model(
     tables = _opt(m, _M_GRAPHS, fb.tables, [])
     if not tables:
         raise _FbError("the model has no graph")
-    anchors = _anchors(fb, root, m, tables)
+    anchors = sorted(_anchors(fb, root, m, tables))
     graphs = [_read_graph(fb, t, anchors) for t in tables]
     all_tensors = [r for gr in graphs for r in gr.tensors]
     buffers = _buffers(fb, m)
-    digests = [_buffer_digest(model, start, n, i, all_tensors) for i, (start, n) in enumerate(buffers)]
+    by_buffer: dict[int, list[dict[str, Any]]] = {}
+    for r in all_tensors:  # one pass: each buffer's tensors (was a scan of every tensor per buffer)
+        by_buffer.setdefault(r.get("buffer"), []).append(r)  # type: ignore[arg-type]
+    digests = [_buffer_digest(model, start, n, by_buffer.get(i, [])) for i, (start, n) in enumerate(buffers)]
     io_json = {k: _json_or_empty(text(s)) for k, s in (("input", _M_INPUT_JSON), ("output", _M_OUTPUT_JSON))}
     compiler_raw = text(_M_COMPILER)
     match = re.search(r"compiler version:\s*(.+)\)\s*$", compiler_raw)
@@ -381,7 +436,7 @@ def _parse_model(
     sections = [Section("header", 0, _HEADER_SIZE, _sha(data[:_HEADER_SIZE])),
                 Section("model", _HEADER_SIZE, len(model), _sha(model))]
     for i, ((start, n), digest) in enumerate(zip(buffers, digests)):
-        owner = next((r.get("name", "") for r in all_tensors if r.get("buffer") == i), "")
+        owner = next((r.get("name", "") for r in by_buffer.get(i, [])), "")
         name = f"model.buffer[{i}]{':' + owner if owner else ''}"
         used = digest["hashed"]  # the defined bytes; an uninitialised tail gets its own section
         sections.append(Section(name, _HEADER_SIZE + start, used, _sha(model[start : start + used])))
@@ -427,7 +482,7 @@ def _parse_model(
     }
     first = graphs[0]
     return RknnFileInfo(
-        path=str(path), file_size=len(data), file_sha256=_sha(data), format_version=version,
+        path=str(path), file_size=len(data), file_sha256=_file_sha256(data), format_version=version,
         model_format=text(_M_FORMAT), target_platform=text(_M_TARGET),
         toolkit_version=str(metadata.get("version", "")),
         compiler_version=match.group(1).strip() if match else compiler_raw,
@@ -482,11 +537,12 @@ def _buffers(fb: _Fb, m: Sequence[int | None]) -> list[tuple[int, int]]:
     return out
 
 
-def _buffer_digest(model: bytes, start: int, n: int, index: int, tensors: list[dict[str, Any]]) -> dict[str, Any]:
-    """Hash a buffer's defined bytes only (see `_tail_is_uninitialised`); the rest whole."""
+def _buffer_digest(model: bytes | memoryview, start: int, n: int, tensors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Hash a buffer's defined bytes only (see `_tail_is_uninitialised`); the rest whole. `tensors`: the
+    buffer's own."""
     used = n
     for r in tensors:
-        if r.get("buffer") != index or not _tail_is_uninitialised(r):
+        if not _tail_is_uninitialised(r):
             continue
         itemsize = _DTYPES.get(r.get("type_code", -1), ("", 0))[1]
         need = math.prod(r["native_shape"]) * itemsize + int(r.get("offset", 0))
@@ -508,7 +564,7 @@ def _tail_is_uninitialised(r: dict[str, Any]) -> bool:
     return kind == _KIND_RUNTIME or (kind == _KIND_CONST and r.get("role") == _ROLE_SYNTH)
 
 
-def _slot_spans(fb: _Fb, g: Sequence[int | None], anchors: set[int]) -> dict[int, tuple[int, int]]:
+def _slot_spans(fb: _Fb, g: Sequence[int | None], anchors: Sequence[int]) -> dict[int, tuple[int, int]]:
     """Approximate byte span of each graph slot's subtree after the outputs slot: from the slot's
     vector to the next object we know of (`_anchors`). In toolkit2 files each graph slot's nested
     tables follow its vector, so the span covers them (checked: every byte that differs between
@@ -521,8 +577,14 @@ def _slot_spans(fb: _Fb, g: Sequence[int | None], anchors: set[int]) -> dict[int
         start = fb.target(pos)
         if not 0 <= start < len(fb.buf):
             raise _FbError(f"graph slot {slot} points outside the payload")
-        spans[slot] = (start, min(a for a in anchors if a > start))
+        spans[slot] = (start, _next_anchor(anchors, start))
+        fb.spend(spans[slot][1] - start)  # it is hashed: an aliased graph pays for its span again
     return spans
+
+
+def _next_anchor(anchors: Sequence[int], start: int) -> int:
+    """The first anchor after `start` (`anchors` sorted: a bisection, not a scan of every anchor)."""
+    return anchors[bisect.bisect_right(anchors, start)]
 
 
 # Root-table slots we do not name, by what 2.5.0 files hold there: 6 an int (20500 in every file),
@@ -571,7 +633,7 @@ def _anchors(fb: _Fb, root: int, m: Sequence[int | None], graphs: list[int]) -> 
     return anchors
 
 
-def _root_spans(fb: _Fb, m: Sequence[int | None], anchors: set[int]) -> dict[int, tuple[int, int]]:
+def _root_spans(fb: _Fb, m: Sequence[int | None], anchors: Sequence[int]) -> dict[int, tuple[int, int]]:
     """Span of each unnamed, non-scalar root slot: to the next anchor (`_anchors`)."""
     spans = {}
     for i, pos in enumerate(m):
@@ -580,7 +642,7 @@ def _root_spans(fb: _Fb, m: Sequence[int | None], anchors: set[int]) -> dict[int
         start = fb.target(pos)
         if not 0 <= start < len(fb.buf):
             raise _FbError(f"model slot {i} points outside the payload")
-        spans[i] = (start, min(a for a in anchors if a > start))
+        spans[i] = (start, _next_anchor(anchors, start))
     return spans
 
 
@@ -595,6 +657,7 @@ def _other_model_slots(fb: _Fb, m: Sequence[int | None], spans: dict[int, tuple[
             out[str(i)] = int(fb.scalar(_M_SCALARS[i], pos))
         elif i in _M_BYTES:
             start, n = fb.vector(pos, 1)
+            fb.spend(2 * n)
             out[str(i)] = fb.buf[start : start + n].hex()
         elif i == _M_NAME_SET:
             start, n = fb.vector(pos, 4)
@@ -606,14 +669,17 @@ def _other_model_slots(fb: _Fb, m: Sequence[int | None], spans: dict[int, tuple[
 
 
 def _json_or_empty(text: str) -> Any:
-    try:
-        return json.loads(text) if text else {}
-    except ValueError:
+    try:  # bounded in depth: nested JSON in a crafted file is {"unparsed": ...}, not a RecursionError
+        return io.loads(text, "io JSON") if text else {}
+    except InputError:
         return {"unparsed": text}
 
 
 def _literal_or_empty(text: str) -> dict[str, Any]:
     """The toolkit stores its build attributes as a Python dict literal; parse it safely."""
+    if len(text) > MAX_LITERAL:  # literal_eval of 50 MiB reached 22 GB: never parsed, kept as its hash
+        return {"unparsed_sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+                "unparsed_bytes": len(text)}
     try:
         value = ast.literal_eval(text) if text else {}
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

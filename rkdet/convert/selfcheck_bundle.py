@@ -23,6 +23,7 @@ import numpy as np
 from rkdet import selfcheck
 from rkdet import decode
 from rkdet.errors import ConversionError
+from rkdet.records.io import read_json_object
 from rkdet.runner import read_index, write_json_atomic
 
 DEFAULT_CAP_BYTES = 8 << 20
@@ -76,7 +77,7 @@ def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT
     refs = {ref: _reference_outputs(build / "golden" / ref) for ref in selfcheck.REFERENCES
             if (build / "golden" / ref / "index.jsonl").is_file()}
     pages = sorted((build / "golden" / "inputs").glob("*.npy"))
-    io_spec = json.loads((build / "model.io.json").read_text())
+    io_spec = read_json_object(build / "model.io.json")
     doc: dict[str, Any] = {
         "schema": selfcheck.BUNDLE_SCHEMA, "name": manifest["name"], "platform": manifest["platform"],
         "fingerprint": manifest["fingerprint"],

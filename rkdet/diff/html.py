@@ -5,10 +5,10 @@ first, a compact inputs × outputs grid, the per-input table folded (<details>),
 from __future__ import annotations
 
 import base64
-from html import escape
 from pathlib import Path
 
 from rkdet.diff import plots
+from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
 from rkdet.diff.compare import Comparison, SetAnalysis
 from rkdet.diff.findings import (
     SCHEMA,

@@ -15,6 +15,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from rkdet.decode import Detections
 from rkdet.diff.metrics import HIST_EDGES
+from rkdet.textsafe import plot_label
 
 
 def _png(fig: Figure) -> bytes:
@@ -25,7 +26,7 @@ def _png(fig: Figure) -> bytes:
 
 
 def _empty(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666")
+    ax.text(0.5, 0.5, plot_label(text, None), ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -38,7 +39,7 @@ def latency_plot(series: dict[str, list[tuple[int, float]]]) -> bytes:
     for label, points in series.items():
         if points:
             runs, ms = zip(*points)
-            ax.plot(runs, ms, lw=0.8, marker="." if len(points) < 60 else None, label=label)
+            ax.plot(runs, ms, lw=0.8, marker="." if len(points) < 60 else None, label=plot_label(label))
             drawn = True
     if drawn:
         ax.set_xlabel("run")
@@ -72,13 +73,13 @@ def board_plot(snapshots: list[dict[str, Any]], n_runs: int) -> bytes:
         _empty(ax, "no board snapshots")
         return _png(fig)
     for zone, ys in temps.items():
-        ax.plot(xs, ys, marker="o", ms=3, lw=1, label=f"{zone} (°C)")
+        ax.plot(xs, ys, marker="o", ms=3, lw=1, label=f"{plot_label(zone)} (°C)")
     ax.set_xlabel("run")
     ax.set_ylabel("temperature (°C)")
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
     for node, ys in npu.items():
-        ax2.step(xs, ys, where="post", color="#c0392b", lw=1.5, label=f"{node} (MHz)")
+        ax2.step(xs, ys, where="post", color="#c0392b", lw=1.5, label=f"{plot_label(node)} (MHz)")
     ax2.set_ylabel("NPU frequency (MHz)")
     handles = ax.get_legend_handles_labels()
     handles2 = ax2.get_legend_handles_labels()
@@ -143,7 +144,7 @@ def detection_plot(image: np.ndarray | None, reference: Detections, candidate: D
         for i, (box, score, cls) in enumerate(zip(dets.boxes, dets.scores, dets.classes)):
             x1, y1, x2, y2 = box
             ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, ec=colour, ls=style, lw=1.6,
-                                   label=label if i == 0 else None))
+                                   label=plot_label(label) if i == 0 else None))
             ax.text(x1, y1 - 2, f"{int(cls)}:{score:.2f}", color=colour, fontsize=6, va="bottom")
     ax.set_axis_off()
     if ax.get_legend_handles_labels()[0]:

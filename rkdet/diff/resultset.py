@@ -21,6 +21,7 @@ from rkdet.buildgates import read as read_gates
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
                                check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
 from rkdet.errors import InputError
+from rkdet.records import io
 from rkdet.runner import output_hash
 from rkdet.selfcheck import reference_for_run
 
@@ -341,12 +342,10 @@ def reference_set(build: Path, run_info: dict[str, Any] | None) -> Path:
 def quant_steps(build: Path) -> dict[str, float]:
     """Output name -> quantization step (the int8 scale) from a build's manifest.json (`rknn.header.outputs`),
     for `max_lsb`; empty when the manifest is absent, unreadable or names no single per-tensor scale."""
-    import json
-
     try:
-        doc = json.loads((Path(build) / "manifest.json").read_text())
+        doc = io.read_json_object(Path(build) / "manifest.json")
         outputs = doc["rknn"]["header"]["outputs"]
-    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+    except (OSError, InputError, KeyError, TypeError):
         return {}
     steps: dict[str, float] = {}
     for t in outputs if isinstance(outputs, list) else []:

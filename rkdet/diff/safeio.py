@@ -9,10 +9,8 @@ Every refusal is an InputError naming the file and the entry.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import stat
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from rkdet.errors import InputError
+from rkdet.records import io
 
 MAX_ARRAY_BYTES = 256 << 20  # one output array (the default build's largest is 1.6 MB)
 MAX_RECORD_BYTES = 1 << 30  # all outputs of one inference
@@ -28,8 +27,8 @@ MAX_OUTPUTS = 1024  # outputs per inference, members per .npz
 MAX_NDIM = 32
 MAX_NAME = 255  # characters of an input or output name
 MAX_INPUTS = 100_000  # distinct inputs in one result set
-MAX_LINE = 1 << 20  # bytes of one JSON Lines record
-MAX_JSON = 16 << 20  # bytes of run.json
+MAX_LINE = io.MAX_LINE  # bytes of one JSON Lines record
+MAX_JSON = io.MAX_JSON  # bytes of run.json
 MAX_NPY_HEADER = 10_000  # numpy's own default limit
 
 # The dtypes rkdet-run can record (dtype.name); anything else in an index or .npy header is refused.
@@ -37,88 +36,20 @@ DTYPES = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16"
                     "float16", "float32", "float64"))
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def open_regular(path: Path) -> BinaryIO:
-    """Open `path` for reading only if it is a regular file (symlinks followed, then checked again on
-    the open descriptor, which is opened O_NONBLOCK so a FIFO swapped in meanwhile cannot block).
-
-    FileNotFoundError passes through for the caller's own message; anything else is an InputError.
-    """
-    try:
-        before = os.stat(path)
-    except FileNotFoundError:
-        raise
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
-    if not stat.S_ISREG(before.st_mode):
-        raise InputError(f"{path}: is {_kind(before.st_mode)}, not a regular file; a result set holds only regular files")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from None
-    after = os.fstat(fd)
-    if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
-        os.close(fd)
-        raise InputError(f"{path}: changed while being opened (now {_kind(after.st_mode)}); not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    """`rkdet.records.io.open_regular` (the one definition): a regular file or one line."""
+    return io.open_regular(path)
 
 
 def read_json_object(path: Path, limit: int = MAX_JSON) -> dict[str, Any]:
-    """A JSON object from a regular file of at most `limit` bytes."""
-    with open_regular(path) as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise InputError(f"{path}: larger than {limit >> 20} MiB; not a run record")
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text; re-pull or re-run the result set") from None
-    except (ValueError, RecursionError) as err:
-        raise InputError(f"{path}: unreadable JSON ({err}); re-pull or re-run the result set") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return obj
+    """A JSON object from a regular file of at most `limit` bytes (`rkdet.records.io`: size, depth, integers)."""
+    return io.read_json_object(path, limit=limit)
 
 
 def iter_jsonl(path: Path, limit: int = MAX_LINE) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of a JSON Lines file; a final line without newline is a torn write, skipped.
-
-    No line is read beyond `limit` bytes, so one endless line cannot fill memory.
-    """
-    with open_regular(path) as handle:
-        lineno = 0
-        while True:
-            line = handle.readline(limit + 1)
-            lineno += 1
-            if not line:
-                return
-            if len(line) > limit:
-                raise InputError(f"{path}:{lineno}: line longer than {limit >> 10} KiB; not a record rkdet-run writes")
-            if not line.endswith(b"\n"):
-                return
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise InputError(f"{path}:{lineno}: not UTF-8 text; the file is corrupt, re-pull the result set") from None
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except ValueError as err:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({getattr(err, 'msg', err)})") from None
-            except RecursionError:
-                raise InputError(f"{path}:{lineno}: JSON nested too deeply; not a record rkdet-run writes") from None
-            if not isinstance(record, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object")
-            yield lineno, record
+    """(line number, record) of a JSON Lines file (`rkdet.records.io.iter_jsonl`): bounded lines, a torn
+    last line skipped."""
+    return io.iter_jsonl(path, limit)
 
 
 def array_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:

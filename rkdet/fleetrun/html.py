@@ -7,10 +7,10 @@ is HTML-escaped; run folders are relative links.
 
 from __future__ import annotations
 
-from html import escape
 from urllib.parse import quote
 
 from rkdet.diff.html import _CSS
+from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
 from rkdet.fleetrun.records import COMPLETE, SKIPPED, BoardResult, CellResult, FleetResult
 
 # class colours: the majority green, then distinct hues

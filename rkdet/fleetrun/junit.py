@@ -14,12 +14,14 @@ import re
 import xml.etree.ElementTree as ET
 
 from rkdet.fleetrun.records import COMPLETE, SKIPPED, CellResult, FleetResult
+from rkdet.textsafe import xml_text
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _text(value: object, limit: int = 2000) -> str:
-    return _NOT_XML.sub("?", str(value))[:limit]
+    """The one sanitiser (`textsafe.xml_text`: controls and bidi characters made visible), cut to `limit`."""
+    return _NOT_XML.sub("?", xml_text(value))[:limit]
 
 
 def _failure(fleet: FleetResult, cell: CellResult) -> str | None:

@@ -117,19 +117,58 @@ def _check_file(path: Path) -> None:
             raise InputError(f"{p}: not a regular file (a symlink, FIFO or device); move it away")
 
 
+_TABLES = frozenset({"boards", "runs", "outputs"})
+
+
+def _refusal(path: Path, version: int, app: int, tables: set[str]) -> str | None:
+    """Why the file at `path` is not an rkdet results database this rkdet may open, or None."""
+    if app not in (0, APPLICATION_ID) or (app == 0 and version != 0):
+        return f"{path}: not an rkdet results database (application_id {app:#x}); move it away"
+    if version == 0 and tables:
+        return f"{path}: an SQLite file with other tables, not an rkdet results database; move it away"
+    if version < 0:
+        return f"{path}: schema version {version} is not one rkdet writes; the file is damaged, move it away"
+    if version > SCHEMA_VERSION:
+        return (f"{path}: schema version {version} was written by a newer rkdet (this one knows {SCHEMA_VERSION}); "
+                "upgrade rkdet")
+    missing = sorted(_TABLES - tables) if version > 0 else []
+    if missing:
+        return (f"{path}: schema version {version} but no table {', '.join(missing)}; the database is damaged, "
+                "move it away and run `rkdet history import`")
+    return None
+
+
+def check_read_only(path: Path) -> None:
+    """Refuse a foreign or damaged file BEFORE anything writes to it: opened read-only (SQLite URI
+    mode=ro), so a refused file keeps every byte (the WAL switch would rewrite header bytes 18-19)."""
+    try:
+        ro = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as err:
+        raise InputError(f"{path}: cannot open ({err}); check the folder's permissions") from None
+    try:
+        version = ro.execute("PRAGMA user_version").fetchone()[0]
+        app = ro.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in ro.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as err:
+        raise InputError(f"{path}: not a usable SQLite database ({err}); move it away and run "
+                         "`rkdet history import`") from None
+    finally:
+        ro.close()
+    why = _refusal(path, version, app, tables)
+    if why is not None:
+        raise InputError(why)
+
+
 def migrate(conn: sqlite3.Connection, path: Path) -> int:
     """Bring the schema to SCHEMA_VERSION; returns the version found. Refuses a newer or foreign file."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         app = conn.execute("PRAGMA application_id").fetchone()[0]
-        if app not in (0, APPLICATION_ID) or (app == 0 and version != 0):
-            raise InputError(f"{path}: not an rkdet results database (application_id {app:#x}); move it away")
-        if version == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-            raise InputError(f"{path}: an SQLite file with other tables, not an rkdet results database; move it away")
-        if version > SCHEMA_VERSION:
-            raise InputError(f"{path}: schema version {version} was written by a newer rkdet (this one knows "
-                             f"{SCHEMA_VERSION}); upgrade rkdet")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        why = _refusal(path, version, app, tables)  # again, inside the lock: another process may have raced
+        if why is not None:
+            raise InputError(why)
         for step in range(version, SCHEMA_VERSION):
             MIGRATIONS[step](conn)
         bad = conn.execute("PRAGMA foreign_key_check").fetchone()
@@ -154,6 +193,8 @@ def connect(results: Path, *, create: bool = True) -> sqlite3.Connection:
             raise InputError(f"{path}: no history database yet; run `rkdet history import --results {results}`")
         if not Path(results).is_dir():
             raise InputError(f"{results}: no such results folder")
+    else:
+        check_read_only(path)
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error as err:
@@ -227,6 +268,19 @@ def _insert(conn: sqlite3.Connection, run: RunRecord) -> bool:
     return True
 
 
+def _clocks(conn: sqlite3.Connection, rid: int, text: object) -> tuple[tuple[str, str], ...]:
+    """A row's clocks column (JSON object of text), or one line naming the database and the row."""
+    try:
+        doc = json.loads(text) if isinstance(text, str) and len(text) <= 1 << 20 else None
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+        where = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), DB_NAME)
+        raise InputError(f"{where}: runs row {rid}: clocks is not a JSON object of text; the database is damaged, "
+                         "move it away and run `rkdet history import`")
+    return tuple(sorted(doc.items()))
+
+
 def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
     """Every recorded run with its outputs, ordered by (board, build, cell, start time, id)."""
     boards = {row[0]: BoardIdentity(*row) for row in conn.execute(
@@ -242,7 +296,7 @@ def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
             "ORDER BY board, build, core_mask, backend, started_unix IS NULL, started_unix, id"):
         (rid, folder, result_set, run_id, board, build, core_mask, backend, started, status, accepted, deterministic,
          emulated, kernel, driver, runtime, model, clocks, inferences) = row
-        state = BoardState(kernel, driver, runtime, model, tuple(sorted(json.loads(clocks).items())))
+        state = BoardState(kernel, driver, runtime, model, _clocks(conn, rid, clocks))
         runs.append(RunRecord(folder=folder, run_id=run_id, board=boards[board], state=state, build=build,
                               core_mask=core_mask, backend=backend, started_unix=started, status=status,
                               accepted=bool(accepted), deterministic=bool(deterministic),

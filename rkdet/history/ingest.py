@@ -21,9 +21,12 @@ from rkdet.board.cells import read_cells
 from rkdet.board.scripts import parse_probe
 from rkdet.diff.resultset import ResultSetDir, iter_jsonl
 from rkdet.errors import BoardError, InputError
+from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.runner import Summary
+from rkdet.textsafe import visible
 
-MAX_JSON_BYTES = 4 << 20  # deploy.json, board.json, run.json
+_RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
+MAX_JSON_BYTES = MAX_RUN_RECORD  # deploy.json, board.json, run.json
 MAX_INDEX_BYTES = 1 << 30  # index.jsonl: ~100k inferences x 8 inputs fit in a fraction of this
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_LINE_BYTES = 1 << 20  # one JSON Lines record (an index line with hundreds of outputs is ~50 KiB)
@@ -133,12 +136,9 @@ def _check_lines(path: Path, limit: int) -> None:
 def _read_json(path: Path) -> dict[str, Any]:
     _bounded_size(path, MAX_JSON_BYTES)
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"{path}: unreadable JSON ({err}); re-pull the run or remove the folder") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return data
+        return read_json_object(path, limit=MAX_JSON_BYTES)
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; the run folder is incomplete") from None
 
 
 def _text(path: Path, key: str, value: Any, *, required: bool = False) -> str | None:
@@ -240,6 +240,9 @@ def read_runs(results: Path, folder: Path) -> list[RunRecord]:
     if not isinstance(build, str) or not _FINGERPRINT.match(build):
         raise InputError(f"{deploy_json}: fingerprint must be lowercase hex")
     run_id = _text(deploy_json, "run_id", deploy.get("run_id"), required=True) or ""
+    if not _RUN_ID.fullmatch(run_id):  # shown in tables and reports, used in names: a plain token only
+        raise InputError(f"{deploy_json}: run_id {visible(run_id, 40)!r} is not one rkdet deploy makes (letters, "
+                         "digits, '.', '_', '-'); not recorded")
     settings = deploy.get("settings") if isinstance(deploy.get("settings"), dict) else {}
     board_json = folder / "board.json"
     board_doc = _read_json(board_json)

@@ -29,6 +29,7 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
+from rkdet.records.io import identifier, read_json
 from rkdet.runner import output_hash
 
 # What `rkdet layers BUILD` reads from a build folder (a failed build kept with --keep-failed has them too).
@@ -79,12 +80,13 @@ def from_build(folder: Path, paths_from: Path | None = None) -> Source:
     docs = {}
     for name in ("manifest.json", "config.resolved.json"):
         try:
-            docs[name] = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"{folder / name}: unreadable ({exc.__class__.__name__}); rebuild with rkdet convert") from None
+            docs[name] = read_json(folder / name)  # bounded (rkdet.records.io): a FIFO or 100k brackets: one line
+        except FileNotFoundError:
+            raise InputError(f"{folder / name}: missing; rebuild with rkdet convert") from None
     doc = docs["manifest.json"]
     if not isinstance(doc, dict) or not isinstance(doc.get("platform"), str) or not doc.get("fingerprint"):
         raise InputError(f"{folder / 'manifest.json'}: no platform or fingerprint; rebuild with rkdet convert")
+    identifier(doc["fingerprint"], folder / "manifest.json", "fingerprint")  # it names the cut cache folder
     try:
         cfg = RkdetConfig.model_validate(docs["config.resolved.json"])
     except ValidationError as exc:

@@ -13,10 +13,10 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
-from html import escape
 from pathlib import Path
 
 from rkdet.layers.analysis import InputAnalysis, Metrics
+from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
 from rkdet.layers.mapping import OnnxIndex, OnnxRef
 
 SCHEMA = "rkdet.layers/1"

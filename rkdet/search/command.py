@@ -16,6 +16,7 @@ from rich.table import Table
 from rkdet.config import RkdetConfig
 from rkdet.convert.pipeline import check_writable
 from rkdet.errors import ConversionError, InputError
+from rkdet.records.io import check_may_write
 from rkdet.runner import write_atomic
 from rkdet.search.budget import Budget, format_duration
 from rkdet.search.run import Outcome, SearchResult, search
@@ -109,6 +110,9 @@ def run_search(cfg: RkdetConfig, config_path: Path, out: Path, targets: list[str
         raise InputError(f"--search searches one platform; the config names {', '.join(platforms)}: pass --target")
     platform = platforms[0]
     check_writable(out)
+    searched_file = searched_path(config_path)
+    for path, what in ((searched_file, "searched config"), (out / SEARCH_JSON, "search record")):
+        check_may_write(path, what)  # before the long search: a symlink, FIFO or unwritable folder is refused now
     with console.status("searching") as status:
         current = [""]
 
@@ -129,11 +133,13 @@ def run_search(cfg: RkdetConfig, config_path: Path, out: Path, targets: list[str
                   f"below changed.\n{_why(first)}; build fingerprint {first.fingerprint}.\n"
                   f"`rkdet convert --config {searched.name}` rebuilds that variant (same fingerprint); "
                   f"every variant tried is in {out / SEARCH_JSON}.")
+        check_may_write(searched, "searched config")  # again: the search took minutes
         try:
             write_atomic(str(searched), render(config_path, first.variant.changes, _why(first), header))
         except OSError as exc:
             raise InputError(f"{searched}: cannot write the searched config ({exc.strerror or exc})") from None
     doc = result.as_dict(str(searched) if searched else None)
+    check_may_write(out / SEARCH_JSON, "search record")
     write_atomic(str(out / SEARCH_JSON), json.dumps(doc, indent=2, sort_keys=True) + "\n")
     console.print(_table(result))
     if as_json:

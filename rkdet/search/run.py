@@ -25,6 +25,7 @@ from rkdet.convert.hermetic import BuildWatch, DeadlineReached
 from rkdet.convert.images import list_images
 from rkdet.convert.pipeline import convert
 from rkdet.errors import ConversionError, InputError
+from rkdet.records.io import identifier, read_json_object
 from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first, format_duration, relative_cost
 from rkdet.search.space import (
     MAX_HYBRID_K,
@@ -182,12 +183,13 @@ def _closest(gates: list[dict[str, Any]]) -> Closest | None:
 def _read(folder: Path) -> tuple[str | None, dict[str, Any] | None]:
     fp, fid = None, None
     try:
-        fp = json.loads((folder / "manifest.json").read_text())["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
+        fp = identifier(read_json_object(folder / "manifest.json").get("fingerprint"), folder / "manifest.json",
+                        "fingerprint")
+    except (OSError, InputError):
         pass
     try:
-        fid = json.loads((folder / "fidelity.json").read_text())
-    except (OSError, ValueError):
+        fid = read_json_object(folder / "fidelity.json")
+    except (OSError, InputError):
         pass
     return fp, fid
 
