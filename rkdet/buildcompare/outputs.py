@@ -8,7 +8,6 @@ only when the graph preparation or the inputs did. An imported build has neither
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from rkdet.diff.api import Comparison, compare
 from rkdet.diff.tolerance import Tolerance
 from rkdet.errors import InputError
+from rkdet.records.io import read_json_object
 
 KINDS = ("simulator", "onnx-fp32")
 
@@ -34,13 +34,13 @@ class BuildFacts:
     def load(cls, folder: Path) -> BuildFacts:
         path = folder / "manifest.json"
         try:
-            doc = json.loads(path.read_text())
-            if not isinstance(doc, dict):
-                raise ValueError("not a JSON object")
+            doc = read_json_object(path)  # the one bounded reader: a build folder is input too
             golden = (doc.get("inputs") or {}).get("golden") or []
             inputs = {str(g.get("name") or Path(str(g["file"])).stem): str(g["tensor"]) for g in golden}
             return cls(folder, str(doc.get("origin") or "converted"),
-                       ((doc.get("toolchain") or {}).get("toolkit") or {}).get("version"), inputs,
+                       # converted (manifest 2): the model identity's toolkit; imported: its toolchain record
+                       ((doc.get("model_identity") or doc.get("toolchain") or {}).get("toolkit") or {}).get("version"),
+                       inputs,
                        doc.get("golden_outputs") or {})
         except FileNotFoundError:
             raise InputError(f"{folder}: no manifest.json; give two build folders (rkdet convert or import-rknn)") from None
@@ -65,8 +65,10 @@ class OutputsComparison:
         ag = c.agrees if c is not None else None
         if ag is None:
             return f"{self.kind} outputs: differ"
+        decisions = ("decisions not judged (no decoder ran)" if ag.decisions_changed is None
+                     else f"{ag.decisions_changed} decision(s) changed")
         return (f"{self.kind} outputs: DIFFER: {ag.outputs_differing} output(s) not bit-identical, max |a-b| "
-                f"{ag.max_abs:.4g}, {ag.decisions_changed} decision(s) changed")
+                f"{ag.max_abs:.4g}, {decisions}")
 
     def as_dict(self) -> dict[str, Any]:
         from rkdet.diff.report import to_json

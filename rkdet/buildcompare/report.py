@@ -34,9 +34,11 @@ class BuildComparison:
         return EXIT_OK if self.same else EXIT_DIFFERENT
 
     def decisions_changed(self) -> int | None:
+        """Decisions changed over the outputs a decoder judged; None where none was judged (unknown, not 0)."""
         counts = [o.comparison.agrees.decisions_changed for o in self.outputs
                   if o.applicable and o.comparison is not None and o.comparison.agrees is not None]
-        return sum(counts) if counts else None
+        judged = [c for c in counts if c is not None]
+        return sum(judged) if judged else None
 
     def verdict(self) -> str:
         if self.same:

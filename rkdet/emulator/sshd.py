@@ -129,8 +129,9 @@ class EmulatedBoard:
         self._given_root = Path(root).resolve() if root is not None else None
         self.python = Path(python) if python else _venv_python()
         self._extra_env = dict(env or {})
-        # `netns` (a name under /run/netns that the caller made, e.g. a test's jump-host lab) runs sshd in that
-        # network namespace, listening on `listen`: a board only another board can reach (issue 22)
+        # `netns` (a network namespace the caller made, e.g. a test's jump-host lab: a path such as
+        # /proc/PID/ns/net, or a name under /run/netns) runs sshd in it, listening on `listen`: a board only
+        # another board can reach (issue 22)
         self.netns = netns
         self.host = listen
         self.port = 0
@@ -428,7 +429,10 @@ class EmulatedBoard:
 
     def _netns_prefix(self) -> list[str]:
         """argv prefix entering the board's network namespace (none: the host's); nsenter execs, so the pid stays."""
-        return ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
+        if not self.netns:
+            return []
+        path = self.netns if self.netns.startswith("/") else f"/run/netns/{self.netns}"
+        return ["nsenter", f"--net={path}", "--"]
 
     def _wait_ready(self, timeout: float = 10.0) -> str:
         """'' once sshd answers with a banner; else why it did not (it may have lost the port)."""

@@ -1,6 +1,6 @@
 """Issue 22: a board behind a jump host deploys through it, with `ansible_become: true` meaning sudo.
 
-The lab: a network namespace this test makes (unique names, removed after) with a veth pair to the
+The lab: a network namespace this test makes and holds with a process (unique names, removed after) with a veth pair to the
 host. The jump board's sshd listens on the namespace's veth address (the host reaches it); the target
 board's sshd listens on the namespace's own loopback, which only processes inside the namespace (the
 jump board) reach. The inventory is INI, written as an Ansible user writes it: ProxyJump in
@@ -10,9 +10,11 @@ ansible_ssh_common_args, the jump host's key and known_hosts in an ssh_config, a
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,23 +31,31 @@ def _ip(*args: str) -> None:
 
 @pytest.fixture()
 def netns() -> Iterator[tuple[str, str]]:
-    """(namespace name, its veth address): made here, removed here (only what this test made)."""
+    """(network namespace path, its veth address): a namespace held by a process of this test (not
+    `ip netns add`, which leaves a /run/netns mount on the host), removed with it; only what it made."""
     tag = secrets.token_hex(3)
-    name, host_if, ns_if = f"rkdj{tag}", f"rkdj{tag}h", f"rkdj{tag}n"
+    host_if, ns_if = f"rkdj{tag}h", f"rkdj{tag}n"
     net = f"10.{200 + secrets.randbelow(50)}.{secrets.randbelow(256)}"
-    _ip("netns", "add", name)
+    holder = subprocess.Popen(["unshare", "--net", "--", "sleep", "infinity"], stdin=subprocess.DEVNULL)
+    path = f"/proc/{holder.pid}/ns/net"
     try:
+        deadline = time.monotonic() + 30
+        while os.readlink(path) == os.readlink("/proc/self/ns/net"):  # until unshare has made it
+            assert time.monotonic() < deadline and holder.poll() is None, "unshare --net did not start"
+            time.sleep(0.02)
+        inside = ["nsenter", f"--net={path}", "--", "ip"]
         _ip("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
-        _ip("link", "set", ns_if, "netns", name)
+        _ip("link", "set", ns_if, "netns", str(holder.pid))
         _ip("addr", "add", f"{net}.1/30", "dev", host_if)
         _ip("link", "set", host_if, "up")
-        _ip("-n", name, "addr", "add", f"{net}.2/30", "dev", ns_if)
-        _ip("-n", name, "link", "set", ns_if, "up")
-        _ip("-n", name, "link", "set", "lo", "up")
-        yield name, f"{net}.2"
+        subprocess.run([*inside, "addr", "add", f"{net}.2/30", "dev", ns_if], check=True, capture_output=True, timeout=30)
+        subprocess.run([*inside, "link", "set", ns_if, "up"], check=True, capture_output=True, timeout=30)
+        subprocess.run([*inside, "link", "set", "lo", "up"], check=True, capture_output=True, timeout=30)
+        yield path, f"{net}.2"
     finally:
         subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=30)
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+        holder.kill()
+        holder.wait(timeout=30)
 
 
 def _refused(host: str, port: int) -> bool:
