@@ -29,7 +29,8 @@ from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundl
 from rkdet.convert.identity import ModelIdentity, build_fingerprint, golden_records, model_identity
 from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.decode import detect_layout
-from rkdet.errors import ConversionError, FidelityGateError, InputError
+from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
+from rkdet.records.io import read_json_object
 from rkdet.runner import write_json_atomic
 
 Progress = Callable[[str], None]
@@ -134,11 +135,9 @@ class ReplaceRefused(InputError):
 def _existing(final: Path) -> tuple[str | None, str | None]:
     """The (build, model) fingerprints of the build already in `final`, (None, None) when there is none
     (or its manifest is unreadable: nothing to protect that a deploy could use)."""
-    try:
-        doc = json.loads((final / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return None, None
-    if not isinstance(doc, dict):
+    try:  # the one bounded reader: a FIFO or a huge file there is no build to protect
+        doc = read_json_object(final / "manifest.json")
+    except (OSError, RkdetError):
         return None, None
     fp, ifp = doc.get("fingerprint"), doc.get("model_fingerprint")
     return (fp if isinstance(fp, str) else None), (ifp if isinstance(ifp, str) else None)
@@ -158,8 +157,9 @@ def check_replace(final: Path, fingerprint: str, force: bool, *, model: bool = F
                          "--out (or a config `name`) for a folder of its own")
 
 
-def _install(stage_dir: Path, final: Path) -> None:
-    """Rename the finished staging folder into place, replacing an older build atomically enough."""
+def install_build(stage_dir: Path, final: Path) -> None:
+    """Rename the finished staging folder into place, replacing an older build atomically enough
+    (the one build-folder swap: convert and the search's passing variant)."""
     if final.exists():
         trash = final.with_name(f".{final.name}.old-{os.getpid()}")
         os.rename(final, trash)
@@ -285,7 +285,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             _write_failed(stage_dir, doc, GateRecord(False, "verify", None, message))
             raise ConversionError(message)
         check_replace(final, doc["fingerprint"], force)
-        _install(stage_dir, final)
+        install_build(stage_dir, final)
         return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report, fidelity_line)
     except BaseException as exc:
         session.close()

@@ -265,17 +265,7 @@ def namespace_prefix(etc: Path, reach: Reach = Reach()) -> list[str]:
 def traversable_by(path: Path, account: BoardAccount) -> bool:
     """Whether `account` can reach `path` (search permission on every ancestor)."""
     p = Path(path).resolve()
-    for part in [p, *p.parents]:
-        st = part.stat()
-        if st.st_uid == account.uid:
-            bit = 0o100
-        elif st.st_gid == account.gid:
-            bit = 0o010
-        else:
-            bit = 0o001
-        if not st.st_mode & bit:
-            return False
-    return True
+    return all(_searchable(part.stat(), account) for part in [p, *p.parents])
 
 
 def chown_tree(root: Path, account: BoardAccount) -> None:

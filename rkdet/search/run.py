@@ -12,8 +12,6 @@ build `<out>/<name>-<platform>`, exactly where `rkdet convert` would put it.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -23,7 +21,7 @@ from typing import Any, Callable
 from rkdet.config import RkdetConfig
 from rkdet.convert.hermetic import BuildWatch, DeadlineReached
 from rkdet.convert.images import list_images
-from rkdet.convert.pipeline import convert
+from rkdet.convert.pipeline import convert, install_build
 from rkdet.errors import ConversionError, InputError
 from rkdet.records.io import identifier, read_json_object
 from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first, format_duration, relative_cost
@@ -281,16 +279,6 @@ def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Prog
              for x in report.worst_single], len(measured), shape)
 
 
-def _install(folder: Path, final: Path) -> None:
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, trash)
-        os.rename(folder, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.rename(folder, final)
-
-
 def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Progress,
            budget: Budget, toolkit_progress: Progress | None = None) -> SearchResult:
     """Try the variants cheapest first within `budget`; stop at the first that passes every gate unless
@@ -332,7 +320,7 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
         progress(f"variant {variant.index}: {outcome.status} in {format_duration(outcome.build_seconds)}")
         if folder is not None and installed is None:
             installed = out / f"{cfg.name}-{platform}"
-            _install(folder, installed)
+            install_build(folder, installed)
         elif folder is not None:
             shutil.rmtree(folder.parent, ignore_errors=True)
         return outcome.status == "pass"
