@@ -84,9 +84,17 @@ def test_wheel_carries_the_board_scripts_from_the_single_source(wheel: Path) -> 
         names = set(zf.namelist())
         packaged = {n.rsplit("/", 1)[1]: zf.read(n) for n in names if n.startswith("rkdet/board_scripts/")}
         # a published artifact: no path of the machine it was built on (the build ran in a temp copy)
-        leaks = [n for n in names if str(wheel.parents[1]).encode() in zf.read(n) or str(REPO).encode() in zf.read(n)]
+        # METADATA's body is the README itself, which may name a path such as /root/rkdet as prose: it must be
+        # the README byte for byte, and only its header is searched for the checkout's path.
+        metadata_name = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        header, _, body = zf.read(metadata_name).partition(b"\n\n")
+        searched = {n: (header if n == metadata_name else zf.read(n)) for n in names}
+        leaks = [n for n, text in searched.items() if str(wheel.parents[1]).encode() in text or str(REPO).encode() in text]
+        leaks += [metadata_name] if str(wheel.parents[1]).encode() in body else []
+        readme_in_wheel = body.decode()
         entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert not leaks, leaks
+    assert readme_in_wheel.strip() == (REPO / "README.md").read_text().strip()
     source = {p.name: p.read_bytes() for p in (REPO / "board_scripts").glob("*.sh")}
     assert source and packaged == source
     # everything else the board needs: the single-file runner, and the emulated runtime for emulated boards
