@@ -2,7 +2,7 @@
 
 Why: ``board_scripts/`` at the top of the repository is the single source of the shell code that runs
 on a board; an installed rkdet needs it inside the package. This copies ``board_scripts/*.sh`` into
-``rkdet/board_scripts/`` of the wheel at build time (``rkdet.board.scripts.board_scripts_dir`` finds
+``rkdet/board_scripts/`` of the wheel at build time (``rkdet.boardinfo.scripts.board_scripts_dir`` finds
 it there, or the checkout's copy in an editable/source run), so nothing is copied by hand.
 """
 

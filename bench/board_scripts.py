@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rkdet.emulator.fake_tree import build_fake_tree, tree_digest  # noqa: E402
-from rkdet.board.scripts import local_command, script_env  # noqa: E402
+from rkdet.boardinfo.scripts import local_command, script_env  # noqa: E402
 from rkdet.emulator.socs import PROFILES  # noqa: E402
 
 SHELLS = ("dash", "busybox sh", "bash --posix")

@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rkdet.emulator.sshd import EmulatedBoard  # noqa: E402
-from rkdet.board.pull import pull  # noqa: E402
-from rkdet.board.transfer import push  # noqa: E402
+from rkdet.link.pull import pull  # noqa: E402
+from rkdet.link.transfer import push  # noqa: E402
 
 MODEL = REPO / "models" / "yolov8n-doclaynet.onnx"
 MiB = 1 << 20

@@ -52,7 +52,7 @@ class FidelityGateError(ConversionError):
     """A build failed a fidelity gate (exit 4): `rkdet layers` can say which layer lost it.
 
     `gate` and `subject` name the failing gate (kind, e.g. "cosine", and output) for the build's gate
-    record (rkdet.buildgates); `details` are lines shown before the error (the whole fidelity line)."""
+    record (rkdet.records.gates); `details` are lines shown before the error (the whole fidelity line)."""
 
     def __init__(self, message: str, *, gate: str | None = None, subject: str | None = None,
                  details: tuple[str, ...] = (), exit_code: int | None = None) -> None:

@@ -37,7 +37,7 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     inject = {
         "runner.py": "import rkdet.config  # injected: the on-board runner importing rkdet",
-        "diff/metrics.py": "from rkdet.board import ssh  # injected: diff reaching into the board\nimport rkdet.diff.compare  # injected: compare -> metrics -> compare",
+        "diff/metrics.py": "from rkdet.link import ssh  # injected: diff reaching into the board\nimport rkdet.diff.compare  # injected: compare -> metrics -> compare",
     }
     for rel, line in inject.items():
         path = tmp_path / "rkdet" / rel
@@ -45,7 +45,7 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
     proc = lint_imports(tmp_path)
     out = proc.stdout
     assert proc.returncode == 1, out[-4000:] + proc.stderr[-2000:]
-    assert "rkdet.diff.metrics -> rkdet.board.ssh" in out
+    assert "rkdet.diff.metrics -> rkdet.link.ssh" in out
     assert "rkdet.runner -> rkdet.config" in out
     assert re.search(r"No import loops.*BROKEN", out), out[-4000:]
     # the real tree is untouched and still clean

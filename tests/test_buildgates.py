@@ -1,4 +1,4 @@
-"""The build's gate record (rkdet/buildgates.py): read from a manifest, derived from an older one, bounded
+"""The build's gate record (rkdet/records/gates.py): read from a manifest, derived from an older one, bounded
 and safe on malformed input (a manifest is a file anyone could have edited)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rkdet.buildgates import MAX_TEXT, PASSED, GateRecord, from_manifest, read
+from rkdet.records.gates import MAX_TEXT, PASSED, GateRecord, from_manifest, read
 
 
 def test_the_record_round_trips_and_says_what_failed(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import host_guard as guard
 
 from rkdet.emulator.fake_tree import build_fake_tree, tree_digest
-from rkdet.board.scripts import run_script_locally
+from rkdet.boardinfo.scripts import run_script_locally
 from rkdet.emulator.socs import PROFILES
 
 TESTS = Path(__file__).resolve().parent

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from rkdet.buildgates import PASSED, GateRecord
+from rkdet.records.gates import PASSED, GateRecord
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import BuildWatch, ToolkitSession
@@ -176,7 +176,7 @@ def failed_fidelity_path(final: Path) -> Path:
 
 
 def _write_failed(stage_dir: Path, doc: dict, record: GateRecord) -> None:
-    """A failed build's manifest says so (`gates`, rkdet.buildgates): deploy refuses it unless allowed."""
+    """A failed build's manifest says so (`gates`, rkdet.records.gates): deploy refuses it unless allowed."""
     doc["gates"] = record.to_json()
     manifest.write_manifest(stage_dir / "manifest.json", doc)
     if not (stage_dir / "selfcheck.json").exists():  # so --allow-failed-build --install-selfcheck can run it

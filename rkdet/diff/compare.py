@@ -122,7 +122,7 @@ class Verdict:
     max_lsb: float | None = None  # in quantization steps, where the output's step is known
     min_cosine: float | None = None
     reason: str = ""
-    caveat: str = ""  # the reference build failed its gates at convert (rkdet.buildgates): said on every line
+    caveat: str = ""  # the reference build failed its gates at convert (rkdet.records.gates): said on every line
 
     @property
     def decisions_judged(self) -> bool:
@@ -165,7 +165,7 @@ class Comparison:
     verdict: str = ""
     repeatable: Verdict = field(default_factory=lambda: Verdict("repeatable", True))
     agrees: Verdict | None = None  # only with a reference B
-    caveat: str | None = None  # the reference build failed its gates at convert (rkdet.buildgates)
+    caveat: str | None = None  # the reference build failed its gates at convert (rkdet.records.gates)
 
     @property
     def mode(self) -> str:

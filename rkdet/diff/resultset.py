@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rkdet.buildgates import read as read_gates
+from rkdet.records.gates import read as read_gates
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
                                check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
 from rkdet.errors import InputError
@@ -178,7 +178,7 @@ class Source:
     verify: bool = True
     cache: ArrayCache = field(default_factory=ArrayCache)
     quant_steps: dict[str, float] = field(default_factory=dict)  # output -> int8 scale (LSB), from a build
-    build_caveat: str | None = None  # a build's golden set whose build failed its gates at convert (rkdet.buildgates)
+    build_caveat: str | None = None  # a build's golden set whose build failed its gates at convert (rkdet.records.gates)
 
     # -- overridden by the concrete kinds -------------------------------------------------
     def records(self) -> Iterator[Record]:

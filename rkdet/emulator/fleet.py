@@ -5,7 +5,7 @@ Why: fleet mode's failures are *across* boards (a runtime build that moves one e
 that differs from another, a board that drops off the network, one that throttles), and proving
 that rkdet names them needs boards that really differ, reached the way a lab reaches its boards:
 through an inventory, with strict host keys. Each board is an `EmulatedBoard`; SoCs are assigned
-round-robin. The inventory is written with `rkdet.fleet.inventory.write_inventory` (the one writer
+round-robin. The inventory is written with `rkdet.fleets.sources.inventory.write_inventory` (the one writer
 of the format) and reads back with `load_inventory`.
 
 Board kinds (`--variant INDEX=KIND`, INDEX 0-based; default sudo): the emulator's login variants
@@ -50,7 +50,7 @@ from rkdet.emulator import lifeline
 from rkdet.emulator.socs import PROFILES, SocProfile
 from rkdet.emulator.sshd import VARIANTS, EmulatedBoard, _keygen
 from rkdet.errors import BoardError, InputError
-from rkdet.fleet.inventory import Board, write_inventory
+from rkdet.fleets.sources.inventory import Board, write_inventory
 
 #: TEST CONTROL kinds (what each does: the module doc); the login variants are sshd.VARIANTS
 TEST_CONTROL_KINDS = ("runtime-drift", "core-drift", "drop", "hot")

@@ -6,7 +6,7 @@ busy places); fleet tests and the demo need a coordinator that owns places backe
 answer SSH. The exporter exports one `NetworkService` (address, username, port) per board in a group
 named after it; each place is named after the board, matches `<exporter>/<board>/NetworkService`
 and is tagged `soc=<soc>` and `kind=<kind>` (the board's --variant kind, e.g. kind=runtime-drift).
-labgrid runs from its own venv (`rkdet.fleet.labgrid_places.labgrid_python`: $RKDET_LABGRID_PYTHON,
+labgrid runs from its own venv (`rkdet.fleets.sources.labgrid_places.labgrid_python`: $RKDET_LABGRID_PYTHON,
 see .ci/setup), as for users. Both daemons die with this process (PR_SET_PDEATHSIG) and are stopped
 by `stop()`. A labgrid place carries no key: every fleet board accepts the fleet's one client key
 (`EmulatedFleet.identity_file`) and its host keys are in `EmulatedFleet.known_hosts_file`.
@@ -26,7 +26,7 @@ from pathlib import Path
 from rkdet.emulator.fleet import EmulatedFleet
 from rkdet.emulator.sshd import free_port
 from rkdet.errors import BoardError
-from rkdet.fleet.labgrid_places import labgrid_python
+from rkdet.fleets.sources.labgrid_places import labgrid_python
 
 EXPORTER = "rkdet-fleet"
 START_SECONDS = 60.0

@@ -470,7 +470,7 @@ class EmulatedBoard:
 
     def connect(self, **kwargs: Any):
         """A `BoardConnection` to this board with its key and known_hosts (kwargs override)."""
-        from rkdet.board.ssh import BoardConnection
+        from rkdet.link.ssh import BoardConnection
 
         opts: dict[str, Any] = dict(user=self.user, identity=self.identity_file, known_hosts=self.known_hosts_file,
                                     system_known_hosts=None, ssh_config=None, allow_agent=False)

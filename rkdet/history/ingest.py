@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rkdet.board.cells import read_cells
-from rkdet.board.scripts import parse_probe
+from rkdet.deploy.cells import read_cells
+from rkdet.boardinfo.scripts import parse_probe
 from rkdet.diff.resultset import ResultSetDir, iter_jsonl
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object

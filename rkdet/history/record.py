@@ -1,6 +1,6 @@
 """Record one finished run folder in `<results>/rkdet.db`: the call a deploy makes when a run completes.
 
-(`rkdet deploy` calls it through rkdet/deploy_command.py; `rkdet history import` indexes the same folders afterwards.)
+(`rkdet deploy` calls it through rkdet/cli/deploy.py; `rkdet history import` indexes the same folders afterwards.)
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import pytest
 from bs_helpers import SOCS
 
 from rkdet.emulator.mount import EmulatedSysfs, emulated_sysfs, fuse_unavailable_reason
-from rkdet.board.scripts import parse_pin, parse_restore, run_script_locally, run_script_locally_full
+from rkdet.boardinfo.scripts import parse_pin, parse_restore, run_script_locally, run_script_locally_full
 from rkdet.emulator.socs import PROFILES
 
 TIMEOUT_S = 30

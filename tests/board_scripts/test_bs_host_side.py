@@ -1,4 +1,4 @@
-"""rkdet.board.scripts: output parsing, remote command quoting, setting names, error mapping."""
+"""rkdet.boardinfo.scripts: output parsing, remote command quoting, setting names, error mapping."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from rkdet.board.scripts import (
+from rkdet.boardinfo.scripts import (
     PinReport, board_command, check_board_env, parse_pin, parse_probe, parse_records, parse_restore,
     run_script_locally, script_path,
 )

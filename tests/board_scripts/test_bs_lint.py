@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from rkdet.board.scripts import SCRIPT_FILES, SCRIPT_NAMES, board_scripts_dir, deploy_files, script_path
+from rkdet.boardinfo.scripts import SCRIPT_FILES, SCRIPT_NAMES, board_scripts_dir, deploy_files, script_path
 
 
 @pytest.mark.slow  # shellcheck -x follows the sourced helpers: ~5 s on 2 busy cores

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from test_bs_run_pinned import Wrapper, pid_alive, wait_for
 
-from rkdet.board.lock import job_lock, probe_lock
-from rkdet.board.scripts import parse_pin, parse_restore, run_script_locally
+from rkdet.boardinfo.lock import job_lock, probe_lock
+from rkdet.boardinfo.scripts import parse_pin, parse_restore, run_script_locally
 from rkdet.emulator.fake_tree import tree_digest
 
 NPU_GOVERNOR = "sys/class/devfreq/fdab0000.npu/governor"

@@ -1,10 +1,10 @@
-"""rkdet.board.lock: the board lock's JSON records as typed values (no board needed)."""
+"""rkdet.boardinfo.lock: the board lock's JSON records as typed values (no board needed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rkdet.board.lock import (REDACTED, busy_error, check_before_push, holder_env, job_lock, private_names, probe_lock,
+from rkdet.boardinfo.lock import (REDACTED, busy_error, check_before_push, holder_env, job_lock, private_names, probe_lock,
                               refusal, this_holder)
 from rkdet.errors import EXIT_BOARD, BoardError
 

@@ -13,7 +13,7 @@ import pytest
 from bs_helpers import VARIANTS
 
 from rkdet.emulator.fake_tree import build_fake_tree, tree_digest
-from rkdet.board.scripts import parse_pin, parse_restore, run_script_locally, run_script_locally_full
+from rkdet.boardinfo.scripts import parse_pin, parse_restore, run_script_locally, run_script_locally_full
 from rkdet.emulator.socs import PROFILES
 
 OPTIONS = {"RKDET_CPU_GOVERNOR": "userspace", "RKDET_THP": "never", "RKDET_CPUIDLE_DEEP": "disable"}
@@ -268,7 +268,7 @@ def test_kernel_refusing_a_write_mid_pin_rolls_back(make_tree, state_dir: Path) 
     The kernel's refusal is a test double: rk_write is redefined to fail for one file with the
     message a shell prints for EACCES; everything else is the real pin/rollback code.
     """
-    from rkdet.board.scripts import board_scripts_dir, parse_records
+    from rkdet.boardinfo.scripts import board_scripts_dir, parse_records
 
     root = make_tree("rk3588")
     before = tree_digest(root)
@@ -290,7 +290,7 @@ rk_write() {
 
 def test_read_only_mount_is_named_as_such_for_root(make_tree, state_dir: Path) -> None:
     """Containers often mount /proc/sys read-only: root is refused there, and the message says why."""
-    from rkdet.board.scripts import local_command, script_env
+    from rkdet.boardinfo.scripts import local_command, script_env
 
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.fail("needs root and unshare (util-linux) for a private mount namespace")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from bs_helpers import VARIANTS
 
-from rkdet.board.scripts import parse_probe, run_script_locally_full
+from rkdet.boardinfo.scripts import parse_probe, run_script_locally_full
 
 
 @pytest.mark.parametrize("soc", sorted(VARIANTS))

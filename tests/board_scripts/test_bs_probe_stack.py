@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.scripts import parse_probe, run_script_locally_full
+from rkdet.boardinfo.scripts import parse_probe, run_script_locally_full
 from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.emulator.sshd import RUNTIME_DOUBLE
 from rkdet.emulator.socs import RK3568, RK3588
@@ -63,7 +63,7 @@ def test_without_rknnlite_its_version_is_null(shell: str, tmp_path: Path) -> Non
 
 
 def test_the_stack_in_one_line(tmp_path: Path) -> None:
-    from rkdet.board.stack import BoardStack
+    from rkdet.boardinfo.stack import BoardStack
 
     root = build_fake_tree(dataclasses.replace(RK3588, rknpu_version_nodes=("sysfs",)), tmp_path / "board")
     rep = parse_probe(run_script_locally_full("probe", root, tmp_path / "state", env=PY_ENV).records)

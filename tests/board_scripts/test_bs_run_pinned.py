@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rkdet.emulator.fake_tree import tree_digest
-from rkdet.board.scripts import local_command, parse_pin, parse_records, parse_restore, run_script_locally, script_env
+from rkdet.boardinfo.scripts import local_command, parse_pin, parse_records, parse_restore, run_script_locally, script_env
 from bounds import ended_within
 
 NPU_GOVERNOR = "sys/class/devfreq/fdab0000.npu/governor"

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from rkdet.emulator.fake_tree import tree_digest
-from rkdet.board.scripts import board_scripts_dir, parse_pin, parse_restore, run_script_locally_full
+from rkdet.boardinfo.scripts import board_scripts_dir, parse_pin, parse_restore, run_script_locally_full
 
 NODE = "fb000000.gpu"
 GPU = f"sys/class/devfreq/{NODE}"

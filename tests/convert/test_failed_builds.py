@@ -13,7 +13,7 @@ import pytest
 from convert_helpers import run_rkdet
 from tiny_models import conv_model, image_folder, write_config
 
-from rkdet.buildgates import from_manifest, read
+from rkdet.records.gates import from_manifest, read
 
 pytestmark = pytest.mark.slow
 

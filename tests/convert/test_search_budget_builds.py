@@ -16,7 +16,7 @@ from rich.console import Console
 
 from rkdet.config import load_config
 from rkdet.search.budget import Budget
-from rkdet.search.command import no_pass_error, table
+from rkdet.cli.search import no_pass_error, table
 from rkdet.search.run import search
 from rkdet.search.space import parse_space
 from tiny_models import cancelling_conv_model, image_folder, write_config

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from rkdet.board.collect import clock_changes
-from rkdet.board.remote_scripts import parse_probe_of
+from rkdet.deploy.collect import clock_changes
+from rkdet.boardinfo.remote_scripts import parse_probe_of
 from rkdet.diff.correlate import correlate
 from rkdet.errors import EXIT_BOARD, BoardError
 from rkdet.snapshots import SnapshotError, parse_snapshot, read_snapshots

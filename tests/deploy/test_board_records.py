@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.build import BuildInfo
-from rkdet.board.deploy_state import DeployState, DeployStatus, latest_unfinished, public_settings
-from rkdet.board.layout import RemoteLayout
-from rkdet.board.settings import RunSettings
+from rkdet.records.build import BuildInfo
+from rkdet.deploy.deploy_state import DeployState, DeployStatus, latest_unfinished, public_settings
+from rkdet.deploy.layout import RemoteLayout
+from rkdet.deploy.settings import RunSettings
 from rkdet.config import BoardSection, DeploySettings, RunSection
 from rkdet.errors import InputError
 from rkdet.tolerance import Tolerance

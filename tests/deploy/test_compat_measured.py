@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from rkdet.board.compat import KNOWN, MEASURED_LOADS, StackFacts, check
+from rkdet.boardinfo.compat import KNOWN, MEASURED_LOADS, StackFacts, check
 from rkdet.cli import main
 
 

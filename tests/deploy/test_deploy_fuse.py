@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import REPO, assert_untouched, deploy, deploy_args, run_folders
 
-from rkdet.board.deploy_state import load_record
+from rkdet.deploy.deploy_state import load_record
 from rkdet.emulator.mount import fuse_unavailable_reason
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.emulator.fake_tree import tree_digest

@@ -18,7 +18,7 @@ import pytest
 from deploy_helpers import (REPO, board_args, deploy, deploy_args, error_line, held, rkdet, run_folders,
                             wait_no_board_processes)
 
-from rkdet.board.lock import this_holder
+from rkdet.boardinfo.lock import this_holder
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.errors import EXIT_BOARD

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from deploy_helpers import deploy, run_folders
 
-from rkdet.board.lock import this_holder
+from rkdet.boardinfo.lock import this_holder
 from rkdet.emulator.sshd import EmulatedBoard
 
 

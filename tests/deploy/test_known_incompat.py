@@ -1,4 +1,4 @@
-"""Known incompatibilities (rkdet/board/compat.py): each refusal names its fix and source, on emulated
+"""Known incompatibilities (rkdet/boardinfo/compat.py): each refusal names its fix and source, on emulated
 boards that present another librknnrt or rknpu driver (socs.with_stack, a TEST CONTROL); unknown
 combinations warn, never block."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from deploy_helpers import deploy, error_line, run_folders
 
-from rkdet.board import compat
-from rkdet.board.compat import StackFacts
+from rkdet.boardinfo import compat
+from rkdet.boardinfo.compat import StackFacts
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.emulator.socs import RK3588, RV1126, with_stack
 from rkdet.emulator.sshd import EmulatedBoard

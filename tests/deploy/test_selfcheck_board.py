@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from rkdet.emulator.sshd import EmulatedBoard
-from rkdet.board.selfcheck_install import SelfcheckInstall, install_selfcheck
-from rkdet.board.shell import CommandResult
-from rkdet.board.ssh import BoardConnection
-from rkdet.board.transfer import push
+from rkdet.deploy.selfcheck_install import SelfcheckInstall, install_selfcheck
+from rkdet.link.shell import CommandResult
+from rkdet.link.ssh import BoardConnection
+from rkdet.link.transfer import push
 from rkdet.errors import InputError
 from rkdet.runner import read_index
 

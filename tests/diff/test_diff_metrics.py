@@ -157,7 +157,7 @@ def test_tolerance_from_mapping_and_flags() -> None:
 
 
 def test_decoder_choices_match() -> None:
-    from rkdet.diff.command import DECODERS as CLI
+    from rkdet.cli.diff import DECODERS as CLI
     from rkdet.decode import DECODERS
 
     assert CLI == DECODERS

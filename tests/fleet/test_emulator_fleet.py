@@ -27,12 +27,12 @@ from host_leftovers import children, inventory
 from process_tree import leftovers, tree_argv
 from bounds import ended_within
 
-from rkdet.board import jobs
-from rkdet.board.ssh import BoardConnection, Timeouts
+from rkdet.link import jobs
+from rkdet.link.ssh import BoardConnection, Timeouts
 from rkdet.cli import main
 from rkdet.emulator.fleet import DRIFT_RUNTIME, EmulatedFleet, FleetBoard
 from rkdet.errors import BoardError
-from rkdet.fleet.inventory import Board, load_inventory, select, write_inventory
+from rkdet.fleets.sources.inventory import Board, load_inventory, select, write_inventory
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=30, keepalive=5)
 KINDS = {0: "core-drift", 1: "runtime-drift", 2: "drop", 3: "hot"}
@@ -166,7 +166,7 @@ def test_hot_board_is_capped_while_its_runtime_runs(fleet: EmulatedFleet) -> Non
 def test_labgrid_lab_has_a_place_per_board_that_reaches_it(fleet: EmulatedFleet) -> None:
     """A real coordinator + exporter: places tagged soc/kind, acquired through rkdet's labgrid source."""
     from rkdet.emulator.fleet_labgrid import FleetLab
-    from rkdet.fleet.labgrid_places import acquired_boards
+    from rkdet.fleets.sources.labgrid_places import acquired_boards
 
     with FleetLab(fleet) as lab:
         assert set(lab.places) == {fb.name for fb in fleet.boards}

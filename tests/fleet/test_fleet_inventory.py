@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from rkdet.cli import main
 from rkdet.errors import InputError
-from rkdet.fleet.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
-from rkdet.fleet.patterns import evaluate
+from rkdet.fleets.sources.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
+from rkdet.fleets.sources.patterns import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from rkdet.cli import main
 from rkdet.errors import InputError
-from rkdet.fleet import ansible_engine
-from rkdet.fleet.hostranges import expand
-from rkdet.fleet.inventory import load_inventory, select
+from rkdet.fleets.sources import ansible_engine
+from rkdet.fleets.sources.hostranges import expand
+from rkdet.fleets.sources.inventory import load_inventory, select
 from tests.fleet.ansible_lab import PATTERNS, write_lab
 
 
@@ -326,7 +326,7 @@ def test_engine_output_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_inventorys_jump_host_wins_over_ssh_config(tmp_path: Path) -> None:
-    from rkdet.board.target import resolve_target
+    from rkdet.link.target import resolve_target
 
     cfg = tmp_path / "ssh_config"
     cfg.write_text("Host b\n  ProxyJump other\n")

@@ -22,10 +22,10 @@ from bounds import ended_within
 from click.testing import CliRunner
 
 from rkdet.emulator.sshd import EmulatedBoard, free_port
-from rkdet.board.ssh import BoardConnection, Timeouts
+from rkdet.link.ssh import BoardConnection, Timeouts
 from rkdet.cli import main
 from rkdet.errors import BoardError, InputError
-from rkdet.fleet.labgrid_places import (
+from rkdet.fleets.sources.labgrid_places import (
     Coordinator,
     _board,
     acquired_boards,
@@ -202,8 +202,7 @@ def test_an_exception_in_the_block_releases(clean: Lab) -> None:
 
 def test_reservation_is_refreshed_while_held(clean: Lab) -> None:
     """The bridge polls each reservation on a timer; its watcher sees every refresh."""
-    from rkdet.fleet import labgrid_places
-
+    from rkdet.fleets.sources import labgrid_places
     hold = labgrid_places.PlaceHold(parse_coordinator(clean.address), {"soc": "rk3568"}, 20, refresh=0.5)
     hold.start()
     try:

@@ -243,9 +243,9 @@ def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, fleet_builds: dict[
     clock that passes the budget once the first session is over, so no machine is too slow for it."""
     import threading
 
-    from rkdet.fleet.inventory import load_inventory, select
-    from rkdet.fleetrun.board_run import DeployCommon, load_builds, run_board
-    from rkdet.fleetrun.records import BOARD_FAILED, BoardResult, Cell
+    from rkdet.fleets.sources.inventory import load_inventory, select
+    from rkdet.fleets.run.one_board import DeployCommon, load_builds, run_board
+    from rkdet.fleets.run.records import BOARD_FAILED, BoardResult, Cell
 
     (board,) = select(load_inventory(lab3.inventory(tmp_path / "inv.yaml")), "a")
     builds = load_builds(None, tuple(fleet_builds.values()))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rkdet.errors import InputError
-from rkdet.fleetrun.matrix import parse_matrix, plan
-from rkdet.fleetrun.records import Cell
+from rkdet.fleets.run.matrix import parse_matrix, plan
+from rkdet.fleets.run.records import Cell
 
 DEFAULT = Cell("auto", "rknnlite")
 

@@ -85,7 +85,7 @@ def test_labgrid_places_are_deployed_to_and_released(fleet: EmulatedFleet, build
     and host keys from the flags, as a lab's ~/.ssh/config would give them), and every place is free
     again afterwards. One cell (auto): the core-drift board differs only on 0_1_2, so one class, exit 0."""
     from rkdet.emulator.fleet_labgrid import FleetLab
-    from rkdet.fleet.labgrid_places import acquired_boards
+    from rkdet.fleets.sources.labgrid_places import acquired_boards
 
     out = tmp_path / "results"
     rk3588 = [fb.name for fb in fleet.boards if fb.soc == "rk3588"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from rkdet.emulator.fake_tree import build_fake_tree
-from rkdet.board.scripts import parse_probe, run_script_locally
+from rkdet.boardinfo.scripts import parse_probe, run_script_locally
 from rkdet.emulator.socs import profile
 from rkdet.runner import CELLS_SCHEMA, Recorder, ResultWriter, prepare_out_dir, write_json_atomic
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.demo import demo_config
+from rkdet.cli.demo import demo_config
 from rkdet.config import DEFAULT_CONFIG
 from rkdet.errors import EXIT_BAD_INPUT, InputError
 

@@ -111,7 +111,7 @@ def test_installed_convert_deploy_diff_from_an_unrelated_folder(venv: Path, tmp_
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     rkdet = venv / "bin" / "rkdet"
 
-    where = _run([venv / "bin" / "python", "-c", "import rkdet, rkdet.board.scripts as s; "
+    where = _run([venv / "bin" / "python", "-c", "import rkdet, rkdet.boardinfo.scripts as s; "
                   "print(rkdet.__file__); print(s.board_scripts_dir())"], work, env)
     assert where.returncode == 0, where.stderr
     module_file, scripts_dir = (Path(line) for line in where.stdout.split())

@@ -10,7 +10,7 @@ import pytest
 from layer_models import fragile_model
 
 from rkdet.bisection.plan import bisect, cut_points, max_cut_builds
-from rkdet.emulator.command import fault_tensor_value
+from rkdet.cli.emulator import fault_tensor_value
 from rkdet.errors import InputError
 
 

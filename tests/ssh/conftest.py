@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from rkdet.emulator.sshd import EmulatedBoard
-from rkdet.board.ssh import BoardConnection, Timeouts
+from rkdet.link.ssh import BoardConnection, Timeouts
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
 

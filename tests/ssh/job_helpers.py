@@ -1,13 +1,13 @@
-"""Test helpers over rkdet.board.jobs (the product follows and stops jobs with jobs.wait and
+"""Test helpers over rkdet.link.jobs (the product follows and stops jobs with jobs.wait and
 pinned_run.stop; these follow a job's log and kill it outright)."""
 
 from __future__ import annotations
 
 import time
 
-from rkdet.board import jobs
-from rkdet.board.jobs import DetachedJob
-from rkdet.board.shell import CommandRunner, remote_command
+from rkdet.link import jobs
+from rkdet.link.jobs import DetachedJob
+from rkdet.link.shell import CommandRunner, remote_command
 
 
 def read_log(conn: CommandRunner, job: DetachedJob, offset: int = 0) -> bytes:

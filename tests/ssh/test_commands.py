@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 import job_helpers
 
-from rkdet.board import jobs
-from rkdet.board.shell import build_command, remote_command
-from rkdet.board.ssh import BoardConnection, Timeouts
+from rkdet.link import jobs
+from rkdet.link.shell import build_command, remote_command
+from rkdet.link.ssh import BoardConnection, Timeouts
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 from bounds import ended_within

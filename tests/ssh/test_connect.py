@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rkdet.emulator.sshd import EmulatedBoard, free_port
-from rkdet.board.ssh import BoardConnection, Timeouts
-from rkdet.board.target import parse_board, resolve_target
+from rkdet.link.ssh import BoardConnection, Timeouts
+from rkdet.link.target import parse_board, resolve_target
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 from bounds import ended_within
 

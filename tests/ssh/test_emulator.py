@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board import jobs
+from rkdet.link import jobs
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.errors import InputError
@@ -136,7 +136,7 @@ def test_restart_in_the_same_dir_keeps_the_host_key(tmp_path: Path) -> None:
 
 def test_emulator_start_builds_the_profile_variant_asked_for(tmp_path: Path) -> None:
     """`rkdet emulator start --speed-bin/--no-compaction/--no-thp` gives the sourced variant profiles."""
-    from rkdet.emulator.command import board_profile
+    from rkdet.cli.emulator import board_profile
 
     bin2304 = board_profile("rk3588", "2304", True, True)
     big = [p for p in bin2304.cpu_policies if max(p.frequencies_khz) > 2_000_000]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from host_leftovers import alive, children, inventory
 
-from rkdet.board import jobs
+from rkdet.link import jobs
 from rkdet.emulator import lifeline, users
 from rkdet.emulator.mount import fuse_unavailable_reason
 from rkdet.emulator.sshd import EmulatedBoard
@@ -121,7 +121,7 @@ def _board_of(proc: subprocess.Popen) -> tuple[int, list[int]]:
 
 
 def _detached_job(info: dict[str, str]) -> int:
-    from rkdet.board.ssh import BoardConnection
+    from rkdet.link.ssh import BoardConnection
 
     with BoardConnection.open(info["target"], user="rkdetsudo", identity=Path(info["identity"]),
                               known_hosts=Path(info["known_hosts"]), system_known_hosts=None, ssh_config=None,

@@ -17,8 +17,8 @@ import pytest
 
 from rkdet.emulator import hostile
 from rkdet.emulator.sshd import EmulatedBoard
-from rkdet.board.pull import pull
-from rkdet.board.ssh import BoardConnection, Limits, Timeouts
+from rkdet.link.pull import pull
+from rkdet.link.ssh import BoardConnection, Limits, Timeouts
 from rkdet.errors import EXIT_BOARD, BoardError
 from bounds import HANG_MARGIN, ended_within
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from rkdet.emulator.sshd import EmulatedBoard
-from rkdet.board.pull import pull
-from rkdet.board.ssh import BoardConnection, Timeouts
-from rkdet.board.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, push, remote_hashes, request_size
+from rkdet.link.pull import pull
+from rkdet.link.ssh import BoardConnection, Timeouts
+from rkdet.link.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, push, remote_hashes, request_size
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -105,7 +105,7 @@ def test_exec_fallback_without_sftp(boards, variant: str, tmp_path: Path) -> Non
 
 def test_progress_bar_for_big_files_does_not_change_the_result(conn: BoardConnection, remote_tmp: str,
                                                                tmp_path: Path) -> None:
-    from rkdet.board.transfer import PROGRESS_MIN_BYTES
+    from rkdet.link.transfer import PROGRESS_MIN_BYTES
 
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(PROGRESS_MIN_BYTES + 1))

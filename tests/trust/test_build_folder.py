@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.board.build import BuildInfo
-from rkdet.board.layout import RemoteLayout
-from rkdet.board.stage import check_model
+from rkdet.records.build import BuildInfo
+from rkdet.deploy.layout import RemoteLayout
+from rkdet.deploy.stage import check_model
 from rkdet.errors import InputError
 from rkdet.runner import file_sha256
 from trust_helpers import GOOD_FP, fake_build, manifest, one_line, rkdet, tree

@@ -54,8 +54,7 @@ def test_diff_html_report_has_no_raw_control_chars(tmp_path) -> None:
 
 
 def test_junit_classname_and_name_keep_no_bidi() -> None:
-    from rkdet.fleetrun import junit
-
+    from rkdet.fleets.run import junit
     text = junit._text(f"rkdet.fleet.{HOSTILE}")
     element = ET.Element("testcase", classname=text)
     serialized = ET.tostring(element, encoding="unicode")
@@ -63,7 +62,7 @@ def test_junit_classname_and_name_keep_no_bidi() -> None:
 
 
 def test_fleet_and_layers_html_use_the_one_sanitiser() -> None:
-    from rkdet.fleetrun import html as fleet_html
+    from rkdet.fleets.run import html as fleet_html
     from rkdet.layers import report
 
     assert fleet_html.escape is html_text and report.escape is html_text

@@ -1,0 +1,422 @@
+"""Host side of the board scripts: where they are, what to push, and what their output means.
+
+The scripts in ``board_scripts/`` are the only shell code that runs on a board. They print JSON
+Lines (one record per line, each with ``record`` and ``script`` keys) and exit with the codes in
+their header comments. This module turns that output into typed reports, builds the quoted remote
+command line, and runs a script locally against a fake root (tests, the emulator).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rkdet.link.shell import remote_command
+from rkdet.errors import BoardError, InputError
+
+SCRIPT_NAMES = ("probe", "pin", "restore", "run-pinned")
+# Everything deploy must push, helpers first (the entry points source them from their own dir).
+SCRIPT_FILES = ("lib.sh", "knobs.sh", "lock.sh", "probe.sh", "pin.sh", "restore.sh", "run-pinned.sh")
+# Settings pin.sh (and run-pinned.sh) read from the environment; documented in pin.sh.
+PIN_SETTINGS = (
+    "RKDET_CPU_GOVERNOR", "RKDET_CPU_FREQ", "RKDET_NPU_FREQ", "RKDET_GPU_FREQ", "RKDET_DDR_FREQ",
+    "RKDET_COMPACTION", "RKDET_THP", "RKDET_CPUIDLE_DEEP", "RKDET_PIN_STRICT", "RKDET_KILL_GRACE",
+)
+# run-pinned.sh's board lock (lock.sh): how long to wait for it, and who this job is in its holder record.
+LOCK_SETTINGS = ("RKDET_LOCK_TIMEOUT", "RKDET_LOCK_HOLDER", "RKDET_LOCK_BUILD", "RKDET_LOCK_RUN")
+BOARD_ENV = ("RKDET_ROOT", "RKDET_STATE_DIR", "RKDET_WORK_DIR", "RKDET_PYTHON") + PIN_SETTINGS + LOCK_SETTINGS
+DEFAULT_STATE_DIR = "/run/rkdet"
+
+
+def board_scripts_dir() -> Path:
+    """Where the board scripts are: inside the installed package (a wheel packages the repository's
+    ``board_scripts/`` as ``rkdet/board_scripts/`` at build time), else the source checkout's copy."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "board_scripts", package.parent / "board_scripts"):
+        if (candidate / "pin.sh").is_file():
+            return candidate
+    raise InputError(f"board scripts not found in {package / 'board_scripts'} or {package.parent / 'board_scripts'}; "
+                     "reinstall rkdet from its wheel, or run it from a source checkout")
+
+
+def script_path(name: str) -> Path:
+    """Path of one entry-point script by name ("probe", "pin", "restore", "run-pinned")."""
+    if name not in SCRIPT_NAMES:
+        raise InputError(f"unknown board script {name!r}; known: {', '.join(SCRIPT_NAMES)}")
+    return board_scripts_dir() / f"{name}.sh"
+
+
+def deploy_files() -> list[Path]:
+    """Every file deploy must push to the board's script directory, in a stable order."""
+    base = board_scripts_dir()
+    missing = [f for f in SCRIPT_FILES if not (base / f).is_file()]
+    if missing:
+        raise InputError(f"{base}: missing {', '.join(missing)}; the checkout is incomplete")
+    return [base / f for f in SCRIPT_FILES]
+
+
+def check_board_env(env: Mapping[str, object]) -> dict[str, str]:
+    """Validate setting names (typos would be silently ignored by the scripts) and stringify."""
+    unknown = sorted(set(env) - set(BOARD_ENV))
+    if unknown:
+        raise InputError(f"unknown board setting(s) {', '.join(unknown)}; known: {', '.join(BOARD_ENV)}")
+    return {k: str(v) for k, v in env.items() if v is not None}
+
+
+def board_command(name: str, scripts_dir: str, env: Mapping[str, object] | None = None,
+                  args: Sequence[str] = (), shell: str = "sh") -> str:
+    """The remote command line running one script, every argument shell-quoted.
+
+    ``env`` entries become ``NAME=value`` assignments in front (via ``env``, so any login shell
+    works); ``args`` follow the script (run-pinned.sh takes the command to run).
+    """
+    if name not in SCRIPT_NAMES:
+        raise InputError(f"unknown board script {name!r}; known: {', '.join(SCRIPT_NAMES)}")
+    assigns = [f"{k}={v}" for k, v in check_board_env(env or {}).items()]
+    parts = (["env", *assigns] if assigns else []) + shlex.split(shell)
+    parts += [f"{scripts_dir.rstrip('/')}/{name}.sh", *(["--"] if name == "run-pinned" and args else []), *args]
+    return remote_command(parts)
+
+
+# ---- output parsing ---------------------------------------------------------------------------
+
+
+def parse_records(text: str | bytes) -> list[dict[str, Any]]:
+    """The JSON records in a script's output, in order.
+
+    Lines that are not records (a child's own output under run-pinned.sh) are skipped, and so is
+    a final line without its newline (the run was cut off mid-write).
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    records = []
+    for line in lines[:-1]:  # the last element is "" or an unterminated line
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "record" in obj and "script" in obj:
+            records.append(obj)
+    return records
+
+
+def records_of(records: Iterable[Mapping[str, Any]], script: str) -> list[Mapping[str, Any]]:
+    """The records one script wrote (run-pinned.sh output mixes pin, run-pinned and restore)."""
+    return [r for r in records if r.get("script") == script]
+
+
+@dataclass(frozen=True)
+class KnobResult:
+    """One knob after pin (set / skipped / failed) or one file after restore (restored / failed)."""
+
+    knob: str
+    status: str
+    cls: str = ""
+    wanted: str | None = None
+    actual: str | None = None
+    reason: str | None = None
+    warning: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> KnobResult:
+        known = {"record", "script", "knob", "status", "class", "wanted", "actual", "reason", "warning"}
+        return cls(knob=str(rec.get("knob", "")), status=str(rec.get("status", "")), cls=str(rec.get("class", "")),
+                   wanted=rec.get("wanted"), actual=rec.get("actual"), reason=rec.get("reason"),
+                   warning=rec.get("warning"), detail={k: v for k, v in rec.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class _ScriptReport:
+    """What every script ends with: a result record (absent when the run was cut off)."""
+
+    script: str
+    status: str  # "ok" | "partial" | "error" | "incomplete" (no result record)
+    exit_code: int | None
+    reason: str | None
+    note: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def raise_for_status(self, host: str = "board") -> None:
+        """Raise the matching RkdetError unless the script succeeded (exit 2: InputError, else BoardError)."""
+        if self.ok:
+            return
+        why = self.reason or f"{self.script}.sh ended without a result (status {self.status})"
+        message = f"{host}: {self.script}.sh: {why}"
+        if self.exit_code == 2:
+            raise InputError(message)
+        raise BoardError(message)
+
+
+def _result(records: Sequence[Mapping[str, Any]]) -> tuple[str, int | None, str | None, str | None]:
+    """(status, exit code, reason, note) of the last result record; "incomplete" without one."""
+    res = [r for r in records if r.get("record") == "result"]
+    if not res:
+        return "incomplete", None, None, None
+    last = res[-1]
+    code = last.get("exit")
+    return str(last.get("status", "")), code if isinstance(code, int) else None, last.get("reason"), last.get("note")
+
+
+@dataclass(frozen=True)
+class PinReport(_ScriptReport):
+    """pin.sh's answer: per-knob results and whether a state was saved or an older one kept."""
+
+    knobs: tuple[KnobResult, ...] = ()
+    state: str | None = None  # "saved" | "kept" | None (refused before saving)
+    rolled_back: bool = False
+
+    def by_status(self, status: str) -> list[KnobResult]:
+        return [k for k in self.knobs if k.status == status]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [f"{k.knob}: {k.warning}" for k in self.knobs if k.warning]
+
+    def knob(self, knob: str) -> KnobResult | None:
+        return next((k for k in self.knobs if k.knob == knob), None)
+
+    def of_class(self, cls: str) -> list[KnobResult]:
+        return [k for k in self.knobs if k.cls == cls]
+
+
+@dataclass(frozen=True)
+class RestoreReport(_ScriptReport):
+    """restore.sh's answer: one result per saved file."""
+
+    knobs: tuple[KnobResult, ...] = ()
+
+    @property
+    def nothing_to_restore(self) -> bool:
+        return self.ok and not self.knobs and "nothing to restore" in (self.note or "")
+
+
+def parse_pin(records: Sequence[Mapping[str, Any]]) -> PinReport:
+    """Typed view of pin.sh's records (pass run-pinned output through as is)."""
+    own = records_of(records, "pin")
+    status, code, reason, note = _result(own)
+    states = [r.get("status") for r in own if r.get("record") == "state"]
+    return PinReport(script="pin", status=status, exit_code=code, reason=reason, note=note,
+                     knobs=tuple(KnobResult.from_record(r) for r in own if r.get("record") == "knob"),
+                     state=states[-1] if states else None,
+                     rolled_back=any(r.get("script") == "pin-rollback" for r in records))
+
+
+def parse_restore(records: Sequence[Mapping[str, Any]]) -> RestoreReport:
+    """Typed view of restore.sh's records."""
+    own = records_of(records, "restore")
+    status, code, reason, note = _result(own)
+    return RestoreReport(script="restore", status=status, exit_code=code, reason=reason, note=note,
+                         knobs=tuple(KnobResult.from_record(r) for r in own if r.get("record") == "knob"))
+
+
+@dataclass(frozen=True)
+class CpuPolicyInfo:
+    name: str
+    cpus: tuple[int, ...]
+    governor: str
+    governors: tuple[str, ...]
+    frequencies_khz: tuple[int, ...]
+    cur_khz: int | None
+    min_khz: int | None
+    max_khz: int | None
+
+
+@dataclass(frozen=True)
+class DevfreqInfo:
+    name: str
+    kind: str  # "npu" | "gpu" | "ddr" | "other"
+    governor: str
+    governors: tuple[str, ...]
+    frequencies_hz: tuple[int, ...]
+    cur_hz: int | None
+    min_hz: int | None
+    max_hz: int | None
+
+
+@dataclass(frozen=True)
+class ProbeReport(_ScriptReport):
+    """probe.sh's board description. ``missing`` maps what was not found to why."""
+
+    soc: str | None = None
+    compatible: tuple[str, ...] = ()
+    model: str | None = None
+    serial: str | None = None  # device-tree serial-number: who the board is, whatever its address
+    machine_id: str | None = None  # /etc/machine-id (an OS install: changes on a reflash)
+    kernel: str | None = None
+    cpu_policies: tuple[CpuPolicyInfo, ...] = ()
+    devfreq: tuple[DevfreqInfo, ...] = ()
+    thermal: Mapping[str, int | None] = field(default_factory=dict)  # zone type -> millicelsius
+    rknpu_version: str | None = None
+    rknpu_source: str | None = None  # where the driver version was found: "debugfs" | "sysfs" | "dmesg"
+    npu_load: str | None = None
+    runtime_library: str | None = None
+    runtime_version: str | None = None
+    python_version: str | None = None
+    rknnlite: bool = False
+    rknnlite_version: str | None = None
+    numpy_version: str | None = None
+    compaction_proactiveness: int | None = None
+    thp: str | None = None
+    work_dir_free_kb: int | None = None
+    pinned_state: bool = False  # a pin state left behind by a run that did not restore
+    missing: Mapping[str, str] = field(default_factory=dict)
+    records: tuple[Mapping[str, Any], ...] = ()
+
+    def devfreq_of(self, kind: str) -> DevfreqInfo | None:
+        """The first devfreq node of a kind ("npu", "gpu", "ddr"), or None."""
+        return next((d for d in self.devfreq if d.kind == kind), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The raw records, for results/<...>/board.json."""
+        return {"schema": "rkdet.board/1", "records": list(self.records)}
+
+
+class RecordError(ValueError):
+    """A board script's record has the wrong shape; the message names the record and the field."""
+
+
+class _Fields:
+    """Typed reads of one record's fields; a wrong type raises RecordError naming record and field."""
+
+    def __init__(self, rec: Mapping[str, Any]) -> None:
+        self.rec = rec
+        self.kind = str(rec.get("record"))[:40]
+
+    def _bad(self, key: str, want: str) -> RecordError:
+        return RecordError(f"record {self.kind!r}: field {key!r} is {str(self.rec.get(key))[:60]!r}, not {want}")
+
+    def text(self, key: str, default: str | None = None, required: bool = False) -> Any:
+        value = self.rec.get(key, default)
+        if value is None and not required:
+            return default
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def integer(self, key: str) -> int | None:
+        value = self.rec.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(key, "an integer")
+        return value
+
+    def integers(self, key: str) -> tuple[int, ...]:
+        value = self.rec.get(key, ())
+        if not isinstance(value, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
+            raise self._bad(key, "a list of integers")
+        return tuple(value)
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self.rec.get(key, ())
+        if not isinstance(value, (list, tuple)) or any(not isinstance(v, str) for v in value):
+            raise self._bad(key, "a list of strings")
+        return tuple(value)
+
+    def flag(self, key: str) -> bool:
+        value = self.rec.get(key, False)
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false")
+        return value
+
+
+def parse_probe(records: Sequence[Mapping[str, Any]]) -> ProbeReport:
+    """Typed view of probe.sh's records; RecordError (naming the record and field) when one has the
+    wrong shape (a broken or hostile board): callers turn it into a BoardError naming the board."""
+    own = records_of(records, "probe")
+    status, code, reason, note = _result(own)
+    one: dict[str, _Fields] = {}
+    for r in own:
+        one.setdefault(str(r["record"]), _Fields(r))
+    empty = _Fields({})
+    soc, ident, kern, npu, rt, py, vm, disk, st = (
+        one.get(k, empty) for k in ("soc", "identity", "kernel", "rknpu", "runtime", "python", "vm", "disk", "state"))
+    fields = [_Fields(r) for r in own]
+    cpus = tuple(CpuPolicyInfo(name=f.text("name", required=True), cpus=f.integers("cpus"), governor=f.text("governor", ""),
+                               governors=f.texts("governors"), frequencies_khz=f.integers("frequencies_khz"),
+                               cur_khz=f.integer("cur_khz"), min_khz=f.integer("min_khz"), max_khz=f.integer("max_khz"))
+                 for f in fields if f.rec["record"] == "cpu_policy")
+    devs = tuple(DevfreqInfo(name=f.text("name", required=True), kind=f.text("kind", "other"),
+                             governor=f.text("governor", ""), governors=f.texts("governors"),
+                             frequencies_hz=f.integers("frequencies_hz"), cur_hz=f.integer("cur_hz"),
+                             min_hz=f.integer("min_hz"), max_hz=f.integer("max_hz"))
+                 for f in fields if f.rec["record"] == "devfreq")
+    return ProbeReport(
+        script="probe", status=status, exit_code=code, reason=reason if reason is None else str(reason), note=note,
+        soc=soc.text("soc"), compatible=soc.texts("compatible"), model=soc.text("model"),
+        serial=ident.text("serial"), machine_id=ident.text("machine_id"),
+        kernel=kern.text("release"), cpu_policies=cpus, devfreq=devs,
+        thermal={f.text("type", required=True): f.integer("millicelsius") for f in fields if f.rec["record"] == "thermal"},
+        rknpu_version=npu.text("version"), rknpu_source=npu.text("source"), npu_load=npu.text("load"),
+        runtime_library=rt.text("library"), runtime_version=rt.text("version"),
+        python_version=py.text("version") or None, rknnlite=py.flag("rknnlite"),
+        rknnlite_version=py.text("rknnlite_version"), numpy_version=py.text("numpy"),
+        compaction_proactiveness=vm.integer("compaction_proactiveness"), thp=vm.text("thp"),
+        work_dir_free_kb=disk.integer("free_kb"), pinned_state=st.flag("pinned"),
+        missing={f.text("what", required=True): str(f.rec.get("reason", "")) for f in fields if f.rec["record"] == "missing"},
+        records=tuple(own),
+    )
+
+
+# ---- running locally against a fake root ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """One local run of a board script: exit status, parsed records and the raw streams."""
+
+    returncode: int
+    records: list[dict[str, Any]]
+    stdout: str
+    stderr: str
+
+
+def local_command(name: str, shell: str = "sh", args: Sequence[str] = (),
+                  prefix: Sequence[str] = ()) -> list[str]:
+    """argv running one script with a given shell ("dash", "busybox sh", "bash --posix")."""
+    return [*prefix, *shlex.split(shell), str(script_path(name)), *args]
+
+
+def script_env(root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
+               env: Mapping[str, object] | None = None) -> dict[str, str]:
+    """A small, explicit environment: PATH, C locale, the root prefix and state dir, settings."""
+    base = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LC_ALL": "C",
+            "RKDET_ROOT": str(root), "RKDET_STATE_DIR": str(state_dir)}
+    extra = dict(env or {})
+    # RKDET_* names are checked (a typo would be silently ignored); others pass, e.g. HOME.
+    base.update(check_board_env({k: v for k, v in extra.items() if k.startswith("RKDET_")}))
+    base.update({k: str(v) for k, v in extra.items() if not k.startswith("RKDET_") and v is not None})
+    return base
+
+
+def run_script_locally_full(name: str, root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
+                          shell: str = "sh", env: Mapping[str, object] | None = None,
+                          args: Sequence[str] = (), prefix: Sequence[str] = (),
+                          timeout: float = 120.0) -> ScriptRun:
+    """Run a board script locally with ``RKDET_ROOT=root``; ``prefix`` wraps it (e.g. setpriv)."""
+    proc = subprocess.run(local_command(name, shell, args, prefix), env=script_env(root, state_dir, env),
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False)
+    out = proc.stdout.decode("utf-8", errors="replace")
+    return ScriptRun(proc.returncode, parse_records(out), out, proc.stderr.decode("utf-8", errors="replace"))
+
+
+def run_script_locally(name: str, root: os.PathLike[str] | str, state_dir: os.PathLike[str] | str,
+                     shell: str = "sh", env: Mapping[str, object] | None = None,
+                     args: Sequence[str] = ()) -> tuple[int, list[dict[str, Any]]]:
+    """Run a board script locally against a fake root: (exit status, its JSON records)."""
+    run = run_script_locally_full(name, root, state_dir, shell=shell, env=env, args=args)
+    return run.returncode, run.records

@@ -1,0 +1,279 @@
+"""Judge a run's cells (one result set per core mask) and threaded contexts on the host.
+
+rkdet-run with several core masks writes `result/core-<mask>/` per mask and `result/cells.json`
+(docs/FORMATS.md "Cells"); with `--contexts N` a result set also holds `contexts.json`. The board's
+word is used only for what the host cannot see (which masks were skipped or failed, and why); whether
+cells agree is recomputed here from the pulled outputs: each cell against the first cell that ran,
+bitwise (rknn-toolkit2 #228: core 0 against cores 0_1_2). The two named verdicts then cover every cell:
+
+* repeatable: every cell repeats itself run to run, every cell is bit-identical to the others, and
+  every threaded context agrees with its sequential run (#474);
+* agrees with the reference: every cell agrees with the build's reference (by the tolerance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rkdet.diff.api import Comparison, compare
+from rkdet.errors import BoardError
+from rkdet.records.io import MAX_RUN_RECORD, read_json_object
+from rkdet.runner import CORE_MASKS
+from rkdet.tolerance import Tolerance
+
+MAX_JSON = MAX_RUN_RECORD  # cells.json / contexts.json come from the board: bounded like the other run records
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any] | None:
+    """The board's record through the one bounded reader (rkdet.records.io); a refusal is a board problem."""
+    if not path.is_file():
+        return None
+    try:
+        return read_json_object(path, limit=MAX_JSON, error=BoardError)
+    except FileNotFoundError:
+        return None
+    except BoardError as exc:
+        raise BoardError(f"{what}: {exc} (a broken or hostile board?)") from None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One core mask of the run, as the board reported it."""
+
+    name: str  # "core-0_1_2"
+    core_mask: str
+    status: str  # "complete" | "failed" | "skipped" | ...
+    reason: str | None
+
+
+def read_cells(result: Path) -> list[Cell] | None:
+    """The cells of a multi-mask run (None: a single result set). Cell names are checked: a board
+    cannot make the host read outside `result/`."""
+    doc = _read_json(result / "cells.json", "the board's cells")
+    if doc is None:
+        return None
+    cells = []
+    for item in doc.get("cells") or []:
+        if not isinstance(item, dict):
+            raise BoardError("the board's cells.json lists a cell that is not an object")
+        mask = str(item.get("core_mask", ""))
+        name = f"core-{mask}"
+        if item.get("cell") != name or mask not in CORE_MASKS:
+            raise BoardError(f"the board's cells.json names an unexpected cell {str(item.get('cell'))[:40]!r}")
+        cells.append(Cell(name, mask, str(item.get("status")), None if item.get("reason") is None
+                          else str(item.get("reason"))[:300]))
+    return cells
+
+
+@dataclass
+class ContextsCheck:
+    contexts: int
+    agree: bool
+    first: dict[str, Any] | None  # the first difference: context, input, output
+
+
+def read_contexts(result_set: Path) -> ContextsCheck | None:
+    doc = _read_json(result_set / "contexts.json", "the board's contexts check")
+    if doc is None:
+        return None
+    diffs = doc.get("differences") or []
+    first = diffs[0] if diffs and isinstance(diffs[0], dict) else None
+    return ContextsCheck(int(doc.get("contexts") or 0), doc.get("agree") is True and not diffs, first)
+
+
+def fold_contexts(comparison: Comparison, result_set: Path) -> ContextsCheck | None:
+    """A result set with contexts.json: threaded contexts that disagree make it not repeatable."""
+    check = read_contexts(result_set)
+    if check is None or check.agree:
+        return check
+    rep = comparison.repeatable
+    rep.ok = False
+    f = check.first or {}
+    why = (f"context {f.get('context')} of {check.contexts} (threads) differs from the sequential run: input "
+           f"{f.get('input')} output {f.get('output')}")
+    rep.reason = f"{rep.reason}; {why}" if rep.reason else why
+    comparison.exit_code = 1
+    comparison.verdict = f"DIFFERENT: not repeatable: {why}"
+    return check
+
+
+@dataclass
+class CellsJudgement:
+    """Every cell judged; `lines()` gives deploy's two verdict lines."""
+
+    cells: list[Cell]
+    comparisons: dict[str, Comparison] = field(default_factory=dict)  # cell -> against the reference
+    across: dict[str, Comparison] = field(default_factory=dict)  # cell -> against the first cell, bitwise
+    contexts: dict[str, ContextsCheck] = field(default_factory=dict)
+    first: str | None = None
+
+    @property
+    def ran(self) -> list[Cell]:
+        return [c for c in self.cells if c.name in self.comparisons]
+
+    @property
+    def skipped(self) -> list[Cell]:
+        return [c for c in self.cells if c.status == "skipped"]
+
+    @property
+    def failed(self) -> list[Cell]:
+        return [c for c in self.cells if c.status not in ("skipped",) and c.name not in self.comparisons]
+
+    @property
+    def repeatable(self) -> bool:
+        return (bool(self.ran) and all(self.comparisons[c.name].repeatable.ok for c in self.ran)
+                and all(x.agrees is not None and x.agrees.ok for x in self.across.values()))
+
+    @property
+    def agrees(self) -> bool | None:
+        verdicts = [self.comparisons[c.name].agrees for c in self.ran]
+        return None if not verdicts or any(v is None for v in verdicts) else all(v.ok for v in verdicts if v)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.repeatable and self.agrees is not False and not self.failed else 1
+
+    def lines(self) -> list[str]:
+        names = ", ".join(c.name for c in self.ran)
+        skipped = "; ".join(f"{c.name} skipped ({c.reason})" for c in self.skipped)
+        failed = "; ".join(f"{c.name} failed ({c.reason})" for c in self.failed)
+        tail = "".join(f"; {x}" for x in (skipped, failed) if x)
+        if self.repeatable:
+            ctx = [f"{n}: {x.contexts} contexts agree" for n, x in self.contexts.items()]
+            rep = (f"repeatable: YES [bitwise]: {len(self.ran)} cell(s) ({names}) each bit-identical run to run "
+                   f"and to each other{'; ' + ', '.join(ctx) if ctx else ''}{tail}")
+        else:
+            bad = next((f"{c.name}: {self.comparisons[c.name].repeatable.reason}" for c in self.ran
+                        if not self.comparisons[c.name].repeatable.ok), None)
+            if bad is None:
+                cell, comp = next((n, x) for n, x in self.across.items() if x.agrees is None or not x.agrees.ok)
+                bad = f"{cell} differs from {self.first}: {comp.verdict}"
+            rep = f"repeatable: NO [bitwise]: {bad}{tail}"
+        out = [rep]
+        agrees = [self.comparisons[c.name].agrees for c in self.ran]
+        if agrees and all(a is not None for a in agrees):
+            worst = next((a for a in agrees if a is not None and not a.ok), agrees[0])
+            per = ", ".join(f"{c.name} {'YES' if a is not None and a.ok else 'NO'}" for c, a in zip(self.ran, agrees))
+            assert worst is not None
+            out.append(f"{worst.line()} [cells: {per}]")
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cells": [{"cell": c.name, "core_mask": c.core_mask, "status": c.status, "reason": c.reason,
+                           "verdict": self.comparisons[c.name].verdict if c.name in self.comparisons else None,
+                           "repeatable": self.comparisons[c.name].repeatable.as_dict() if c.name in self.comparisons else None,
+                           "agrees": (self.comparisons[c.name].agrees.as_dict()
+                                      if c.name in self.comparisons and self.comparisons[c.name].agrees else None),
+                           "same_as_first": (self.across[c.name].agrees.ok if c.name in self.across
+                                             and self.across[c.name].agrees else None)}
+                          for c in self.cells],
+                "first": self.first, "repeatable": self.repeatable, "agrees": self.agrees}
+
+
+def judge_cells(result: Path, cells: list[Cell], reference: Path | None, tolerance: Tolerance) -> CellsJudgement:
+    """Compare every complete cell with the reference and with the first complete cell (bitwise)."""
+    judged = CellsJudgement(cells)
+    for cell in cells:
+        folder = result / cell.name
+        if cell.status != "complete" or not (folder / "run.json").is_file():
+            continue
+        comp = compare(folder, reference, tolerance)
+        judged.contexts.update({cell.name: x for x in [fold_contexts(comp, folder)] if x is not None})
+        judged.comparisons[cell.name] = comp
+        if judged.first is None:
+            judged.first = cell.name
+        else:
+            judged.across[cell.name] = compare(folder, result / judged.first, Tolerance())
+    return judged
+
+
+@dataclass
+class RunJudgement:
+    """A pulled run judged (one result set, or one per cell): what deploy records and prints."""
+
+    verdict: str
+    diff_exit: int  # 0 same, 1 different
+    reference: Path | None  # None: the build has none (an imported .rknn; `agrees` says why)
+    repeatable: dict[str, Any]
+    agrees: dict[str, Any] | None
+    lines: list[str]  # "repeatable: …", "agrees with the reference: …"
+    cells: dict[str, Any] | None = None  # CellsJudgement.as_dict() for a multi-mask run
+    contexts: dict[str, Any] | None = None  # {"contexts": N, "agree": bool} for a single set with --contexts
+
+
+def _first_run_json(result: Path, cells: list[Cell] | None) -> dict[str, Any]:
+    folder = result if cells is None else next((result / c.name for c in cells if c.status == "complete"
+                                                and (result / c.name / "run.json").is_file()), None)
+    if folder is None:
+        raise BoardError("no cell of the run completed; nothing to judge (see cells.json's reasons)")
+    doc = _read_json(folder / "run.json", "the board's result")
+    if doc is None:
+        raise BoardError("the board's result run.json is missing")
+    return doc
+
+
+def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) -> RunJudgement:
+    """Judge a pulled result (a set, or cells) against the build's reference (the one rule of
+    `rkdet diff RUN BUILD`); reports into `folder` (a multi-mask run: the first cell's there, every
+    cell's in `folder/cells/<cell>/`)."""
+    from rkdet.diff.report import write_reports
+    from rkdet.diff.resultset import reference_set
+
+    from rkdet.records.build import BuildInfo
+
+    cells = read_cells(result)
+    first_run = _first_run_json(result, cells)
+    no_reference = BuildInfo.load(build).no_reference  # an imported .rknn: nothing to agree with, said so
+    reference = Path(reference_set(build, first_run)) if no_reference is None else None
+    if cells is None:
+        comparison = compare(result, reference, tolerance)
+        check = fold_contexts(comparison, result)
+        write_reports(comparison, folder)
+        lines = [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None]
+        if no_reference is not None:
+            lines.append(not_applicable_line(no_reference))
+        return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.as_dict(),
+                            comparison.agrees.as_dict() if comparison.agrees is not None else not_applicable(no_reference),
+                            lines, contexts=None if check is None else {"contexts": check.contexts, "agree": check.agree})
+    judged = judge_cells(result, cells, reference, tolerance)
+    for n, (name, comparison) in enumerate(judged.comparisons.items()):
+        if n == 0:
+            write_reports(comparison, folder)
+        (folder / "cells" / name).mkdir(parents=True, exist_ok=True)
+        write_reports(comparison, folder / "cells" / name)
+    lines = judged.lines() + ([not_applicable_line(no_reference)] if no_reference is not None else [])
+    ok = judged.exit_code == 0
+    if not judged.repeatable:
+        failing = f"not repeatable: {lines[0].split(': ', 2)[-1]}"
+    elif judged.agrees is False:
+        failing = f"disagrees with the reference: {lines[-1]}"
+    else:
+        failing = "a cell did not complete: " + "; ".join(f"{c.name} ({c.reason})" for c in judged.failed)
+    names = ", ".join(c.name for c in judged.ran)
+    verdict = f"SAME ({tolerance.describe()}) across {len(judged.ran)} cell(s) ({names})" if ok else f"DIFFERENT: {failing}"
+    rep = {"ok": judged.repeatable, "cells": [c.name for c in judged.ran]}
+    agrees = not_applicable(no_reference) if judged.agrees is None else {"ok": judged.agrees}
+    return RunJudgement(verdict, 0 if ok else 1, reference, rep, agrees, lines, cells=judged.as_dict())
+
+
+NOT_APPLICABLE = "not applicable"
+
+
+def not_applicable(reason: str | None) -> dict[str, Any] | None:
+    """The agrees verdict of a build without a reference (typed as such, never a pass): ok None."""
+    return None if reason is None else {"ok": None, "applicable": False, "verdict": NOT_APPLICABLE, "reason": reason}
+
+
+def not_applicable_line(reason: str) -> str:
+    return f"agrees with the reference: {NOT_APPLICABLE.upper()} ({reason})"
+
+
+def cell_args(core_mask: str, soc: str | None, contexts: int) -> list[str]:
+    """rkdet-run's cell flags: the SoC's NPU core count with several masks (masks it lacks are skipped and
+    said in cells.json), and `--contexts N`."""
+    from rkdet.boardinfo.compat import npu_cores
+
+    args = ["--npu-cores", str(npu_cores(soc))] if "," in core_mask else []
+    return args + (["--contexts", str(contexts)] if contexts > 1 else [])

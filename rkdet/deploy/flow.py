@@ -1,0 +1,272 @@
+"""`rkdet deploy`: from a converted build to a verdict about a board, in one command.
+
+Order matters, and each step is recorded in `deploy.json` so a dropped connection can `--resume`:
+preflight (probe; nothing changes on the board), push (verified by sha256, unchanged files skipped),
+pin + run + restore as ONE detached board-side job (`run-pinned.sh` restores from a trap on exit,
+Ctrl-C, SIGTERM and hang-up, so the board is put back even when this host disappears), then pull
+the result set (distinct outputs only) and diff it run-to-run and against the golden reference.
+
+`Deployment` only composes the one-board steps, each in its own module so a fleet scheduler or a
+bisection reuses them: build.py (the manifest), settings.py (RunSettings), layout.py (board paths),
+remote_scripts.py (probe), preflight.py (fit), stage.py (push), pinned_run.py (start, follow, stop),
+collect.py (log, restore, pull), judge.py (verdict), deploy_state.py (deploy.json).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from rkdet.deploy import collect, pinned_run, stage
+from rkdet.boardinfo import scripts as board_scripts
+from rkdet.deploy.cells import cell_args
+from rkdet.boardinfo import lock as board_lock
+from rkdet.records.build import BuildInfo
+from rkdet.deploy.deploy_state import (DEPLOY_SCHEMA, DeployState, DeployStatus, load_record, public_settings,
+                                      remove_partial, write_json)
+from rkdet.link.jobs import DetachedJob, attach, exit_code
+from rkdet.deploy.judge import judge
+from rkdet.deploy.layout import RemoteLayout
+from rkdet.boardinfo.preflight import BoardFit, check_board
+from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
+from rkdet.deploy.settings import RunSettings
+from rkdet.link.ssh import BoardConnection
+from rkdet.boardinfo.stack import BoardStack, model_expectations
+from rkdet.link.transfer import TransferStats
+from rkdet.errors import BoardError, InputError, RkdetError
+from rkdet.records.io import read_json_object
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class DeployOutcome:
+    """What deploy did and found; `exit_code` is the command's."""
+
+    folder: Path
+    exit_code: int
+    verdict: str
+    emulated: bool
+    transfer: TransferStats
+    restored: bool | None
+    warnings: list[str] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
+    verdict_lines: list[str] = field(default_factory=list)  # "repeatable: …", "agrees with the reference: …"
+
+
+def board_label(conn_label: str) -> str:
+    """A folder-safe name for the board (`user@host:port` -> `host_port`)."""
+    host = conn_label.split("@")[-1]
+    label = re.sub(r"[^A-Za-z0-9._-]", "_", host)
+    return "_" if label.strip(".") == "" else label  # never "." or "..": the label is a folder under --out
+
+
+class Deployment:
+    """One deploy to one board: created fresh, or re-attached with `resume`."""
+
+    def __init__(self, conn: BoardConnection, build: Path, results_root: Path, settings: RunSettings,
+                 log: Log = lambda msg: None, progress: bool = False, allow_failed_build: bool = False) -> None:
+        self.conn = conn
+        self.build = build
+        self.info = BuildInfo.load(build)
+        # a build that failed a gate at convert: refused, or (allowed) every verdict line says so
+        self.caveat = self.info.refuse_failed("deploy", allow_failed_build)
+        self.settings = settings
+        self.log = log
+        self.progress = progress
+        self.label = board_label(conn.target.label)
+        self.results = results_root / self.label / self.info.short
+        self.state = DeployState(Path(), conn.target.label, self.label, conn.target.user)
+
+    @property
+    def folder(self) -> Path:
+        return self.state.folder
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.state.record
+
+    def scrub(self, obj: Any) -> Any:
+        return self.state.scrub(obj)
+
+    # -- the whole flow --
+
+    def run(self) -> DeployOutcome:
+        """Preflight, push, start the pinned run, wait, pull, judge. Nothing on the board changes
+        before preflight passed, and a run folder that never got past preflight is removed again."""
+        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
+        self.state.folder = self.results / run_id
+        self.state.folder.mkdir(parents=True, exist_ok=False)
+        try:
+            layout, env, transfer, fit = self._prepare(run_id)
+        except BaseException:
+            remove_partial(self.folder)
+            raise
+        try:
+            extra = model_expectations(self.info, self.settings.backend) + cell_args(
+                self.settings.core_mask, fit.soc, self.settings.contexts)  # identity checked on the board; cells
+            job = pinned_run.start(self.conn, layout, self.settings, env, self.conn.timeouts.connect + 25, extra)
+        except BoardError as err:
+            self.state.advance(DeployStatus.FAILED, error=str(err))
+            raise
+        self.state.update(job_pid=job.pid)
+        self.state.save()
+        return self._finish(job, layout, transfer, fit)
+
+    def _prepare(self, run_id: str) -> tuple[RemoteLayout, dict[str, str], TransferStats, BoardFit]:
+        """Preflight (probe and fit; nothing changes) and the verified push; status becomes "running"."""
+        s, conn = self.settings, self.conn
+        workdir = conn.abspath(s.workdir) if s.workdir else conn.default_workdir()
+        layout = RemoteLayout.for_run(workdir, self.info.fingerprint, run_id, s.backend)
+        env = pinned_run.job_env(s, layout, state_dir_for(conn, workdir, s.sudo, s.state_dir))
+        env.update(board_lock.holder_env(self.info.fingerprint, run_id, s.lock_timeout))
+        full = s.to_json()
+        self.state.record.update(schema=DEPLOY_SCHEMA, run_id=run_id, board=conn.target.label, build=str(self.build),
+                                 fingerprint=self.info.fingerprint, platform=self.info.platform,
+                                 remote=layout.to_json(), job_env=env, settings=public_settings(full),
+                                 run_settings=full, tolerances=s.tolerances.as_dict())
+        self.state.advance(DeployStatus.PREFLIGHT)
+        self.log(f"preflight on {conn.target.label}")
+        transfer = stage.push_scripts(conn, layout.scripts)
+        probe = probe_board(conn, layout.scripts, {"RKDET_WORK_DIR": workdir,
+                                                   "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
+        lock = board_lock.probe_lock(probe.records, conn.target.label)
+        self.state.lock_names |= board_lock.private_names([lock.holder])
+        write_json(self.folder / "board.json", self.scrub(probe.to_json()))
+        emulated = is_emulated_runtime(conn) if s.backend == "rknnlite" else False
+        fit = check_board(probe, self.info, host=conn.target.label, backend=s.backend, emulated=emulated,
+                          need_kb=stage.need_kb(self.info, s.backend))
+        if s.fault and not emulated:
+            raise InputError("--emulator-fault is a test control of the emulated runtime; this board is not emulated")
+        if s.emulate_npu is not None and not emulated:
+            raise InputError("--emulator-npu is a test control of the emulated runtime (--backend rknnlite); "
+                             "this board's runtime is not emulated")
+        board_lock.check_before_push(lock, conn.target.label, s.lock_timeout, s.pin, self.log)
+        self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
+        transfer.add(stage.push_build(conn, self.info, layout, emulated or s.backend == "onnxruntime",
+                                      self.progress, s.emulate_npu if emulated else None))
+        self.state.advance(DeployStatus.RUNNING, emulated=emulated, warnings=self._with_caveat(list(fit.warnings)),
+                           transfer={"bytes_sent": transfer.bytes_sent, "files_sent": transfer.files_sent,
+                                     "files_skipped": transfer.files_skipped, "method": transfer.method,
+                                     "seconds": round(transfer.seconds, 3)})
+        return layout, env, transfer, fit
+
+    def resume(self, folder: Path) -> DeployOutcome:
+        """Re-attach to a run recorded in `folder/deploy.json` (+ its private record), wait, pull, judge.
+        The run's own settings are restored whole (not today's flags), except how long to wait
+        (`timeout`) and whether to keep the board's run folder (`keep`), which are this command's."""
+        record = load_record(folder)
+        self.state = DeployState(folder, self.conn.target.label, self.label, self.conn.target.user, record)
+        if record.get("fingerprint") != self.info.fingerprint:
+            raise InputError(f"{folder}: that run is of build {str(record.get('fingerprint'))[:16]} but "
+                             f"{self.build} is {self.info.short}; resume without --build, or pass "
+                             f"the build it ran ({record.get('build')})")
+        where = f"{folder / 'deploy.json'}"
+        ran = record.get("run_settings") or record.get("settings") or {}  # older records: the public subset
+        if "tolerances" in record and "tolerances" not in ran:
+            ran = {**ran, "tolerances": record["tolerances"]}
+        restored = RunSettings.from_json(ran, base=self.settings, where=where)  # checked before board work
+        self.settings = replace(restored, timeout=self.settings.timeout, keep=self.settings.keep)
+        layout = RemoteLayout.from_json(record.get("remote"), where=f"{where}: remote")
+        job = attach(self.conn, layout.pidfile, layout.logfile, sudo=self.settings.sudo)
+        fit = BoardFit(record.get("platform", "?"), None, bool(record.get("emulated")),
+                       tuple(record.get("warnings", ())))
+        self.log(f"resuming run {record['run_id']} on {self.conn.target.label}")
+        return self._finish(job, layout, TransferStats(), fit)
+
+    # -- after the start --
+
+    def _finish(self, job: DetachedJob, layout: RemoteLayout, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
+        """Wait, read the job's log, pull and judge; deploy.json always ends in a final status
+        ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
+        interrupted = False
+        try:
+            total = self.settings.repeats * len(list((self.build / "golden" / "inputs").glob("*.npy")))
+            code = pinned_run.wait(self.conn, job, layout, self.settings.timeout + self.settings.lock_timeout, total,
+                                   self.progress, self.log)
+        except KeyboardInterrupt:
+            interrupted = True
+            self.log("interrupted: stopping the run on the board (it restores the board)")
+            pinned_run.stop(self.conn, job, self.log)
+            code = exit_code(self.conn, job)
+        except BoardError:
+            self.state.advance(DeployStatus.DISCONNECTED)
+            raise
+        try:
+            result_local, restored, warnings = self._collect(layout, code, interrupted, fit)
+            return self._judge(result_local, transfer, restored, warnings)
+        except RkdetError as err:
+            self.state.advance(DeployStatus.FAILED if self._connected() else DeployStatus.DISCONNECTED,
+                               error=str(err))
+            raise
+        finally:
+            self.state.save()
+
+    def _connected(self) -> bool:
+        try:
+            return self.conn.transport.is_active()
+        except BoardError:
+            return False
+
+    def _collect(self, layout: RemoteLayout, code: int | None, interrupted: bool,
+                 fit: BoardFit) -> tuple[Path, bool | None, list[str]]:
+        """The job's log and pin/restore reports, then the pulled result set (and its clock warnings).
+        A refused pull is raised only after the job's own errors (a board left pinned comes first)."""
+        s = self.settings
+        got = collect.read_job_log(self.conn, layout, s.pin, self.record["job_env"], s.sudo, self.scrub, self.folder,
+                                   self.state.lock_names)
+        if got.lock is not None and got.lock.mine is not None:  # which lock the board had and the wait: no names
+            self.state.update(board_lock={"method": got.lock.mine.method, "waited_s": got.lock.waited_s,
+                                          "took_over_stale": got.lock.taken_over is not None})
+        if got.lock is not None and got.lock.taken_over is not None:
+            self.log(f"took over a stale board lock left by {got.lock.taken_over.describe()} (its job is gone)")
+        got.warnings[:0] = self._with_caveat(list(fit.warnings))
+        write_json(self.folder / "pin.json", self.scrub({"schema": "rkdet.pin/1", "records": got.records}))
+        self.state.update(job_exit=code, restored=got.restored)
+        result_local = self.folder / "result"
+        collect.pull_result(self.conn, layout, result_local, got, self.progress)
+        if not s.keep and not interrupted and got.refused is None:
+            self.conn.run(["rm", "-rf", layout.run_dir], check=False, timeout=60)
+        self.state.update(warnings=got.warnings, pulled={"bytes": got.pulled.bytes_sent, "files": got.pulled.files_sent})
+        self.state.advance(DeployStatus.INTERRUPTED if interrupted else DeployStatus.COMPLETE)
+        collect.raise_for_job(self.conn.target.label, got, interrupted, code, s.sudo)
+        if got.refused is not None:
+            raise got.refused
+        return result_local, got.restored, got.warnings
+
+    def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None,
+               warnings: list[str]) -> DeployOutcome:
+        j = judge(result_local, self.build, self.settings.tolerances, self.folder, self.conn.target.label)
+        if self.caveat:  # the diff marks its own lines from the build's manifest; a multi-cell summary too
+            j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
+        stack = self._stack(j.run)
+        self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference) if j.reference is not None else None,
+                          repeatable=j.repeatable, agrees=j.agrees, stack=stack.as_dict() if stack else None,
+                          cells=j.cells, contexts=j.contexts)
+        self.state.save()
+        lines = ([stack.line()] if stack else []) + j.lines
+        return DeployOutcome(self.folder, j.exit_code, j.verdict, j.emulated, transfer, restored, warnings, self.record,
+                             lines)
+
+    def _with_caveat(self, warnings: list[str]) -> list[str]:
+        """deploy.json's warnings, the failed-build caveat first (once) when the build failed its gates."""
+        return warnings if not self.caveat or self.caveat in warnings else [self.caveat, *warnings]
+
+    def _stack(self, run: dict[str, Any] | None) -> BoardStack | None:
+        """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
+        try:
+            records = read_json_object(self.folder / "board.json").get("records", [])
+            probe = board_scripts.parse_probe(records)
+        except (OSError, ValueError, AttributeError, InputError, board_scripts.RecordError):
+            return None
+        return BoardStack.from_evidence(probe, run, self.info.toolkit_version)
+
+
+def _marked(line: str, caveat: str) -> str:
+    """A verdict line carrying the failed-build caveat (once)."""
+    return line if caveat in line else f"{line} [{caveat}]"

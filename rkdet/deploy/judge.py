@@ -1,0 +1,57 @@
+"""The verdict on a pulled result set: run-to-run and against the build's reference (`judge`).
+
+Why its own module: deploy and a bisection judge a pulled run the same way `rkdet diff RUN BUILD`
+does (the one reference rule, the one tolerance), and write the same reports into the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError
+from rkdet.records.io import read_json_object
+from rkdet.tolerance import Tolerance
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the diff said: the verdict, exit codes, the reference, both verdicts as dicts and lines."""
+
+    verdict: str
+    exit_code: int  # the deploy's: EXIT_OK or EXIT_DIFFERENT
+    diff_exit: int
+    reference: Path | None  # None: the build has no reference (imported .rknn)
+    emulated: bool
+    repeatable: dict[str, Any]
+    agrees: dict[str, Any] | None
+    lines: list[str]  # "repeatable: …", "agrees with the reference: …"
+    run: dict[str, Any] | None = None  # the (first cell's) run.json: the stack rkdet-run saw
+    cells: dict[str, Any] | None = None  # several core masks: each cell's verdicts (rkdet/deploy/cells.py)
+    contexts: dict[str, Any] | None = None  # --contexts N: whether the threaded contexts agreed
+
+
+def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, label: str) -> Judgement:
+    """Compare the pulled result set run-to-run and with the build's reference; reports into `folder`."""
+    from rkdet.deploy.cells import judge_result, read_cells
+
+    cells = read_cells(result_local) if (result_local / "cells.json").is_file() else None
+    first = result_local if cells is None else next(
+        (result_local / c.name for c in cells if c.status == "complete" and (result_local / c.name / "run.json").is_file()),
+        None)
+    if first is None:
+        raise BoardError(f"{label}: no cell of the run completed: "
+                         + "; ".join(f"{c.name} {c.status} ({c.reason})" for c in (cells or [])))
+    try:
+        run = read_json_object(first / "run.json", error=BoardError)
+    except (OSError, BoardError) as exc:
+        raise BoardError(f"{label}: the board's result run.json is unreadable ({exc}); "
+                         "the run's results cannot be judged (a broken or hostile board?)") from None
+    # the one reference rule `rkdet diff RUN BUILD` applies too; cells and threaded contexts folded in
+    j = judge_result(result_local, build, tolerance, folder)
+    return Judgement(verdict=j.verdict, exit_code=EXIT_OK if j.diff_exit == 0 else EXIT_DIFFERENT,
+                     diff_exit=j.diff_exit, reference=j.reference, emulated=run.get("emulated") is True,
+                     repeatable=j.repeatable, agrees=j.agrees, lines=j.lines, run=run, cells=j.cells,
+                     contexts=j.contexts)

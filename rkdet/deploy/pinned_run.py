@@ -1,0 +1,119 @@
+"""The run on the board as one detached job: start it pinned, follow it, stop it (a busy board is refused
+by run-pinned.sh's board lock, read by lock.py).
+
+Why its own module: a run is `run-pinned.sh -- rkdet-run ...` started detached (jobs.py), so the
+board is restored from run-pinned's trap even when this host disappears; deploy, `--resume` and a
+fleet scheduler start, follow and stop it the same way. Following it is `jobs.wait` (the one polling
+loop) with a progress callback counting the runner's index records.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+from rkdet.link import jobs
+from rkdet.link.jobs import DetachedJob
+from rkdet.deploy.layout import RemoteLayout
+from rkdet.boardinfo.remote_scripts import SESSION_ENV
+from rkdet.deploy.settings import RunSettings
+from rkdet.link.shell import CommandRunner
+from rkdet.log import ProgressThrottle
+
+Log = Callable[[str], None]
+
+
+def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:
+    """rkdet-run's command line for this run (inside run-pinned.sh when pinning); `extra`: the model's
+    identity and the cell flags (`stack.model_expectations`, `cells.cell_args`)."""
+    argv = ["python3", layout.runner, "--model", layout.model(settings.backend), "--inputs", layout.inputs,
+            "--repeats", str(settings.repeats), "--warmup", str(settings.warmup),
+            "--core-mask", settings.core_mask, "--backend", settings.backend,
+            "--snapshot-every", str(settings.snapshot_every), "--out", layout.result]
+    if settings.cpu_affinity:
+        argv += ["--cpu-affinity", ",".join(map(str, settings.cpu_affinity))]
+    argv += list(extra)
+    if settings.pin:
+        argv = ["sh", f"{layout.scripts}/run-pinned.sh", "--", *argv]
+    return argv
+
+
+def job_env(settings: RunSettings, layout: RemoteLayout, state_dir: str) -> dict[str, str]:
+    """The job's environment: pin settings, where pin keeps state, the work dir, a test fault."""
+    env = dict(settings.pin_env)
+    env["RKDET_STATE_DIR"] = state_dir
+    env["RKDET_WORK_DIR"] = layout.workdir
+    if settings.fault:
+        env["RKDET_EMU_FAULT"] = settings.fault
+    return env
+
+
+def start(conn: CommandRunner, layout: RemoteLayout, settings: RunSettings, env: dict[str, str],
+          start_timeout: float = 35.0, extra: Sequence[str] = ()) -> DetachedJob:
+    """Create the run folder and start the (pinned) runner detached."""
+    conn.run(["mkdir", "-p", layout.run_dir], timeout=30)
+    return jobs.start(conn, runner_argv(layout, settings, extra), layout.pidfile, layout.logfile, sudo=settings.sudo,
+                      env=env, keep_env=SESSION_ENV if settings.sudo else (), timeout=start_timeout)
+
+
+@contextmanager
+def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | None]:
+    """A live bar of inferences done on a terminal; None (plain log lines) otherwise."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("inference"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("run", total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: float, total: int,
+         progress: bool, log: Log) -> int | None:
+    """Follow the job until it ends (inferences done so far: a bar, or log lines); its exit code."""
+    last = -1
+    throttle = ProgressThrottle(total)  # off a terminal: a line at most every 10 % or 10 s
+
+    with progress_bar(progress, total) as advance:
+        def count() -> None:
+            nonlocal last
+            res = conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh", f"{layout.result}/index.jsonl"],
+                           check=False, timeout=30)
+            done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
+            if done != last:
+                if advance is not None:
+                    advance(done)
+                elif throttle.due(done):
+                    log(f"inference {done}/{total}")
+                last = done
+
+        return jobs.wait(conn, job, timeout, poll=0.3, on_poll=count,
+                         still_running=f"run still going after {timeout:g} s; it continues on the board: "
+                                       "rkdet deploy --resume later")
+
+
+# the run is over when its group is gone, or restore's result record is in its log
+_DONE = ('kill -0 -"$1" 2>/dev/null || exit 0; '
+         'grep -qF \'"record":"result","script":"restore"\' "$2" 2>/dev/null && exit 0; exit 1')
+
+
+def stop(conn: CommandRunner, job: DetachedJob, log: Log, timeout: float = 120.0) -> None:
+    """SIGTERM the job's process group, then wait until the board is restored (or the group is gone).
+
+    Not `jobs.kill`: the group's leader (the detach wrapper) dies at once while run-pinned.sh is
+    still restoring from its TERM trap, so its log is complete only when restore's result record
+    is in it (run-pinned's kill-timer `sleep` may outlive it, so an empty group comes later); and
+    never SIGKILL, which would cut the restore in half.
+    """
+    jobs.signal(conn, job, "TERM", timeout=30)
+    deadline = time.monotonic() + timeout
+    while conn.run(["sh", "-c", _DONE, "sh", str(job.pid), job.logfile], check=False, sudo=job.sudo,
+                   timeout=30).rc != 0:
+        if time.monotonic() > deadline:
+            log(f"the board job {job.pid} still runs {timeout:g} s after SIGTERM; leaving it to finish")
+            return
+        time.sleep(0.2)

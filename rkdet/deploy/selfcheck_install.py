@@ -1,0 +1,86 @@
+"""Put a build's self-check on a board: `selfcheck.py` + `runner.py` + `selfcheck.json` + the model.
+
+Why a function of its own: `rkdet deploy --install-selfcheck` (and a serving image's provisioning)
+need the same few files in one folder, verified by sha256 like every push, so that
+`python3 DIR/selfcheck.py DIR/selfcheck.json` works on the board with nothing else installed
+(docs/SELFCHECK.md has the systemd `ExecStartPre=` example).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rkdet.link.shell import remote_command
+from rkdet.link.ssh import BoardConnection
+from rkdet.link.transfer import TransferStats, push
+from rkdet.records.gates import read as read_gates
+from rkdet.errors import InputError
+from rkdet.records.io import read_json_object
+
+PACKAGE = Path(__file__).resolve().parents[1]
+SELFCHECK = PACKAGE / "selfcheck.py"
+RUNNER = PACKAGE / "runner.py"
+BUNDLE = "selfcheck.json"
+
+
+@dataclass(frozen=True)
+class SelfcheckInstall:
+    """What was installed where, and the command that runs the check on the board."""
+
+    remote_dir: str
+    bundle: str
+    model: str
+    command: list[str]
+    transfer: TransferStats
+
+    @property
+    def command_line(self) -> str:
+        """The command, quoted for a shell or a systemd unit."""
+        return remote_command(self.command)
+
+
+def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *, emulated: bool = False,
+                      backend: str = "rknnlite", allow_failed_build: bool = False) -> SelfcheckInstall:
+    """Push the self-check files of `build_dir` into `remote_dir` (created; unchanged files skipped).
+
+    `emulated`: the board's rknnlite is rkdet's test double, which computes the prepared ONNX: it gets
+    model.onnx and model.emu.json beside model.rknn (a real board never does). `backend="onnxruntime"`
+    pushes model.onnx to check with onnxruntime instead of the NPU runtime. A build that failed a gate at
+    convert (rkdet.records.gates) is refused unless `allow_failed_build`.
+    """
+    if backend not in ("rknnlite", "onnxruntime"):
+        raise InputError(f"--backend {backend!r}: expected rknnlite or onnxruntime")
+    gates = read_gates(build_dir)
+    if not gates.passed and not allow_failed_build:
+        raise InputError(gates.refusal(build_dir, "self-check install"))
+    bundle = build_dir / BUNDLE
+    if not bundle.is_file():
+        raise InputError(f"{build_dir}: no {BUNDLE}; re-run `rkdet convert` (builds made before the self-check have none)")
+    try:
+        fed = read_json_object(build_dir / "manifest.json")["fed_input"]
+    except InputError:
+        raise
+    except (OSError, KeyError) as exc:
+        raise InputError(f"{build_dir}/manifest.json: unreadable or without fed_input ({exc}); re-run rkdet convert") from None
+    remote_dir = remote_dir.rstrip("/") or "/"
+    files = [(SELFCHECK, "selfcheck.py"), (RUNNER, "runner.py"), (bundle, BUNDLE), (build_dir / "model.io.json", "model.io.json")]
+    if backend == "rknnlite":
+        files.append((build_dir / "model.rknn", "model.rknn"))
+    if emulated or backend == "onnxruntime":
+        files.append((build_dir / "model.onnx", "model.onnx"))
+    stats = TransferStats()
+    for local, name in files:
+        if not local.is_file():
+            raise InputError(f"{build_dir}: {local.name} missing; the build folder is incomplete, re-run rkdet convert")
+        stats.add(push(conn, local, f"{remote_dir}/{name}"))
+    if emulated:  # the normalisation the real .rknn has baked in, for the test double
+        with tempfile.TemporaryDirectory(prefix="rkdet-selfcheck-") as tmp:
+            sidecar = Path(tmp) / "model.emu.json"
+            sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
+            stats.add(push(conn, sidecar, f"{remote_dir}/model.emu.json"))
+    model = f"{remote_dir}/model.rknn" if backend == "rknnlite" else f"{remote_dir}/model.onnx"
+    command = ["python3", f"{remote_dir}/selfcheck.py", f"{remote_dir}/{BUNDLE}", "--model", model, "--backend", backend]
+    return SelfcheckInstall(remote_dir, f"{remote_dir}/{BUNDLE}", model, command, stats)

@@ -1,0 +1,137 @@
+"""How a board runs a build (`RunSettings`): built from a config in one place, stored whole in a run.
+
+Why its own module: `rkdet deploy`, `rkdet demo` and a fleet scheduler all turn a config's `run`,
+`board` and `tolerances` sections (plus flags) into the same record (`RunSettings.from_config`), and
+`--resume` restores it whole from the run's record (`to_json` / `from_json`), not field by field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from rkdet.config import DEFAULT_CONFIG, DeploySettings, build_deploy_settings, deploy_settings, load_config
+from rkdet.errors import InputError
+from rkdet.tolerance import Tolerance
+
+if TYPE_CHECKING:
+    from rkdet.config import BoardSection
+
+
+def pin_env_from_config(board_section: BoardSection) -> dict[str, str]:
+    """pin.sh settings (environment variables) from the config's `board` section."""
+    env = {
+        "RKDET_CPU_GOVERNOR": board_section.cpu_governor,
+        "RKDET_NPU_FREQ": str(board_section.npu_freq_hz or "max"),
+        "RKDET_GPU_FREQ": str(board_section.gpu_freq_hz or "max"),
+        "RKDET_DDR_FREQ": str(board_section.ddr_freq_hz or "max"),
+        "RKDET_COMPACTION": "0" if board_section.compaction_off else "keep",
+        "RKDET_THP": "never" if board_section.thp_never else "keep",
+        "RKDET_CPUIDLE_DEEP": "disable" if board_section.cpuidle_deep_off else "keep",
+    }
+    if board_section.cpu_freq_khz:
+        env["RKDET_CPU_FREQ"] = str(board_section.cpu_freq_khz)
+    return env
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the board runs the model; defaults come from the config's `run` and `board` sections."""
+
+    repeats: int = 10
+    warmup: int = 2
+    core_mask: str = "auto"  # one mask, or a comma list (cells of one pinned session)
+    contexts: int = 1  # > 1: threaded runtime contexts checked against the sequential run
+    backend: str = "rknnlite"
+    snapshot_every: int = 5
+    cpu_affinity: tuple[int, ...] | None = None
+    pin: bool = True
+    pin_env: dict[str, str] = field(default_factory=dict)
+    sudo: bool = False
+    workdir: str | None = None
+    state_dir: str | None = None
+    keep: bool = False
+    fault: str | None = None  # TEST CONTROL for the emulated runtime (RKDET_EMU_FAULT), never on real boards
+    emulate_npu: int | None = None  # TEST CONTROL: the emulated runtime's NPU mode, K elements one LSB off
+    timeout: float = 3600.0
+    lock_timeout: int = 0  # seconds the pinned job waits for the board lock (rkdet.boardinfo.lock)
+    tolerances: Tolerance = field(default_factory=Tolerance)
+
+    @classmethod
+    def from_config(cls, sections: DeploySettings, *, repeats: int | None = None, warmup: int | None = None,
+                    core_mask: str | None = None, contexts: int | None = None, backend: str | None = None,
+                    no_pin: bool = False,
+                    sudo: bool | None = None, workdir: str | None = None, state_dir: str | None = None,
+                    keep: bool = False, fault: str | None = None, emulate_npu: int | None = None,
+                    timeout: float = 3600.0, lock_timeout: int = 0) -> RunSettings:
+        """The one constructor from a config's run/board/tolerances sections; a flag given (not None)
+        wins over its config value."""
+        run, board = sections.run, sections.board
+        chosen = backend or run.backend
+        # the config's NPU core mask is the NPU's: `--backend onnxruntime` runs on the CPU, which has none
+        # (a --core-mask given with it is still passed on, and refused by rkdet-run in one line)
+        config_mask = run.core_mask if chosen == "rknnlite" else "auto"
+        return cls(repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
+                   core_mask=core_mask or config_mask, contexts=contexts or run.contexts,
+                   backend=chosen,
+                   snapshot_every=run.snapshot_every,
+                   cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None,
+                   pin=board.pin and not no_pin, pin_env=pin_env_from_config(board),
+                   sudo=board.sudo if sudo is None else sudo, workdir=workdir or board.workdir,
+                   state_dir=state_dir, keep=keep, fault=fault, emulate_npu=emulate_npu, timeout=timeout,
+                   lock_timeout=lock_timeout, tolerances=sections.tolerances)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, JSON-ready (`from_json` gives back an equal record)."""
+        doc = asdict(self)
+        doc["cpu_affinity"] = list(self.cpu_affinity) if self.cpu_affinity is not None else None
+        doc["pin_env"] = dict(self.pin_env)
+        doc["tolerances"] = self.tolerances.as_dict()
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], *, base: RunSettings | None = None,
+                  where: str = "settings") -> RunSettings:
+        """A record from `to_json`'s mapping; fields it lacks (an older record) come from `base`.
+        A wrong type is InputError naming `where` and the field."""
+        if not isinstance(doc, Mapping):
+            raise InputError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+        base = base or cls()
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {k: v for k, v in doc.items() if k in known}
+        if "tolerances" in values:
+            values["tolerances"] = Tolerance.from_mapping(values["tolerances"], where=f"{where}: tolerances")
+        if values.get("cpu_affinity") is not None:
+            values["cpu_affinity"] = tuple(values["cpu_affinity"])
+        settings = replace(base, **values)
+        settings._check(where)
+        return settings
+
+    def _check(self, where: str) -> None:
+        expected: dict[str, tuple[type, ...]] = {
+            "repeats": (int,), "warmup": (int,), "core_mask": (str,), "contexts": (int,), "backend": (str,), "snapshot_every": (int,),
+            "pin": (bool,), "pin_env": (dict,), "sudo": (bool,), "keep": (bool,), "timeout": (int, float),
+            "lock_timeout": (int,),
+        }
+        optional: dict[str, tuple[type, ...]] = {"cpu_affinity": (tuple,), "workdir": (str,), "state_dir": (str,),
+                                                 "fault": (str,), "emulate_npu": (int,)}
+        for name, types in expected.items():
+            value = getattr(self, name)
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise InputError(f"{where}: {name} has the wrong type ({type(value).__name__})")
+        for name, types in optional.items():
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+                raise InputError(f"{where}: {name} has the wrong type ({type(value).__name__})")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.pin_env.items()):
+            raise InputError(f"{where}: pin_env must map names to strings")
+
+
+def settings_source(config_path: Path | None, build: Path | None) -> tuple[DeploySettings, Path]:
+    """Run/board/tolerances settings and the build folder: --config when given, else the build's own
+    resolved config, else the default config (whose name and first platform also name the build)."""
+    if config_path is None and build is not None:
+        return build_deploy_settings(build), build
+    cfg = load_config(config_path or DEFAULT_CONFIG)
+    return deploy_settings(cfg, config_path or DEFAULT_CONFIG), build or Path("build") / f"{cfg.name}-{cfg.target.platforms[0]}"

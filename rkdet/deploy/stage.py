@@ -1,0 +1,141 @@
+"""Staging a board for a run: the board scripts, the runner, the model and its inputs, pushed verified.
+
+Why its own module: deploy, `rkdet board ...`, the demo and a fleet scheduler stage boards the same
+way; unchanged files are skipped (transfer.push), and the remote inputs folder is pruned to exactly
+the build's inputs, since the runner runs every file there.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rkdet.boardinfo import scripts as board_scripts
+from rkdet.records.build import BuildInfo
+from rkdet.deploy.layout import RemoteLayout
+from rkdet.link.ssh import BoardConnection
+from rkdet.link.transfer import TransferStats, push
+from rkdet.errors import InputError
+from rkdet.runner import file_sha256
+
+RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
+
+
+def push_scripts(conn: BoardConnection, scripts_dir: str) -> TransferStats:
+    """The board scripts (probe, pin, restore, run-pinned) into `scripts_dir`."""
+    stats = TransferStats()
+    for path in board_scripts.deploy_files():
+        stats.add(push(conn, path, f"{scripts_dir}/{path.name}"))
+    return stats
+
+
+def check_model(build: BuildInfo) -> None:
+    """The build's model.rknn is the one its manifest hashed (`rknn.sha256`, streamed in 1 MiB chunks):
+    a build folder is input, and a board should not be sent 2 GiB only to refuse them."""
+    if build.rknn_sha256 is None:
+        return
+    model = build.folder / "model.rknn"
+    if not model.is_file():
+        raise InputError(f"{model}: not a regular file (a FIFO or device?); re-run rkdet convert")
+    try:
+        found = file_sha256(str(model))
+    except OSError as exc:
+        raise InputError(f"{model}: unreadable ({exc.strerror}); re-run rkdet convert") from None
+    if found != build.rknn_sha256:
+        raise InputError(f"{model}: sha256 {found[:16]}… is not the manifest's rknn.sha256 {build.rknn_sha256[:16]}…; "
+                         "the build folder was changed after rkdet convert, re-run it")
+
+
+def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
+               emulate_npu: int | None = None) -> TransferStats:
+    """Runner, model and inputs to the board (unchanged files skipped). The remote inputs folder ends
+    up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
+    run and judged too."""
+    folder = build.folder
+    check_model(build)  # before anything goes to the board: a swapped .rknn is refused here, not after 2 GiB
+    stats = TransferStats()
+    stats.add(push(conn, RUNNER, layout.runner))
+    stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
+    stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
+    if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
+        stats.add(push(conn, emulated_model(build), f"{layout.model_dir}/model.onnx", progress=progress))
+        fed = build.need_fed_input()
+        with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
+            sidecar = Path(tmp) / "model.emu.json"
+            prep: dict[str, Any] = {"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}
+            if emulate_npu is not None and build.origin == "imported":
+                raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
+                                 ".rknn has none")
+            if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
+                from rkdet.diff.resultset import quant_steps
+
+                golden = f"{layout.model_dir}/npu-golden"
+                stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
+                prep["npu"] = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
+                               "steps": quant_steps(folder), "output": None}
+            sidecar.write_text(json.dumps(prep))
+            stats.add(push(conn, sidecar, f"{layout.model_dir}/model.emu.json"))
+    with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:
+        inputs = folder / "golden" / "inputs"
+        if layout.fp32_inputs:
+            inputs = model_inputs(inputs, build, Path(tmp))
+        stats.add(push(conn, inputs, layout.inputs, progress=progress))
+        keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
+    prune_remote(conn, layout.inputs, keep)
+    return stats
+
+
+def emulated_model(build: BuildInfo) -> Path:
+    """What the emulated runtime double computes: the prepared ONNX, or an imported build's TEST CONTROL
+    stand-in (`import-rknn --emulator-onnx`); an imported build without one cannot run on the double."""
+    if build.origin != "imported":
+        return build.folder / "model.onnx"
+    if build.emulator_onnx is None or not build.emulator_onnx.is_file():
+        raise InputError(f"{build.folder}: an imported .rknn has no ONNX for the emulated runtime double to compute; "
+                         "deploy it to a real board, or import it with --emulator-onnx FILE (test control)")
+    return build.emulator_onnx
+
+
+def model_inputs(fed_dir: Path, build: BuildInfo, dest: Path) -> Path:
+    """The golden inputs as the prepared ONNX takes them (float32 NCHW, mean/std applied), for the
+    onnxruntime backend: the very transform the build's FP32 golden reference was computed with,
+    so a board's onnxruntime can be compared with it bit for bit."""
+    import numpy as np
+
+    from rkdet.selfcheck import fp32_input
+
+    fed = build.need_fed_input()
+    if build.origin == "imported":
+        raise InputError(f"{build.folder}: an imported .rknn has no ONNX: --backend onnxruntime needs one; use rknnlite")
+    if fed.layout != "NHWC":
+        raise InputError(f"{fed_dir.parent.parent}: --backend onnxruntime needs NHWC golden inputs, "
+                         f"the build has {fed.layout}")
+    for src in sorted(fed_dir.glob("*.npy")):
+        np.save(dest / src.name, fp32_input(np.load(src), fed.mean, fed.std))
+    return dest
+
+
+def prune_remote(conn: BoardConnection, remote_dir: str, keep: set[str]) -> None:
+    """Delete files under `remote_dir` whose relative path is not in `keep`."""
+    listing = conn.run(["find", remote_dir, "-type", "f"], timeout=60).out.splitlines()
+    prefix = remote_dir.rstrip("/") + "/"
+    extra = [line for line in listing if line.startswith(prefix) and line[len(prefix):] not in keep]
+    if extra:
+        conn.run(["rm", "-f", "--", *extra], timeout=60)
+
+
+def need_kb(build: BuildInfo, backend: str) -> int:
+    """Disk the board needs for this deploy (generous: model files, inputs, every output distinct)."""
+    folder = build.folder
+    sizes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and "golden" not in p.parts)
+    widen = 4 if backend == "onnxruntime" else 1  # uint8 pixels become float32
+    sizes += widen * sum(p.stat().st_size for p in (folder / "golden" / "inputs").glob("*") if p.is_file())
+    outputs = 0
+    for shape in build.output_shapes:
+        count = 1
+        for d in shape:
+            count *= d
+        outputs += count * 4
+    return (sizes + outputs * build.golden_inputs * 4) // 1024 + 1024

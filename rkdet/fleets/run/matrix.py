@@ -1,0 +1,74 @@
+"""The matrix of a fleet run: `--matrix core_mask=auto,0,1,2,0_1_2 --matrix backend=rknnlite,onnxruntime`
+→ cells, and which of them a board's SoC can run.
+
+Why skip rather than fail: a core mask naming a core the SoC does not have (RK3568, RV1126 and RK3562
+have one NPU core; RK3576 two; RK3588 three) cannot be run, so the cell is skipped and the reason said.
+`onnxruntime` runs on the board CPU, where a core mask means nothing: it is one cell (core mask `auto`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rkdet.config import CORE_MASKS
+from rkdet.errors import InputError
+from rkdet.fleets.run.records import Cell
+
+BACKENDS = ("rknnlite", "onnxruntime")
+AXES = ("core_mask", "backend")
+
+# NPU cores per SoC (Rockchip datasheets; RKNN_NPU_CORE_* of librknnrt); SoCs not named have one
+NPU_CORES = {"rk3588": 3, "rk3588s": 3, "rk3576": 2}
+# the highest core index each mask uses (auto: whatever the runtime picks)
+_MASK_NEEDS = {"auto": 1, "0": 1, "1": 2, "2": 3, "0_1": 2, "0_1_2": 3}
+
+
+@dataclass(frozen=True)
+class Planned:
+    cell: Cell
+    skip: str = ""  # why the board cannot run this cell ("" : it runs)
+
+
+def parse_matrix(specs: tuple[str, ...], default: Cell) -> list[Cell]:
+    """Cells from `AXIS=V1,V2` specs (each axis at most once); an axis not given keeps the config's value."""
+    axes: dict[str, list[str]] = {}
+    for spec in specs:
+        axis, sep, values = spec.partition("=")
+        axis = axis.strip().replace("-", "_")
+        if not sep or axis not in AXES:
+            raise InputError(f"--matrix {spec!r}: give AXIS=V1,V2 with AXIS one of {', '.join(AXES)}")
+        if axis in axes:
+            raise InputError(f"--matrix: {axis} is given twice; list its values once, comma-separated")
+        chosen = [v.strip() for v in values.split(",") if v.strip()]
+        allowed = CORE_MASKS if axis == "core_mask" else BACKENDS
+        bad = [v for v in chosen if v not in allowed]
+        if not chosen or bad:
+            raise InputError(f"--matrix {axis}: {', '.join(map(repr, bad)) or 'no value'}; allowed: {', '.join(allowed)}")
+        if len(set(chosen)) != len(chosen):
+            raise InputError(f"--matrix {axis}: a value is listed twice")
+        axes[axis] = chosen
+    masks = axes.get("core_mask", [default.core_mask])
+    backends = axes.get("backend", [default.backend])
+    cells: list[Cell] = []
+    for backend in backends:
+        for mask in (masks if backend == "rknnlite" else ["auto"]):
+            if Cell(mask, backend) not in cells:
+                cells.append(Cell(mask, backend))
+    return cells
+
+
+def npu_cores(soc: str | None) -> int:
+    return NPU_CORES.get((soc or "").lower(), 1)
+
+
+def plan(cells: list[Cell], soc: str | None) -> list[Planned]:
+    """Each cell, with the reason it is skipped on this SoC (a core it lacks)."""
+    cores = npu_cores(soc)
+    out = []
+    for cell in cells:
+        if cell.backend == "rknnlite" and _MASK_NEEDS[cell.core_mask] > cores:
+            out.append(Planned(cell, f"{soc or 'this SoC'} has {cores} NPU core{'s' if cores != 1 else ''}; "
+                                     f"core mask {cell.core_mask} needs {_MASK_NEEDS[cell.core_mask]}"))
+        else:
+            out.append(Planned(cell))
+    return out

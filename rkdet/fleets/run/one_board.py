@@ -1,0 +1,322 @@
+"""The one door from a fleet run into the single-board deploy, and each board's cell loop.
+
+Why one module: every call into `rkdet.board` (connection, probe, `Deployment`, the settings rule of
+`rkdet deploy`) is here, so a change of the single-board API is one edit; and `run_board` is the one
+function that runs a board's cells.
+
+The core-mask cells of one backend are ONE single-board deploy (preflight, verified push, pin → every
+mask as a cell of one runner → restore, pull, judge; `rkdet deploy --core-mask 0,1,2,0_1_2`) into the
+ordinary results tree `<out>/<board>/<fingerprint16>/<run-id>/`, recorded in `<out>/rkdet.db` like
+`rkdet deploy` records it (one run per cell); its result is then split into the cells. Backends are
+separate sessions (the runner takes one backend).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rkdet.records.build import BuildInfo
+from rkdet.deploy.settings import settings_source
+from rkdet.link.connect import open_connection
+from rkdet.boardinfo.preflight import same_npu
+from rkdet.deploy.settings import RunSettings
+from rkdet.config import DeploySettings
+from rkdet.errors import InputError, RkdetError
+from rkdet.fleets.sources.inventory import Board
+from rkdet.fleets.run.matrix import plan
+from rkdet.fleets.run.records import (BOARD_FAILED, BOARD_OK, COMPLETE, FAILED, NOT_RUN, SKIPPED, BoardResult, BoardState,
+                                    Cell, CellResult)
+from rkdet.history.ingest import RunRecord
+from rkdet.snapshots import SnapshotError, read_snapshots
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildChoice:
+    """A build folder and the settings (run, board, tolerances) its boards run it with."""
+
+    folder: Path
+    platform: str
+    fingerprint: str
+    settings: DeploySettings
+    caveat: str | None = None  # --allow-failed-build: the build failed its gates at convert (rkdet.records.gates)
+
+
+@dataclass(frozen=True)
+class DeployCommon:
+    """The single-board deploy flags every board of the fleet gets (a board's own inventory vars win
+    for user, port, key, sudo and work dir)."""
+
+    out: Path
+    repeats: int | None = None
+    warmup: int | None = None
+    workdir: str | None = None
+    state_dir: str | None = None
+    no_pin: bool = False
+    keep: bool = False
+    timeout: float = 3600.0  # each cell's run on the board (a session of N cells: N times it)
+    board_timeout: float = 7200.0  # a board's whole budget (its sessions); the sessions left then fail
+    lock_timeout: int = 0  # seconds a session's pinned job waits for the board lock (another holder)
+    emulator_fault: str | None = None
+    emulator_npu: int | None = None
+    user: str | None = None
+    identity: Path | None = None
+    known_hosts: Path | None = None
+    ssh_config: Path | None = None
+    accept_new_host_key: bool = False
+    sudo: bool | None = None
+    connect_timeout: float = 10.0
+    sftp_timeout: float = 30.0
+    allow_failed_build: bool = False  # --allow-failed-build: run a build that failed a gate (verdicts say so)
+
+
+def load_builds(config_path: Path | None, builds: tuple[Path, ...], allow_failed_build: bool = False
+                ) -> list[BuildChoice]:
+    """The builds of a fleet run (one per NPU family), checked before any board is touched (exit 2); a build
+    that failed a gate at convert is refused unless `allow_failed_build`."""
+    chosen: list[BuildChoice] = []
+    for given in builds or (None,):
+        if given is not None:
+            BuildInfo.check(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
+        settings, folder = settings_source(config_path, given)
+        info = BuildInfo.load(folder)
+        caveat = info.refuse_failed("fleet deploy", allow_failed_build)
+        platform, fingerprint = info.platform, info.fingerprint
+        for other in chosen:
+            if same_npu(platform, other.platform):
+                raise InputError(f"--build {folder}: {other.folder} is already the build for {other.platform}; "
+                                 "give one build per NPU family")
+        chosen.append(BuildChoice(folder, platform, fingerprint, settings, caveat))
+    return chosen
+
+
+def build_for(builds: list[BuildChoice], soc: str | None) -> BuildChoice | None:
+    """The build a board of this SoC runs (None: no build for it)."""
+    if soc is None:
+        return builds[0] if len(builds) == 1 else None
+    return next((b for b in builds if same_npu(soc, b.platform)), None)
+
+
+@contextmanager
+def board_connection(board: Board, common: DeployCommon) -> Iterator[Any]:
+    """One SSH connection for all of a board's cells (the board's inventory values first: user, port, key,
+    known_hosts)."""
+    key = Path(board.key_file) if board.key_file else common.identity
+    known_hosts = Path(board.known_hosts) if board.known_hosts else common.known_hosts
+    with open_connection(board.address, board.user or common.user, board.port, key, known_hosts,
+                         common.ssh_config, common.accept_new_host_key, common.connect_timeout,
+                         common.sftp_timeout, proxy_jump=board.proxy_jump) as conn:
+        yield conn
+
+
+def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
+    """The SoC the board's probe names (nothing on the board changes)."""
+    from rkdet.boardinfo.remote_scripts import probe_board, state_dir_for
+    from rkdet.deploy.stage import push_scripts
+
+    sudo = bool(board.sudo if board.sudo is not None else common.sudo)
+    workdir = board.workdir or common.workdir
+    wd = conn.abspath(workdir) if workdir else conn.default_workdir()
+    push_scripts(conn, f"{wd}/scripts")
+    env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, common.state_dir)}
+    return probe_board(conn, f"{wd}/scripts", env, sudo).soc
+
+
+def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell], common: DeployCommon,
+                 timeout: float, log: Log) -> list[CellResult]:
+    """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
+    the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
+    from rkdet.deploy.flow import Deployment
+
+    backend = cells[0].backend
+    assert all(c.backend == backend for c in cells), "one session runs one backend"
+    settings = RunSettings.from_config(
+        build.settings, repeats=common.repeats, warmup=common.warmup,
+        core_mask=",".join(c.core_mask for c in cells), backend=backend,
+        no_pin=common.no_pin, sudo=board.sudo if board.sudo is not None else common.sudo,
+        workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
+        fault=common.emulator_fault, emulate_npu=common.emulator_npu, timeout=timeout,
+        lock_timeout=common.lock_timeout)
+    class FleetDeployment(Deployment):
+        def _judge(self, *args: Any, **kwargs: Any) -> Any:  # the diff of the pulled results against golden
+            with JUDGE_SLOTS:
+                return super()._judge(*args, **kwargs)
+
+    started = time.monotonic()
+    outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False,
+                              allow_failed_build=common.allow_failed_build).run()
+    seconds = (time.monotonic() - started) / len(cells)  # a shared session's time, shared evenly
+    for warning in outcome.warnings:
+        log(f"warning: {warning}")
+    record = outcome.record
+    folder = str(outcome.folder)
+    if record.get("status") != "complete":
+        why = str(record.get("error") or outcome.verdict)
+        return [CellResult(c, FAILED, reason=why, folder=folder, deploy_exit=outcome.exit_code,
+                           verdict=outcome.verdict, seconds=seconds) for c in cells]
+    runs = {r.core_mask: r for r in record_runs(common.out, outcome.folder, log)}
+    top = record.get("agrees")
+    not_applicable = str(top.get("reason")) if isinstance(top, dict) and top.get("applicable") is False else None
+    if len(cells) == 1:
+        result = CellResult(cells[0], COMPLETE, folder=folder, deploy_exit=outcome.exit_code, verdict=outcome.verdict,
+                            seconds=seconds, repeatable=(record.get("repeatable") or {}).get("ok"),
+                            agrees=(record.get("agrees") or {}).get("ok"), agrees_not_applicable=not_applicable)
+        result.run = next(iter(runs.values()), None)
+        return [result]
+    judged = {str(c.get("core_mask")): c for c in (record.get("cells") or {}).get("cells") or []
+              if isinstance(c, dict)}
+    split = [_split(cell, judged.get(cell.core_mask), runs.get(cell.core_mask), folder, seconds) for cell in cells]
+    for result in split:
+        if result.status == COMPLETE and not_applicable is not None:
+            result.agrees_not_applicable = not_applicable
+    return split
+
+
+def _split(cell: Cell, judged: dict[str, Any] | None, run: RunRecord | None, folder: str,
+           seconds: float) -> CellResult:
+    """One cell of a multi-mask session, from deploy.json's `cells` (its own verdicts) and its history record."""
+    if judged is None:
+        return CellResult(cell, FAILED, reason="the session's cells.json does not name this cell", folder=folder,
+                          seconds=seconds)
+    status, reason = str(judged.get("status")), str(judged.get("reason") or "")
+    if status == SKIPPED:
+        return CellResult(cell, SKIPPED, reason=reason or "skipped by the board's runner", folder=folder)
+    repeatable, agrees = judged.get("repeatable"), judged.get("agrees")
+    if status != COMPLETE or not isinstance(repeatable, dict):
+        return CellResult(cell, FAILED, reason=f"the cell {status}" + (f": {reason}" if reason else ""),
+                          folder=folder, seconds=seconds)
+    rep_ok = repeatable.get("ok")
+    agrees_ok = agrees.get("ok") if isinstance(agrees, dict) else None
+    # the cell judged alone, as its own single-mask deploy would be (the cells' agreement is the classes' job)
+    exit_code = 0 if rep_ok is True and agrees_ok is not False else 1
+    result = CellResult(cell, COMPLETE, folder=folder, deploy_exit=exit_code, verdict=str(judged.get("verdict") or ""),
+                        repeatable=rep_ok, agrees=agrees_ok, seconds=seconds)
+    result.run = run
+    return result
+
+
+# Judging a run (loading every output and its reference, the numeric comparison, the report's plots) is
+# CPU-bound (one core under the GIL) and holds ~50 MB per board while it runs: one board at a time
+# costs no wall time and keeps a 16-board fleet's memory that of one judge (bench/results/fleet.md).
+JUDGE_SLOTS = threading.BoundedSemaphore(1)
+_DB_LOCK = threading.Lock()  # one writer per process (the database itself also queues other processes)
+
+
+def record_runs(results: Path, folder: Path, log: Log) -> list[RunRecord]:
+    """Read the run's per-input output hashes (one record per cell) and add them to `<results>/rkdet.db`;
+    the records are returned even when the database refuses them (a warning, as for `rkdet deploy`)."""
+    from rkdet.history.db import connect
+    from rkdet.history.db import record_runs as db_record
+    from rkdet.history.ingest import read_runs
+
+    try:
+        runs = read_runs(results, folder)
+    except (RkdetError, OSError, ValueError) as err:
+        log(f"warning: run folder unreadable for the history ({err})")
+        return []
+    try:
+        with _DB_LOCK:
+            conn = connect(results)
+            try:
+                db_record(conn, runs)
+            finally:
+                conn.close()
+    except (RkdetError, OSError, ValueError, sqlite3.Error) as err:
+        log(f"warning: run not recorded in {results}/rkdet.db ({err}); `rkdet history import --results {results}` "
+            "can add it later")
+    return runs
+
+
+def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
+    runs = [c for c in cells if c.run is not None]
+    if not runs:
+        return BoardState(soc=soc)
+    first = runs[0].run
+    assert first is not None
+    hottest: dict[str, float] = {}
+    for c in runs:
+        try:
+            assert c.run is not None
+            shots = read_snapshots(Path(c.folder or "") / "result" / c.run.result_set / "snapshots.jsonl")
+        except (SnapshotError, OSError):
+            continue
+        for shot in shots:
+            for zone, mc in shot.thermal.items():
+                if mc is not None:
+                    hottest[zone] = max(hottest.get(zone, mc), mc)
+    return BoardState(soc=soc or first.board.soc, kernel=first.state.kernel, driver=first.state.driver,
+                      runtime=first.state.runtime, model=first.state.model, key=first.board.key,
+                      clocks=first.state.clocks, max_temp_mc=tuple(sorted(hottest.items())))
+
+
+def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
+              stop: threading.Event, log: Log, clock: Callable[[], float] = time.monotonic) -> BoardResult:
+    """Every cell of the matrix on one board: the core-mask cells of a backend in one pinned deploy (every
+    mask a cell of one runner session), backends one after the other (the board restored after each); a
+    board that cannot be reached or fails preflight is `failed` with its reason. Stops between sessions
+    when `stop` is set (Ctrl-C) or the board's time budget (`clock`'s seconds) is spent: the budget
+    decides which sessions start, never cuts one short (each is bounded by --timeout per cell)."""
+    board = result.board
+    started = clock()
+    deadline = started + common.board_timeout
+    result.status = BOARD_OK
+    soc: str | None = None
+    try:
+        with board_connection(board, common) as conn:
+            # the source's SoC (rkdet_soc, a labgrid soc tag) saves a probe; each session's preflight probes
+            # anyway and refuses a board whose NPU is not the build's
+            soc = board.soc.lower() if board.soc else probe_soc(conn, board, common)
+            build = build_for(builds, soc)
+            if build is None:
+                raise InputError(f"board is {soc or 'of an unknown SoC'}; no --build targets it "
+                                 f"(given: {', '.join(b.platform for b in builds)})")
+            result.build, result.fingerprint = str(build.folder), build.fingerprint
+            sessions: dict[str, list[Cell]] = {}
+            for planned in plan(cells, soc):
+                if planned.skip:
+                    log(f"{planned.cell.name}: skipped: {planned.skip}")
+                    result.cells.append(CellResult(planned.cell, SKIPPED, reason=planned.skip))
+                else:
+                    sessions.setdefault(planned.cell.backend, []).append(planned.cell)
+            for group in sessions.values():
+                if stop.is_set() or clock() >= deadline:
+                    why = "interrupted before this cell" if stop.is_set() else \
+                        f"the board's time budget ({common.board_timeout:g} s) was spent"
+                    result.cells.extend(CellResult(cell, NOT_RUN, reason=why) for cell in group)
+                    continue
+                names = ", ".join(c.name for c in group)
+                log(f"{names}: deploy{' (one pinned session)' if len(group) > 1 else ''}")
+                # --timeout is each cell's run: a session of N cells gets N times it
+                done = deploy_cells(conn, board, build, group, common, common.timeout * len(group), log)
+                result.cells.extend(done)
+                for cell in done:
+                    log(f"{cell.cell.name}: {cell.verdict or cell.reason}")
+    except (RkdetError, OSError, EOFError) as err:  # unreachable, preflight, dropped: this board only
+        result.status, result.reason = BOARD_FAILED, _one_line(err)
+    except Exception as err:  # noqa: BLE001 - a board's surprise must not stop the others; said, with its type
+        result.status, result.reason = BOARD_FAILED, f"{type(err).__name__}: {_one_line(err)}"
+    ran = {c.cell for c in result.cells}
+    for cell in cells:  # the cells a failed board never reached
+        if cell not in ran:
+            result.cells.append(CellResult(cell, FAILED if result.status == BOARD_FAILED else NOT_RUN,
+                                           reason=result.reason or "not reached"))
+    result.cells.sort(key=lambda c: cells.index(c.cell))
+    if result.status == BOARD_OK and any(c.status in (FAILED, NOT_RUN) for c in result.cells):
+        result.status = BOARD_FAILED
+        result.reason = next(f"{c.cell.name}: {c.reason}" for c in result.cells if c.status in (FAILED, NOT_RUN))
+    result.state = _board_state(soc, result.cells)
+    result.seconds = clock() - started
+    return result
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return " ".join(text.split())[:600]
