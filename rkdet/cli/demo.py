@@ -47,7 +47,7 @@ def demo_config(config_path: Path | None, data: Path | None) -> Path:
     so an installed rkdet finds them in --data DIR, the current folder, or the checkout it runs from."""
     if config_path is not None:
         return config_path
-    checkout = Path(__file__).resolve().parents[1]  # rkdet/cli/demo.py -> the source checkout
+    checkout = Path(__file__).resolve().parents[2]  # rkdet/cli/demo.py -> the source checkout
     for folder in ([data] if data is not None else [Path.cwd(), checkout]):
         if (folder / DEFAULT_CONFIG).is_file():
             return folder / DEFAULT_CONFIG
