@@ -43,7 +43,7 @@ INPUTS = [f"page-{i:04d}" for i in range(1, 9)]
 CHILD = r"""
 import json, sys, time, tracemalloc
 from rkdet.diff.api import compare
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 from rkdet.errors import RkdetError
 def status_kb(key):
     with open("/proc/self/status") as f:

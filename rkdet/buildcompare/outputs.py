@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.diff.api import Comparison, compare
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 from rkdet.errors import InputError
 from rkdet.records.io import read_json_object
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 from rkdet.errors import InputError
 
 # Same as rkdet.decode.DECODERS (a test keeps them equal); literal so `rkdet --help` skips numpy.

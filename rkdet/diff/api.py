@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rkdet.diff.compare import Comparison, run_comparison
 from rkdet.diff.resultset import open_source
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 
 __all__ = ["Comparison", "Tolerance", "compare"]
 

@@ -20,7 +20,7 @@ from rkdet.diff.correlate import correlate, run_setting_differences
 from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
 from rkdet.diff.resultset import OutputRef, Record, Source
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
 
 

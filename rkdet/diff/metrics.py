@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 
 # Histogram of absolute differences: decade bins 1e-12 .. 1e4, plus under/overflow.
 HIST_EDGES = tuple(10.0 ** e for e in range(-12, 5))

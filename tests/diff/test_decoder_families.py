@@ -25,7 +25,7 @@ from rkdet.convert.selfcheck_bundle import decision_summary
 from rkdet.decode import SAME_DECISION, decode_detections, detect_layout
 from rkdet.diff.api import compare
 from rkdet.diff.decision import compare_detections
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 from rkdet.errors import FidelityGateError, InputError
 
 

@@ -17,7 +17,7 @@ from diff_helpers import DEFAULT_NAMES, default_outputs, one_ulp_up, repeated_se
 from rkdet.cli import main
 from rkdet.diff.api import compare
 from rkdet.diff.report import SCHEMA, to_json, write_reports
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 
 RUNS = 1000
 FLIP_RUN, FLIP_INPUT, FLIP_OUTPUT, FLIP_INDEX = 731, "page-b", "cls1", 1234

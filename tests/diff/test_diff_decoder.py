@@ -16,7 +16,7 @@ from diff_helpers import ResultSetBuilder
 from rkdet.diff.api import compare
 from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.decode import decode_yolov8, detect_layout, iou_matrix
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 from rkdet.errors import InputError
 
 SIDE = 1024

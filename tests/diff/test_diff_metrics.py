@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from rkdet.diff.metrics import abs_difference, compare_arrays, ulp_distance
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 from rkdet.errors import InputError
 
 FLOAT_DTYPES = st.sampled_from([np.float16, np.float32, np.float64])

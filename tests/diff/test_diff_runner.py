@@ -17,7 +17,7 @@ from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.emulator.socs import RK3588
 from rkdet.diff.api import compare
 from rkdet.diff.report import json_text
-from rkdet.diff.tolerance import Tolerance
+from rkdet.tolerance import Tolerance
 
 
 @pytest.mark.slow
