@@ -23,7 +23,8 @@ from rkdet import selfcheck
 from rkdet.convert import golden
 from rkdet.convert.selfcheck_bundle import DEFAULT_CAP_BYTES, decision_summary, write_bundle
 from rkdet.errors import ConversionError
-from rkdet.runner import output_hash, read_index
+from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.resultset import read_index
 
 SELFCHECK = Path(selfcheck.__file__).resolve()
 

@@ -18,7 +18,7 @@ from rkdet.link.shell import CommandResult
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import push
 from rkdet.errors import InputError
-from rkdet.runner import read_index
+from rkdet.onboard.resultset import read_index
 
 
 @pytest.fixture(scope="module")

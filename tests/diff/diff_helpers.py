@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rkdet.runner import output_hash, save_array_atomic, write_json_atomic
+from rkdet.onboard.atomic import save_array_atomic, write_json_atomic
+from rkdet.onboard.hashing import output_hash
 
 
 class ResultSetBuilder:
