@@ -11,7 +11,7 @@ import os
 import zipfile
 
 try:
-    from typing import List, Sequence
+    from typing import List, Optional, Sequence
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 
@@ -57,3 +57,19 @@ def argv(program, command, args=()):
     # type: (str, str, Sequence[str]) -> List[str]
     """The board's command line for `command` (run or selfcheck) of the program at `program`."""
     return ["python3", program, command] + [str(a) for a in args]
+
+
+def main(argv=None):
+    # type: (Optional[Sequence[str]]) -> int
+    """`python -m rkdet.onboard.program DIR`: write DIR/rkdet-onboard.pyz (to copy to a board by hand)."""
+    import sys
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or not os.path.isdir(args[0]):
+        sys.stderr.write("usage: python -m rkdet.onboard.program DIR (an existing folder)\n")
+        return 2
+    print(build(args[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
