@@ -13,7 +13,7 @@ import stat
 import sys
 
 try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Any, Optional
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 

@@ -13,7 +13,7 @@ import re
 import stat
 
 try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Any
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 

@@ -7,7 +7,7 @@ compute the very same one (golden sets, `rkdet diff`), so both import this modul
 import hashlib
 
 try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Any
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 

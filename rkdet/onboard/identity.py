@@ -11,7 +11,7 @@ import re
 import struct
 
 try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Any, Dict, Optional
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 

@@ -8,7 +8,7 @@ import queue
 import threading
 
 try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 

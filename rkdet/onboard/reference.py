@@ -6,7 +6,7 @@ self-check must feed the FP32 model the same tensor; one definition each, import
 """
 
 try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Any, Optional, Sequence
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 

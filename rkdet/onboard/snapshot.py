@@ -10,7 +10,7 @@ import os
 import time
 
 try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Any, Dict, Optional, Tuple
 except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
     pass
 
