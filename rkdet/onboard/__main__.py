@@ -5,11 +5,7 @@ rkdet-selfcheck, are its subcommands (and the wheel's console scripts of the sam
 """
 
 import sys
-
-try:
-    from typing import List, Optional, Sequence
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import List, Optional, Sequence
 
 COMMANDS = ("run", "selfcheck")
 USAGE = "usage: rkdet-onboard.pyz run|selfcheck ARGS (rkdet-run, rkdet-selfcheck; --help after either)\n"

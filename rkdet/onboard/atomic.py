@@ -11,11 +11,7 @@ import json
 import os
 import stat
 import sys
-
-try:
-    from typing import Any, Optional
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import Any, Optional
 
 def _remove_quietly(path):
     # type: (str) -> None

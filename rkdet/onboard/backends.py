@@ -8,19 +8,11 @@ lazily, so a board needs only the one it uses.
 import os
 import platform
 import sys
-
-try:
-    from typing import Any, Dict, List, Optional, Sequence
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
-
-try:
-    import numpy as np
-except ImportError:  # reported as a one-line error by the CLIs
-    np = None  # type: ignore
+from typing import Any, Dict, List, Optional, Sequence
 
 from .bounded import loads_bounded, read_regular
 from .exits import EXIT_BOARD, RunnerError
+from .numpy_or_none import np
 
 GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 

@@ -11,11 +11,7 @@ import json
 import os
 import re
 import stat
-
-try:
-    from typing import Any
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import Any
 
 MAX_JSON_DEPTH = 64
 _JSON_STRING = re.compile(b'"[^"\\\\]*(?:\\\\.[^"\\\\]*)*"', re.DOTALL)

@@ -9,20 +9,12 @@ import base64
 import binascii
 import re
 import zlib
-
-try:
-    from typing import Any, Dict, List, Tuple
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
-
-try:
-    import numpy as np
-except ImportError:  # reported as a one-line error by the CLIs
-    np = None  # type: ignore
+from typing import Any, Dict, List, Tuple
 
 from .bounded import loads_bounded, read_regular
 from .hashing import output_hash
 from .identity import HEX64
+from .numpy_or_none import np
 from .reference import REFERENCES
 
 BUNDLE_SCHEMA = "rkdet.selfcheck/1"

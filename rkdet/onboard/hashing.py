@@ -5,16 +5,9 @@ compute the very same one (golden sets, `rkdet diff`), so both import this modul
 """
 
 import hashlib
+from typing import Any
 
-try:
-    from typing import Any
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
-
-try:
-    import numpy as np
-except ImportError:  # reported as a one-line error by the CLIs
-    np = None  # type: ignore
+from .numpy_or_none import np
 
 def output_hash(array):
     # type: (Any) -> str

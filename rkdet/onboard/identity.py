@@ -9,11 +9,7 @@ import collections
 import os
 import re
 import struct
-
-try:
-    from typing import Any, Dict, Optional
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import Any, Dict, Optional
 
 from .bounded import loads_bounded, open_regular
 from .exits import EXIT_MODEL_REFUSED, RunnerError

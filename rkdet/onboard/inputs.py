@@ -6,19 +6,11 @@ before the first inference, so a wrong shape is one line (exit 2), never a runti
 
 import glob
 import os
-
-try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
-
-try:
-    import numpy as np
-except ImportError:  # reported as a one-line error by the CLIs
-    np = None  # type: ignore
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .exits import RunnerError
 from .hashing import file_sha256
+from .numpy_or_none import np
 
 class Sample(object):
     """One input sample: its name (file stem), file, file hash and tensors by input name."""

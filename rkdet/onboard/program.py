@@ -9,11 +9,7 @@ sha256). Host-side only (it is not packed itself); stdlib.
 
 import os
 import zipfile
-
-try:
-    from typing import List, Optional, Sequence
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import List, Optional, Sequence
 
 from .atomic import write_atomic
 

@@ -6,11 +6,7 @@ in order, with bounded memory, so a slow SD card or a large output never shows i
 
 import queue
 import threading
-
-try:
-    from typing import Any, Dict, List, Optional, Tuple
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import Any, Dict, List, Optional, Tuple
 
 from .hashing import output_hash, same_bytes
 from .resultset import Summary, index_record, output_record

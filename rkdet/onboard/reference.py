@@ -4,16 +4,9 @@ Why on the board side: deploy, `rkdet diff` and rkdet-selfcheck (on the board) m
 golden set for a board's outputs, and the host's golden data, deploy's onnxruntime inputs and the
 self-check must feed the FP32 model the same tensor; one definition each, importable by both.
 """
+from typing import Any, Optional, Sequence
 
-try:
-    from typing import Any, Optional, Sequence
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
-
-try:
-    import numpy as np
-except ImportError:  # reported as a one-line error by the CLIs
-    np = None  # type: ignore
+from .numpy_or_none import np
 
 REFERENCES = ("simulator", "onnx-fp32")  # the golden result sets a build holds (golden/<reference>/)
 

@@ -11,11 +11,7 @@ where an array is written, so the host's records/ can import the schema names wi
 import errno
 import json
 import os
-
-try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .atomic import save_array_atomic, write_atomic, write_json_atomic
 from .exits import RunnerError

@@ -33,16 +33,7 @@ import signal
 import sys
 import threading
 import time
-
-try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
-
-try:
-    import numpy as np
-except ImportError:  # reported as a one-line error by the CLIs
-    np = None  # type: ignore
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .atomic import write_json_atomic
 from .backends import GRAPH_OPT_LEVELS, make_backend
@@ -51,6 +42,7 @@ from .exits import (EXIT_BAD_INPUT, EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED
 from .hashing import file_sha256, output_hash
 from .identity import HEX64, check_model, read_rknn_facts
 from .inputs import Sample, load_inputs, validate_inputs
+from .numpy_or_none import np
 from .recorder import Recorder
 from .resultset import (BACKENDS, CELLS_SCHEMA, CONTEXTS_SCHEMA, CORE_MASKS, RUN_SCHEMA, ResultWriter, first_hashes,
                         prepare_out_dir)

@@ -26,22 +26,14 @@ import os
 import sys
 import threading
 import time
-
-try:
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
-
-try:
-    import numpy as np
-except ImportError:  # reported as a one-line error by the CLIs
-    np = None  # type: ignore
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .backends import make_backend
 from .bounded import visible
 from .bundle import BUNDLE_FILE, Bundle, BundleError, decode_array
 from .exits import RunnerError
 from .hashing import file_sha256, output_hash
+from .numpy_or_none import np
 from .reference import fp32_input, reference_for
 from .resultset import BACKENDS, CORE_MASKS
 

@@ -8,11 +8,7 @@ unreadable value is null: a snapshot never stops a run. (The host's parser: rkde
 import glob
 import os
 import time
-
-try:
-    from typing import Any, Dict, Optional, Tuple
-except ImportError:  # pragma: no cover - typing is stdlib from 3.5 on
-    pass
+from typing import Any, Dict, Optional, Tuple
 
 def _sys_path(root, rel):
     # type: (str, str) -> str
