@@ -19,6 +19,7 @@ from rkdet.link.transfer import TransferStats, push
 from rkdet.records.gates import read as read_gates
 from rkdet.errors import InputError
 from rkdet.onboard import program
+from rkdet.onboard.resultset import BACKENDS
 from rkdet.records.io import read_json_object
 
 BUNDLE = "selfcheck.json"
@@ -49,7 +50,7 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     pushes model.onnx to check with onnxruntime instead of the NPU runtime. A build that failed a gate at
     convert (rkdet.records.gates) is refused unless `allow_failed_build`.
     """
-    if backend not in ("rknnlite", "onnxruntime"):
+    if backend not in BACKENDS:
         raise InputError(f"--backend {backend!r}: expected rknnlite or onnxruntime")
     gates = read_gates(build_dir)
     if not gates.passed and not allow_failed_build:
