@@ -1,9 +1,10 @@
 """rkdet-run: run one model N times over a set of inputs and record every output, provably.
 
-Part of the on-board program (rkdet/onboard/, pushed to the board as one zipapp): it imports only the
-standard library, numpy and the runtime of the chosen backend (rknnlite or onnxruntime, imported
-lazily), never anything of rkdet outside rkdet.onboard, and it runs on Python 3.6+ (RV1126 boards ship the legacy armhf RKNN Toolkit Lite v1 on
-Python 3.6/3.7): no dataclasses, no postponed annotations, no walrus.
+Part of the on-board program (rkdet/onboard/, pushed to the board as the one zipapp rkdet-onboard.pyz
+and run as `python3 rkdet-onboard.pyz run ...`): it imports only the standard library, numpy and the
+runtime of the chosen backend (rknnlite or onnxruntime, imported lazily), nothing of rkdet outside
+rkdet.onboard, and it runs on Python 3.6+ (RV1126 boards ship the legacy armhf RKNN Toolkit Lite v1
+on Python 3.6/3.7): no dataclasses, no postponed annotations, no walrus.
 
 The result folder follows docs/FORMATS.md ("Result set"): run.json, index.jsonl (source of
 truth, one fsync'd line per inference), snapshots.jsonl, outputs/<hash>.npy (each distinct output
