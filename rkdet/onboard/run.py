@@ -32,21 +32,21 @@ import os
 import platform
 import signal
 import sys
-import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from .atomic import write_json_atomic
 from .backends import GRAPH_OPT_LEVELS, make_backend
-from .exits import (EXIT_BAD_INPUT, EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK, Interrupted,
-                    RunnerError)
-from .hashing import file_sha256, output_hash
+from .cells import run_cells
+from .contexts import contexts_check
+from .exits import (EXIT_BAD_INPUT, EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK, STOP, Interrupted,
+                    RunnerError, check_stop, on_stop_signal)
+from .hashing import file_sha256
 from .identity import HEX64, check_model, read_rknn_facts
 from .inputs import Sample, load_inputs, validate_inputs
 from .numpy_or_none import np
 from .recorder import Recorder
-from .resultset import (BACKENDS, CELLS_SCHEMA, CONTEXTS_SCHEMA, CORE_MASKS, RUN_SCHEMA, ResultWriter, first_hashes,
-                        prepare_out_dir)
+from .resultset import BACKENDS, CORE_MASKS, RUN_SCHEMA, ResultWriter, first_hashes, prepare_out_dir
 from .snapshot import board_snapshot
 
 EPILOG = """exit codes:
@@ -134,12 +134,6 @@ def _make_backend(args, core_mask="auto"):
     return make_backend(args.backend, args.model, core_mask, threads=args.threads, graph_opt=args.graph_opt)
 
 
-def mask_cores(mask):
-    # type: (str) -> List[int]
-    """The NPU cores a core mask names ("0_1_2" -> [0, 1, 2]; "auto" -> [])."""
-    return [] if mask == "auto" else [int(c) for c in mask.split("_")]
-
-
 def _stack(backend, facts):
     # type: (Any, Optional[Dict[str, Any]]) -> Dict[str, Any]
     """The software stack this run ran on, as the board's Python sees it (probe.sh adds the kernel,
@@ -149,21 +143,6 @@ def _stack(backend, facts):
     if facts is not None:
         stack.update(model_toolkit=facts["toolkit_version"], model_format=facts["format_version"])
     return stack
-
-
-_STOP = []  # type: List[int]
-
-
-def _on_stop_signal(signum, frame):
-    """Only note the signal: raising here could leave a lock held mid-`with` (and hang the close);
-    the loop checks `_STOP` between inferences, so a run stops cleanly within one inference."""
-    _STOP.append(signum)
-
-
-def _check_stop():
-    # type: () -> None
-    if _STOP:
-        raise Interrupted("stopped by signal %d" % _STOP[0])
 
 
 def execute(args):
@@ -178,7 +157,7 @@ def execute(args):
     affinity = pin_cpus(args.cpu_affinity)
     if len(args.core_masks) == 1:
         return _run_cell(args, args.core_masks[0], args.out, samples, affinity, check)
-    return _run_cells(args, samples, affinity, check)
+    return run_cells(args, samples, affinity, check, _run_cell)
 
 
 def _run_cell(args, mask, out, samples, affinity, check):
@@ -189,115 +168,6 @@ def _run_cell(args, mask, out, samples, affinity, check):
         return _run(args, mask, out, samples, backend, affinity, check)
     finally:
         backend.close()
-
-
-def _run_cells(args, samples, affinity, check):
-    # type: (argparse.Namespace, List[Sample], Optional[List[int]], Dict[str, Any]) -> int
-    """Every core mask a cell (OUT/core-<mask>/, a result set each), one after the other in this one
-    (pinned) session; cells.json records each cell's status, the skipped masks and whether the cells
-    agree bit for bit (each input's outputs the same in every cell: rknn-toolkit2 #228)."""
-    out = args.out
-    if os.path.isdir(out) and os.listdir(out):
-        raise RunnerError("%s: already holds files; choose a new --out so results never mix" % out)
-    if not os.path.isdir(out):
-        os.makedirs(out)
-    doc = {"schema": CELLS_SCHEMA, "cells": [], "agree": None, "first_difference": None}
-    cells_path = os.path.join(out, "cells.json")
-    codes = []
-    reference = None  # (cell, first hashes)
-    for mask in args.core_masks:
-        cell = {"cell": "core-" + mask, "core_mask": mask, "status": None, "exit": None, "reason": None}
-        doc["cells"].append(cell)
-        missing = [c for c in mask_cores(mask) if args.npu_cores is not None and c >= args.npu_cores]
-        if missing:
-            cell.update(status="skipped", reason="the SoC has %d NPU core(s); core mask %s needs core %s"
-                        % (args.npu_cores, mask, ",".join(map(str, missing))))
-            write_json_atomic(cells_path, doc)
-            continue
-        _check_stop()
-        cell_out = os.path.join(out, cell["cell"])
-        cell["status"] = "running"
-        write_json_atomic(cells_path, doc)
-        try:
-            code = _run_cell(args, mask, cell_out, samples, affinity, check)
-        except RunnerError as err:
-            if err.exit_code != EXIT_BOARD:
-                raise
-            cell.update(status="failed", exit=EXIT_BOARD, reason=str(err))
-            codes.append(EXIT_BOARD)
-            write_json_atomic(cells_path, doc)
-            continue
-        cell.update(status="complete", exit=code, reason=None if code == EXIT_OK else "runs of an input differ")
-        codes.append(code)
-        first = first_hashes(cell_out)
-        if reference is None:
-            reference = (cell["cell"], first)
-        elif doc["first_difference"] is None:
-            for name in sorted(first):
-                theirs, ours = reference[1].get(name), first[name]
-                if theirs is not None and theirs != ours:
-                    output = next((n for (n, h), (_, rh) in zip(ours, theirs) if h != rh), None)
-                    doc["first_difference"] = {"cells": [reference[0], cell["cell"]], "input": name, "output": output}
-                    break
-        write_json_atomic(cells_path, doc)
-    ran = [c for c in doc["cells"] if c["status"] == "complete"]
-    doc["agree"] = None if len(ran) < 2 else doc["first_difference"] is None
-    write_json_atomic(cells_path, doc)
-    if EXIT_BOARD in codes:
-        return EXIT_BOARD
-    if not ran:
-        raise RunnerError("no core mask of %s can run on this SoC (%s NPU core(s))" % (args.core_mask, args.npu_cores))
-    return EXIT_DIFFERENT if EXIT_DIFFERENT in codes or doc["agree"] is False else EXIT_OK
-
-
-def _contexts_check(args, mask, samples, reference):
-    # type: (argparse.Namespace, str, List[Sample], Dict[str, List[Tuple[str, str]]]) -> Dict[str, Any]
-    """`--contexts N`: N runtime contexts (one backend each), one thread each, every input once, all at
-    the same time; each output compared with the sequential run's first (rknn-toolkit2 #474)."""
-    backends = []
-    try:
-        for _ in range(args.contexts):
-            backends.append(_make_backend(args, mask))
-        results = [None] * len(backends)  # type: List[Any]
-
-        def work(index):
-            # type: (int) -> None
-            got = {}
-            try:
-                for sample in samples:
-                    outputs = backends[index].own(backends[index].infer(sample.feed))
-                    got[sample.name] = [output_hash(o) for o in outputs]
-                results[index] = got
-            except BaseException as err:  # reported below, in the main thread
-                results[index] = err
-
-        threads = [threading.Thread(target=work, args=(i,), name="rkdet-context-%d" % i) for i in range(len(backends))]
-        for thread in threads:
-            thread.daemon = True
-            thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(1.0)
-                _check_stop()
-    finally:
-        for backend in backends:
-            backend.close()
-    doc = {"schema": CONTEXTS_SCHEMA, "contexts": args.contexts, "core_mask": mask, "agree": True,
-           "differences": []}  # type: Dict[str, Any]
-    for index, got in enumerate(results):
-        if isinstance(got, BaseException):
-            if isinstance(got, RunnerError):
-                raise RunnerError("context %d of %d: %s" % (index, args.contexts, got), got.exit_code)
-            raise got
-        for sample in samples:
-            expected = reference.get(sample.name) or []
-            for (name, want), have in zip(expected, got[sample.name]):
-                if want != have:
-                    doc["agree"] = False
-                    doc["differences"].append({"context": index, "input": sample.name, "output": name,
-                                               "sequential": want, "threaded": have})
-                    break
-    return doc
 
 
 def _run(args, mask, out, samples, backend, affinity, check):
@@ -325,13 +195,13 @@ def _run(args, mask, out, samples, backend, affinity, check):
         writer.snapshots.append(board_snapshot("before"))
         for _ in range(args.warmup):
             for sample in samples:
-                _check_stop()
+                check_stop()
                 backend.infer(sample.feed)
         summary = _measure(args, out, samples, backend, writer, record)
         writer.snapshots.append(board_snapshot("after", args.repeats - 1))
         writer.close()
         if args.contexts > 1:
-            contexts = _contexts_check(args, mask, samples, first_hashes(out))
+            contexts = contexts_check(args, mask, samples, first_hashes(out), _make_backend)
             write_json_atomic(os.path.join(out, "contexts.json"), contexts)
             summary["contexts_agree"] = contexts["agree"]
             summary["deterministic"] = summary["deterministic"] and contexts["agree"]
@@ -363,7 +233,7 @@ def _measure(args, out, samples, backend, writer, record):
     try:
         for run in range(args.repeats):
             for sample in samples:
-                _check_stop()
+                check_stop()
                 start = time.perf_counter()
                 raw = backend.infer(sample.feed)
                 elapsed = time.perf_counter() - start
@@ -401,11 +271,11 @@ def main(argv=None):
     # type: (Optional[Sequence[str]]) -> int
     """Console entry point (`rkdet-run`): returns the exit code; errors are one line on stderr."""
     args = parse_args(argv)
-    del _STOP[:]
+    del STOP[:]
     previous = {}
     try:
         for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, _on_stop_signal)
+            previous[signum] = signal.signal(signum, on_stop_signal)
     except ValueError:  # not the main thread (embedded use): keep the default handlers
         pass
     try:
