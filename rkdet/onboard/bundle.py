@@ -124,7 +124,7 @@ class Bundle(object):
         _need(isinstance(doc, dict), path, "expected a JSON object")
         schema = doc.get("schema")
         _need(schema == BUNDLE_SCHEMA, path + ": schema", "is %r, this rkdet-selfcheck reads %s; use the "
-              "selfcheck.py of the rkdet that wrote the bundle" % (schema if isinstance(schema, str) else type(schema).__name__, BUNDLE_SCHEMA))
+              "rkdet-selfcheck (rkdet-onboard.pyz) of the rkdet that wrote the bundle" % (schema if isinstance(schema, str) else type(schema).__name__, BUNDLE_SCHEMA))
         self.fingerprint = _check_hash(doc.get("fingerprint"), path + ": fingerprint")
         self.platform = doc.get("platform") if isinstance(doc.get("platform"), str) else "?"
         models = doc.get("models")
