@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rkdet.runner import output_hash  # noqa: E402
+from rkdet.onboard.hashing import output_hash  # noqa: E402
 
 NAMES = ["box0", "cls0", "box1", "cls1", "box2", "cls2"]
 INPUTS = [f"page-{i:04d}" for i in range(1, 9)]

@@ -6,7 +6,7 @@ ORT_SEQUENTIAL, graph optimization all) on the same model and input, in the same
 in interleaved blocks so drift and neighbours' load hit both sides alike.
 
 1. Overhead per inference (target <= 2 %):
-   (a) wall time per inference of `rkdet.runner.main` vs the bare loop, steady loop (setup excluded);
+   (a) wall time per inference of `rkdet.onboard.run.main` vs the bare loop, steady loop (setup excluded);
    (b) marginal CPU per inference (long block minus short block, so setup cancels), which counts
        the recorder thread's hashing; (c) the main thread's time between backend calls (gap between
        consecutive index stamps minus latency) and its CPU outside the backend call (cProfile).
@@ -45,7 +45,8 @@ from onnx import TensorProto, helper
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from rkdet import runner  # noqa: E402
+from rkdet.onboard import run as runner  # noqa: E402  (rkdet-run)
+from rkdet.onboard.resultset import read_index  # noqa: E402
 
 ORT_TYPES = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8}
 ONNX_TYPES = {"tensor(float)": TensorProto.FLOAT, "tensor(uint8)": TensorProto.UINT8}
@@ -133,7 +134,7 @@ def runner_block(model: Path, inputs: Path, runs: int, out: Path, module=runner)
 def bookkeeping(out: Path) -> tuple:
     """Per-inference time outside the backend call (gap between index records minus latency),
     and the backend latencies, in ms."""
-    index = runner.read_index(str(out))
+    index = read_index(str(out))
     gaps = [(b["t_unix"] - a["t_unix"]) * 1000.0 - b["latency_ms"] for a, b in zip(index, index[1:])]
     return gaps, [r["latency_ms"] for r in index]
 
@@ -152,7 +153,7 @@ def profiled_loop(model: Path, inputs: Path, runs: int, out: Path) -> tuple:
         raise SystemExit("runner exited %d in the profiled run" % code)
     stats = pstats.Stats(profile).stats
     loop = next(v for k, v in stats.items() if k[2] == "_measure")[3]
-    backend = sum(ct for k, v in stats.items() if k[2] == "infer" and "runner" in k[0]
+    backend = sum(ct for k, v in stats.items() if k[2] == "infer" and k[0].endswith(("backends.py", "runner.py"))
                   for caller, (_, _, _, ct) in v[4].items() if caller[2] == "_measure")  # not the warm-up
     return backend * 1000.0 / runs, (loop - backend) * 1000.0 / runs
 
@@ -196,7 +197,7 @@ def storage(model: Path, inputs: Path, runs: int, out: Path) -> dict:
     wall = time.perf_counter() - start
     if code != 0:
         raise SystemExit("runner exited %d in the storage bench" % code)
-    index = runner.read_index(str(out))
+    index = read_index(str(out))
     first = {o["hash"] for r in index if r["run"] == 0 for o in r["outputs"]}
     one_set = sum((out / "outputs" / (h + ".npy")).stat().st_size for h in first)
     index_bytes = (out / "index.jsonl").stat().st_size

@@ -2,9 +2,9 @@
 """Bench: what `rkdet-selfcheck` costs compared with one plain inference loop over the same inputs.
 
 Peer: what any serving app pays to look at those inputs at all: open the same onnxruntime session
-(rkdet.runner.OnnxRuntimeBackend: 1 intra-op thread, ORT_SEQUENTIAL, graph optimization all) on the
+(rkdet.onboard.backends.OnnxRuntimeBackend: 1 intra-op thread, ORT_SEQUENTIAL, graph optimization all) on the
 same model and run each bundled input once (inputs already in memory, outputs not looked at).
-Contender: `rkdet.selfcheck.check(model, bundle, backend="onnxruntime")` end to end: read and validate
+Contender: `rkdet.onboard.selfcheck.check(model, bundle, backend="onnxruntime")` end to end: read and validate
 the bundle, sha256 the model, decode the inputs, open the session, infer, hash every output and compare.
 Both run in this process, in interleaved blocks (A, B, B, A, ...), so load from neighbours hits both.
 The onnxruntime backend on this host stands in for the board's runtime (the check's own work, which
@@ -28,7 +28,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from rkdet import runner, selfcheck  # noqa: E402
+from rkdet.onboard import backends as runner  # noqa: E402
+from rkdet.onboard import bundle as bundle_format  # noqa: E402
+from rkdet.onboard import reference, selfcheck  # noqa: E402
+from rkdet.onboard.hashing import file_sha256  # noqa: E402
 
 
 def plain_loop(model: str, feeds: list) -> tuple[float, float]:
@@ -57,10 +60,10 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=7)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "selfcheck.md")
     args = ap.parse_args()
-    bundle = args.build / selfcheck.BUNDLE_FILE
+    bundle = args.build / bundle_format.BUNDLE_FILE
     model = str(args.build / "model.onnx")
-    spec = selfcheck.Bundle(str(bundle))
-    feeds = [selfcheck.fp32_input(selfcheck.decode_array(e["tensor"], e["name"]), spec.mean, spec.std)
+    spec = bundle_format.Bundle(str(bundle))
+    feeds = [reference.fp32_input(bundle_format.decode_array(e["tensor"], e["name"]), spec.mean, spec.std)
              for e in spec.inputs]
     plain_loop(model, feeds), the_check(model, str(bundle))  # warm caches (files, imports) for both sides
     checks, loops, ratios, cpu_ratios = [], [], [], []
@@ -78,10 +81,10 @@ def main() -> int:
     load_end = os.getloadavg()[0]
     size = bundle.stat().st_size
     parse = time.perf_counter()
-    selfcheck.Bundle(str(bundle))
+    bundle_format.Bundle(str(bundle))
     parse = time.perf_counter() - parse
     sha = time.perf_counter()
-    runner.file_sha256(model)
+    file_sha256(model)
     sha = time.perf_counter() - sha
     med = statistics.median(ratios)
     lines = [

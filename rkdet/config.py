@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rkdet.errors import ConfigError
+from rkdet.onboard.resultset import CORE_MASKS  # rknnlite's core masks, defined once (rkdet-run's)
 from rkdet.records.io import read_json
 from rkdet.tolerance import Tolerance
 
@@ -29,7 +30,6 @@ DEFAULT_CONFIG = Path("configs/yolov8.yaml")
 TOOLKIT2_PLATFORMS = ("rk3562", "rk3566", "rk3568", "rk3576", "rk3588", "rv1126b")
 TOOLKIT1_PLATFORMS = ("rv1126", "rv1109")
 PLATFORMS = TOOLKIT2_PLATFORMS + TOOLKIT1_PLATFORMS
-CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")
 
 
 class _Strict(BaseModel):

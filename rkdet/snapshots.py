@@ -1,4 +1,4 @@
-"""Board snapshot records (a result set's `snapshots.jsonl`, written by `rkdet/runner.py`): one parser.
+"""Board snapshot records (a result set's `snapshots.jsonl`, written by `rkdet/onboard/snapshot.py`): one parser.
 
 Why one: deploy (clock warnings) and diff (correlation with divergence) both read these records,
 and both got them from a board, so they are untrusted: a record of the wrong shape is refused

@@ -36,7 +36,7 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
     shutil.copytree(REPO / "rkdet", tmp_path / "rkdet", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     inject = {
-        "runner.py": "import rkdet.config  # injected: the on-board runner importing rkdet",
+        "onboard/run.py": "import rkdet.config  # injected: the on-board program importing rkdet",
         "diff/metrics.py": "from rkdet.link import ssh  # injected: diff reaching into the board\nimport rkdet.diff.compare  # injected: compare -> metrics -> compare",
     }
     for rel, line in inject.items():
@@ -46,7 +46,7 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
     out = proc.stdout
     assert proc.returncode == 1, out[-4000:] + proc.stderr[-2000:]
     assert "rkdet.diff.metrics -> rkdet.link.ssh" in out
-    assert "rkdet.runner -> rkdet.config" in out
+    assert "rkdet.onboard.run -> rkdet.config" in out
     assert re.search(r"No import loops.*BROKEN", out), out[-4000:]
     # the real tree is untouched and still clean
-    assert "injected" not in (REPO / "rkdet" / "runner.py").read_text()
+    assert "injected" not in (REPO / "rkdet" / "onboard" / "run.py").read_text()

@@ -24,8 +24,8 @@ from rkdet.link.pull import pull
 from rkdet.link.transfer import push
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import BoardError
+from rkdet.onboard import program
 
-RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 
 
 @dataclass
@@ -82,7 +82,8 @@ class BoardRunner:
         conn = self.conn
         started = time.monotonic()
         remote_model = f"{self.base}/{tag}"
-        push(conn, RUNNER, f"{self.workdir}/bisect/rkdet-run.py")  # type: ignore[arg-type]
+        with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
+            push(conn, Path(program.build(tmp)), f"{self.workdir}/bisect/{program.PROGRAM}")  # type: ignore[arg-type]
         if not self._pushed_inputs:
             push(conn, self.build / "golden" / "inputs", f"{self.base}/inputs")  # type: ignore[arg-type]
             self._pushed_inputs = True
@@ -98,7 +99,7 @@ class BoardRunner:
         out = f"{self.base}/runs/{tag}-{core_mask}"
         conn.run(["rm", "-rf", "--", out], timeout=60)  # type: ignore[attr-defined]
         conn.run(["mkdir", "-p", f"{self.base}/runs"], timeout=60)  # type: ignore[attr-defined]
-        argv = ["python3", f"{self.workdir}/bisect/rkdet-run.py", "--model", f"{remote_model}/model.rknn",
+        argv = ["python3", f"{self.workdir}/bisect/{program.PROGRAM}", "run", "--model", f"{remote_model}/model.rknn",
                 "--inputs", f"{self.base}/inputs", "--repeats", str(self.repeats), "--warmup", "0",
                 "--core-mask", core_mask, "--backend", "rknnlite", "--snapshot-every", "0", "--out", out]
         env: dict[str, str] = {}

@@ -6,17 +6,17 @@ golden folder and a board's results with one loader, and every output is named b
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from rkdet.runner import output_hash, summarize, write_json_atomic
-# uint8 NHWC as fed to the NPU -> float32 NCHW with mean/std: defined once, in the board-side self-check,
-# so the golden reference, deploy's --backend onnxruntime inputs and the self-check use the same transform
-from rkdet.selfcheck import fp32_input as to_model_input
+from rkdet.onboard.hashing import output_hash
+# uint8 NHWC as fed to the NPU -> float32 NCHW with mean/std: defined once, on the board side, so the
+# golden reference, deploy's --backend onnxruntime inputs and the self-check use the same transform
+from rkdet.onboard.reference import fp32_input as to_model_input
+from rkdet.onboard.resultset import index_record, output_record, write_complete
 
 
 def onnxruntime_reference(onnx_bytes: bytes, inputs: dict[str, np.ndarray], input_name: str,
@@ -44,32 +44,27 @@ def write_result_set(folder: Path, *, backend: str, backend_detail: str, model_p
     """Write one run of reference outputs as a result set; return {input: {output: hash}}.
 
     `inputs` maps input name -> (file name under golden/inputs, file sha256, tensor).
-    Called on a staging folder that is renamed into place as a whole, so plain writes suffice here.
+    Written through the board's result-set writer, so a golden set and a board's run are one format.
     """
-    (folder / "outputs").mkdir(parents=True, exist_ok=True)
     hashes: dict[str, dict[str, str]] = {}
     index = []
+    arrays: dict[str, np.ndarray] = {}
     for name in sorted(inputs):
         records, hashes[name] = [], {}
         for out_name in output_names:
             array = np.ascontiguousarray(outputs[name][out_name])
             digest = output_hash(array)
             hashes[name][out_name] = digest
-            target = folder / "outputs" / f"{digest}.npy"
-            if not target.exists():
-                np.save(target, array, allow_pickle=False)
-            records.append({"name": out_name, "hash": digest, "shape": list(array.shape), "dtype": str(array.dtype)})
-        index.append({"run": 0, "input": name, "latency_ms": None, "t_unix": None, "backend": backend,
-                      "outputs": records})
-    (folder / "index.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in index), encoding="utf-8")
-    write_json_atomic(str(folder / "run.json"), {
-        "schema": "rkdet.run/1", "backend": backend, "backend_detail": backend_detail, "emulated": False,
+            arrays.setdefault(digest, array)
+            records.append(output_record(out_name, digest, array))
+        index.append(index_record(0, name, None, None, backend, records))
+    write_complete(str(folder), {  # the one result-set writer (rkdet.onboard.resultset), as on a board
+        "backend": backend, "backend_detail": backend_detail, "emulated": False,
         "model": {"path": model_path, "sha256": model_sha256},
         "inputs": [{"name": n, "file": f, "sha256": h, "shape": list(t.shape), "dtype": str(t.dtype)}
                    for n, (f, h, t) in sorted(inputs.items())],
         "outputs": list(output_names), "repeats": 1, "warmup": 0, "core_mask": None, "affinity": None,
         "python": platform.python_version(), "platform": f"{sys.platform}-{platform.machine()}",
         "started_unix": None, "finished_unix": None, "status": "complete", "error": None,
-    })
-    write_json_atomic(str(folder / "summary.json"), summarize(index, backend))
+    }, index, arrays)
     return hashes

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rkdet import __version__
 from rkdet.convert.toolkits import Toolkit, job_options
 from rkdet.errors import InputError
-from rkdet.runner import output_hash
+from rkdet.onboard.hashing import output_hash
 
 if TYPE_CHECKING:
     from rkdet.config import RkdetConfig

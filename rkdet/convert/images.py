@@ -14,7 +14,7 @@ import numpy as np
 
 from rkdet.config import PreprocessSection
 from rkdet.errors import InputError
-from rkdet.runner import file_sha256
+from rkdet.onboard.hashing import file_sha256
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 MIN_SIDE = 32
@@ -119,7 +119,7 @@ def short_side_crop(h: int, w: int, size_hw: tuple[int, int], short_side: int | 
 def preprocess(image_rgb: np.ndarray, size_hw: tuple[int, int], pp: PreprocessSection) -> tuple[np.ndarray, Letterbox]:
     """Resize (letterbox, stretch, or short side + centre crop) to the model input and order channels:
     uint8 NHWC [1,H,W,3]. mean/std are not applied here: they run on the NPU (and in the FP32 reference,
-    rkdet.selfcheck.fp32_input) on this tensor, so per channel in the model's channel order."""
+    rkdet.onboard.reference.fp32_input) on this tensor, so per channel in the model's channel order."""
     import cv2
 
     interp = {"linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST, "area": cv2.INTER_AREA}[pp.interpolation]

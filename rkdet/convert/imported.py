@@ -29,7 +29,8 @@ from rkdet.convert.images import IMAGE_SUFFIXES, decode_rgb, preprocess
 from rkdet.convert.manifest import SCHEMA, EMBED_KEY, sha256_bytes, sha256_file, rknn_header
 from rkdet.convert.rknn_file import RknnFileInfo, read_rknn
 from rkdet.errors import InputError
-from rkdet.runner import output_hash, write_json_atomic
+from rkdet.onboard.hashing import output_hash
+from rkdet.records.io import write_json_atomic
 from rkdet.tolerance import Tolerance
 
 ORIGIN = "imported"

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rkdet.convert.identity import build_fingerprint, environment, golden_records
-from rkdet.runner import file_sha256, output_hash
+from rkdet.onboard.hashing import file_sha256, output_hash
+from rkdet.onboard.identity import EMBED_KEY
 
 if TYPE_CHECKING:
     from rkdet.config import RkdetConfig
@@ -37,7 +38,7 @@ SCHEMA = "rkdet.manifest/2"  # /2: model_fingerprint + model_identity + environm
 # Config sections that cannot change the built model or its golden outputs (board run settings).
 _NOT_IN_BUILD = ("run", "board", "tolerances", "name")
 
-EMBED_KEY = "rkdet-fp="  # the runner's parser (rkdet.runner.EMBED_KEY) reads the last occurrence
+# EMBED_KEY (rkdet-fp=): defined once, by the board's parser (rkdet.onboard.identity), which reads the last occurrence
 CUSTOM_STRING_MAX = 1023  # rknn_custom_string.string is char[1024] in rknn_api.h (NUL-terminated)
 
 __all__ = ["embedded_custom_string", "EMBED_KEY", "sha256_file", "sha256_bytes", "folder_key", "build_manifest",
@@ -174,6 +175,6 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
 
 def write_manifest(path: Path, doc: dict[str, Any]) -> None:
-    from rkdet.runner import write_json_atomic  # the one atomic writer
+    from rkdet.records.io import write_json_atomic  # the one atomic writer
 
     write_json_atomic(str(path), doc)

@@ -31,7 +31,7 @@ from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
 from rkdet.records.io import read_json_object
-from rkdet.runner import write_json_atomic
+from rkdet.records.io import write_json_atomic
 
 Progress = Callable[[str], None]
 
@@ -103,7 +103,7 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
     with session:
         folder = session.folder
         job = _toolkit_job(folder, tk, cfg, platform, model, cal, gold, model_fp)
-        write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.runner)
+        write_json_atomic(str(folder / "job.json"), job)  # the one atomic writer (rkdet.records.io)
         run = session.worker.go(watch=watch)
         (stage_dir / "toolkit.log").write_text(published.scrub(run.log, folder, tk.python))
         result_file = folder / "result.json"

@@ -27,6 +27,7 @@ from typing import Any, Callable, NoReturn, Sequence
 import numpy as np
 
 from rkdet.errors import InputError
+from rkdet.onboard.identity import HEADER_SIZE as _HEADER_SIZE, ContainerError, read_container
 from rkdet.records import io
 
 __all__ = [
@@ -44,9 +45,6 @@ __all__ = [
 
 FINGERPRINT_SCHEME = "rkdet.rknn-fingerprint/2"  # /2: the custom string (slot 11) is provenance, not content
 
-_MAGIC = b"RKNN\0\0\0\0"
-_ENCRYPTED_MAGIC = b"CYPTRKNN"
-_HEADER_SIZE = 64  # 8 magic + 8 format version + 8 model size + 40 reserved (format >= 2)
 _FB_IDENT = b"RKNN"  # FlatBuffers file identifier of the RKNPU2 model payload
 _MAX_JSON = 64 << 20
 MAX_STRING = 16 << 20  # one FlatBuffer string (names, io JSON, build_info); toolkit2 writes KBs
@@ -209,17 +207,11 @@ def _file_sha256(data: bytes | memoryview) -> str:
 
 def _parse_mapped(path: Path, data: bytes | memoryview, size: int) -> RknnFileInfo:
     fail = _failer(path)
-    if bytes(data[:8]) == _ENCRYPTED_MAGIC:
-        fail("encrypted RKNN (CYPTRKNN) is not supported; export without encryption")
-    if len(data) < 24 or bytes(data[:8]) != _MAGIC:
-        fail("not an .rknn file (no 'RKNN' magic); give a file written by rknn-toolkit2 export_rknn")
-    version, model_size = struct.unpack_from("<QQ", data, 8)
-    if (version & 0xFFF) < 2:
-        fail(f"container format {version} (rknn-toolkit 1.x) is not supported; rebuild with toolkit2")
-    if len(data) < _HEADER_SIZE + model_size + 8:
-        fail(f"truncated: header promises a {model_size}-byte model but the file has {len(data)} bytes")
-    model = data[_HEADER_SIZE : _HEADER_SIZE + model_size]
-    json_at = _HEADER_SIZE + model_size
+    try:  # the container header: the board's reader (rkdet.onboard.identity), one definition
+        version, model_size, model_at, json_at = read_container(data)
+    except ContainerError as exc:
+        fail(str(exc))
+    model = data[model_at : model_at + model_size]
     (json_size,) = struct.unpack_from("<Q", data, json_at)
     json_end = json_at + 8 + json_size
     if json_size > _MAX_JSON or json_end > len(data):

@@ -1,11 +1,11 @@
 """The self-check bundle `rkdet convert` leaves in each build folder (`selfcheck.json`).
 
 Why: a serving app must know, before it takes traffic, that the board computes what the build
-promised. The bundle carries just enough for `rkdet-selfcheck` (rkdet/selfcheck.py, on the board):
+promised. The bundle carries just enough for `rkdet-selfcheck` (rkdet/onboard/selfcheck.py, on the board):
 the model's sha256 and build fingerprint, a few golden inputs as fed, their expected outputs (hash
 and data, for both references: the board's NPU runtime is judged against the simulator, onnxruntime
 and the emulated runtime against onnx-fp32) and the decision summary per input. The format and its
-encoding are defined once, in rkdet/selfcheck.py (the reader); this module only chooses and writes.
+encoding are defined once, in rkdet/onboard/bundle.py (the reader); this module only chooses and writes.
 
 Size: inputs are taken in sorted order while the bundle stays within `cap_bytes` (default 8 MiB;
 at least one input always): each input costs its compressed tensor plus both references' outputs.
@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from rkdet import selfcheck
 from rkdet import decode
 from rkdet.errors import ConversionError
-from rkdet.records.io import read_json_object
-from rkdet.runner import read_index, write_json_atomic
+from rkdet.onboard import bundle as bundle_format  # the format: its reader's bounds and codec
+from rkdet.onboard.resultset import read_index
+from rkdet.records.io import read_json_object, write_json_atomic
 
 DEFAULT_CAP_BYTES = 8 << 20
 
@@ -65,21 +65,21 @@ def decision_summary(outputs: list[tuple[str, np.ndarray]], input_hw: tuple[int,
 
 def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]]) -> dict[str, Any]:
     hw = decode.input_hw(tuple(tensor.shape))
-    return {"name": name, "tensor": selfcheck.encode_array(tensor),
-            "expected": {ref: [dict(selfcheck.encode_array(a), name=out) for out, a in sets[name]] for ref, sets in refs.items()},
+    return {"name": name, "tensor": bundle_format.encode_array(tensor),
+            "expected": {ref: [dict(bundle_format.encode_array(a), name=out) for out, a in sets[name]] for ref, sets in refs.items()},
             "decisions": {ref: decision_summary(sets[name], hw) for ref, sets in refs.items()}}
 
 
 def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT_CAP_BYTES) -> BundleInfo:
     """Write `build/selfcheck.json` from the build's golden data (atomically, the runner's writer)."""
-    if not 0 < cap_bytes <= selfcheck.MAX_BUNDLE_BYTES:
-        raise ConversionError(f"self-check bundle cap {cap_bytes} bytes: expected 1..{selfcheck.MAX_BUNDLE_BYTES}")
-    refs = {ref: _reference_outputs(build / "golden" / ref) for ref in selfcheck.REFERENCES
+    if not 0 < cap_bytes <= bundle_format.MAX_BUNDLE_BYTES:
+        raise ConversionError(f"self-check bundle cap {cap_bytes} bytes: expected 1..{bundle_format.MAX_BUNDLE_BYTES}")
+    refs = {ref: _reference_outputs(build / "golden" / ref) for ref in bundle_format.REFERENCES
             if (build / "golden" / ref / "index.jsonl").is_file()}
     pages = sorted((build / "golden" / "inputs").glob("*.npy"))
     io_spec = read_json_object(build / "model.io.json")
     doc: dict[str, Any] = {
-        "schema": selfcheck.BUNDLE_SCHEMA, "name": manifest["name"], "platform": manifest["platform"],
+        "schema": bundle_format.BUNDLE_SCHEMA, "name": manifest["name"], "platform": manifest["platform"],
         "fingerprint": manifest["fingerprint"],
         "models": {"rknnlite": {"file": "model.rknn", "sha256": manifest["rknn"]["sha256"]},
                    "onnxruntime": {"file": "model.onnx", "sha256": manifest["inputs"]["onnx_prepared"]["sha256"]}},
@@ -91,7 +91,7 @@ def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT
     }
     size = len(json.dumps(doc, sort_keys=True, indent=2))
     chosen = []
-    for page in pages[:selfcheck.MAX_INPUTS]:
+    for page in pages[:bundle_format.MAX_INPUTS]:
         entry = _entry(page.stem, np.load(page, allow_pickle=False), refs)
         text = json.dumps(entry, sort_keys=True, indent=2)
         cost = len(text) + 4 * (text.count("\n") + 1) + 2  # as written: one list level deeper, plus ",\n"
@@ -100,6 +100,6 @@ def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT
         doc["inputs"].append(entry)
         chosen.append(page.stem)
         size += cost
-    path = build / selfcheck.BUNDLE_FILE
+    path = build / bundle_format.BUNDLE_FILE
     write_json_atomic(str(path), doc)
     return BundleInfo(path, path.stat().st_size, chosen, len(pages), sorted(refs))

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from rkdet.errors import InputError
+from rkdet.onboard.program import PROGRAM
 from rkdet.records.io import identifier
 
 
@@ -25,7 +26,7 @@ class RemoteLayout:
 
     workdir: str
     scripts: str
-    runner: str
+    runner: str  # the on-board program (rkdet-onboard.pyz), run as `python3 RUNNER run ...`
     model_dir: str
     inputs: str
     run_dir: str
@@ -40,7 +41,7 @@ class RemoteLayout:
             raise InputError(f"run id {run_id[:40]!r} is not one rkdet deploy makes")
         fed = "" if backend == "rknnlite" else "-fp32"  # onnxruntime takes the model's float input, not the NPU's
         run_dir = f"{workdir}/runs/{run_id}"
-        return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/rkdet-run.py",
+        return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/{PROGRAM}",
                    model_dir=f"{workdir}/models/{fp}", inputs=f"{workdir}/inputs/{fp}{fed}", run_dir=run_dir,
                    result=f"{run_dir}/result", pidfile=f"{run_dir}/job.pid", logfile=f"{run_dir}/job.log")
 

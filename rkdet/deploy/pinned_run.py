@@ -27,7 +27,7 @@ Log = Callable[[str], None]
 def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:
     """rkdet-run's command line for this run (inside run-pinned.sh when pinning); `extra`: the model's
     identity and the cell flags (`stack.model_expectations`, `cells.cell_args`)."""
-    argv = ["python3", layout.runner, "--model", layout.model(settings.backend), "--inputs", layout.inputs,
+    argv = ["python3", layout.runner, "run", "--model", layout.model(settings.backend), "--inputs", layout.inputs,
             "--repeats", str(settings.repeats), "--warmup", str(settings.warmup),
             "--core-mask", settings.core_mask, "--backend", settings.backend,
             "--snapshot-every", str(settings.snapshot_every), "--out", layout.result]

@@ -1,8 +1,8 @@
-"""Put a build's self-check on a board: `selfcheck.py` + `runner.py` + `selfcheck.json` + the model.
+"""Put a build's self-check on a board: the on-board program (`rkdet-onboard.pyz`) + `selfcheck.json` + the model.
 
 Why a function of its own: `rkdet deploy --install-selfcheck` (and a serving image's provisioning)
 need the same few files in one folder, verified by sha256 like every push, so that
-`python3 DIR/selfcheck.py DIR/selfcheck.json` works on the board with nothing else installed
+`python3 DIR/rkdet-onboard.pyz selfcheck DIR/selfcheck.json` works on the board with nothing else installed
 (docs/SELFCHECK.md has the systemd `ExecStartPre=` example).
 """
 
@@ -18,11 +18,10 @@ from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
 from rkdet.records.gates import read as read_gates
 from rkdet.errors import InputError
+from rkdet.onboard import program
+from rkdet.onboard.resultset import BACKENDS
 from rkdet.records.io import read_json_object
 
-PACKAGE = Path(__file__).resolve().parents[1]
-SELFCHECK = PACKAGE / "selfcheck.py"
-RUNNER = PACKAGE / "runner.py"
 BUNDLE = "selfcheck.json"
 
 
@@ -51,7 +50,7 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     pushes model.onnx to check with onnxruntime instead of the NPU runtime. A build that failed a gate at
     convert (rkdet.records.gates) is refused unless `allow_failed_build`.
     """
-    if backend not in ("rknnlite", "onnxruntime"):
+    if backend not in BACKENDS:
         raise InputError(f"--backend {backend!r}: expected rknnlite or onnxruntime")
     gates = read_gates(build_dir)
     if not gates.passed and not allow_failed_build:
@@ -66,15 +65,18 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     except (OSError, KeyError) as exc:
         raise InputError(f"{build_dir}/manifest.json: unreadable or without fed_input ({exc}); re-run rkdet convert") from None
     remote_dir = remote_dir.rstrip("/") or "/"
-    files = [(SELFCHECK, "selfcheck.py"), (RUNNER, "runner.py"), (bundle, BUNDLE), (build_dir / "model.io.json", "model.io.json")]
+    files = [(bundle, BUNDLE), (build_dir / "model.io.json", "model.io.json")]
     if backend == "rknnlite":
         files.append((build_dir / "model.rknn", "model.rknn"))
     if emulated or backend == "onnxruntime":
         files.append((build_dir / "model.onnx", "model.onnx"))
-    stats = TransferStats()
     for local, name in files:
         if not local.is_file():
             raise InputError(f"{build_dir}: {local.name} missing; the build folder is incomplete, re-run rkdet convert")
+    stats = TransferStats()
+    with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
+        stats.add(push(conn, Path(program.build(tmp)), f"{remote_dir}/{program.PROGRAM}"))
+    for local, name in files:
         stats.add(push(conn, local, f"{remote_dir}/{name}"))
     if emulated:  # the normalisation the real .rknn has baked in, for the test double
         with tempfile.TemporaryDirectory(prefix="rkdet-selfcheck-") as tmp:
@@ -82,5 +84,6 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
             sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
             stats.add(push(conn, sidecar, f"{remote_dir}/model.emu.json"))
     model = f"{remote_dir}/model.rknn" if backend == "rknnlite" else f"{remote_dir}/model.onnx"
-    command = ["python3", f"{remote_dir}/selfcheck.py", f"{remote_dir}/{BUNDLE}", "--model", model, "--backend", backend]
+    command = program.argv(f"{remote_dir}/{program.PROGRAM}", "selfcheck",
+                           [f"{remote_dir}/{BUNDLE}", "--model", model, "--backend", backend])
     return SelfcheckInstall(remote_dir, f"{remote_dir}/{BUNDLE}", model, command, stats)

@@ -1,4 +1,4 @@
-"""Staging a board for a run: the board scripts, the runner, the model and its inputs, pushed verified.
+"""Staging a board for a run: the board scripts, the on-board program, the model and its inputs, pushed verified.
 
 Why its own module: deploy, `rkdet board ...`, the demo and a fleet scheduler stage boards the same
 way; unchanged files are skipped (transfer.push), and the remote inputs folder is pruned to exactly
@@ -18,9 +18,9 @@ from rkdet.deploy.layout import RemoteLayout
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
 from rkdet.errors import InputError
-from rkdet.runner import file_sha256
+from rkdet.onboard import program
+from rkdet.onboard.hashing import file_sha256
 
-RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 
 
 def push_scripts(conn: BoardConnection, scripts_dir: str) -> TransferStats:
@@ -50,13 +50,14 @@ def check_model(build: BuildInfo) -> None:
 
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
                emulate_npu: int | None = None) -> TransferStats:
-    """Runner, model and inputs to the board (unchanged files skipped). The remote inputs folder ends
+    """The on-board program (rkdet-onboard.pyz), model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too."""
     folder = build.folder
     check_model(build)  # before anything goes to the board: a swapped .rknn is refused here, not after 2 GiB
     stats = TransferStats()
-    stats.add(push(conn, RUNNER, layout.runner))
+    with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
+        stats.add(push(conn, Path(program.build(tmp)), layout.runner))
     stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
     stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
     if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
@@ -104,7 +105,7 @@ def model_inputs(fed_dir: Path, build: BuildInfo, dest: Path) -> Path:
     so a board's onnxruntime can be compared with it bit for bit."""
     import numpy as np
 
-    from rkdet.selfcheck import fp32_input
+    from rkdet.onboard.reference import fp32_input
 
     fed = build.need_fed_input()
     if build.origin == "imported":

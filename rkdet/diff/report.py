@@ -14,7 +14,7 @@ from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
 from rkdet.diff.findings import SCHEMA, report_base, run_ranges, shown_path
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
-from rkdet.runner import write_atomic
+from rkdet.records.io import write_atomic
 
 def _stats(s: NumericStats | None) -> dict[str, Any] | None:
     return None if s is None else s.as_dict()
@@ -89,7 +89,7 @@ def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
 
 
 def write_report_file(path: Path, data: str | bytes) -> Path:
-    """Write one report with rkdet's one atomic writer (rkdet.runner.write_atomic): a regular file is
+    """Write one report with rkdet's one atomic writer (rkdet.records.io.write_atomic): a regular file is
     replaced atomically; /dev/null, /dev/stdout and FIFOs are written through; a symlink's target is
     written; a directory is exit 2 naming the path."""
     path = Path(path)

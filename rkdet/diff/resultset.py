@@ -22,8 +22,8 @@ from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUT
                                check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
 from rkdet.errors import InputError
 from rkdet.records import io
-from rkdet.runner import output_hash
-from rkdet.selfcheck import reference_for_run
+from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.reference import reference_for_run
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,7 @@ class ArrayFile(Source):
 
 def reference_set(build: Path, run_info: dict[str, Any] | None) -> Path:
     """The golden set of `build` that results described by `run_info` (their run.json) are judged against:
-    rkdet.selfcheck.reference_for, the one rule deploy, diff and the self-check share (simulator for an NPU
+    rkdet.onboard.reference.reference_for, the one rule deploy, diff and the self-check share (simulator for an NPU
     runtime, onnx-fp32 for onnxruntime or the emulated board). Results that name no board backend, or a
     build without that set, get the simulator set when present (the historical default), else onnx-fp32."""
     wanted = reference_for_run(run_info) or "simulator"

@@ -4,7 +4,7 @@ Why: rkdet treats every answer of a board as untrusted (docs/SECURITY.md); this 
 purpose so the tests can prove the host stays as it was. It is the standard emulated board plus
 three shims, all driven by one control file (`<board dir>/hostile.json`, see `write_control`):
 
-- the runner (`python3 .../rkdet-run.py`): the real runner runs, then its result folder is
+- the runner (`python3 .../rkdet-onboard.pyz run`): the real runner runs, then its result folder is
   doctored: symlinks to host paths, a FIFO, a 10 GB sparse file, names with markup and escape
   sequences, malformed snapshots.jsonl lines or run.json, markup in its messages;
 - `find`: a listing of a result folder gains absolute names (one naming a host file whose bytes
@@ -85,7 +85,7 @@ def install(bindir: Path, python: str) -> str:
 def wrapper_text(python: str, bindir: Path) -> str:
     """The board's python3: the runner goes through the doctoring shim, everything else is plain."""
     script = Path(bindir) / SCRIPT
-    return (f'#!/bin/sh\ncase "${{1:-}}" in */rkdet-run.py) exec "{python}" "{script}" runner "$@" ;; esac\n'
+    return (f'#!/bin/sh\ncase "${{1:-}}" in */rkdet-onboard.pyz) exec "{python}" "{script}" runner "$@" ;; esac\n'
             f'exec "{python}" "$@"\n')
 
 

@@ -5,7 +5,7 @@ crafted): every file is size-bounded before it is parsed, every field is type-ch
 trouble is one line naming the file (exit 2). A field the folder does not record is None
 ("unknown"), never guessed. The result set is read with rkdet's own loader
 (`rkdet.diff.resultset`) and "distinct output sets" is the runner's own definition
-(`rkdet.runner.Summary`), so history and `rkdet diff` cannot disagree about a run.
+(`rkdet.onboard.resultset.Summary`), so history and `rkdet diff` cannot disagree about a run.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rkdet.boardinfo.scripts import parse_probe
 from rkdet.diff.resultset import ResultSetDir, iter_jsonl
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
-from rkdet.runner import Summary
+from rkdet.onboard.resultset import Summary
 from rkdet.textsafe import visible
 
 _RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")

@@ -30,7 +30,7 @@ from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_opti
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
 from rkdet.records.io import identifier, read_json
-from rkdet.runner import output_hash
+from rkdet.onboard.hashing import output_hash
 
 # What `rkdet layers BUILD` reads from a build folder (a failed build kept with --keep-failed has them too).
 NEEDED = ("manifest.json", "config.resolved.json", "model.onnx")

@@ -36,7 +36,7 @@ from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
 
 from rkdet.link.shell import remote_command
 from rkdet.errors import BoardError, InputError
-from rkdet.runner import file_sha256
+from rkdet.onboard.hashing import file_sha256
 
 if TYPE_CHECKING:  # pragma: no cover
     from rkdet.link.ssh import BoardConnection

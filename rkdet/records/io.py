@@ -8,8 +8,9 @@ line, not a RecursionError), and integer literals are bounded (10**4000 is refus
 OverflowError later). Every refusal is one line naming the file. The same module holds the one
 "may I write here" rule (`check_may_write`) for files rkdet writes beside a user's config.
 
-The board side (rkdet/runner.py, rkdet/selfcheck.py) cannot import this module (Python 3.6, stdlib +
-numpy, standalone files): it keeps its own small bounded reader with the same rules.
+The board side (rkdet/onboard/, Python 3.6, stdlib + numpy) cannot import this module: it keeps its own
+small bounded reader with the same rules (onboard/bounded.py). The one atomic writer lives there
+(onboard/atomic.py, used on the board too) and is re-exported here: host code imports it from this module.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rkdet.errors import InputError, RkdetError
+from rkdet.onboard.atomic import write_atomic, write_json_atomic  # the one atomic writer (host and board)
 
 MAX_JSON = 16 << 20  # bytes of one JSON document (manifest, run.json, deploy.json, cells.json, ...)
 MAX_LINE = 1 << 20  # bytes of one JSON Lines record
@@ -198,4 +200,5 @@ def _size(limit: int) -> str:
 
 
 __all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "MAX_JSON", "MAX_LINE", "MAX_RUN_RECORD", "check_may_write", "depth", "identifier", "iter_jsonl",
-           "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object"]
+           "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object",
+           "write_atomic", "write_json_atomic"]

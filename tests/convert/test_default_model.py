@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rkdet.runner import output_hash
+from rkdet.onboard.hashing import output_hash
 
 pytestmark = pytest.mark.slow
 

@@ -19,13 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rkdet import selfcheck
+from rkdet.onboard import bundle as bundle_format
+from rkdet.onboard import program, reference, selfcheck
 from rkdet.convert import golden
 from rkdet.convert.selfcheck_bundle import DEFAULT_CAP_BYTES, decision_summary, write_bundle
 from rkdet.errors import ConversionError
-from rkdet.runner import output_hash, read_index
+from rkdet.onboard.hashing import file_sha256, output_hash
+from rkdet.onboard.resultset import read_index
 
-SELFCHECK = Path(selfcheck.__file__).resolve()
+PACKAGE = Path(program.HERE)  # rkdet/onboard/, the on-board program
 
 
 def _golden_outputs(build: Path, ref: str, name: str) -> list[tuple[str, np.ndarray]]:
@@ -47,7 +49,7 @@ def _write(tmp_path: Path, doc: dict, name: str = "selfcheck.json") -> Path:
 def test_convert_writes_a_bundle_true_to_its_build(default_build: Path, bundle_doc: dict) -> None:
     manifest = json.loads((default_build / "manifest.json").read_text())
     doc = bundle_doc
-    assert doc["schema"] == selfcheck.BUNDLE_SCHEMA == "rkdet.selfcheck/1"
+    assert doc["schema"] == bundle_format.BUNDLE_SCHEMA == "rkdet.selfcheck/1"
     assert doc["fingerprint"] == manifest["fingerprint"] and doc["platform"] == manifest["platform"]
     assert doc["models"]["rknnlite"] == {"file": "model.rknn", "sha256": manifest["rknn"]["sha256"]}
     assert doc["models"]["onnxruntime"]["sha256"] == manifest["inputs"]["onnx_prepared"]["sha256"]
@@ -59,14 +61,14 @@ def test_convert_writes_a_bundle_true_to_its_build(default_build: Path, bundle_d
     assert doc["golden_inputs"] == len(pages) and 1 <= len(names) < len(pages)
     assert names == [p.stem for p in pages[:len(names)]]  # sorted order, a prefix
     for entry, page in zip(doc["inputs"], pages):
-        tensor = selfcheck.decode_array(entry["tensor"], "t")
+        tensor = bundle_format.decode_array(entry["tensor"], "t")
         assert tensor.dtype == np.uint8 and np.array_equal(tensor, np.load(page))
         for ref in ("simulator", "onnx-fp32"):
             expected = entry["expected"][ref]
             assert {o["name"]: o["hash"] for o in expected} == manifest["golden_outputs"][ref][entry["name"]]
             outputs = _golden_outputs(default_build, ref, entry["name"])
             for (name, array), out in zip(outputs, expected):
-                assert out["name"] == name and np.array_equal(selfcheck.decode_array(out, name), array)
+                assert out["name"] == name and np.array_equal(bundle_format.decode_array(out, name), array)
             assert entry["decisions"][ref] == json.loads(json.dumps(decision_summary(outputs)))
         fp32 = entry["decisions"]["onnx-fp32"]
         assert fp32["kind"] == "yolov8-split" and fp32["detections"]  # a document page: layout boxes found
@@ -82,19 +84,19 @@ def test_the_cap_chooses_how_many_inputs(default_build: Path, tmp_path: Path) ->
     one = write_bundle(build, manifest, cap_bytes=1)
     assert one.inputs == [sorted(p.stem for p in (build / "golden" / "inputs").glob("*.npy"))[0]]
     assert one.size == (build / "selfcheck.json").stat().st_size and one.golden_inputs == 8
-    every = write_bundle(build, manifest, cap_bytes=selfcheck.MAX_BUNDLE_BYTES)
+    every = write_bundle(build, manifest, cap_bytes=bundle_format.MAX_BUNDLE_BYTES)
     assert len(every.inputs) == 8 and every.size > one.size * 6
     assert not [p for p in build.iterdir() if ".tmp" in p.name]  # the atomic writer left no temp file
-    for bad in (0, selfcheck.MAX_BUNDLE_BYTES + 1):
+    for bad in (0, bundle_format.MAX_BUNDLE_BYTES + 1):
         with pytest.raises(ConversionError, match="cap"):
             write_bundle(build, manifest, cap_bytes=bad)
 
 
 def test_fp32_input_is_the_golden_transform_bit_for_bit(default_build: Path) -> None:
-    assert golden.to_model_input is selfcheck.fp32_input  # one definition
+    assert golden.to_model_input is reference.fp32_input  # one definition
     page = np.load(sorted((default_build / "golden" / "inputs").glob("*.npy"))[0])
     for mean, std in (((0.0, 0.0, 0.0), (255.0, 255.0, 255.0)), ((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))):
-        ours = selfcheck.fp32_input(page, mean, std)
+        ours = reference.fp32_input(page, mean, std)
         theirs = golden.to_model_input(page, mean, std)
         assert output_hash(ours) == output_hash(theirs)
 
@@ -106,8 +108,8 @@ def test_onnxruntime_on_the_host_is_identical_to_onnx_fp32(default_build: Path, 
     assert result.reference == "onnx-fp32" and result.emulated is False and result.inputs == len(bundle_doc["inputs"])
     assert result.line.startswith("IDENTICAL to onnx-fp32: 2 inputs x 6 outputs")
     assert result.decisions == {e["name"]: e["decisions"]["onnx-fp32"] for e in bundle_doc["inputs"]}
-    assert selfcheck.reference_for("rknnlite", emulated=False) == "simulator"
-    assert selfcheck.reference_for("rknnlite", emulated=True) == "onnx-fp32"
+    assert reference.reference_for("rknnlite", emulated=False) == "simulator"
+    assert reference.reference_for("rknnlite", emulated=True) == "onnx-fp32"
 
 
 def test_a_core_mask_for_onnxruntime_is_a_usage_error(default_build: Path) -> None:
@@ -121,11 +123,11 @@ def _reencode_with_flipped_bit(doc: dict, input_index: int, output: str, index: 
     said another value. Returns (true value, the bundle's value)."""
     outs = doc["inputs"][input_index]["expected"]["onnx-fp32"]
     pos = next(i for i, o in enumerate(outs) if o["name"] == output)
-    array = selfcheck.decode_array(outs[pos], output).copy()
+    array = bundle_format.decode_array(outs[pos], output).copy()
     flat = array.reshape(-1)
     true_value = float(flat[index])
     flat.view(np.uint32)[index] ^= np.uint32(1)
-    outs[pos] = dict(selfcheck.encode_array(array), name=output)
+    outs[pos] = dict(bundle_format.encode_array(array), name=output)
     return true_value, float(flat[index])
 
 
@@ -210,34 +212,35 @@ def test_unreadable_and_oversized_bundles_are_exit_2(default_build: Path, tmp_pa
     not_json.write_bytes(b"\xff\xfe{")
     huge = tmp_path / "huge.json"
     with open(huge, "wb") as f:  # sparse: no disk space used
-        f.truncate(selfcheck.MAX_BUNDLE_BYTES + 1)
+        f.truncate(bundle_format.MAX_BUNDLE_BYTES + 1)
     for path, says in ((not_json, "not a JSON bundle"), (huge, "more than the 64 MiB"),
                        (tmp_path / "missing.json", "cannot read the bundle")):
         result = selfcheck.check(model, str(path), backend="onnxruntime")
         assert result.exit_code == 2 and says in result.line, result.line
 
 
-def test_a_lone_copy_beside_the_runner_runs_isolated(default_build: Path, tmp_path: Path) -> None:
-    """On a board the check is two files (selfcheck.py + runner.py): it imports the sibling runner, even under -I."""
+def test_the_zipapp_alone_runs_isolated_and_imports_from_itself(default_build: Path, tmp_path: Path) -> None:
+    """On a board the check is the one program file (`rkdet-onboard.pyz selfcheck`), even under -I; a serving app
+    puts the zipapp on sys.path and imports rkdet.onboard.selfcheck from it, not from an installed rkdet."""
     board = tmp_path / "board"
     board.mkdir()
-    shutil.copy(SELFCHECK, board / "selfcheck.py")
-    shutil.copy(SELFCHECK.parent / "runner.py", board / "runner.py")
+    app = program.build(str(board))
     for name in ("selfcheck.json", "model.onnx"):
         os.symlink(default_build / name, board / name)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-I", str(board / "selfcheck.py"), str(board / "selfcheck.json"),
+    proc = subprocess.run([sys.executable, "-I", app, "selfcheck", str(board / "selfcheck.json"),
                            "--backend", "onnxruntime"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("rkdet-selfcheck: IDENTICAL to onnx-fp32") and proc.stdout.count("\n") == 1
-    probe = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import selfcheck; "
-                            "print(selfcheck._runner.__file__)", str(board)], capture_output=True, text=True, env=env)
-    assert probe.stdout.strip() == str(board / "runner.py"), probe.stderr
+    probe = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "from rkdet.onboard import selfcheck; print(selfcheck.__file__)", app],
+                           capture_output=True, text=True, env=env)
+    assert probe.stdout.strip() == f"{app}/rkdet/onboard/selfcheck.py", probe.stderr
 
 
 def test_vermin_finds_no_python_3_6_violations() -> None:
     vermin = Path(sys.executable).parent / "vermin"
-    proc = subprocess.run([str(vermin), "-t=3.6-", "--no-tips", "--violations", str(SELFCHECK)],
+    proc = subprocess.run([str(vermin), "-t=3.6-", "--no-tips", "--violations", str(PACKAGE)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -263,17 +266,17 @@ def _classifier_bundle(tmp_path: Path, flip: int | None, above: bool = True) -> 
     tensor = np.random.default_rng(3).integers(0, 256, (1, 4, 4, 3), dtype=np.uint8)
     mean, std = [0.0, 0.0, 0.0], [255.0, 255.0, 255.0]
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    scores = session.run(None, {"x": selfcheck.fp32_input(tensor, mean, std)})[0]
+    scores = session.run(None, {"x": reference.fp32_input(tensor, mean, std)})[0]
     top1 = int(np.argmax(scores))
     expected = scores.copy()
     if flip is not None:
         expected.reshape(-1)[flip] = scores.max() + 1.0 if above else scores.min() - 1.0
-    doc = {"schema": selfcheck.BUNDLE_SCHEMA, "name": "cls", "platform": "rk3588", "fingerprint": "ab" * 32,
-           "models": {"onnxruntime": {"file": "cls.onnx", "sha256": selfcheck._runner.file_sha256(str(path))}},
+    doc = {"schema": bundle_format.BUNDLE_SCHEMA, "name": "cls", "platform": "rk3588", "fingerprint": "ab" * 32,
+           "models": {"onnxruntime": {"file": "cls.onnx", "sha256": file_sha256(str(path))}},
            "fed_input": {"layout": "NHWC", "dtype": "uint8", "shape": [1, 4, 4, 3], "mean": mean, "std": std},
            "io": {"inputs": [{"name": "x", "shape": [1, 4, 4, 3], "dtype": "uint8"}], "outputs": ["scores"]},
-           "inputs": [{"name": "one", "tensor": selfcheck.encode_array(tensor),
-                       "expected": {"onnx-fp32": [dict(selfcheck.encode_array(expected), name="scores")]},
+           "inputs": [{"name": "one", "tensor": bundle_format.encode_array(tensor),
+                       "expected": {"onnx-fp32": [dict(bundle_format.encode_array(expected), name="scores")]},
                        "decisions": {"onnx-fp32": decision_summary([("scores", expected)])}}]}
     return path, _write(tmp_path, doc), top1
 
@@ -297,11 +300,10 @@ PYTHON36 = Path("/root/.pyenv/versions/3.6.15/bin/python")
 
 
 @pytest.mark.skipif(not PYTHON36.exists(), reason="no Python 3.6 interpreter here; vermin covers the syntax")
-def test_python36_runs_the_lone_copy_up_to_its_numpy_check(default_build: Path, tmp_path: Path) -> None:
-    """A real 3.6 (without numpy here) imports selfcheck.py + runner.py and ends in the documented one line."""
-    shutil.copy(SELFCHECK, tmp_path / "selfcheck.py")
-    shutil.copy(SELFCHECK.parent / "runner.py", tmp_path / "runner.py")
-    proc = subprocess.run([str(PYTHON36), "-I", str(tmp_path / "selfcheck.py"), str(default_build / "selfcheck.json")],
+def test_python36_runs_the_zipapp_up_to_its_numpy_check(default_build: Path, tmp_path: Path) -> None:
+    """A real 3.6 (without numpy here) imports the self-check's modules from the zipapp and ends in the documented one line."""
+    app = program.build(str(tmp_path))
+    proc = subprocess.run([str(PYTHON36), "-I", app, "selfcheck", str(default_build / "selfcheck.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr == f"rkdet-selfcheck: numpy is not installed for {PYTHON36}; install python3-numpy\n"

@@ -50,7 +50,7 @@ def test_a_build_alone_deploys_records_the_run_and_installs_the_selfcheck(board:
     assert f"self-check installed in {remote} and run once: rkdet-selfcheck: IDENTICAL to onnx-fp32" in err
     line = next(x for x in proc.stderr.splitlines() if "ExecStartPre=" in x)
     command = line.split("ExecStartPre=", 1)[1].strip()
-    assert command.startswith(f"python3 {remote}/selfcheck.py ")
+    assert command.startswith(f"python3 {remote}/rkdet-onboard.pyz selfcheck ")
     with board.connect() as conn:
         res = conn.run(["sh", "-c", command], check=False, timeout=300)
     assert res.rc == 0 and "IDENTICAL to onnx-fp32" in res.out, (res.out, res.err)

@@ -18,7 +18,7 @@ from rkdet.link.shell import CommandResult
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import push
 from rkdet.errors import InputError
-from rkdet.runner import read_index
+from rkdet.onboard.resultset import read_index
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,9 @@ def _one_line(res: CommandResult, stream: str) -> str:
 def test_the_default_bundle_is_identical_on_the_board(conn: BoardConnection, installed: SelfcheckInstall,
                                                      default_build: Path) -> None:
     listing = _run(conn, ["ls", installed.remote_dir]).out.split()
-    assert sorted(listing) == ["model.emu.json", "model.io.json", "model.onnx", "model.rknn", "runner.py",
-                               "selfcheck.json", "selfcheck.py"]
+    assert sorted(listing) == ["model.emu.json", "model.io.json", "model.onnx", "model.rknn", "rkdet-onboard.pyz",
+                               "selfcheck.json"]  # the on-board program is one file
+    assert installed.command[:3] == ["python3", f"{installed.remote_dir}/rkdet-onboard.pyz", "selfcheck"]
     res = _run(conn, installed.command)
     assert res.rc == 0, res.err
     line = _one_line(res, "out")
@@ -61,7 +62,7 @@ def test_the_default_bundle_is_identical_on_the_board(conn: BoardConnection, ins
     assert res.rc == 0, res.err
     # a second install sends nothing: every file is already there with its sha256
     again = install_selfcheck(conn, default_build, installed.remote_dir, emulated=True)
-    assert again.transfer.files_sent == 0 and again.transfer.files_skipped == 7
+    assert again.transfer.files_sent == 0 and again.transfer.files_skipped == 6  # the zipapp too: same bytes
 
 
 def test_a_flipped_output_bit_is_caught_and_located(conn: BoardConnection, installed: SelfcheckInstall,
@@ -91,7 +92,7 @@ def test_a_wrong_model_is_refused(conn: BoardConnection, installed: SelfcheckIns
     wrong.write_bytes(bytes(data))
     remote = f"{installed.remote_dir}/other.rknn"
     push(conn, wrong, remote)
-    argv = [*installed.command[:3], "--model", remote]
+    argv = [*installed.command[:4], "--model", remote]  # python3 PROGRAM selfcheck BUNDLE
     res = _run(conn, argv)
     assert res.rc == 3, res.out + res.err
     line = _one_line(res, "err")
@@ -108,7 +109,7 @@ def test_a_crafted_bundle_is_bad_input(conn: BoardConnection, installed: Selfche
     crafted.write_text(json.dumps(doc))
     remote = f"{installed.remote_dir}/crafted.json"
     push(conn, crafted, remote)
-    res = _run(conn, [*installed.command[:2], remote, *installed.command[3:]])
+    res = _run(conn, [*installed.command[:3], remote, *installed.command[4:]])
     assert res.rc == 2, res.out + res.err
     line = _one_line(res, "err")
     assert "inputs[0]" in line and "tensor.zlib: holds 1228800 bytes, uint8 [1, 640, 640, 4] needs 1638400" in line

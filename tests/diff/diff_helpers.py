@@ -1,6 +1,6 @@
 """Build result sets in the runner's on-disk format (docs/FORMATS.md) quickly for the diff tests.
 
-Hashes, .npy files and run.json come from rkdet.runner itself (output_hash, save_array_atomic,
+Hashes, .npy files and run.json come from the on-board program itself (rkdet.onboard: output_hash, save_array_atomic,
 write_json_atomic); index lines are serialised as the runner's JsonlAppender does
 (json.dumps(sort_keys=True) + newline) but written in one go, so a 1000-run set takes milliseconds.
 """
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rkdet.runner import output_hash, save_array_atomic, write_json_atomic
+from rkdet.onboard.atomic import save_array_atomic, write_json_atomic
+from rkdet.onboard.hashing import output_hash
 
 
 class ResultSetBuilder:

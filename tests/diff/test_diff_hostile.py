@@ -19,7 +19,7 @@ from bounds import ended_within
 from diff_helpers import repeated_set
 
 from rkdet.cli import main
-from rkdet.runner import output_hash
+from rkdet.onboard.hashing import output_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["out"]

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from diff_helpers import repeated_set
 
 from rkdet.cli import main
-from rkdet.runner import write_atomic
+from rkdet.onboard.atomic import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 

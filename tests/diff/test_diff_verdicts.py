@@ -15,7 +15,7 @@ import pytest
 
 from rkdet.diff.api import compare
 from rkdet.diff.resultset import reference_set
-from rkdet.selfcheck import reference_for
+from rkdet.onboard.reference import reference_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_not_repeatable_is_named(default_build: Path, tmp_path: Path) -> None:
     arr = np.load(src)
     flipped = arr.copy()
     flipped.reshape(-1).view(np.uint32)[0] ^= 1
-    from rkdet.runner import output_hash
+    from rkdet.onboard.hashing import output_hash
 
     h = output_hash(flipped)
     np.save(src.with_name(src.name.replace(out["hash"], h)), flipped)
@@ -99,7 +99,7 @@ def test_not_repeatable_is_named(default_build: Path, tmp_path: Path) -> None:
 def _shift(result: Path, output: str, lsb: float, k: int, steps: int) -> None:
     """Move k elements of `output` of every inference by `steps` quantization steps (as an NPU that is
     `steps` LSB off the simulator would), rewriting outputs/<hash>.npy and index.jsonl consistently."""
-    from rkdet.runner import output_hash
+    from rkdet.onboard.hashing import output_hash
 
     lines = []
     for line in (result / "index.jsonl").read_text().splitlines():

@@ -19,7 +19,9 @@ import numpy as np
 from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.boardinfo.scripts import parse_probe, run_script_locally
 from rkdet.emulator.socs import profile
-from rkdet.runner import CELLS_SCHEMA, Recorder, ResultWriter, prepare_out_dir, write_json_atomic
+from rkdet.onboard.atomic import write_json_atomic
+from rkdet.onboard.recorder import Recorder
+from rkdet.onboard.resultset import CELLS_SCHEMA, ResultWriter, prepare_out_dir
 
 FINGERPRINT = "ab" * 32
 OUTPUTS = ["box0", "cls0"]

@@ -97,9 +97,12 @@ def test_wheel_carries_the_board_scripts_from_the_single_source(wheel: Path) -> 
     assert readme_in_wheel.strip() == (REPO / "README.md").read_text().strip()
     source = {p.name: p.read_bytes() for p in (REPO / "board_scripts").glob("*.sh")}
     assert source and packaged == source
-    # everything else the board needs: the single-file runner, and the emulated runtime for emulated boards
-    assert {"rkdet/runner.py", "rkdet/selfcheck.py", "rkdet/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
-    assert "rkdet-selfcheck = rkdet.selfcheck:main" in entry_points  # check before you serve (docs/SELFCHECK.md)
+    # everything else the board needs: the on-board program (packed into rkdet-onboard.pyz), and the emulated runtime
+    onboard = {"rkdet/onboard/%s.py" % m for m in ("__init__", "__main__", "run", "selfcheck", "atomic", "resultset", "program")}
+    assert onboard | {"rkdet/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
+    assert not {"rkdet/runner.py", "rkdet/selfcheck.py"} & names
+    assert "rkdet-run = rkdet.onboard.run:main" in entry_points
+    assert "rkdet-selfcheck = rkdet.onboard.selfcheck:main" in entry_points  # check before you serve (docs/SELFCHECK.md)
     assert not any(n.startswith(("models/", "calibration_data/")) or n.endswith(".onnx") for n in names)
     assert not (REPO / "rkdet" / "board_scripts").exists()  # never copied into the checkout
 

@@ -46,8 +46,8 @@ def test_fault_tensor_form(bad):
 
 
 def test_no_rkdet_module_shadows_the_standard_library():
-    """runner.py and selfcheck.py run as scripts from rkdet/ (tests, a checkout), which puts rkdet/ first on
-    sys.path: a module or package there named like a stdlib one (a `bisect` package did) breaks numpy's import."""
+    """A script run from rkdet/ (a checkout) puts rkdet/ first on sys.path: a module or package there named like a
+    stdlib one (a `bisect` package did) breaks numpy's import."""
     import sys
     from pathlib import Path
 

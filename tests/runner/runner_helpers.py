@@ -4,20 +4,26 @@ The model is built with onnx.helper (Conv + Sigmoid, plus a ReduceMean second ou
 weights, so every expected output is computed by onnxruntime itself, never hard-coded.
 """
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import rkdet.runner
+from rkdet.onboard import program
 
-RUNNER = Path(rkdet.runner.__file__).resolve()
-DOUBLE_DIR = RUNNER.parent / "emulator" / "runtime_double"
+_PROGRAM_DIR = tempfile.mkdtemp(prefix="rkdet-onboard-test-")
+atexit.register(shutil.rmtree, _PROGRAM_DIR, True)
+RUNNER = Path(program.build(_PROGRAM_DIR))  # the on-board program as a board gets it: one zipapp
+PACKAGE = Path(program.HERE)  # rkdet/onboard/
+DOUBLE_DIR = PACKAGE.parent / "emulator" / "runtime_double"
 SHAPE = (1, 3, 16, 16)
 
 
@@ -85,9 +91,9 @@ def base_env(**extra: str) -> dict:
     return env
 
 
-def run_cli(args, env=None, python=sys.executable, script=RUNNER, timeout=120, flags=()):
-    """Run runner.py as a script (as on a board) and return the CompletedProcess."""
-    cmd = [str(python), *flags, str(script), *[str(a) for a in args]]
+def run_cli(args, env=None, python=sys.executable, script=RUNNER, timeout=120, flags=(), command="run"):
+    """Run `python3 rkdet-onboard.pyz run ARGS` (as on a board) and return the CompletedProcess."""
+    cmd = [str(python), *flags, str(script), command, *[str(a) for a in args]]
     return subprocess.run(cmd, env=env if env is not None else base_env(), capture_output=True,
                           text=True, timeout=timeout)
 

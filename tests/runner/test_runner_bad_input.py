@@ -7,7 +7,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from rkdet.runner import output_hash, read_index
+from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.resultset import read_index
 from runner_helpers import RUNNER, assert_one_line_error, base_env, listing, make_inputs, make_model, run_cli
 
 
@@ -98,7 +99,7 @@ def test_read_only_out_filesystem(tiny, tmp_path):
     (tmp_path / "ro").mkdir()
     proc = _in_private_mount(
         'mount -n -t tmpfs -o ro,size=64k tmpfs "$T/ro"\n'
-        '"$PY" "$RUNNER" --model %s --inputs %s --repeats 1 --backend onnxruntime --out "$T/ro/out" 2>"$T/stderr" || echo $? >"$T/rc"\n'
+        '"$PY" "$RUNNER" run --model %s --inputs %s --repeats 1 --backend onnxruntime --out "$T/ro/out" 2>"$T/stderr" || echo $? >"$T/rc"\n'
         'ls -A "$T/ro" >"$T/listing"\n' % (model, inputs), tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "rc").read_text().strip() == "2"
@@ -113,7 +114,7 @@ def test_disk_full_mid_run_keeps_completed_runs_and_leaves_no_temp_files(tiny, t
     (tmp_path / "small").mkdir()
     proc = _in_private_mount(
         'mount -n -t tmpfs -o size=256k tmpfs "$T/small"\n'
-        'rc=0; "$PY" "$RUNNER" --model %s --inputs %s --repeats 100000 --backend onnxruntime --out "$T/small/out" 2>"$T/stderr" || rc=$?\n'
+        'rc=0; "$PY" "$RUNNER" run --model %s --inputs %s --repeats 100000 --backend onnxruntime --out "$T/small/out" 2>"$T/stderr" || rc=$?\n'
         'echo $rc >"$T/rc"; cp -a "$T/small/out" "$T/copy"\n' % (model, inputs), tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "rc").read_text().strip() == "3"

@@ -11,7 +11,7 @@ import pytest
 
 from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.emulator.socs import RK3568, RK3588
-from rkdet.runner import read_index
+from rkdet.onboard.resultset import read_index
 from runner_helpers import make_inputs, make_rknn_dir, run_cli, with_double
 
 

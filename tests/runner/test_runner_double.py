@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import rkdet.runner
+import rkdet.onboard.backends
 from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.emulator.socs import RK3588
-from rkdet.runner import output_hash, read_index
+from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.resultset import read_index
 from runner_helpers import (DOUBLE_DIR, assert_one_line_error, base_env, make_inputs, make_rknn_dir,
                             ort_outputs, run_cli, with_double)
 
@@ -276,8 +277,8 @@ def double_api():
 
 
 def _runner_uses():
-    """What rkdet/runner.py calls on RKNNLite: method -> keyword names, and the NPU_CORE_* it looks up."""
-    tree = ast.parse(Path(rkdet.runner.__file__).read_text())
+    """What rkdet/onboard/backends.py calls on RKNNLite: method -> keyword names, and the NPU_CORE_* it looks up."""
+    tree = ast.parse(Path(rkdet.onboard.backends.__file__).read_text())
     calls = {}
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from rkdet.runner import JsonlAppender, output_hash, read_index, read_jsonl, summarize
+from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.resultset import JsonlAppender, read_index, read_jsonl, summarize
 
 
 def spec_hash(arr: np.ndarray) -> str:
@@ -62,7 +63,7 @@ def test_appender_cuts_back_a_failed_write(tmp_path, monkeypatch):
         real_write(fd, data[: len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("rkdet.runner.os.write", half_write)
+    monkeypatch.setattr("rkdet.onboard.resultset.os.write", half_write)
     with pytest.raises(OSError):
         appender.append({"n": 2, "pad": "x" * 50})
     monkeypatch.undo()

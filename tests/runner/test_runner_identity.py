@@ -13,7 +13,8 @@ import pytest
 from rkdet.convert.manifest import EMBED_KEY, embedded_custom_string
 from rkdet.convert.rknn_file import read_rknn
 from rkdet.errors import InputError
-from rkdet.runner import EXIT_MODEL_REFUSED, read_rknn_facts
+from rkdet.onboard.exits import EXIT_MODEL_REFUSED
+from rkdet.onboard.identity import read_rknn_facts
 from runner_helpers import assert_one_line_error, make_rknn_dir, make_inputs, run_cli, with_double
 
 

@@ -7,7 +7,8 @@ import time
 
 import numpy as np
 
-from rkdet.runner import output_hash, read_index, summarize
+from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.resultset import read_index, summarize
 from runner_helpers import RUNNER, base_env, make_inputs, make_model
 
 
@@ -16,7 +17,7 @@ def test_sigkill_mid_run_leaves_a_valid_partial_result_set(tmp_path):
     inputs = make_inputs(tmp_path / "inputs", count=3)
     out = tmp_path / "out"
     import sys
-    proc = subprocess.Popen([sys.executable, str(RUNNER), "--model", str(model), "--inputs", str(inputs),
+    proc = subprocess.Popen([sys.executable, str(RUNNER), "run", "--model", str(model), "--inputs", str(inputs),
                              "--repeats", "1000000", "--backend", "onnxruntime", "--out", str(out)],
                             env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     index_path = out / "index.jsonl"
@@ -49,7 +50,7 @@ def test_sigterm_closes_the_run_as_failed(tmp_path):
     inputs = make_inputs(tmp_path / "inputs", count=1)
     out = tmp_path / "out"
     import sys
-    proc = subprocess.Popen([sys.executable, str(RUNNER), "--model", str(model), "--inputs", str(inputs),
+    proc = subprocess.Popen([sys.executable, str(RUNNER), "run", "--model", str(model), "--inputs", str(inputs),
                              "--repeats", "1000000", "--backend", "onnxruntime", "--out", str(out)],
                             env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rkdet import runner
-from rkdet.runner import output_hash, read_index, read_jsonl
+from rkdet.onboard import run as runner
+from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.resultset import read_index, read_jsonl
 from runner_helpers import (RUNNER, assert_one_line_error, base_env, make_inputs, make_model,
                             make_two_input_model, ort_outputs, run_cli)
 
@@ -97,4 +98,4 @@ def test_console_script_help_documents_exit_codes():
     for code in ("0 ", "1 ", "2 ", "3 ", "130"):
         assert "\n  " + code in proc.stdout
     assert "--snapshot-every" in proc.stdout and "RKDET_ROOT" in proc.stdout
-    assert RUNNER.name == "runner.py"
+    assert RUNNER.name == "rkdet-onboard.pyz"

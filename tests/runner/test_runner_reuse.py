@@ -8,8 +8,10 @@ sha256 of its own output (docs/FORMATS.md), and every distinct output gets its o
 import numpy as np
 import pytest
 
-from rkdet import runner
-from rkdet.runner import Recorder, ResultWriter, output_hash, prepare_out_dir, read_index, same_bytes
+from rkdet.onboard import backends, recorder
+from rkdet.onboard.hashing import output_hash, same_bytes
+from rkdet.onboard.recorder import Recorder
+from rkdet.onboard.resultset import ResultWriter, prepare_out_dir, read_index
 
 
 class HashSpy(object):
@@ -17,13 +19,13 @@ class HashSpy(object):
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        real = runner.output_hash
+        real = recorder.output_hash
 
         def counted(array):
             self.calls += 1
             return real(array)
 
-        monkeypatch.setattr(runner, "output_hash", counted)
+        monkeypatch.setattr(recorder, "output_hash", counted)
 
 
 def _record(tmp_path, submissions, budget=None):
@@ -109,6 +111,6 @@ def test_kept_outputs_are_not_changed_by_later_inferences():
     """The recorder keeps the last arrays per input: a backend that reused buffers would fool the
     compare, so own() must hand over arrays nobody writes again (rknnlite copies)."""
     buf = np.zeros(4, np.float32)
-    owned = runner.RknnLiteBackend.own([buf])
+    owned = backends.RknnLiteBackend.own([buf])
     buf[0] = 9.0
     assert owned[0][0] == 0.0 and not np.shares_memory(owned[0], buf)

@@ -5,7 +5,8 @@ import os
 
 from rkdet.emulator.fake_tree import build_fake_tree, devfreq_initial_freq
 from rkdet.emulator.socs import RK3568, RK3588, RV1126
-from rkdet.runner import board_snapshot, read_jsonl
+from rkdet.onboard.resultset import read_jsonl
+from rkdet.onboard.snapshot import board_snapshot
 from runner_helpers import base_env, make_inputs, make_model, run_cli
 
 

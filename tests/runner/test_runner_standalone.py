@@ -1,4 +1,5 @@
-"""runner.py is deployable alone: runs from a bare copy with only numpy/onnxruntime, and is 3.6-safe."""
+"""The on-board program is deployable alone: its zipapp runs from a bare copy with only numpy/onnxruntime,
+and the whole rkdet/onboard/ package is 3.6-safe."""
 
 import json
 import shutil
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.runner import read_index
-from runner_helpers import RUNNER, assert_one_line_error, base_env, make_inputs, make_model, run_cli
+from rkdet.onboard.resultset import read_index
+from runner_helpers import PACKAGE, RUNNER, assert_one_line_error, base_env, make_inputs, make_model, run_cli
 
 SITE = Path(__import__("numpy").__file__).resolve().parent.parent
 
@@ -29,7 +30,7 @@ def test_a_lone_copy_runs_with_python_isolated(tmp_path):
     python = _bare_python(tmp_path, ["numpy", "numpy.libs", "onnxruntime"])
     board = tmp_path / "board"
     board.mkdir()
-    lone = board / "runner.py"
+    lone = board / "rkdet-onboard.pyz"
     shutil.copy(RUNNER, lone)
     probe = subprocess.run([str(python), "-I", "-c", "import rkdet"], capture_output=True, text=True, env=base_env())
     assert probe.returncode != 0 and "No module named 'rkdet'" in probe.stderr
@@ -64,7 +65,8 @@ def _vermin(path: Path):
 
 
 def test_vermin_finds_no_python_3_6_violations(tmp_path):
-    proc = _vermin(RUNNER)
+    assert {"run.py", "selfcheck.py", "atomic.py", "resultset.py"} <= {p.name for p in PACKAGE.glob("*.py")}
+    proc = _vermin(PACKAGE)  # every module of the package (the zipapp holds them all)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the check is live: the same invocation fails on 3.8-only syntax
     bad = tmp_path / "bad.py"
@@ -83,7 +85,20 @@ def _python36():
 
 
 @pytest.mark.skipif(_python36() is None, reason="no Python 3.6 interpreter here; vermin covers the check")
-def test_python36_compiles_the_runner():
-    code = "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')"
-    proc = subprocess.run([_python36(), "-I", "-c", code, str(RUNNER)], capture_output=True, text=True, env=base_env())
+def test_python36_compiles_the_onboard_package():
+    code = "import sys\nfor p in sys.argv[1:]: compile(open(p).read(), p, 'exec')"
+    files = sorted(str(p) for p in PACKAGE.glob("*.py"))
+    assert len(files) >= 10
+    proc = subprocess.run([_python36(), "-I", "-c", code, *files], capture_output=True, text=True, env=base_env())
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(_python36() is None, reason="no Python 3.6 interpreter here; vermin covers the check")
+def test_python36_runs_the_zipapp_to_its_numpy_check(tmp_path):
+    """A real 3.6 (no numpy here) imports every module the run needs from the zipapp and ends in one line."""
+    model = make_model(tmp_path / "m.onnx")
+    inputs = make_inputs(tmp_path / "in", count=1)
+    proc = run_cli(["--model", model, "--inputs", inputs, "--repeats", "1", "--backend", "onnxruntime",
+                    "--out", tmp_path / "out"], python=_python36(), flags=("-I",))
+    assert_one_line_error(proc, 3)
+    assert "numpy is not installed" in proc.stderr, proc.stderr

@@ -12,7 +12,7 @@ from rkdet.records.build import BuildInfo
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.deploy.stage import check_model
 from rkdet.errors import InputError
-from rkdet.runner import file_sha256
+from rkdet.onboard.hashing import file_sha256
 from trust_helpers import GOOD_FP, fake_build, manifest, one_line, rkdet, tree
 
 CRAFTED = ["/var/tmp/x/" + "0" * 48, "../../../escaped" + "0" * 48, "AB" * 32, "ab" * 31, 12, None, "ab" * 32 + "\n"]

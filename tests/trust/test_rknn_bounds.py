@@ -19,7 +19,7 @@ from rkdet.convert import rknn_file
 from rkdet.convert.rknn_file import RknnFormatError, read_rknn
 from rkdet.errors import InputError
 from rkdet.records import io
-from rkdet.runner import read_rknn_facts
+from rkdet.onboard.identity import read_rknn_facts
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 

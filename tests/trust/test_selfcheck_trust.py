@@ -1,5 +1,5 @@
 """Issue 21 §4: rkdet-selfcheck runs on a board before a service starts; its bundle is untrusted text.
-The board side cannot import rkdet/textsafe.py, so the runner carries a copy of `visible`: both agree."""
+The board side cannot import rkdet/textsafe.py, so rkdet/onboard/bounded.py carries a copy of `visible`: both agree."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rkdet import runner, selfcheck, textsafe
+from rkdet import textsafe
+from rkdet.onboard import bounded as runner  # the board side's copy of `visible`
+from rkdet.onboard import selfcheck
 
 HOSTILE = "rk3588\x1b[2J\x1b]0;owned\x07\u202e"
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from rkdet.config import CORE_MASKS
 from rkdet.errors import InputError
 from rkdet.fleets.run.records import Cell
+from rkdet.onboard.resultset import BACKENDS  # the board runtimes rkdet-run drives
 
-BACKENDS = ("rknnlite", "onnxruntime")
 AXES = ("core_mask", "backend")
 
 # NPU cores per SoC (Rockchip datasheets; RKNN_NPU_CORE_* of librknnrt); SoCs not named have one

@@ -26,7 +26,7 @@ inputs, matched by the sha256 of their raw bytes) instead of computing the FP32 
 gives, not the FP32 reference. K > 0 moves K evenly spaced elements of one output (NAME, else the first
 with a step) up by one quantization step: an NPU one LSB off the simulator, the same on every call. The
 instance then says `rkdet_emulates_npu = True`; rkdet-run records `"emulates_npu": true` in run.json, so
-the reference rule (rkdet.selfcheck.reference_for) judges it against the simulator. An input that is not
+the reference rule (rkdet.onboard.reference.reference_for) judges it against the simulator. An input that is not
 a golden input fails the call (None), as nothing stands for it.
 
 The runtime stack it reports is the emulated board's, read as the real runtime finds it: the librknnrt
