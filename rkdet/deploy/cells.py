@@ -19,9 +19,11 @@ from typing import Any
 
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
+from rkdet.records.cell import Cell, read_cells
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
-from rkdet.runner import CORE_MASKS
 from rkdet.tolerance import Tolerance
+
+__all__ = ["Cell", "read_cells"]  # the cells.json record and reader live in rkdet/records/cell.py
 
 MAX_JSON = MAX_RUN_RECORD  # cells.json / contexts.json come from the board: bounded like the other run records
 
@@ -36,35 +38,6 @@ def _read_json(path: Path, what: str) -> dict[str, Any] | None:
         return None
     except BoardError as exc:
         raise BoardError(f"{what}: {exc} (a broken or hostile board?)") from None
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One core mask of the run, as the board reported it."""
-
-    name: str  # "core-0_1_2"
-    core_mask: str
-    status: str  # "complete" | "failed" | "skipped" | ...
-    reason: str | None
-
-
-def read_cells(result: Path) -> list[Cell] | None:
-    """The cells of a multi-mask run (None: a single result set). Cell names are checked: a board
-    cannot make the host read outside `result/`."""
-    doc = _read_json(result / "cells.json", "the board's cells")
-    if doc is None:
-        return None
-    cells = []
-    for item in doc.get("cells") or []:
-        if not isinstance(item, dict):
-            raise BoardError("the board's cells.json lists a cell that is not an object")
-        mask = str(item.get("core_mask", ""))
-        name = f"core-{mask}"
-        if item.get("cell") != name or mask not in CORE_MASKS:
-            raise BoardError(f"the board's cells.json names an unexpected cell {str(item.get('cell'))[:40]!r}")
-        cells.append(Cell(name, mask, str(item.get("status")), None if item.get("reason") is None
-                          else str(item.get("reason"))[:300]))
-    return cells
 
 
 @dataclass

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rkdet.errors import InputError, RkdetError
+from rkdet.runner import write_atomic  # THE atomic writer (CONTEXT: records/io.py re-exports it; rkdet.onboard.atomic later)
 
 MAX_JSON = 16 << 20  # bytes of one JSON document (manifest, run.json, deploy.json, cells.json, ...)
 MAX_LINE = 1 << 20  # bytes of one JSON Lines record
@@ -198,4 +199,5 @@ def _size(limit: int) -> str:
 
 
 __all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "MAX_JSON", "MAX_LINE", "MAX_RUN_RECORD", "check_may_write", "depth", "identifier", "iter_jsonl",
-           "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object"]
+           "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object",
+           "write_atomic"]
