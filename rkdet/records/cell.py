@@ -19,10 +19,18 @@ from typing import Any
 from rkdet.errors import BoardError, RkdetError
 from rkdet.records.deploy_record import JsonObject, write_json
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
-from rkdet.runner import CELLS_SCHEMA, CORE_MASKS
 
 MAX_REASON = 300
 STATUSES = ("complete", "failed", "skipped", "running")
+
+
+def _board_program(name: str) -> Any:
+    """CELLS_SCHEMA / CORE_MASKS, defined once by the board program (rkdet/runner.py), looked up when
+    used: importing records never imports the runner (and numpy). When rkdet/onboard lands this is a
+    plain `from rkdet.onboard.resultset import CELLS_SCHEMA, CORE_MASKS`."""
+    import importlib
+
+    return getattr(importlib.import_module("rkdet.runner"), name)
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ def read_cells(result: Path, error: type[RkdetError] = BoardError) -> list[Cell]
         if not isinstance(item, dict):
             raise error("the board's cells.json lists a cell that is not an object")
         mask = str(item.get("core_mask", ""))
-        if item.get("cell") != cell_name(mask) or mask not in CORE_MASKS:
+        if item.get("cell") != cell_name(mask) or mask not in _board_program("CORE_MASKS"):
             raise error(f"the board's cells.json names an unexpected cell {str(item.get('cell'))[:40]!r}")
         code = item.get("exit")
         cells.append(Cell(cell_name(mask), mask, str(item.get("status")),
@@ -76,5 +84,5 @@ def read_cells(result: Path, error: type[RkdetError] = BoardError) -> list[Cell]
 def write_cells(result: Path, cells: list[Cell], agree: bool | None = None,
                 first_difference: JsonObject | None = None) -> None:
     """`result/cells.json` in rkdet-run's shape (docs/FORMATS.md "Cells"), atomically."""
-    write_json(result / "cells.json", {"schema": CELLS_SCHEMA, "cells": [c.to_json() for c in cells],
+    write_json(result / "cells.json", {"schema": _board_program("CELLS_SCHEMA"), "cells": [c.to_json() for c in cells],
                                        "agree": agree, "first_difference": first_difference})

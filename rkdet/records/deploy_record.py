@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from rkdet.errors import InputError, RkdetError
-from rkdet.records.io import MAX_RUN_RECORD, read_json_object, write_atomic
+from rkdet.records import io as records_io
+from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 
 DEPLOY_SCHEMA = "rkdet.deploy/1"
 PRIVATE_SCHEMA = "rkdet.deploy-private/1"
@@ -375,7 +376,7 @@ def write_deploy_record(path: Path, record: DeployRecord, mode: int = 0o644) -> 
 
 def write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     """A JSON file of a run folder (deploy.json, board.json, pin.json, the private record), atomically."""
-    write_atomic(str(path), json.dumps(obj, indent=2, sort_keys=True) + "\n", perms=mode)
+    records_io.write_atomic(str(path), json.dumps(obj, indent=2, sort_keys=True) + "\n", perms=mode)  # lazy: no numpy
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,24 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rkdet.errors import InputError, RkdetError
-from rkdet.runner import write_atomic  # THE atomic writer (CONTEXT: records/io.py re-exports it; rkdet.onboard.atomic later)
+
+# THE atomic writer (temp name in the same folder, fsync, rename; never renamed over a device, FIFO or
+# symlink) is defined once beside the board-side program, which cannot import this module. Host code
+# imports it from here only (`from rkdet.records.io import write_atomic`). It is re-exported lazily
+# (PEP 562) so importing records never imports rkdet.runner (and numpy) at import time; issue 20 moves
+# it to rkdet/onboard/atomic.py, and then only `_REEXPORTED`'s module changes (and this becomes a plain
+# import of that stdlib-only module).
+_REEXPORTED = {"write_atomic": "rkdet.runner", "write_json_atomic": "rkdet.runner"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _REEXPORTED:
+        import importlib
+
+        value = getattr(importlib.import_module(_REEXPORTED[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 MAX_JSON = 16 << 20  # bytes of one JSON document (manifest, run.json, deploy.json, cells.json, ...)
 MAX_LINE = 1 << 20  # bytes of one JSON Lines record
@@ -200,4 +217,4 @@ def _size(limit: int) -> str:
 
 __all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "MAX_JSON", "MAX_LINE", "MAX_RUN_RECORD", "check_may_write", "depth", "identifier", "iter_jsonl",
            "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object",
-           "write_atomic"]
+           "write_atomic", "write_json_atomic"]
