@@ -142,6 +142,7 @@ class PublishedSettings:
     pin_env: Mapping[str, str] | None = None
     sudo: bool | None = None
     keep: bool | None = None
+    emulate_npu: int | None = None  # the test control's K (also as emulated_npu_lsb_k)
     timeout: float | None = None
     lock_timeout: int | None = None
     tolerances: JsonObject | None = None
