@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.boardinfo import lock as board_lock
+from rkdet.deploy.settings import RunSettings
 from rkdet.errors import InputError
 from rkdet.records.deploy_record import (DEPLOY_SCHEMA, PRIVATE_KEYS, PRIVATE_SCHEMA, DeployRecord, DeployStatus,
                                          PrivateRecord, PublishedSettings, read_deploy_record, read_private_record,
@@ -178,10 +179,11 @@ class DeployState:
         return DeployRecord.from_json(self.scrub(public), where=str(self.folder / "deploy.json"))
 
 
-def public_settings(settings_json: dict[str, Any]) -> PublishedSettings:
-    """deploy.json's `settings`: the run settings (RunSettings.to_json()) without board paths and
-    test-control text, plus `fault_injected` and `emulated_npu_lsb_k` (what a reader needs of the test controls)."""
-    public = {k: v for k, v in settings_json.items() if k not in _PRIVATE_SETTINGS}
-    public["fault_injected"] = bool(settings_json.get("fault"))
-    public["emulated_npu_lsb_k"] = settings_json.get("emulate_npu")
+def public_settings(settings: RunSettings) -> PublishedSettings:
+    """deploy.json's `settings`: the run settings without board paths and test-control text, plus
+    `fault_injected` and `emulated_npu_lsb_k` (what a reader needs of the test controls)."""
+    whole = settings.to_json()
+    public = {k: v for k, v in whole.items() if k not in _PRIVATE_SETTINGS}
+    public["fault_injected"] = bool(settings.fault)
+    public["emulated_npu_lsb_k"] = settings.emulate_npu
     return settings_from_json(public)

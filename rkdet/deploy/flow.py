@@ -128,7 +128,7 @@ class Deployment:
         full = s.to_json()
         self.state.start(DeployRecord(run_id=run_id, board=conn.target.label, build=str(self.build),
                                       fingerprint=self.info.fingerprint, platform=self.info.platform,
-                                      remote=layout.to_json(), job_env=dict(env), settings=public_settings(full),
+                                      remote=layout.to_json(), job_env=dict(env), settings=public_settings(s),
                                       run_settings=full, tolerances=s.tolerances.as_dict()))
         self.state.advance(DeployStatus.PREFLIGHT)
         self.log(f"preflight on {conn.target.label}")

@@ -54,5 +54,4 @@ def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, l
     return Judgement(verdict=j.verdict, exit_code=EXIT_OK if j.diff_exit == 0 else EXIT_DIFFERENT,
                      diff_exit=j.diff_exit, reference=j.reference, emulated=run.get("emulated") is True,
                      repeatable=j.repeatable, agrees=j.agrees, lines=j.lines, run=run, cells=j.cells,
-                     contexts=None if j.contexts is None else ContextsRecord(contexts=int(j.contexts["contexts"]),
-                                                                             agree=bool(j.contexts["agree"])))
+                     contexts=j.contexts)

@@ -39,7 +39,7 @@ def test_run_settings_round_trip_whole_through_json() -> None:
     s = RunSettings.from_config(_sections(), state_dir="/run/x", keep=True, fault='{"bit": 1}', emulate_npu=0)
     doc = json.loads(json.dumps(s.to_json()))  # as deploy.json stores it
     assert RunSettings.from_json(doc) == s
-    public = public_settings(s.to_json())
+    public = public_settings(s)
     assert not {"workdir", "state_dir", "fault"} & set(vars(public))  # the typed deploy.json `settings`
     assert public.fault_injected is True and public.emulated_npu_lsb_k == 0 and public.sudo is True
     assert (public.core_mask, public.cpu_affinity, public.repeats) == ("0_1", (4, 5), 3)
