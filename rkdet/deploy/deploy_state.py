@@ -1,10 +1,12 @@
-"""A run's `deploy.json` (and its private part): the status machine and the one place that writes it.
+"""A run's `deploy.json` (and its private part): the one place that writes it.
 
-Why its own module: `--resume`, `rkdet history` and a fleet scheduler read a run's state; the status
-moves preflight -> running -> complete | interrupted | failed | disconnected only through
-`DeployState.advance`, and every write goes through `DeployState.save`, which publishes the record
-without user names or paths (docs/FORMATS.md) and keeps what `--resume` needs in a private file of
-the user who deployed, removed once the run is final.
+Why its own module: `--resume`, `rkdet history` and a fleet scheduler read a run's state. The record
+is the typed `DeployRecord` (rkdet/records/deploy_record.py, with its reader and status machine);
+here its status moves preflight -> running -> complete | interrupted | failed | disconnected only
+through `DeployState.advance` (a move the machine does not allow is a TransitionError: a bug), and
+every write goes through `DeployState.save`, which publishes the record without user names or paths
+(docs/FORMATS.md) and keeps what `--resume` needs in a private file of the user who deployed,
+removed once the run is final.
 """
 
 from __future__ import annotations
