@@ -50,7 +50,7 @@ def parse_against(text: str) -> Against:
 
 
 @dataclass(frozen=True)
-class Judgement:
+class CutVerdict:
     departs: bool
     tensor: str | None  # the worst departing tensor (or the worst one when none departs)
     cosine: float | None
@@ -58,7 +58,7 @@ class Judgement:
     why: str
 
 
-def judge(pairs: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]], tol: Tolerance) -> Judgement:
+def judge(pairs: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]], tol: Tolerance) -> CutVerdict:
     """Compare (input, reference, board) output dicts; departs when any tensor of any input is outside `tol`."""
     worst: tuple[float, str, float | None, float | None] | None = None
     departing: tuple[float, str, float | None, float | None, str] | None = None
@@ -66,11 +66,11 @@ def judge(pairs: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]],
         for name, expected in ref.items():
             actual = got.get(name)
             if actual is None:
-                return Judgement(True, name, None, None, f"{input_name}: the board gave no tensor {name}")
+                return CutVerdict(True, name, None, None, f"{input_name}: the board gave no tensor {name}")
             if actual.shape != expected.shape and actual.size == expected.size:
                 actual = actual.reshape(expected.shape)
             if actual.shape != expected.shape:
-                return Judgement(True, name, None, None, f"{input_name}: {name} has shape {list(actual.shape)}, "
+                return CutVerdict(True, name, None, None, f"{input_name}: {name} has shape {list(actual.shape)}, "
                                  f"the reference {list(expected.shape)}")
             if actual.dtype != expected.dtype:
                 actual, expected = actual.astype(np.float32), expected.astype(np.float32)
@@ -81,10 +81,10 @@ def judge(pairs: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]],
             if not st.within and (departing is None or key < departing[0]):
                 departing = (key, name, st.cosine, st.max_abs, f"{input_name}: {'; '.join(st.reasons) or 'outside'}")
     if departing is not None:
-        return Judgement(True, departing[1], departing[2], departing[3], departing[4])
+        return CutVerdict(True, departing[1], departing[2], departing[3], departing[4])
     if worst is None:
-        return Judgement(False, None, None, None, "nothing compared")
-    return Judgement(False, worst[1], worst[2], worst[3], f"within {tol.describe()}")
+        return CutVerdict(False, None, None, None, "nothing compared")
+    return CutVerdict(False, worst[1], worst[2], worst[3], f"within {tol.describe()}")
 
 
 def _golden(build: Path, kind: str) -> dict[str, dict[str, np.ndarray]]:

@@ -12,13 +12,17 @@ import json
 import os
 import shlex
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rkdet.errors import InputError
 from rkdet.link.shell import remote_command
-from rkdet.errors import BoardError, InputError
+from rkdet.records.probe import (CpuPolicyInfo, DevfreqInfo, ProbeReport, RecordError, ScriptReport, script_result,
+                                 parse_probe, records_of)
+
+__all__ = ["CpuPolicyInfo", "DevfreqInfo", "ProbeReport", "RecordError", "parse_probe", "records_of"]  # records/probe.py
 
 SCRIPT_NAMES = ("probe", "pin", "restore", "run-pinned")
 # Everything deploy must push, helpers first (the entry points source them from their own dir).
@@ -110,11 +114,6 @@ def parse_records(text: str | bytes) -> list[dict[str, Any]]:
     return records
 
 
-def records_of(records: Iterable[Mapping[str, Any]], script: str) -> list[Mapping[str, Any]]:
-    """The records one script wrote (run-pinned.sh output mixes pin, run-pinned and restore)."""
-    return [r for r in records if r.get("script") == script]
-
-
 @dataclass(frozen=True)
 class KnobResult:
     """One knob after pin (set / skipped / failed) or one file after restore (restored / failed)."""
@@ -137,42 +136,7 @@ class KnobResult:
 
 
 @dataclass(frozen=True)
-class _ScriptReport:
-    """What every script ends with: a result record (absent when the run was cut off)."""
-
-    script: str
-    status: str  # "ok" | "partial" | "error" | "incomplete" (no result record)
-    exit_code: int | None
-    reason: str | None
-    note: str | None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def raise_for_status(self, host: str = "board") -> None:
-        """Raise the matching RkdetError unless the script succeeded (exit 2: InputError, else BoardError)."""
-        if self.ok:
-            return
-        why = self.reason or f"{self.script}.sh ended without a result (status {self.status})"
-        message = f"{host}: {self.script}.sh: {why}"
-        if self.exit_code == 2:
-            raise InputError(message)
-        raise BoardError(message)
-
-
-def _result(records: Sequence[Mapping[str, Any]]) -> tuple[str, int | None, str | None, str | None]:
-    """(status, exit code, reason, note) of the last result record; "incomplete" without one."""
-    res = [r for r in records if r.get("record") == "result"]
-    if not res:
-        return "incomplete", None, None, None
-    last = res[-1]
-    code = last.get("exit")
-    return str(last.get("status", "")), code if isinstance(code, int) else None, last.get("reason"), last.get("note")
-
-
-@dataclass(frozen=True)
-class PinReport(_ScriptReport):
+class PinReport(ScriptReport):
     """pin.sh's answer: per-knob results and whether a state was saved or an older one kept."""
 
     knobs: tuple[KnobResult, ...] = ()
@@ -194,7 +158,7 @@ class PinReport(_ScriptReport):
 
 
 @dataclass(frozen=True)
-class RestoreReport(_ScriptReport):
+class RestoreReport(ScriptReport):
     """restore.sh's answer: one result per saved file."""
 
     knobs: tuple[KnobResult, ...] = ()
@@ -207,7 +171,7 @@ class RestoreReport(_ScriptReport):
 def parse_pin(records: Sequence[Mapping[str, Any]]) -> PinReport:
     """Typed view of pin.sh's records (pass run-pinned output through as is)."""
     own = records_of(records, "pin")
-    status, code, reason, note = _result(own)
+    status, code, reason, note = script_result(own)
     states = [r.get("status") for r in own if r.get("record") == "state"]
     return PinReport(script="pin", status=status, exit_code=code, reason=reason, note=note,
                      knobs=tuple(KnobResult.from_record(r) for r in own if r.get("record") == "knob"),
@@ -218,158 +182,9 @@ def parse_pin(records: Sequence[Mapping[str, Any]]) -> PinReport:
 def parse_restore(records: Sequence[Mapping[str, Any]]) -> RestoreReport:
     """Typed view of restore.sh's records."""
     own = records_of(records, "restore")
-    status, code, reason, note = _result(own)
+    status, code, reason, note = script_result(own)
     return RestoreReport(script="restore", status=status, exit_code=code, reason=reason, note=note,
                          knobs=tuple(KnobResult.from_record(r) for r in own if r.get("record") == "knob"))
-
-
-@dataclass(frozen=True)
-class CpuPolicyInfo:
-    name: str
-    cpus: tuple[int, ...]
-    governor: str
-    governors: tuple[str, ...]
-    frequencies_khz: tuple[int, ...]
-    cur_khz: int | None
-    min_khz: int | None
-    max_khz: int | None
-
-
-@dataclass(frozen=True)
-class DevfreqInfo:
-    name: str
-    kind: str  # "npu" | "gpu" | "ddr" | "other"
-    governor: str
-    governors: tuple[str, ...]
-    frequencies_hz: tuple[int, ...]
-    cur_hz: int | None
-    min_hz: int | None
-    max_hz: int | None
-
-
-@dataclass(frozen=True)
-class ProbeReport(_ScriptReport):
-    """probe.sh's board description. ``missing`` maps what was not found to why."""
-
-    soc: str | None = None
-    compatible: tuple[str, ...] = ()
-    model: str | None = None
-    serial: str | None = None  # device-tree serial-number: who the board is, whatever its address
-    machine_id: str | None = None  # /etc/machine-id (an OS install: changes on a reflash)
-    kernel: str | None = None
-    cpu_policies: tuple[CpuPolicyInfo, ...] = ()
-    devfreq: tuple[DevfreqInfo, ...] = ()
-    thermal: Mapping[str, int | None] = field(default_factory=dict)  # zone type -> millicelsius
-    rknpu_version: str | None = None
-    rknpu_source: str | None = None  # where the driver version was found: "debugfs" | "sysfs" | "dmesg"
-    npu_load: str | None = None
-    runtime_library: str | None = None
-    runtime_version: str | None = None
-    python_version: str | None = None
-    rknnlite: bool = False
-    rknnlite_version: str | None = None
-    numpy_version: str | None = None
-    compaction_proactiveness: int | None = None
-    thp: str | None = None
-    work_dir_free_kb: int | None = None
-    pinned_state: bool = False  # a pin state left behind by a run that did not restore
-    missing: Mapping[str, str] = field(default_factory=dict)
-    records: tuple[Mapping[str, Any], ...] = ()
-
-    def devfreq_of(self, kind: str) -> DevfreqInfo | None:
-        """The first devfreq node of a kind ("npu", "gpu", "ddr"), or None."""
-        return next((d for d in self.devfreq if d.kind == kind), None)
-
-    def to_json(self) -> dict[str, Any]:
-        """The raw records, for results/<...>/board.json."""
-        return {"schema": "rkdet.board/1", "records": list(self.records)}
-
-
-class RecordError(ValueError):
-    """A board script's record has the wrong shape; the message names the record and the field."""
-
-
-class _Fields:
-    """Typed reads of one record's fields; a wrong type raises RecordError naming record and field."""
-
-    def __init__(self, rec: Mapping[str, Any]) -> None:
-        self.rec = rec
-        self.kind = str(rec.get("record"))[:40]
-
-    def _bad(self, key: str, want: str) -> RecordError:
-        return RecordError(f"record {self.kind!r}: field {key!r} is {str(self.rec.get(key))[:60]!r}, not {want}")
-
-    def text(self, key: str, default: str | None = None, required: bool = False) -> Any:
-        value = self.rec.get(key, default)
-        if value is None and not required:
-            return default
-        if not isinstance(value, str):
-            raise self._bad(key, "a string")
-        return value
-
-    def integer(self, key: str) -> int | None:
-        value = self.rec.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._bad(key, "an integer")
-        return value
-
-    def integers(self, key: str) -> tuple[int, ...]:
-        value = self.rec.get(key, ())
-        if not isinstance(value, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            raise self._bad(key, "a list of integers")
-        return tuple(value)
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        value = self.rec.get(key, ())
-        if not isinstance(value, (list, tuple)) or any(not isinstance(v, str) for v in value):
-            raise self._bad(key, "a list of strings")
-        return tuple(value)
-
-    def flag(self, key: str) -> bool:
-        value = self.rec.get(key, False)
-        if not isinstance(value, bool):
-            raise self._bad(key, "true or false")
-        return value
-
-
-def parse_probe(records: Sequence[Mapping[str, Any]]) -> ProbeReport:
-    """Typed view of probe.sh's records; RecordError (naming the record and field) when one has the
-    wrong shape (a broken or hostile board): callers turn it into a BoardError naming the board."""
-    own = records_of(records, "probe")
-    status, code, reason, note = _result(own)
-    one: dict[str, _Fields] = {}
-    for r in own:
-        one.setdefault(str(r["record"]), _Fields(r))
-    empty = _Fields({})
-    soc, ident, kern, npu, rt, py, vm, disk, st = (
-        one.get(k, empty) for k in ("soc", "identity", "kernel", "rknpu", "runtime", "python", "vm", "disk", "state"))
-    fields = [_Fields(r) for r in own]
-    cpus = tuple(CpuPolicyInfo(name=f.text("name", required=True), cpus=f.integers("cpus"), governor=f.text("governor", ""),
-                               governors=f.texts("governors"), frequencies_khz=f.integers("frequencies_khz"),
-                               cur_khz=f.integer("cur_khz"), min_khz=f.integer("min_khz"), max_khz=f.integer("max_khz"))
-                 for f in fields if f.rec["record"] == "cpu_policy")
-    devs = tuple(DevfreqInfo(name=f.text("name", required=True), kind=f.text("kind", "other"),
-                             governor=f.text("governor", ""), governors=f.texts("governors"),
-                             frequencies_hz=f.integers("frequencies_hz"), cur_hz=f.integer("cur_hz"),
-                             min_hz=f.integer("min_hz"), max_hz=f.integer("max_hz"))
-                 for f in fields if f.rec["record"] == "devfreq")
-    return ProbeReport(
-        script="probe", status=status, exit_code=code, reason=reason if reason is None else str(reason), note=note,
-        soc=soc.text("soc"), compatible=soc.texts("compatible"), model=soc.text("model"),
-        serial=ident.text("serial"), machine_id=ident.text("machine_id"),
-        kernel=kern.text("release"), cpu_policies=cpus, devfreq=devs,
-        thermal={f.text("type", required=True): f.integer("millicelsius") for f in fields if f.rec["record"] == "thermal"},
-        rknpu_version=npu.text("version"), rknpu_source=npu.text("source"), npu_load=npu.text("load"),
-        runtime_library=rt.text("library"), runtime_version=rt.text("version"),
-        python_version=py.text("version") or None, rknnlite=py.flag("rknnlite"),
-        rknnlite_version=py.text("rknnlite_version"), numpy_version=py.text("numpy"),
-        compaction_proactiveness=vm.integer("compaction_proactiveness"), thp=vm.text("thp"),
-        work_dir_free_kb=disk.integer("free_kb"), pinned_state=st.flag("pinned"),
-        missing={f.text("what", required=True): str(f.rec.get("reason", "")) for f in fields if f.rec["record"] == "missing"},
-        records=tuple(own),
-    )
 
 
 # ---- running locally against a fake root ------------------------------------------------------

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from rkdet.records.build import BuildInfo
-from rkdet.boardinfo.scripts import ProbeReport
+from rkdet.records.deploy_record import JsonObject
+from rkdet.records.probe import ProbeReport
 from rkdet.textsafe import visible
 
 
@@ -30,7 +31,7 @@ class BoardStack:
     model_toolkit: Optional[str]  # the toolkit that built the .rknn
 
     @classmethod
-    def from_evidence(cls, probe: ProbeReport, run: Optional[dict[str, Any]], model_toolkit: Optional[str]) -> BoardStack:
+    def from_evidence(cls, probe: ProbeReport, run: Optional[JsonObject], model_toolkit: Optional[str]) -> BoardStack:
         stack = (run or {}).get("stack")
         stack = stack if isinstance(stack, dict) else {}
 

@@ -152,7 +152,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
             if given_build is None:
-                recorded = load_record(folder).get("build")
+                recorded = load_record(folder).build
                 if not recorded and build is None:
                     raise InputError(f"{folder}: the run's build folder is not recorded; pass --build")
                 build = Path(recorded or build)
@@ -186,7 +186,7 @@ def run_deploy(board: str, user: str | None, port: int | None, identity: Path | 
                   f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
                   f"board restored: {restored}"))
     if as_json:
-        click.echo(json.dumps(outcome.record, indent=2, sort_keys=True))
+        click.echo(json.dumps(outcome.record.to_json() if outcome.record else {}, indent=2, sort_keys=True))
     return outcome
 
 
@@ -195,10 +195,10 @@ def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: 
     """--install-selfcheck: after a passing deploy, the build's self-check into <workdir>/selfcheck, run once."""
     from rkdet.deploy.selfcheck_install import install_selfcheck
 
-    if outcome.exit_code != EXIT_OK or outcome.record.get("status") != "complete":
+    if outcome.exit_code != EXIT_OK or outcome.record is None or outcome.record.status != "complete":
         outcome.warnings.append("self-check not installed: the deploy did not pass")
         return
-    remote = f"{outcome.record['remote']['workdir']}/selfcheck"
+    remote = f"{(outcome.record.remote or {})['workdir']}/selfcheck"
     done = install_selfcheck(conn, build, remote, emulated=outcome.emulated, backend=backend,
                              allow_failed_build=allow_failed_build)
     res = conn.run(done.command, check=False, timeout=300)

@@ -34,7 +34,7 @@ def deploy_command(**opts: Any) -> None:
     2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
     """
     outcome = run_deploy(**opts)
-    if outcome.record.get("status") == "complete":
+    if outcome.record is not None and outcome.record.status == "complete":
         record_run(Path(opts["out"]), outcome.folder)
     raise SystemExit(outcome.exit_code)
 

@@ -16,7 +16,7 @@ from rkdet.cli.fleet import resolve_boards, source_options
 from rkdet.fleets.run.one_board import DeployCommon, load_builds
 from rkdet.fleets.run.verdict import run_fleet, write_files
 from rkdet.fleets.run.matrix import parse_matrix
-from rkdet.fleets.run.records import Cell, FleetResult
+from rkdet.fleets.run.records import MatrixCell, FleetResult
 from rkdet.fleets.run.scheduler import Schedule
 from rkdet.log import log_console
 from rkdet.textsafe import literal
@@ -108,7 +108,7 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
             raise InputError("--emulator-fault: not valid JSON") from None
     built = load_builds(config_path, builds, allow_failed_build)  # exit 2 before any board is touched
     default = built[0].settings.run
-    cells = parse_matrix(matrix, Cell(default.core_mask, default.backend))
+    cells = parse_matrix(matrix, MatrixCell(default.core_mask, default.backend))
     common = DeployCommon(out=out, repeats=repeats, warmup=warmup, workdir=workdir, state_dir=state_dir,
                           no_pin=no_pin, keep=keep, timeout=timeout, board_timeout=board_timeout,
                           lock_timeout=lock_timeout,

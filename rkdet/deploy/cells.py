@@ -19,9 +19,12 @@ from typing import Any
 
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
+from rkdet.records.cell import Cell, read_cells
+from rkdet.records.deploy_record import ContextsRecord, JsonObject
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
-from rkdet.onboard.resultset import CORE_MASKS
 from rkdet.tolerance import Tolerance
+
+__all__ = ["Cell", "read_cells"]  # the cells.json record and reader live in rkdet/records/cell.py
 
 MAX_JSON = MAX_RUN_RECORD  # cells.json / contexts.json come from the board: bounded like the other run records
 
@@ -36,35 +39,6 @@ def _read_json(path: Path, what: str) -> dict[str, Any] | None:
         return None
     except BoardError as exc:
         raise BoardError(f"{what}: {exc} (a broken or hostile board?)") from None
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One core mask of the run, as the board reported it."""
-
-    name: str  # "core-0_1_2"
-    core_mask: str
-    status: str  # "complete" | "failed" | "skipped" | ...
-    reason: str | None
-
-
-def read_cells(result: Path) -> list[Cell] | None:
-    """The cells of a multi-mask run (None: a single result set). Cell names are checked: a board
-    cannot make the host read outside `result/`."""
-    doc = _read_json(result / "cells.json", "the board's cells")
-    if doc is None:
-        return None
-    cells = []
-    for item in doc.get("cells") or []:
-        if not isinstance(item, dict):
-            raise BoardError("the board's cells.json lists a cell that is not an object")
-        mask = str(item.get("core_mask", ""))
-        name = f"core-{mask}"
-        if item.get("cell") != name or mask not in CORE_MASKS:
-            raise BoardError(f"the board's cells.json names an unexpected cell {str(item.get('cell'))[:40]!r}")
-        cells.append(Cell(name, mask, str(item.get("status")), None if item.get("reason") is None
-                          else str(item.get("reason"))[:300]))
-    return cells
 
 
 @dataclass
@@ -160,7 +134,7 @@ class CellsJudgement:
             out.append(f"{worst.line()} [cells: {per}]")
         return out
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"cells": [{"cell": c.name, "core_mask": c.core_mask, "status": c.status, "reason": c.reason,
                            "verdict": self.comparisons[c.name].verdict if c.name in self.comparisons else None,
                            "repeatable": self.comparisons[c.name].repeatable.as_dict() if c.name in self.comparisons else None,
@@ -196,11 +170,11 @@ class RunJudgement:
     verdict: str
     diff_exit: int  # 0 same, 1 different
     reference: Path | None  # None: the build has none (an imported .rknn; `agrees` says why)
-    repeatable: dict[str, Any]
-    agrees: dict[str, Any] | None
+    repeatable: JsonObject  # Verdict.as_dict(), or {"ok", "cells"} over cells
+    agrees: JsonObject | None
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
-    cells: dict[str, Any] | None = None  # CellsJudgement.as_dict() for a multi-mask run
-    contexts: dict[str, Any] | None = None  # {"contexts": N, "agree": bool} for a single set with --contexts
+    cells: JsonObject | None = None  # CellsJudgement.as_dict() for a multi-mask run
+    contexts: ContextsRecord | None = None  # a single set with --contexts: whether the contexts agreed
 
 
 def _first_run_json(result: Path, cells: list[Cell] | None) -> dict[str, Any]:
@@ -236,7 +210,7 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
             lines.append(not_applicable_line(no_reference))
         return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.as_dict(),
                             comparison.agrees.as_dict() if comparison.agrees is not None else not_applicable(no_reference),
-                            lines, contexts=None if check is None else {"contexts": check.contexts, "agree": check.agree})
+                            lines, contexts=None if check is None else ContextsRecord(contexts=check.contexts, agree=check.agree))
     judged = judge_cells(result, cells, reference, tolerance)
     for n, (name, comparison) in enumerate(judged.comparisons.items()):
         if n == 0:
@@ -261,7 +235,7 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
 NOT_APPLICABLE = "not applicable"
 
 
-def not_applicable(reason: str | None) -> dict[str, Any] | None:
+def not_applicable(reason: str | None) -> JsonObject | None:
     """The agrees verdict of a build without a reference (typed as such, never a pass): ok None."""
     return None if reason is None else {"ok": None, "applicable": False, "verdict": NOT_APPLICABLE, "reason": reason}
 

@@ -14,7 +14,6 @@ collect.py (log, restore, pull), judge.py (verdict), deploy_state.py (deploy.jso
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time
@@ -23,12 +22,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rkdet.deploy import collect, pinned_run, stage
-from rkdet.boardinfo import scripts as board_scripts
 from rkdet.deploy.cells import cell_args
 from rkdet.boardinfo import lock as board_lock
 from rkdet.records.build import BuildInfo
-from rkdet.deploy.deploy_state import (DEPLOY_SCHEMA, DeployState, DeployStatus, load_record, public_settings,
-                                      remove_partial, write_json)
+from rkdet.deploy.deploy_state import DeployState, DeployStatus, load_record, public_settings, remove_partial
+from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, JsonObject, PulledRecord,
+                                         TransferRecord, write_json)
 from rkdet.link.jobs import DetachedJob, attach, exit_code
 from rkdet.deploy.judge import judge
 from rkdet.deploy.layout import RemoteLayout
@@ -39,7 +38,7 @@ from rkdet.link.ssh import BoardConnection
 from rkdet.boardinfo.stack import BoardStack, model_expectations
 from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
-from rkdet.records.io import read_json_object
+from rkdet.records.probe import parse_probe, read_probe, write_probe
 
 Log = Callable[[str], None]
 
@@ -55,7 +54,7 @@ class DeployOutcome:
     transfer: TransferStats
     restored: bool | None
     warnings: list[str] = field(default_factory=list)
-    record: dict[str, Any] = field(default_factory=dict)
+    record: DeployRecord | None = None  # deploy.json with its private part (what `--json` prints)
     verdict_lines: list[str] = field(default_factory=list)  # "repeatable: …", "agrees with the reference: …"
 
 
@@ -88,7 +87,8 @@ class Deployment:
         return self.state.folder
 
     @property
-    def record(self) -> dict[str, Any]:
+    def record(self) -> DeployRecord:
+        assert self.state.record is not None, "the run's record is made in _prepare"
         return self.state.record
 
     def scrub(self, obj: Any) -> Any:
@@ -126,10 +126,10 @@ class Deployment:
         env = pinned_run.job_env(s, layout, state_dir_for(conn, workdir, s.sudo, s.state_dir))
         env.update(board_lock.holder_env(self.info.fingerprint, run_id, s.lock_timeout))
         full = s.to_json()
-        self.state.record.update(schema=DEPLOY_SCHEMA, run_id=run_id, board=conn.target.label, build=str(self.build),
-                                 fingerprint=self.info.fingerprint, platform=self.info.platform,
-                                 remote=layout.to_json(), job_env=env, settings=public_settings(full),
-                                 run_settings=full, tolerances=s.tolerances.as_dict())
+        self.state.start(DeployRecord(run_id=run_id, board=conn.target.label, build=str(self.build),
+                                      fingerprint=self.info.fingerprint, platform=self.info.platform,
+                                      remote=layout.to_json(), job_env=dict(env), settings=public_settings(s),
+                                      run_settings=full, tolerances=s.tolerances.as_dict()))
         self.state.advance(DeployStatus.PREFLIGHT)
         self.log(f"preflight on {conn.target.label}")
         transfer = stage.push_scripts(conn, layout.scripts)
@@ -137,7 +137,7 @@ class Deployment:
                                                    "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
         lock = board_lock.probe_lock(probe.records, conn.target.label)
         self.state.lock_names |= board_lock.private_names([lock.holder])
-        write_json(self.folder / "board.json", self.scrub(probe.to_json()))
+        write_probe(self.folder / "board.json", parse_probe(self.scrub(list(probe.records))))
         emulated = is_emulated_runtime(conn) if s.backend == "rknnlite" else False
         fit = check_board(probe, self.info, host=conn.target.label, backend=s.backend, emulated=emulated,
                           need_kb=stage.need_kb(self.info, s.backend))
@@ -150,10 +150,11 @@ class Deployment:
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         transfer.add(stage.push_build(conn, self.info, layout, emulated or s.backend == "onnxruntime",
                                       self.progress, s.emulate_npu if emulated else None))
-        self.state.advance(DeployStatus.RUNNING, emulated=emulated, warnings=self._with_caveat(list(fit.warnings)),
-                           transfer={"bytes_sent": transfer.bytes_sent, "files_sent": transfer.files_sent,
-                                     "files_skipped": transfer.files_skipped, "method": transfer.method,
-                                     "seconds": round(transfer.seconds, 3)})
+        self.state.advance(DeployStatus.RUNNING, emulated=emulated,
+                           warnings=tuple(self._with_caveat(list(fit.warnings))),
+                           transfer=TransferRecord(bytes_sent=transfer.bytes_sent, files_sent=transfer.files_sent,
+                                                   files_skipped=transfer.files_skipped, method=transfer.method,
+                                                   seconds=round(transfer.seconds, 3)))
         return layout, env, transfer, fit
 
     def resume(self, folder: Path) -> DeployOutcome:
@@ -162,21 +163,22 @@ class Deployment:
         (`timeout`) and whether to keep the board's run folder (`keep`), which are this command's."""
         record = load_record(folder)
         self.state = DeployState(folder, self.conn.target.label, self.label, self.conn.target.user, record)
-        if record.get("fingerprint") != self.info.fingerprint:
-            raise InputError(f"{folder}: that run is of build {str(record.get('fingerprint'))[:16]} but "
+        if record.fingerprint != self.info.fingerprint:
+            raise InputError(f"{folder}: that run is of build {str(record.fingerprint)[:16]} but "
                              f"{self.build} is {self.info.short}; resume without --build, or pass "
-                             f"the build it ran ({record.get('build')})")
+                             f"the build it ran ({record.build})")
         where = f"{folder / 'deploy.json'}"
-        ran = record.get("run_settings") or record.get("settings") or {}  # older records: the public subset
-        if "tolerances" in record and "tolerances" not in ran:
-            ran = {**ran, "tolerances": record["tolerances"]}
+        # older records: the public subset (its fields an older record lacks are not restored)
+        ran = dict(record.run_settings or {}) or {k: v for k, v in (record.to_json().get("settings") or {}).items()
+                                                  if v is not None}
+        if record.tolerances is not None and "tolerances" not in ran:
+            ran = {**ran, "tolerances": record.tolerances}
         restored = RunSettings.from_json(ran, base=self.settings, where=where)  # checked before board work
         self.settings = replace(restored, timeout=self.settings.timeout, keep=self.settings.keep)
-        layout = RemoteLayout.from_json(record.get("remote"), where=f"{where}: remote")
+        layout = RemoteLayout.from_json(record.remote or {}, where=f"{where}: remote")
         job = attach(self.conn, layout.pidfile, layout.logfile, sudo=self.settings.sudo)
-        fit = BoardFit(record.get("platform", "?"), None, bool(record.get("emulated")),
-                       tuple(record.get("warnings", ())))
-        self.log(f"resuming run {record['run_id']} on {self.conn.target.label}")
+        fit = BoardFit(record.platform or "?", None, bool(record.emulated), tuple(record.warnings or ()))
+        self.log(f"resuming run {record.run_id} on {self.conn.target.label}")
         return self._finish(job, layout, TransferStats(), fit)
 
     # -- after the start --
@@ -218,11 +220,11 @@ class Deployment:
         """The job's log and pin/restore reports, then the pulled result set (and its clock warnings).
         A refused pull is raised only after the job's own errors (a board left pinned comes first)."""
         s = self.settings
-        got = collect.read_job_log(self.conn, layout, s.pin, self.record["job_env"], s.sudo, self.scrub, self.folder,
-                                   self.state.lock_names)
+        got = collect.read_job_log(self.conn, layout, s.pin, dict(self.record.job_env or {}), s.sudo, self.scrub,
+                                   self.folder, self.state.lock_names)
         if got.lock is not None and got.lock.mine is not None:  # which lock the board had and the wait: no names
-            self.state.update(board_lock={"method": got.lock.mine.method, "waited_s": got.lock.waited_s,
-                                          "took_over_stale": got.lock.taken_over is not None})
+            self.state.update(board_lock=BoardLockRecord(method=got.lock.mine.method, waited_s=got.lock.waited_s,
+                                                         took_over_stale=got.lock.taken_over is not None))
         if got.lock is not None and got.lock.taken_over is not None:
             self.log(f"took over a stale board lock left by {got.lock.taken_over.describe()} (its job is gone)")
         got.warnings[:0] = self._with_caveat(list(fit.warnings))
@@ -232,7 +234,8 @@ class Deployment:
         collect.pull_result(self.conn, layout, result_local, got, self.progress)
         if not s.keep and not interrupted and got.refused is None:
             self.conn.run(["rm", "-rf", layout.run_dir], check=False, timeout=60)
-        self.state.update(warnings=got.warnings, pulled={"bytes": got.pulled.bytes_sent, "files": got.pulled.files_sent})
+        self.state.update(warnings=tuple(got.warnings),
+                          pulled=PulledRecord(bytes=got.pulled.bytes_sent, files=got.pulled.files_sent))
         self.state.advance(DeployStatus.INTERRUPTED if interrupted else DeployStatus.COMPLETE)
         collect.raise_for_job(self.conn.target.label, got, interrupted, code, s.sudo)
         if got.refused is not None:
@@ -257,12 +260,11 @@ class Deployment:
         """deploy.json's warnings, the failed-build caveat first (once) when the build failed its gates."""
         return warnings if not self.caveat or self.caveat in warnings else [self.caveat, *warnings]
 
-    def _stack(self, run: dict[str, Any] | None) -> BoardStack | None:
+    def _stack(self, run: JsonObject | None) -> BoardStack | None:
         """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
         try:
-            records = read_json_object(self.folder / "board.json").get("records", [])
-            probe = board_scripts.parse_probe(records)
-        except (OSError, ValueError, AttributeError, InputError, board_scripts.RecordError):
+            probe = read_probe(self.folder / "board.json")
+        except (OSError, InputError):
             return None
         return BoardStack.from_evidence(probe, run, self.info.toolkit_version)
 

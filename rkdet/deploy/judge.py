@@ -6,36 +6,36 @@ does (the one reference rule, the one tolerance), and write the same reports int
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError
+from rkdet.records.deploy_record import ContextsRecord, JsonObject
 from rkdet.records.io import read_json_object
 from rkdet.tolerance import Tolerance
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """What the diff said: the verdict, exit codes, the reference, both verdicts as dicts and lines."""
+    """What the diff said: the verdict, exit codes, the reference, both verdicts (as deploy.json records
+    them: the diff's `as_dict`, JSON) and lines."""
 
     verdict: str
     exit_code: int  # the deploy's: EXIT_OK or EXIT_DIFFERENT
     diff_exit: int
     reference: Path | None  # None: the build has no reference (imported .rknn)
     emulated: bool
-    repeatable: dict[str, Any]
-    agrees: dict[str, Any] | None
+    repeatable: JsonObject  # Verdict.as_dict() (rkdet/diff), or {"ok", "cells"} over cells
+    agrees: JsonObject | None  # Verdict.as_dict(), or not_applicable(...) (rkdet/deploy/cells.py)
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
-    run: dict[str, Any] | None = None  # the (first cell's) run.json: the stack rkdet-run saw
-    cells: dict[str, Any] | None = None  # several core masks: each cell's verdicts (rkdet/deploy/cells.py)
-    contexts: dict[str, Any] | None = None  # --contexts N: whether the threaded contexts agreed
+    run: JsonObject | None = None  # the (first cell's) run.json: the stack rkdet-run saw
+    cells: JsonObject | None = None  # several core masks: CellsJudgement.as_dict() (rkdet/deploy/cells.py)
+    contexts: ContextsRecord | None = None  # --contexts N: whether the threaded contexts agreed
 
 
 def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, label: str) -> Judgement:
     """Compare the pulled result set run-to-run and with the build's reference; reports into `folder`."""
-    from rkdet.deploy.cells import judge_result, read_cells
+    from rkdet.deploy.cells import judge_result
+    from rkdet.records.cell import read_cells
 
     cells = read_cells(result_local) if (result_local / "cells.json").is_file() else None
     first = result_local if cells is None else next(

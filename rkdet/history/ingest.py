@@ -4,24 +4,25 @@ Everything here is untrusted (a board wrote board.json and the result set; a fol
 crafted): every file is size-bounded before it is parsed, every field is type-checked, and
 trouble is one line naming the file (exit 2). A field the folder does not record is None
 ("unknown"), never guessed. The result set is read with rkdet's own loader
-(`rkdet.diff.resultset`) and "distinct output sets" is the runner's own definition
+(`rkdet.diff.resultset`), deploy.json, board.json and cells.json through their records (`rkdet.records`:
+`read_deploy_record`, `read_probe`, `read_cells`), and "distinct output sets" is the runner's own definition
 (`rkdet.onboard.resultset.Summary`), so history and `rkdet diff` cannot disagree about a run.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rkdet.deploy.cells import read_cells
-from rkdet.boardinfo.scripts import parse_probe
 from rkdet.diff.resultset import ResultSetDir, iter_jsonl
-from rkdet.errors import BoardError, InputError
-from rkdet.records.io import MAX_RUN_RECORD, read_json_object
+from rkdet.errors import InputError, RkdetError
+from rkdet.records.cell import read_cells
+from rkdet.records.deploy_record import DeployRecord, DeployStatus, read_deploy_record
+from rkdet.records.io import MAX_RUN_RECORD
+from rkdet.records.probe import ProbeReport, read_probe
 from rkdet.onboard.resultset import Summary
 from rkdet.textsafe import visible
 
@@ -133,14 +134,6 @@ def _check_lines(path: Path, limit: int) -> None:
             raise InputError(f"{path}: a line longer than {MAX_LINE_BYTES >> 10} KiB; not a file rkdet wrote")
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    _bounded_size(path, MAX_JSON_BYTES)
-    try:
-        return read_json_object(path, limit=MAX_JSON_BYTES)
-    except FileNotFoundError:
-        raise InputError(f"{path}: missing; the run folder is incomplete") from None
-
-
 def _text(path: Path, key: str, value: Any, *, required: bool = False) -> str | None:
     if value is None and not required:
         return None
@@ -149,13 +142,16 @@ def _text(path: Path, key: str, value: Any, *, required: bool = False) -> str | 
     return value
 
 
-def _identity(board_json: Path, records: list[Any], label: str) -> tuple[BoardIdentity, BoardState]:
-    if not all(isinstance(r, dict) for r in records):
-        raise InputError(f"{board_json}: records must be JSON objects")
+def _deploy_record(path: Path) -> DeployRecord:
+    """deploy.json through the one strict reader (rkdet/records/deploy_record.py), size-checked first."""
+    _bounded_size(path, MAX_JSON_BYTES)
     try:
-        probe = parse_probe(records)
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise InputError(f"{board_json}: malformed probe record ({err.__class__.__name__}: {err})") from None
+        return read_deploy_record(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing; the run folder is incomplete") from None
+
+
+def _identity(board_json: Path, probe: ProbeReport, label: str) -> tuple[BoardIdentity, BoardState]:
     soc = _text(board_json, "soc", probe.soc)
     state = BoardState(kernel=_text(board_json, "kernel", probe.kernel),
                        driver=_text(board_json, "rknpu version", probe.rknpu_version),
@@ -233,30 +229,29 @@ def read_runs(results: Path, folder: Path) -> list[RunRecord]:
     multi-mask run (result/cells.json; skipped and failed cells have no outputs and are not records).
     InputError naming the file if anything is malformed."""
     deploy_json = folder / "deploy.json"
-    deploy = _read_json(deploy_json)
-    if deploy.get("status") != "complete":
-        raise InputError(f"{deploy_json}: status {str(deploy.get('status'))[:40]!r}, not a completed run")
-    build = deploy.get("fingerprint")
+    deploy = _deploy_record(deploy_json)
+    if deploy.status != DeployStatus.COMPLETE:
+        status = deploy.status.value if deploy.status else None
+        raise InputError(f"{deploy_json}: status {str(status)[:40]!r}, not a completed run")
+    build = deploy.fingerprint
     if not isinstance(build, str) or not _FINGERPRINT.match(build):
         raise InputError(f"{deploy_json}: fingerprint must be lowercase hex")
-    run_id = _text(deploy_json, "run_id", deploy.get("run_id"), required=True) or ""
+    run_id = _text(deploy_json, "run_id", deploy.run_id, required=True) or ""
     if not _RUN_ID.fullmatch(run_id):  # shown in tables and reports, used in names: a plain token only
         raise InputError(f"{deploy_json}: run_id {visible(run_id, 40)!r} is not one rkdet deploy makes (letters, "
                          "digits, '.', '_', '-'); not recorded")
-    settings = deploy.get("settings") if isinstance(deploy.get("settings"), dict) else {}
     board_json = folder / "board.json"
-    board_doc = _read_json(board_json)
-    records = board_doc.get("records")
-    if not isinstance(records, list) or len(records) > 10_000:
-        raise InputError(f"{board_json}: records must be a list of at most 10000 probe records")
+    _bounded_size(board_json, MAX_JSON_BYTES)
     label = folder.parent.parent.name
-    board, state = _identity(board_json, records, label)
+    board, state = _identity(board_json, read_probe(board_json), label)
     result = folder / "result"
     if (result / "cells.json").exists():
         _bounded_size(result / "cells.json", MAX_JSON_BYTES)
         try:
             cells = read_cells(result)
-        except BoardError as err:
+        except InputError:
+            raise
+        except RkdetError as err:
             raise InputError(f"{result / 'cells.json'}: {err}") from None
         sets = [(c.name, c.core_mask) for c in cells or [] if c.status == "complete"]
         if not sets:
@@ -264,12 +259,12 @@ def read_runs(results: Path, folder: Path) -> list[RunRecord]:
     else:
         sets = [("", None)]
     relative = folder.relative_to(results).as_posix()
-    return [_read_set(relative, run_id, board, state, build, settings, deploy_json, result, name, mask)
+    return [_read_set(relative, run_id, board, state, build, deploy, deploy_json, result, name, mask)
             for name, mask in sets]
 
 
 def _read_set(relative: str, run_id: str, board: BoardIdentity, state: BoardState, build: str,
-              settings: dict[str, Any], deploy_json: Path, result: Path, name: str, mask: str | None) -> RunRecord:
+              deploy: DeployRecord, deploy_json: Path, result: Path, name: str, mask: str | None) -> RunRecord:
     """One result set (`result/`, or a cell's `result/<name>/`) of a run as a record."""
     here = result / name if name else result
     if here.is_symlink():
@@ -277,12 +272,13 @@ def _read_set(relative: str, run_id: str, board: BoardIdentity, state: BoardStat
     source, outputs, deterministic, count = _outputs(here)
     run = source.run_info
     run_json = here / "run.json"
+    settings = deploy.settings
     core_mask = _text(run_json, "core_mask", run.get("core_mask")) or mask or \
-        _text(deploy_json, "settings.core_mask", settings.get("core_mask")) or "auto"
+        _text(deploy_json, "settings.core_mask", settings.core_mask if settings else None) or "auto"
     if mask is not None and core_mask != mask:
         raise InputError(f"{run_json}: core_mask {core_mask[:40]!r}, but cells.json names this cell {mask!r}")
     backend = _text(run_json, "backend", run.get("backend")) or \
-        _text(deploy_json, "settings.backend", settings.get("backend")) or "rknnlite"
+        _text(deploy_json, "settings.backend", settings.backend if settings else None) or "rknnlite"
     status = _text(run_json, "status", run.get("status")) or "unknown"
     started = run.get("started_unix")
     if started is not None and (isinstance(started, bool) or not isinstance(started, (int, float))
@@ -319,5 +315,6 @@ def run_folders(results: Path) -> list[Path]:
 
 
 def deploy_status(folder: Path) -> str:
-    """deploy.json's status (a malformed deploy.json is an InputError naming it)."""
-    return str(_read_json(folder / "deploy.json").get("status"))
+    """deploy.json's status (a malformed deploy.json is an InputError naming it and the field)."""
+    status = _deploy_record(folder / "deploy.json").status
+    return str(status.value if status else None)

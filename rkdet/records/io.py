@@ -29,6 +29,10 @@ from typing import Any, BinaryIO
 from rkdet.errors import InputError, RkdetError
 from rkdet.onboard.atomic import write_atomic, write_json_atomic  # the one atomic writer (host and board)
 
+# THE atomic writer (temp name in the same folder, fsync, rename; never renamed over a device, FIFO or
+# symlink) is defined once beside the board-side program (rkdet/onboard/atomic.py, stdlib only), which
+# cannot import this module. Host code imports it from here only (`from rkdet.records.io import write_atomic`).
+
 MAX_JSON = 16 << 20  # bytes of one JSON document (manifest, run.json, deploy.json, cells.json, ...)
 MAX_LINE = 1 << 20  # bytes of one JSON Lines record
 MAX_RUN_RECORD = 4 << 20  # bytes of a run folder's records from a board (deploy.json, board.json, run.json, cells.json)

@@ -14,6 +14,7 @@ from rkdet.deploy.layout import RemoteLayout
 from rkdet.deploy.settings import RunSettings
 from rkdet.config import BoardSection, DeploySettings, RunSection
 from rkdet.errors import InputError
+from rkdet.records.deploy_record import DeployRecord, TransitionError
 from rkdet.tolerance import Tolerance
 
 
@@ -38,9 +39,10 @@ def test_run_settings_round_trip_whole_through_json() -> None:
     s = RunSettings.from_config(_sections(), state_dir="/run/x", keep=True, fault='{"bit": 1}', emulate_npu=0)
     doc = json.loads(json.dumps(s.to_json()))  # as deploy.json stores it
     assert RunSettings.from_json(doc) == s
-    public = public_settings(s.to_json())
-    assert "workdir" not in public and "state_dir" not in public and "fault" not in public
-    assert public["fault_injected"] is True and public["emulated_npu_lsb_k"] == 0 and public["sudo"] is True
+    public = public_settings(s)
+    assert not {"workdir", "state_dir", "fault"} & set(vars(public))  # the typed deploy.json `settings`
+    assert public.fault_injected is True and public.emulated_npu_lsb_k == 0 and public.sudo is True
+    assert (public.core_mask, public.cpu_affinity, public.repeats) == ("0_1", (4, 5), 3)
 
 
 def test_older_records_fill_from_base_and_wrong_types_are_one_line() -> None:
@@ -80,9 +82,13 @@ def test_layout_round_trip_and_status_only_through_advance(tmp_path: Path, monke
         RemoteLayout.from_json({"workdir": "/w"})
     folder = tmp_path / "res" / "host_22" / "cdcd" / "20260101T000000Z-abcd"
     folder.mkdir(parents=True)
-    state = DeployState(folder, "me@host:22", "host_22", "me", {"run_id": folder.name, "remote": layout.to_json()})
-    with pytest.raises(ValueError):
+    state = DeployState(folder, "me@host:22", "host_22", "me", DeployRecord(run_id=folder.name, remote=layout.to_json()))
+    with pytest.raises(TransitionError):
         state.update(status="complete")
+    with pytest.raises(TransitionError, match="new -> running is not allowed"):
+        state.advance(DeployStatus.RUNNING)
+    assert not (folder / "deploy.json").exists()
+    state.advance(DeployStatus.PREFLIGHT)
     state.advance(DeployStatus.RUNNING)
     assert json.loads((folder / "deploy.json").read_text())["status"] == "running"
     assert latest_unfinished(tmp_path / "res", "host_22") == folder

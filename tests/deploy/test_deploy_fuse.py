@@ -61,7 +61,7 @@ def _remote_snapshots(out: Path) -> list[dict]:
     if not folders:
         return []
     try:
-        remote = load_record(folders[-1])["remote"]["result"]
+        remote = (load_record(folders[-1]).remote or {})["result"]
         text = Path(remote, "snapshots.jsonl").read_text()
     except (OSError, KeyError, InputError):
         return []

@@ -245,7 +245,7 @@ def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, fleet_builds: dict[
 
     from rkdet.fleets.sources.inventory import load_inventory, select
     from rkdet.fleets.run.one_board import DeployCommon, load_builds, run_board
-    from rkdet.fleets.run.records import BOARD_FAILED, BoardResult, Cell
+    from rkdet.fleets.run.records import BOARD_FAILED, BoardResult, MatrixCell
 
     (board,) = select(load_inventory(lab3.inventory(tmp_path / "inv.yaml")), "a")
     builds = load_builds(None, tuple(fleet_builds.values()))
@@ -259,7 +259,7 @@ def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, fleet_builds: dict[
         if message.startswith("0/rknnlite: ") and "deploy" not in message:  # the first session's verdict
             now[0] += 1000.0
 
-    cells = [Cell("0", "rknnlite"), Cell("0", "onnxruntime")]
+    cells = [MatrixCell("0", "rknnlite"), MatrixCell("0", "onnxruntime")]
     result = run_board(BoardResult(board), builds, cells, common, threading.Event(), log, clock=lambda: now[0])
     first, second = result.cells
     assert (first.status, first.deploy_exit) == ("complete", 0), lines

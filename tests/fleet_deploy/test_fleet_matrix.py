@@ -6,17 +6,17 @@ import pytest
 
 from rkdet.errors import InputError
 from rkdet.fleets.run.matrix import parse_matrix, plan
-from rkdet.fleets.run.records import Cell
+from rkdet.fleets.run.records import MatrixCell
 
-DEFAULT = Cell("auto", "rknnlite")
+DEFAULT = MatrixCell("auto", "rknnlite")
 
 
 def test_cells_are_masks_times_backends_and_onnxruntime_is_one_cell() -> None:
     cells = parse_matrix(("core_mask=auto,0,1,2,0_1_2", "backend=rknnlite,onnxruntime"), DEFAULT)
     assert [c.name for c in cells] == ["auto/rknnlite", "0/rknnlite", "1/rknnlite", "2/rknnlite", "0_1_2/rknnlite",
                                        "auto/onnxruntime"]
-    assert parse_matrix((), Cell("0", "rknnlite")) == [Cell("0", "rknnlite")]  # the config's one cell
-    assert parse_matrix(("backend=onnxruntime",), Cell("0_1", "rknnlite")) == [Cell("auto", "onnxruntime")]
+    assert parse_matrix((), MatrixCell("0", "rknnlite")) == [MatrixCell("0", "rknnlite")]  # the config's one cell
+    assert parse_matrix(("backend=onnxruntime",), MatrixCell("0_1", "rknnlite")) == [MatrixCell("auto", "onnxruntime")]
 
 
 @pytest.mark.parametrize("soc, runs", [

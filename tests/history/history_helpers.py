@@ -1,9 +1,11 @@
 """Build deploy run folders the way rkdet writes them, for the history tests.
 
 The result set is written by the runner's own writer (`prepare_out_dir`, `ResultWriter`,
-`Recorder`, `write_json_atomic`: the code rkdet-run runs on a board), board.json is the real
-probe.sh run against an emulated SoC tree (`build_fake_tree`) and parsed by `parse_probe`, as
-deploy stores it; deploy.json carries the fields deploy records.
+`Recorder`, `write_json_atomic`: the code rkdet-run runs on a board; its run.json is still a dict
+here until the typed run.json record lands), board.json is the real probe.sh run against an emulated
+SoC tree (`build_fake_tree`), parsed by `parse_probe` and written by the one board.json writer
+(`rkdet.records.probe.write_probe`), cells.json by `rkdet.records.cell.write_cells` and deploy.json
+by the one deploy.json writer (`rkdet.records.deploy_record`), so the history reads what deploy writes.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from rkdet.emulator.fake_tree import build_fake_tree
-from rkdet.boardinfo.scripts import parse_probe, run_script_locally
+from rkdet.boardinfo.scripts import run_script_locally
 from rkdet.emulator.socs import profile
 from rkdet.onboard.atomic import write_json_atomic
 from rkdet.onboard.recorder import Recorder
 from rkdet.onboard.resultset import CELLS_SCHEMA, ResultWriter, prepare_out_dir
+from rkdet.records.cell import Cell, write_cells
+from rkdet.records.deploy_record import DeployRecord, DeployStatus, PublishedSettings, write_deploy_record
+from rkdet.records.probe import parse_probe, write_probe
 
 FINGERPRINT = "ab" * 32
 OUTPUTS = ["box0", "cls0"]
@@ -87,16 +92,14 @@ def make_cells_run(results: Path, label: str, run_id: str, records: list[dict],
     result = folder / "result"
     shutil.rmtree(result)
     result.mkdir()
-    doc: dict = {"schema": CELLS_SCHEMA, "cells": [], "agree": None, "first_difference": None}
+    listed = []
     for mask, outputs in cells.items():
         if outputs is None:
-            doc["cells"].append({"cell": f"core-{mask}", "core_mask": mask, "status": "skipped", "exit": None,
-                                 "reason": f"the SoC has 1 NPU core(s); core mask {mask} needs more"})
+            listed.append(Cell(f"core-{mask}", mask, "skipped", f"the SoC has 1 NPU core(s); core mask {mask} needs more"))
             continue
         write_set(result / f"core-{mask}", outputs, repeats=repeats, started=started, core_mask=mask)
-        doc["cells"].append({"cell": f"core-{mask}", "core_mask": mask, "status": "complete", "exit": 0,
-                             "reason": None})
-    write_json_atomic(str(result / "cells.json"), doc)
+        listed.append(Cell(f"core-{mask}", mask, "complete", None, exit=0))
+    write_cells(result, listed)
     return folder
 
 
@@ -111,12 +114,11 @@ def make_run(results: Path, label: str, run_id: str, records: list[dict], output
     folder = results / label / fingerprint[:16] / run_id
     write_set(folder / "result", outputs, repeats=repeats, started=started, core_mask=core_mask, backend=backend,
               npu_hz=npu_hz, flaky=flaky)
-    write_json_atomic(str(folder / "board.json"), parse_probe(records).to_json())
-    write_json_atomic(str(folder / "deploy.json"), {
-        "schema": "rkdet.deploy/1", "status": "complete", "run_id": run_id, "board": f"rkdet@127.0.0.1:{label}",
-        "fingerprint": fingerprint, "platform": "rk3588",
-        "settings": {"repeats": repeats, "warmup": 0, "core_mask": core_mask, "backend": backend, "pin": True,
-                     "sudo": False}})
+    write_probe(folder / "board.json", parse_probe(records))
+    write_deploy_record(folder / "deploy.json", DeployRecord(
+        run_id=run_id, status=DeployStatus.COMPLETE, board=label, fingerprint=fingerprint, platform="rk3588",
+        settings=PublishedSettings(repeats=repeats, warmup=0, core_mask=core_mask, backend=backend, pin=True,
+                                   sudo=False)))
     return folder
 
 

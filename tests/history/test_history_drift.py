@@ -173,6 +173,9 @@ def test_a_board_with_a_serial_is_the_same_board_at_another_address(tmp_path: Pa
      "board.json", "field 'soc' is '7', not a string"),
     (lambda f: (f / "deploy.json").write_text("{not json"), "deploy.json", "unreadable JSON"),
     (lambda f: edit_json(f / "deploy.json", fingerprint="../../etc"), "deploy.json", "fingerprint must be lowercase hex"),
+    (lambda f: edit_json(f / "deploy.json", settings={"core_mask": 7}), "deploy.json",
+     "settings: field 'core_mask' is 7, not text"),
+    (lambda f: edit_json(f / "deploy.json", status="finished"), "deploy.json", "field 'status' is 'finished'"),
     (lambda f: (f / "result" / "index.jsonl").write_text('{"run": 0, "input": "' + "x" * (2 << 20) + '"}\n'),
      "result/index.jsonl", "a line longer than 1024 KiB"),
     (lambda f: (f / "result" / "index.jsonl").write_text(

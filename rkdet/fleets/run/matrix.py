@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rkdet.config import CORE_MASKS
 from rkdet.errors import InputError
-from rkdet.fleets.run.records import Cell
+from rkdet.fleets.run.records import MatrixCell
 from rkdet.onboard.resultset import BACKENDS  # the board runtimes rkdet-run drives
 
 AXES = ("core_mask", "backend")
@@ -25,11 +25,11 @@ _MASK_NEEDS = {"auto": 1, "0": 1, "1": 2, "2": 3, "0_1": 2, "0_1_2": 3}
 
 @dataclass(frozen=True)
 class Planned:
-    cell: Cell
+    cell: MatrixCell
     skip: str = ""  # why the board cannot run this cell ("" : it runs)
 
 
-def parse_matrix(specs: tuple[str, ...], default: Cell) -> list[Cell]:
+def parse_matrix(specs: tuple[str, ...], default: MatrixCell) -> list[MatrixCell]:
     """Cells from `AXIS=V1,V2` specs (each axis at most once); an axis not given keeps the config's value."""
     axes: dict[str, list[str]] = {}
     for spec in specs:
@@ -49,11 +49,11 @@ def parse_matrix(specs: tuple[str, ...], default: Cell) -> list[Cell]:
         axes[axis] = chosen
     masks = axes.get("core_mask", [default.core_mask])
     backends = axes.get("backend", [default.backend])
-    cells: list[Cell] = []
+    cells: list[MatrixCell] = []
     for backend in backends:
         for mask in (masks if backend == "rknnlite" else ["auto"]):
-            if Cell(mask, backend) not in cells:
-                cells.append(Cell(mask, backend))
+            if MatrixCell(mask, backend) not in cells:
+                cells.append(MatrixCell(mask, backend))
     return cells
 
 
@@ -61,7 +61,7 @@ def npu_cores(soc: str | None) -> int:
     return NPU_CORES.get((soc or "").lower(), 1)
 
 
-def plan(cells: list[Cell], soc: str | None) -> list[Planned]:
+def plan(cells: list[MatrixCell], soc: str | None) -> list[Planned]:
     """Each cell, with the reason it is skipped on this SoC (a core it lacks)."""
     cores = npu_cores(soc)
     out = []

@@ -32,8 +32,9 @@ from rkdet.errors import InputError, RkdetError
 from rkdet.fleets.sources.inventory import Board
 from rkdet.fleets.run.matrix import plan
 from rkdet.fleets.run.records import (BOARD_FAILED, BOARD_OK, COMPLETE, FAILED, NOT_RUN, SKIPPED, BoardResult, BoardState,
-                                    Cell, CellResult)
+                                    MatrixCell, CellResult)
 from rkdet.history.ingest import RunRecord
+from rkdet.records.deploy_record import JsonObject
 from rkdet.snapshots import SnapshotError, read_snapshots
 
 Log = Callable[[str], None]
@@ -130,7 +131,7 @@ def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
 
-def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell], common: DeployCommon,
+def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
                  timeout: float, log: Log) -> list[CellResult]:
     """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
     the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
@@ -158,21 +159,21 @@ def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell],
         log(f"warning: {warning}")
     record = outcome.record
     folder = str(outcome.folder)
-    if record.get("status") != "complete":
-        why = str(record.get("error") or outcome.verdict)
+    if record is None or record.status != "complete":
+        why = str((record.error if record else None) or outcome.verdict)
         return [CellResult(c, FAILED, reason=why, folder=folder, deploy_exit=outcome.exit_code,
                            verdict=outcome.verdict, seconds=seconds) for c in cells]
     runs = {r.core_mask: r for r in record_runs(common.out, outcome.folder, log)}
-    top = record.get("agrees")
+    top = record.agrees
     not_applicable = str(top.get("reason")) if isinstance(top, dict) and top.get("applicable") is False else None
     if len(cells) == 1:
         result = CellResult(cells[0], COMPLETE, folder=folder, deploy_exit=outcome.exit_code, verdict=outcome.verdict,
-                            seconds=seconds, repeatable=(record.get("repeatable") or {}).get("ok"),
-                            agrees=(record.get("agrees") or {}).get("ok"), agrees_not_applicable=not_applicable)
+                            seconds=seconds, repeatable=_ok(record.repeatable), agrees=_ok(record.agrees),
+                            agrees_not_applicable=not_applicable)
         result.run = next(iter(runs.values()), None)
         return [result]
-    judged = {str(c.get("core_mask")): c for c in (record.get("cells") or {}).get("cells") or []
-              if isinstance(c, dict)}
+    listed = (record.cells or {}).get("cells")
+    judged = {str(c.get("core_mask")): c for c in (listed if isinstance(listed, list) else []) if isinstance(c, dict)}
     split = [_split(cell, judged.get(cell.core_mask), runs.get(cell.core_mask), folder, seconds) for cell in cells]
     for result in split:
         if result.status == COMPLETE and not_applicable is not None:
@@ -180,7 +181,13 @@ def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell],
     return split
 
 
-def _split(cell: Cell, judged: dict[str, Any] | None, run: RunRecord | None, folder: str,
+def _ok(verdict: JsonObject | None) -> bool | None:
+    """A verdict's `ok` (deploy.json `repeatable`/`agrees`): True, False or None (unknown / not applicable)."""
+    ok = (verdict or {}).get("ok")
+    return ok if isinstance(ok, bool) else None
+
+
+def _split(cell: MatrixCell, judged: JsonObject | None, run: RunRecord | None, folder: str,
            seconds: float) -> CellResult:
     """One cell of a multi-mask session, from deploy.json's `cells` (its own verdicts) and its history record."""
     if judged is None:
@@ -257,7 +264,7 @@ def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
                       clocks=first.state.clocks, max_temp_mc=tuple(sorted(hottest.items())))
 
 
-def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
+def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[MatrixCell], common: DeployCommon,
               stop: threading.Event, log: Log, clock: Callable[[], float] = time.monotonic) -> BoardResult:
     """Every cell of the matrix on one board: the core-mask cells of a backend in one pinned deploy (every
     mask a cell of one runner session), backends one after the other (the board restored after each); a
@@ -279,7 +286,7 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Cell],
                 raise InputError(f"board is {soc or 'of an unknown SoC'}; no --build targets it "
                                  f"(given: {', '.join(b.platform for b in builds)})")
             result.build, result.fingerprint = str(build.folder), build.fingerprint
-            sessions: dict[str, list[Cell]] = {}
+            sessions: dict[str, list[MatrixCell]] = {}
             for planned in plan(cells, soc):
                 if planned.skip:
                     log(f"{planned.cell.name}: skipped: {planned.skip}")

@@ -23,7 +23,7 @@ BOARD_OK, BOARD_FAILED, BOARD_NOT_STARTED = "complete", "failed", "not-started"
 
 
 @dataclass(frozen=True, order=True)
-class Cell:
+class MatrixCell:
     """One point of the matrix: an NPU core mask and a board runtime."""
 
     core_mask: str
@@ -38,7 +38,7 @@ class Cell:
 class CellResult:
     """One board × cell: what the single-board deploy said, and the class its outputs fell in."""
 
-    cell: Cell
+    cell: MatrixCell
     status: str
     reason: str = ""  # skipped / failed / not-run: why
     folder: str | None = None  # the board's ordinary run folder, relative to the fleet run's folder
@@ -191,7 +191,7 @@ class FleetResult:
     fleet_run_id: str
     started_unix: float
     seconds: float
-    cells: list[Cell]
+    cells: list[MatrixCell]
     boards: list[BoardResult]
     classes: list[DeterminismClass]
     differences: list[Difference]

@@ -23,7 +23,7 @@ from rkdet.errors import EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK
 from rkdet.fleets.sources.inventory import Board
 from rkdet.fleets.run.one_board import BuildChoice, DeployCommon, run_board
 from rkdet.fleets.run.classes import find_classes, first_differences
-from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, Cell, DeterminismClass, DriftNote, FleetResult)
+from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, MatrixCell, DeterminismClass, DriftNote, FleetResult)
 from rkdet.fleets.run.scheduler import Schedule, run_all
 from rkdet.history.ingest import RunRecord
 from rkdet.records.io import write_atomic
@@ -43,7 +43,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
+def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[MatrixCell], common: DeployCommon,
               schedule: Schedule, log: Callable[[str, str], None]) -> tuple[FleetResult, Path]:
     """Deploy to every board and judge the fleet; returns the result and the fleet run's folder."""
     run_id = new_run_id()
@@ -77,7 +77,7 @@ def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[Cell],
     return fleet, folder
 
 
-def judge(boards: list[BoardResult], classes: list[DeterminismClass], cells: list[Cell],
+def judge(boards: list[BoardResult], classes: list[DeterminismClass], cells: list[MatrixCell],
           interrupted: bool) -> tuple[int, str]:
     """The exit code and the verdict line: how many classes, which cells depart from the majority."""
     not_run = [b for b in boards if b.status != BOARD_OK]
