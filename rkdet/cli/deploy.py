@@ -15,7 +15,9 @@ from typing import Any
 import click
 from rich.text import Text
 
-from rkdet.cli.board import connection_options, deploy_options, run_deploy
+from rkdet.cli.board import run_deploy
+from rkdet.cli.options import connection_options, deploy_options
+from rkdet.deploy.request import DeployRequest
 from rkdet.errors import RkdetError
 from rkdet.log import log_console
 from rkdet.textsafe import literal
@@ -33,9 +35,11 @@ def deploy_command(**opts: Any) -> None:
     Exit codes: 0 deterministic and within tolerance of golden, 1 divergence found,
     2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
     """
-    outcome = run_deploy(**opts)
+    request = DeployRequest.from_options(opts)
+    outcome = run_deploy(request, resume=opts["resume"], install_selfcheck=opts["install_selfcheck"],
+                         as_json=opts["as_json"])
     if outcome.record.get("status") == "complete":
-        record_run(Path(opts["out"]), outcome.folder)
+        record_run(request.out, outcome.folder)
     raise SystemExit(outcome.exit_code)
 
 

@@ -18,6 +18,10 @@ from rkdet.textsafe import markup_escaped
 from rkdet.log import output_console
 
 
+SOURCE_OPTIONS = ("inventory", "limit", "boards", "boards_file", "labgrid", "tags", "reserve_timeout",
+                  "inventory_engine")  # the parameters `source_options` adds, as `resolve_boards` takes them
+
+
 def source_options(func):  # type: ignore[no-untyped-def]
     """The board-source flags (one source per command), shared by `fleet hosts` and `fleet deploy`."""
     options = [

@@ -63,17 +63,18 @@ def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[Cell],
     classes = find_classes(results)
     differences = first_differences(results, classes, folder, builds[0].settings.tolerances)
     drift = drift_notes(common.out, results)
+    run = common.request.run
     code, verdict = judge(results, classes, cells, interrupted)
     fleet = FleetResult(fleet_run_id=run_id, started_unix=started_unix, seconds=time.monotonic() - started,
                         cells=cells, boards=results, classes=classes, differences=differences, drift=drift,
                         exit_code=code, verdict=verdict, interrupted=interrupted,
                         settings={"builds": [{"folder": str(b.folder), "platform": b.platform,
                                               "fingerprint": b.fingerprint} for b in builds],
-                                  "repeats": common.repeats, "warmup": common.warmup, "forks": schedule.forks,
+                                  "repeats": run.repeats, "warmup": run.warmup, "forks": schedule.forks,
                                   "canary": schedule.canary, "max_fail_percent": schedule.max_fail_percent,
-                                  "timeout": common.timeout, "board_timeout": common.board_timeout,
-                                  "lock_timeout": common.lock_timeout,
-                                  "pin": not common.no_pin})
+                                  "timeout": run.timeout, "board_timeout": common.board_timeout,
+                                  "lock_timeout": run.lock_timeout,
+                                  "pin": not run.no_pin})
     return fleet, folder
 
 
