@@ -21,6 +21,7 @@ import numpy as np
 
 from rkdet.boardinfo.remote_scripts import SESSION_ENV, is_emulated_runtime
 from rkdet.link.pull import pull
+from rkdet.link.shell import FILES_S
 from rkdet.link.transfer import push
 from rkdet.deploy.settings import RunSettings
 from rkdet.diff.resultset import ResultSetDir
@@ -99,8 +100,8 @@ class BoardRunner:
                 sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
                 push(conn, sidecar, f"{remote_model}/model.emu.json")  # type: ignore[arg-type]
         out = f"{self.base}/runs/{tag}-{core_mask}"
-        conn.run(["rm", "-rf", "--", out], timeout=60)  # type: ignore[attr-defined]
-        conn.run(["mkdir", "-p", f"{self.base}/runs"], timeout=60)  # type: ignore[attr-defined]
+        conn.run(["rm", "-rf", "--", out], timeout=FILES_S)  # type: ignore[attr-defined]
+        conn.run(["mkdir", "-p", f"{self.base}/runs"], timeout=FILES_S)  # type: ignore[attr-defined]
         argv = ["python3", f"{self.workdir}/bisect/rkdet-run.py", "--model", f"{remote_model}/model.rknn",
                 "--inputs", f"{self.base}/inputs", "--repeats", str(s.repeats), "--warmup", "0",
                 "--core-mask", core_mask, "--backend", "rknnlite", "--snapshot-every", "0", "--out", out]

@@ -15,6 +15,7 @@ from rkdet.log import log_console
 from rkdet.textsafe import literal
 from rkdet.cli.options import connection_options
 from rkdet.link.connect import ConnectionOptions, open_connection
+from rkdet.link.shell import SELFCHECK_S
 from rkdet.deploy.settings import settings_source
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: 
     remote = f"{outcome.record['remote']['workdir']}/selfcheck"
     done = install_selfcheck(conn, build, remote, emulated=outcome.emulated, backend=backend,
                              allow_failed_build=allow_failed_build)
-    res = conn.run(done.command, check=False, timeout=300)
+    res = conn.run(done.command, check=False, timeout=SELFCHECK_S)
     line = (res.out.strip() or res.err.strip()).splitlines()[-1:] or [f"exit {res.rc}, no output"]
     if res.rc != 0:
         raise BoardError(f"{conn.target.label}: the self-check installed in {remote} failed on its first run "

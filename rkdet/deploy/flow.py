@@ -35,6 +35,7 @@ from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.preflight import BoardFit, check_board
 from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
 from rkdet.deploy.settings import RunSettings
+from rkdet.link.shell import FILES_S
 from rkdet.link.ssh import BoardConnection
 from rkdet.boardinfo.stack import BoardStack, model_expectations
 from rkdet.link.transfer import TransferStats
@@ -231,7 +232,7 @@ class Deployment:
         result_local = self.folder / "result"
         collect.pull_result(self.conn, layout, result_local, got, self.progress)
         if not s.keep and not interrupted and got.refused is None:
-            self.conn.run(["rm", "-rf", layout.run_dir], check=False, timeout=60)
+            self.conn.run(["rm", "-rf", layout.run_dir], check=False, timeout=FILES_S)
         self.state.update(warnings=got.warnings, pulled={"bytes": got.pulled.bytes_sent, "files": got.pulled.files_sent})
         self.state.advance(DeployStatus.INTERRUPTED if interrupted else DeployStatus.COMPLETE)
         collect.raise_for_job(self.conn.target.label, got, interrupted, code, s.sudo)
