@@ -15,7 +15,7 @@ import click
 
 from rkdet.cli.options import CONNECTION, connection_options
 from rkdet.link.connect import ConnectionOptions, open_connection
-from rkdet.config import CORE_MASKS
+from rkdet.choices import CORE_MASKS
 from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.cli.layers_host import layers_command as host_layers
 from rkdet.log import log_console

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import click
 
-from rkdet.config import CORE_MASKS, DEFAULT_CONFIG, RESOLVED_CONFIG
+from rkdet.choices import BACKENDS, CORE_MASKS
+from rkdet.config import DEFAULT_CONFIG, RESOLVED_CONFIG
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -75,7 +76,7 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         help="Also run N runtime contexts in threads on the same inputs and check they agree with "
              "the sequential run (config run.contexts).")),
     "backend": (("--backend",), dict(
-        type=click.Choice(["rknnlite", "onnxruntime"]), default=None,
+        type=click.Choice(BACKENDS), default=None,
         help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU.")),
     "out": (("--out",), dict(
         type=click.Path(path_type=Path), default=Path("results"), show_default=True,

@@ -20,7 +20,7 @@ from typing import Any
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
-from rkdet.runner import CORE_MASKS
+from rkdet.choices import CORE_MASKS
 from rkdet.tolerance import Tolerance
 
 MAX_JSON = MAX_RUN_RECORD  # cells.json / contexts.json come from the board: bounded like the other run records

@@ -20,7 +20,7 @@ import secrets
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rkdet.deploy import collect, pinned_run, stage
 from rkdet.boardinfo import scripts as board_scripts
@@ -41,8 +41,8 @@ from rkdet.boardinfo.stack import BoardStack, model_expectations
 from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.io import read_json_object
+from rkdet.log import Log
 
-Log = Callable[[str], None]
 
 
 @dataclass

@@ -19,9 +19,8 @@ from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.remote_scripts import SESSION_ENV
 from rkdet.deploy.settings import RunSettings
 from rkdet.link.shell import QUICK_S, CommandRunner
-from rkdet.log import ProgressThrottle
+from rkdet.log import Log, ProgressThrottle
 
-Log = Callable[[str], None]
 
 
 def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:

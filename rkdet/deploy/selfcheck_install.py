@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rkdet.choices import BACKENDS
 from rkdet.link.shell import remote_command
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
@@ -51,7 +52,7 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     pushes model.onnx to check with onnxruntime instead of the NPU runtime. A build that failed a gate at
     convert (rkdet.records.gates) is refused unless `allow_failed_build`.
     """
-    if backend not in ("rknnlite", "onnxruntime"):
+    if backend not in BACKENDS:
         raise InputError(f"--backend {backend!r}: expected rknnlite or onnxruntime")
     gates = read_gates(build_dir)
     if not gates.passed and not allow_failed_build:

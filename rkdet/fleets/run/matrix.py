@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rkdet.config import CORE_MASKS
+from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import InputError
 from rkdet.fleets.run.records import Cell
 
-BACKENDS = ("rknnlite", "onnxruntime")
 AXES = ("core_mask", "backend")
 
 # NPU cores per SoC (Rockchip datasheets; RKNN_NPU_CORE_* of librknnrt); SoCs not named have one

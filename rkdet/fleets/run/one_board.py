@@ -36,8 +36,8 @@ from rkdet.fleets.run.records import (BOARD_FAILED, BOARD_OK, COMPLETE, FAILED, 
                                     Cell, CellResult)
 from rkdet.history.ingest import RunRecord
 from rkdet.snapshots import SnapshotError, read_snapshots
+from rkdet.log import Log
 
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from rkdet.fleets.run.scheduler import Schedule, run_all
 from rkdet.history.ingest import RunRecord
 from rkdet.runner import write_atomic
 
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
