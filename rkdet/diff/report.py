@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
+from rkdet.diff.compare import Comparison, Failure, SetAnalysis, OutputVariant
 from rkdet.diff.findings import SCHEMA, report_base, run_ranges, shown_path
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
@@ -20,7 +20,7 @@ def _stats(s: NumericStats | None) -> dict[str, Any] | None:
     return None if s is None else s.as_dict()
 
 
-def _variant(v: Variant) -> dict[str, Any]:
+def _variant(v: OutputVariant) -> dict[str, Any]:
     return {"hash": v.hash, "run_count": len(v.runs), "runs": run_ranges(v.runs),
             "vs_first": _stats(v.vs_first), "vs_reference": _stats(v.vs_reference),
             "slices_vs_first": {k: s.as_dict() for k, s in v.slices_vs_first.items()},

@@ -50,7 +50,7 @@ from rkdet.emulator import lifeline
 from rkdet.emulator.socs import PROFILES, SocProfile
 from rkdet.emulator.sshd import VARIANTS, EmulatedBoard, _keygen
 from rkdet.errors import BoardError, InputError
-from rkdet.fleets.sources.inventory import Board, write_inventory
+from rkdet.fleets.sources.inventory import FleetBoard, write_inventory
 
 #: TEST CONTROL kinds (what each does: the module doc); the login variants are sshd.VARIANTS
 TEST_CONTROL_KINDS = ("runtime-drift", "core-drift", "drop", "hot")
@@ -97,10 +97,10 @@ class FleetBoard:
     def test_control(self) -> bool:
         return self.kind in TEST_CONTROL_KINDS
 
-    def record(self, known_hosts: Path, identity: Path) -> Board:
+    def record(self, known_hosts: Path, identity: Path) -> FleetBoard:
         """The inventory record of this board (what `load_inventory` reads back)."""
         b = self.board
-        return Board(name=self.name, address=b.host, port=b.port, user=b.user, key_file=str(identity),
+        return FleetBoard(name=self.name, address=b.host, port=b.port, user=b.user, key_file=str(identity),
                      soc=self.soc, sudo=b.variant.sudo, workdir=str(b.home / ".cache" / "rkdet"),
                      known_hosts=str(known_hosts), tags=("emulated", self.kind), groups=(self.soc,))
 
@@ -317,7 +317,7 @@ class EmulatedFleet:
 
     # -- what it is --
 
-    def records(self) -> list[Board]:
+    def records(self) -> list[FleetBoard]:
         """The inventory records, one per board, in index order."""
         return [fb.record(self.known_hosts_file, self.identity_file) for fb in self.boards]
 

@@ -28,7 +28,7 @@ from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first
 from rkdet.search.space import (
     MAX_HYBRID_K,
     Space,
-    Variant,
+    SearchVariant,
     float_variant,
     hybrid_ks,
     hybrid_variants,
@@ -55,7 +55,7 @@ class Closest:
 class Outcome:
     """What one variant's build gave."""
 
-    variant: Variant
+    variant: SearchVariant
     status: str  # "pass" | "fail" (a gate) | "error" (the toolkit or a check failed) | "stopped" (the budget ran out)
     options: dict[str, Any]
     build_seconds: float | None = None  # measured (the search's clock)
@@ -83,7 +83,7 @@ class Outcome:
 class Untried:
     """A variant the budget left out: its place, what it would change, its estimated cost."""
 
-    variant: Variant
+    variant: SearchVariant
     relative_cost: float
     estimated_seconds: float | None
     reason: str
@@ -203,7 +203,7 @@ def _fidelity_line(fid: dict[str, Any], platform: str) -> str | None:
         return None
 
 
-def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Path, progress: Progress,
+def build_variant(cfg: RkdetConfig, variant: SearchVariant, platform: str, scratch: Path, progress: Progress,
                   watch: BuildWatch | None = None) -> tuple[Outcome, Path | None]:
     """Convert one variant into `scratch/<index>/`; returns its outcome and, when it passed, its build folder
     (`watch`: the toolkit's progress lines and the budget's deadline)."""
@@ -260,10 +260,10 @@ def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Prog
                   ) -> tuple[list[dict[str, Any]], int, LossShape]:
     """`rkdet layers` on the config as given: its worst layers by single error, how many layers it measured,
     and whether the loss comes from single layers or accumulates."""
-    from rkdet.layers.rebuild import Source, rebuild_and_analyse
+    from rkdet.layers.rebuild import BuildSource, rebuild_and_analyse
     from rkdet.layers.report import build_report, onnx_label
 
-    src = Source(cfg, platform, None, None)
+    src = BuildSource(cfg, platform, None, None)
     rebuilt = rebuild_and_analyse(src, None, lambda m: progress(f"layers: {m}"), log_to=scratch / "toolkit-layers.log",
                                   max_inputs=LAYERS_MAX_INPUTS)
     threshold = cfg.fidelity.min_layer_cosine
@@ -295,10 +295,10 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
     loss: LossShape | None = None
     scratch = Path(tempfile.mkdtemp(prefix=f".search-{cfg.name}-{platform}-", dir=out))
 
-    def skip(variant: Variant, relative: float, reason: str) -> None:
+    def skip(variant: SearchVariant, relative: float, reason: str) -> None:
         untried.append(Untried(variant, relative, budget.estimate(relative), reason))
 
-    def run(variant: Variant) -> bool:
+    def run(variant: SearchVariant) -> bool:
         nonlocal installed
         relative = relative_cost(variant, algorithm, count)
         if outcomes and not budget.fits(relative):
@@ -343,7 +343,7 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
             top = max(space.hybrid) if space.hybrid else MAX_HYBRID_K
             start = len(variants)
             if not budget.fits(LAYERS_COST):
-                skip(Variant(start, "hybrid", {"quantize.float_layers": ["(the worst layers by rkdet layers)"]}),
+                skip(SearchVariant(start, "hybrid", {"quantize.float_layers": ["(the worst layers by rkdet layers)"]}),
                      LAYERS_COST, "the hybrid stage needs `rkdet layers` first; the budget does not cover it")
             else:
                 try:

@@ -30,7 +30,7 @@ from rkdet.deploy.request import DeployRequest
 from rkdet.deploy.settings import RunOverrides, RunSettings
 from rkdet.config import DeploySettings
 from rkdet.errors import InputError, RkdetError
-from rkdet.fleets.sources.inventory import Board
+from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.fleets.run.matrix import plan
 from rkdet.fleets.run.records import (BOARD_FAILED, BOARD_OK, COMPLETE, FAILED, NOT_RUN, SKIPPED, BoardResult, BoardState,
                                     Cell, CellResult)
@@ -63,14 +63,14 @@ class DeployCommon:
     def out(self) -> Path:
         return self.request.out
 
-    def connection_for(self, board: Board) -> ConnectionOptions:
+    def connection_for(self, board: FleetBoard) -> ConnectionOptions:
         """The connection flags with the board's own values (its source's) first."""
         return self.request.connection.for_board(
             board.address, user=board.user, port=board.port,
             identity=Path(board.key_file) if board.key_file else None,
             known_hosts=Path(board.known_hosts) if board.known_hosts else None, proxy_jump=board.proxy_jump)
 
-    def run_for(self, board: Board) -> RunOverrides:
+    def run_for(self, board: FleetBoard) -> RunOverrides:
         """The run flags with the board's own sudo and work dir first."""
         run = self.request.run
         return replace(run, sudo=run.sudo if board.sudo is None else board.sudo,
@@ -105,14 +105,14 @@ def build_for(builds: list[BuildChoice], soc: str | None) -> BuildChoice | None:
 
 
 @contextmanager
-def board_connection(board: Board, common: DeployCommon) -> Iterator[Any]:
+def board_connection(board: FleetBoard, common: DeployCommon) -> Iterator[Any]:
     """One SSH connection for all of a board's cells (the board's inventory values first: user, port, key,
     known_hosts)."""
     with open_connection(common.connection_for(board)) as conn:
         yield conn
 
 
-def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
+def probe_soc(conn: Any, board: FleetBoard, common: DeployCommon) -> str | None:
     """The SoC the board's probe names (nothing on the board changes)."""
     from rkdet.boardinfo.remote_scripts import probe_board, state_dir_for
     from rkdet.deploy.stage import push_scripts
@@ -125,7 +125,7 @@ def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
 
-def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Cell], common: DeployCommon,
+def deploy_cells(conn: Any, board: FleetBoard, build: BuildChoice, cells: list[Cell], common: DeployCommon,
                  timeout: float, log: Log) -> list[CellResult]:
     """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
     the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""

@@ -20,7 +20,7 @@ from typing import Any
 from pathlib import Path
 
 from rkdet.errors import EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK
-from rkdet.fleets.sources.inventory import Board
+from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.fleets.run.one_board import BuildChoice, DeployCommon, run_board
 from rkdet.fleets.run.classes import find_classes, first_differences
 from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, Cell, DeterminismClass, DriftNote, FleetResult)
@@ -42,7 +42,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
+def run_fleet(boards: list[FleetBoard], builds: list[BuildChoice], cells: list[Cell], common: DeployCommon,
               schedule: Schedule, log: Callable[[str, str], None]) -> tuple[FleetResult, Path]:
     """Deploy to every board and judge the fleet; returns the result and the fleet run's folder."""
     run_id = new_run_id()
