@@ -145,7 +145,7 @@ def _check(cfg: RkdetConfig, build: Path, as_json: bool, console: Console) -> No
     with console.status("checking") as status:
         report = check_against(cfg, build, progress=lambda msg: (status.update(msg), console.log(msg)))
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         fp = report.model_fingerprint
         if report.same:

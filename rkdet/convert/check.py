@@ -60,7 +60,7 @@ class CheckReport:
         """The model and its .rknn content agree; only the golden data (or nothing) differs."""
         return all(d.section in _BUILD_ONLY for d in self.differences) and self.build_fingerprint[1] is not None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"schema": REPORT_SCHEMA, "build": str(self.build), "platform": self.platform, "same": self.same,
                 "same_model": self.same_model,
                 "differences": [{"section": d.section, "detail": d.detail} for d in self.differences],

@@ -242,7 +242,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
                                       header["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
-            fid = report.as_dict()
+            fid = report.to_json()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
             try:
@@ -250,7 +250,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             except FidelityGateError as err:  # a failed build kept (--keep-failed, --search) says what it was
                 write_json_atomic(str(failed_fidelity_path(final)), fid)  # kept even without --keep-failed
                 doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
-                                              fid, environment, log_report.as_dict())
+                                              fid, environment, log_report.to_json())
                 _write_failed(stage_dir, doc, GateRecord(False, err.gate or "fidelity", err.subject, str(err)))
                 (stage_dir / "config.resolved.json").write_text(
                     json.dumps(published.config_dict(cfg), indent=2, sort_keys=True) + "\n")
@@ -259,7 +259,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
-                                      fid, environment, log_report.as_dict())
+                                      fid, environment, log_report.to_json())
         doc["gates"] = PASSED.to_json()
         try:  # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
             fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,

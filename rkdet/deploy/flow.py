@@ -130,7 +130,7 @@ class Deployment:
         self.state.record.update(schema=DEPLOY_SCHEMA, run_id=run_id, board=conn.target.label, build=str(self.build),
                                  fingerprint=self.info.fingerprint, platform=self.info.platform,
                                  remote=layout.to_json(), job_env=env, settings=public_settings(full),
-                                 run_settings=full, tolerances=s.tolerances.as_dict())
+                                 run_settings=full, tolerances=s.tolerances.to_json())
         self.state.advance(DeployStatus.PREFLIGHT)
         self.log(f"preflight on {conn.target.label}")
         transfer = stage.push_scripts(conn, layout.scripts)
@@ -247,7 +247,7 @@ class Deployment:
             j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
         stack = self._stack(j.run)
         self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference) if j.reference is not None else None,
-                          repeatable=j.repeatable, agrees=j.agrees, stack=stack.as_dict() if stack else None,
+                          repeatable=j.repeatable, agrees=j.agrees, stack=stack.to_json() if stack else None,
                           cells=j.cells, contexts=j.contexts)
         self.state.save()
         lines = ([stack.line()] if stack else []) + j.lines

@@ -114,7 +114,7 @@ class RunSettings:
         doc = asdict(self)
         doc["cpu_affinity"] = list(self.cpu_affinity) if self.cpu_affinity is not None else None
         doc["pin_env"] = dict(self.pin_env)
-        doc["tolerances"] = self.tolerances.as_dict()
+        doc["tolerances"] = self.tolerances.to_json()
         return doc
 
     @classmethod

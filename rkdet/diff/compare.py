@@ -128,7 +128,7 @@ class Verdict:
     def decisions_judged(self) -> bool:
         return self.decisions_changed is not None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing",
                                                  "outputs_outside", "decisions_changed", "decisions_judged", "max_abs",
                                                  "max_ulp", "max_lsb", "min_cosine", "reason")},

@@ -68,7 +68,7 @@ class Outcome:
     slices: dict[str, Any] = field(default_factory=dict)
     closest: Closest | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"index": self.variant.index, "stage": self.variant.stage, "changes": self.variant.changes,
                 "options": self.options, "status": self.status, "message": self.message,
                 "fingerprint": self.fingerprint, "fidelity_line": self.fidelity_line, "gates": self.gates,
@@ -88,7 +88,7 @@ class Untried:
     estimated_seconds: float | None
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"index": self.variant.index, "stage": self.variant.stage, "changes": self.variant.changes,
                 "relative_cost": self.relative_cost, "estimated_seconds": self.estimated_seconds, "reason": self.reason}
 
@@ -139,16 +139,16 @@ class SearchResult:
     def passed(self) -> Outcome | None:
         return next((o for o in self.outcomes if o.status == "pass"), None)
 
-    def as_dict(self, searched_config: str | None) -> dict[str, Any]:
+    def to_json(self, searched_config: str | None) -> dict[str, Any]:
         first = self.passed
-        return {"schema": SCHEMA, "platform": self.platform, "space": self.space.as_dict(),
+        return {"schema": SCHEMA, "platform": self.platform, "space": self.space.to_json(),
                 "search_all": self.search_all, "passed": None if first is None else first.variant.index,
                 "fingerprint": None if first is None else first.fingerprint, "searched_config": searched_config,
                 "worst_single": self.worst_single, "layers_error": self.layers_error,
                 "budget_seconds": self.budget_seconds, "elapsed_seconds": self.elapsed_seconds,
-                "untried": [u.as_dict() for u in self.untried],
+                "untried": [u.to_json() for u in self.untried],
                 "loss": None if self.loss is None else asdict(self.loss),
-                "variants": [o.as_dict() for o in self.outcomes]}
+                "variants": [o.to_json() for o in self.outcomes]}
 
 
 def apply(cfg: RkdetConfig, changes: dict[str, Any]) -> RkdetConfig:

@@ -44,7 +44,7 @@ class Space:
     calibration: tuple[int, ...] = CALIBRATION_DIVISORS
     hybrid: tuple[int, ...] | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"algorithm": list(self.algorithms), "method": list(self.methods), "calibration": list(self.calibration),
                 "hybrid": "1, 2, 4, ... below the number of measured layers" if self.hybrid is None else list(self.hybrid)}
 
