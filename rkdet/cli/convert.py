@@ -1,6 +1,6 @@
 """`rkdet convert`: parse, call the pipeline (or, with --search, the search over remedies), print a summary.
 
-It sits above both `convert` and `layers` (as deploy_command.py sits above board and history): `--search`
+It sits above both `convert` and `search` (as cli/deploy.py sits above deploy and history): `--search`
 needs the per-layer analysis (`rkdet.layers`) to pick the layers a hybrid build keeps in float16.
 """
 
