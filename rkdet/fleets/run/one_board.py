@@ -1,6 +1,6 @@
 """The one door from a fleet run into the single-board deploy, and each board's cell loop.
 
-Why one module: every call into `rkdet.board` (connection, probe, `Deployment`, the settings rule of
+Why one module: every call into the single-board deploy (`open_connection`, probe, `Deployment`, the settings rule of
 `rkdet deploy`) is here, so a change of the single-board API is one edit; and `run_board` is the one
 function that runs a board's cells.
 
