@@ -30,7 +30,7 @@ from bounds import ended_within
 from rkdet.link import jobs
 from rkdet.link.ssh import BoardConnection, Timeouts
 from rkdet.cli import main
-from rkdet.emulator.fleet import DRIFT_RUNTIME, EmulatedFleet, FleetBoard
+from rkdet.emulator.fleet import DRIFT_RUNTIME, EmulatedFleet, FleetMember
 from rkdet.errors import BoardError
 from rkdet.fleets.sources.inventory import FleetBoard, load_inventory, select, write_inventory
 
@@ -77,7 +77,7 @@ def fleet() -> Iterator[EmulatedFleet]:
         yield fl
 
 
-def _connect(fb: FleetBoard, inv_path: Path) -> BoardConnection:
+def _connect(fb: FleetMember, inv_path: Path) -> BoardConnection:
     """A connection made only from the inventory's record (strict host keys: its known_hosts)."""
     rec = next(b for b in select(load_inventory(inv_path), fb.name))
     return BoardConnection.open(f"{rec.address}:{rec.port}", user=rec.user, identity=Path(rec.key_file),
@@ -85,7 +85,7 @@ def _connect(fb: FleetBoard, inv_path: Path) -> BoardConnection:
                                 allow_agent=False, timeouts=FAST)
 
 
-def _run(fb: FleetBoard, mask: int, hold: float = 0.0) -> dict:
+def _run(fb: FleetMember, mask: int, hold: float = 0.0) -> dict:
     model = _tiny_model(fb.board.home, fb.board.account.uid)
     with fb.board.connect(timeouts=FAST) as conn:
         res = conn.run(["python3", "-c", RUN, model, str(mask), str(hold)], timeout=60)
@@ -137,7 +137,7 @@ def test_runtime_drift_and_core_drift_move_one_element(fleet: EmulatedFleet) -> 
     assert _run(drift, NPU_CORE_AUTO)["bits"] == drifted["bits"]  # the same on every call: a determinism class
 
 
-def _npu_max(conn: BoardConnection, fb: FleetBoard) -> int:
+def _npu_max(conn: BoardConnection, fb: FleetMember) -> int:
     npu = fb.board.profile.devfreq_of("npu")
     return int(conn.run(["sh", "-c", f'cat "$RKDET_ROOT/sys/class/devfreq/{npu.name}/max_freq"']).out)
 
