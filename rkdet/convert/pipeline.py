@@ -14,7 +14,6 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -32,8 +31,8 @@ from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
 from rkdet.records.io import read_json_object
 from rkdet.runner import write_json_atomic
+from rkdet.log import Log
 
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -184,7 +183,7 @@ def _write_failed(stage_dir: Path, doc: dict, record: GateRecord) -> None:
 
 
 def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
-                   out: Path, verify: bool, progress: Progress, keep_failed: bool = False,
+                   out: Path, verify: bool, progress: Log, keep_failed: bool = False,
                    tk: Toolkit | None = None, session: ToolkitSession | None = None, force: bool = True,
                    watch: BuildWatch | None = None) -> BuildResult:
     tk = tk or find_toolkit(platform, cfg)
@@ -328,7 +327,7 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
 
 
 def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, verify: bool = False,
-            progress: Progress = lambda msg: None, keep_failed: bool = False, force: bool = True,
+            progress: Log = lambda msg: None, keep_failed: bool = False, force: bool = True,
             watch: BuildWatch | None = None) -> list[BuildResult]:
     """Convert for every configured (or given) platform; returns one result per platform. `force=False`
     (the CLI without --force) refuses to replace a build folder holding another fingerprint. `watch` reports

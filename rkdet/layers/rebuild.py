@@ -14,7 +14,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from pydantic import ValidationError
@@ -31,11 +30,11 @@ from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
 from rkdet.records.io import identifier, read_json
 from rkdet.runner import output_hash
+from rkdet.log import Log
 
 # What `rkdet layers BUILD` reads from a build folder (a failed build kept with --keep-failed has them too).
 NEEDED = ("manifest.json", "config.resolved.json", "model.onnx")
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ def toolkit_job(folder: Path, src: BuildSource, model: PreparedModel, cal: Mater
             "float_layers": float_layers_job(src.cfg)}
 
 
-def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Progress, log_to: Path | None = None,
+def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, log_to: Path | None = None,
                         max_inputs: int | None = None) -> Rebuild:
     """Rebuild `src` in the hermetic worker, check its fingerprint, and analyse every input per layer."""
     cfg, platform = src.cfg, src.platform

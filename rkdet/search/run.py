@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rkdet.config import RkdetConfig
 from rkdet.convert.hermetic import BuildWatch, DeadlineReached
@@ -34,8 +34,8 @@ from rkdet.search.space import (
     hybrid_variants,
     quantize_variants,
 )
+from rkdet.log import Log
 
-Progress = Callable[[str], None]
 SCHEMA = "rkdet.search/2"  # 2: cost order, measured build seconds, budget, untried variants, loss shape
 LAYERS_MAX_INPUTS = 2  # as `rkdet layers` by default: the golden inputs that stray furthest
 
@@ -203,7 +203,7 @@ def _fidelity_line(fid: dict[str, Any], platform: str) -> str | None:
         return None
 
 
-def build_variant(cfg: RkdetConfig, variant: SearchVariant, platform: str, scratch: Path, progress: Progress,
+def build_variant(cfg: RkdetConfig, variant: SearchVariant, platform: str, scratch: Path, progress: Log,
                   watch: BuildWatch | None = None) -> tuple[Outcome, Path | None]:
     """Convert one variant into `scratch/<index>/`; returns its outcome and, when it passed, its build folder
     (`watch`: the toolkit's progress lines and the budget's deadline)."""
@@ -256,7 +256,7 @@ def loss_shape(singles: list[float | None], first_loss: tuple[str, float] | None
                      first_loss[1] if first_loss else None, low_output)
 
 
-def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Progress, top: int
+def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Log, top: int
                   ) -> tuple[list[dict[str, Any]], int, LossShape]:
     """`rkdet layers` on the config as given: its worst layers by single error, how many layers it measured,
     and whether the loss comes from single layers or accumulates."""
@@ -279,8 +279,8 @@ def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Prog
              for x in report.worst_single], len(measured), shape)
 
 
-def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Progress,
-           budget: Budget, toolkit_progress: Progress | None = None) -> SearchResult:
+def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Log,
+           budget: Budget, toolkit_progress: Log | None = None) -> SearchResult:
     """Try the variants cheapest first within `budget`; stop at the first that passes every gate unless
     `search_all`. `toolkit_progress` receives the toolkit's own progress lines while a variant builds."""
     budget.start()
