@@ -18,8 +18,8 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import ConfigError
-from rkdet.onboard.resultset import CORE_MASKS  # rknnlite's core masks, defined once (rkdet-run's)
 from rkdet.records.io import read_json
 from rkdet.tolerance import Tolerance
 
@@ -233,7 +233,7 @@ class RunSection(_Strict):
     warmup: int = Field(2, ge=0)
     core_mask: str = "auto"  # one mask, or a comma list: each a cell of one pinned session (docs/FORMATS.md)
     contexts: int = Field(1, ge=1, le=16)  # > 1: that many runtime contexts in threads, checked against the sequential run
-    backend: Literal["rknnlite", "onnxruntime"] = "rknnlite"
+    backend: Literal[BACKENDS] = "rknnlite"  # type: ignore[valid-type]  # one tuple, rkdet.choices
     snapshot_every: int = Field(5, ge=1)
     cpu_affinity: Optional[list[int]] = None
 

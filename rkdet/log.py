@@ -18,6 +18,9 @@ from typing import Any
 import click
 from rich.console import Console
 
+#: a step's progress log: one message per call (a command gives its console's `log`, a test a list's append)
+Log = Callable[[str], None]
+
 VERBOSE_KEY = "rkdet.verbose"  # in the root click context's meta, set by `rkdet -v`
 #: the width tables are laid out in when the output is not a terminal (a file, a pipe, CI's log)
 PLAIN_WIDTH = 240

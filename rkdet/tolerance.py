@@ -94,7 +94,7 @@ class Tolerance(BaseModel):
     @classmethod
     def from_pairs(cls, pairs: Iterable[str], base: Tolerance | None = None) -> Tolerance:
         """Apply ``KEY=VALUE`` strings (the --tolerance flag) over `base`."""
-        merged: dict[str, Any] = (base or cls()).as_dict()
+        merged: dict[str, Any] = (base or cls()).to_json()
         for pair in pairs:
             key, sep, value = pair.partition("=")
             if not sep:
@@ -107,7 +107,7 @@ class Tolerance(BaseModel):
         """True when nothing but bit-identical outputs is accepted."""
         return (self.max_abs == 0 and self.max_ulp == 0 and self.max_lsb == 0 and self.min_cosine is None and self.max_rel_l2 is None)
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return self.model_dump()
 
     def describe(self) -> str:

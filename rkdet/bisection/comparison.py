@@ -18,7 +18,7 @@ import numpy as np
 from rkdet.bisection.on_board import BoardResult, BoardRunner
 from rkdet.bisection.cuts import CutBuilder
 from rkdet.bisection.plan import CutPoint, bisect, cut_points, max_cut_builds
-from rkdet.config import CORE_MASKS
+from rkdet.choices import CORE_MASKS
 from rkdet.diff.metrics import compare_arrays
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import InputError

@@ -31,7 +31,7 @@ from rkdet.convert.onnx_graph import prepare_model
 from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
-from rkdet.layers.rebuild import Source, toolkit_job
+from rkdet.layers.rebuild import BuildSource, toolkit_job
 from rkdet.records.io import identifier, read_json_object
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
@@ -66,7 +66,7 @@ def cut_key(point: CutPoint) -> str:
 class CutBuilder:
     """Makes (or finds) the cut models of one build; the toolkit inputs are prepared once, when first needed."""
 
-    def __init__(self, src: Source, cache: Path, progress: Callable[[str], None]) -> None:
+    def __init__(self, src: BuildSource, cache: Path, progress: Callable[[str], None]) -> None:
         assert src.build is not None and src.manifest is not None
         self.src = src
         self.build = src.build

@@ -21,7 +21,9 @@ import numpy as np
 
 from rkdet.boardinfo.remote_scripts import SESSION_ENV, is_emulated_runtime
 from rkdet.link.pull import pull
+from rkdet.link.shell import FILES_S
 from rkdet.link.transfer import push
+from rkdet.deploy.settings import RunSettings
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import BoardError
 from rkdet.onboard import program
@@ -48,24 +50,26 @@ class BoardResult:
 
 @dataclass
 class BoardRunner:
-    """Pushes and runs models on one open connection; counts what it did."""
+    """Pushes and runs models on one open connection; counts what it did. How it runs them (repeats,
+    timeout, pinning, sudo, work and state dirs) is deploy's `RunSettings`, with `workdir` (and, when
+    pinned, `state_dir`) already resolved on the board."""
 
     conn: object  # rkdet.link.ssh.BoardConnection
     build: Path
     fingerprint: str
     manifest: dict
-    workdir: str
     local: Path  # where pulled result sets go
-    repeats: int = 1
-    timeout: float = 600.0
+    settings: RunSettings  # pin: every run goes through run-pinned.sh (pin, run, restore)
     runs: int = 0
     seconds: float = 0.0
-    pin_env: dict[str, str] | None = None  # pin.sh settings: every run goes through run-pinned.sh (pin, run, restore)
-    state_dir: str = ""
-    sudo: bool = False
     _emulated: bool | None = None
     _pushed_inputs: bool = False
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def workdir(self) -> str:
+        assert self.settings.workdir is not None, "BoardRunner needs the resolved work dir"
+        return self.settings.workdir
 
     @property
     def base(self) -> str:
@@ -79,7 +83,7 @@ class BoardRunner:
 
     def run(self, model_dir: Path, tag: str, core_mask: str) -> BoardResult:
         """Push `model_dir` (model.rknn, model.io.json, model.onnx) and the golden inputs, run, pull."""
-        conn = self.conn
+        conn, s = self.conn, self.settings
         started = time.monotonic()
         remote_model = f"{self.base}/{tag}"
         with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
@@ -97,18 +101,19 @@ class BoardRunner:
                 sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
                 push(conn, sidecar, f"{remote_model}/model.emu.json")  # type: ignore[arg-type]
         out = f"{self.base}/runs/{tag}-{core_mask}"
-        conn.run(["rm", "-rf", "--", out], timeout=60)  # type: ignore[attr-defined]
-        conn.run(["mkdir", "-p", f"{self.base}/runs"], timeout=60)  # type: ignore[attr-defined]
+        conn.run(["rm", "-rf", "--", out], timeout=FILES_S)  # type: ignore[attr-defined]
+        conn.run(["mkdir", "-p", f"{self.base}/runs"], timeout=FILES_S)  # type: ignore[attr-defined]
         argv = ["python3", f"{self.workdir}/bisect/{program.PROGRAM}", "run", "--model", f"{remote_model}/model.rknn",
-                "--inputs", f"{self.base}/inputs", "--repeats", str(self.repeats), "--warmup", "0",
+                "--inputs", f"{self.base}/inputs", "--repeats", str(s.repeats), "--warmup", "0",
                 "--core-mask", core_mask, "--backend", "rknnlite", "--snapshot-every", "0", "--out", out]
         env: dict[str, str] = {}
-        if self.pin_env is not None:  # the same pinned profile as deploy's runs; restored after each run
+        if s.pin:  # the same pinned profile as deploy's runs; restored after each run
             argv = ["sh", f"{self.workdir}/scripts/run-pinned.sh", "--", *argv]
-            env = {**self.pin_env, "RKDET_STATE_DIR": self.state_dir, "RKDET_WORK_DIR": self.workdir}
-        res = conn.run(argv, check=False, timeout=self.timeout, sudo=self.sudo and self.pin_env is not None,  # type: ignore[attr-defined]
-                       env=env or None, keep_env=SESSION_ENV if self.sudo and self.pin_env is not None else ())
-        if res.rc == 125 and self.pin_env is not None:
+            env = {**s.pin_env, "RKDET_STATE_DIR": s.state_dir or "", "RKDET_WORK_DIR": self.workdir}
+        sudo = s.sudo and s.pin
+        res = conn.run(argv, check=False, timeout=s.timeout, sudo=sudo,  # type: ignore[attr-defined]
+                       env=env or None, keep_env=SESSION_ENV if sudo else ())
+        if res.rc == 125 and s.pin:
             raise BoardError(f"{conn.target.label}: run-pinned.sh exited 125: pin refused (nothing ran) or restore "  # type: ignore[attr-defined]
                              f"failed; check with `rkdet board info`, repair with `rkdet board restore`")
         if res.rc not in (0, 1):  # 1: complete, but runs of an input differ (what run0 looks for)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rkdet.boardinfo import scripts as board_scripts
-from rkdet.link.shell import CommandRunner
+from rkdet.link.shell import FILES_S, QUICK_S, CommandRunner
 from rkdet.errors import BoardError
 
 # Session variables board-side work must keep through `sudo` (which resets the environment): above all
@@ -53,12 +53,12 @@ def state_dir_for(conn: CommandRunner, workdir: str, sudo: bool, given: str | No
     connection, cleared by a reboot that resets the knobs anyway), else the user's own work dir."""
     if given:
         return given
-    login_is_root = conn.run(["id", "-u"], timeout=30).out.strip() == "0"
+    login_is_root = conn.run(["id", "-u"], timeout=QUICK_S).out.strip() == "0"
     return board_scripts.DEFAULT_STATE_DIR if (login_is_root or sudo) else f"{workdir}/state"
 
 
 def is_emulated_runtime(conn: CommandRunner) -> bool:
     """True when the board's rknnlite declares itself a test double (the rkdet emulator's)."""
     probe = "import rknnlite.api as a; print(bool(getattr(a, 'RKDET_EMULATED', '')))"
-    res = conn.run(["python3", "-c", probe], check=False, timeout=60)
+    res = conn.run(["python3", "-c", probe], check=False, timeout=FILES_S)
     return res.rc == 0 and res.out.strip() == "True"

@@ -46,7 +46,7 @@ class BoardStack:
                    runtime_reports=text(stack.get("sdk_version")),
                    model_toolkit=text(stack.get("model_toolkit")) or model_toolkit)
 
-    def as_dict(self) -> dict[str, Optional[str]]:
+    def to_json(self) -> dict[str, Optional[str]]:
         return asdict(self)
 
     def line(self) -> str:

@@ -30,7 +30,7 @@ class Change:
     name: str  # the section, tensor or field
     detail: str
 
-    def as_dict(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, str]:
         return {"category": self.category, "name": self.name, "detail": self.detail}
 
 
@@ -56,7 +56,7 @@ class ContentDiff:
                 else "model content differs")
         return f"{head}: {', '.join(cats)}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         def side(i: RknnFileInfo) -> dict[str, Any]:
             return {"toolkit_version": i.toolkit_version, "compiler_version": i.compiler_version,
                     "target_platform": i.target_platform, "file_sha256": i.file_sha256,
@@ -64,7 +64,7 @@ class ContentDiff:
 
         return {"a": side(self.a), "b": side(self.b), "bytes_identical": self.bytes_identical,
                 "fingerprint_identical": self.fingerprint_identical, "program_identical": self.program_identical,
-                "summary": self.summary(), "changes": [c.as_dict() for c in self.changes],
+                "summary": self.summary(), "changes": [c.to_json() for c in self.changes],
                 "volatile_ranges_differing": self.volatile_differing}
 
 

@@ -70,7 +70,7 @@ class OutputsComparison:
         return (f"{self.kind} outputs: DIFFER: {ag.outputs_differing} output(s) not bit-identical, max |a-b| "
                 f"{ag.max_abs:.4g}, {decisions}")
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         from rkdet.diff.report import to_json
 
         return {"kind": self.kind, "applicable": self.applicable, "reason": self.reason or None,

@@ -52,10 +52,10 @@ class BuildComparison:
         tk = f"A rknn-toolkit2 {self.content.a.toolkit_version}, B rknn-toolkit2 {self.content.b.toolkit_version}"
         return [tk, f"content: {self.content.summary()}"] + [o.line() for o in self.outputs] + [self.verdict()]
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "a": str(self.a.folder), "b": str(self.b.folder), "same": self.same,
-                "exit_code": self.exit_code, "verdict": self.verdict(), "content": self.content.as_dict(),
-                "outputs": [o.as_dict() for o in self.outputs], "decisions_changed": self.decisions_changed()}
+                "exit_code": self.exit_code, "verdict": self.verdict(), "content": self.content.to_json(),
+                "outputs": [o.to_json() for o in self.outputs], "decisions_changed": self.decisions_changed()}
 
 
 def compare_builds(a: Path, b: Path, decoder: str = "auto") -> BuildComparison:
@@ -72,7 +72,7 @@ def compare_builds(a: Path, b: Path, decoder: str = "auto") -> BuildComparison:
 def json_text(c: BuildComparison) -> str:
     from rkdet.diff.report import _finite, _json_default
 
-    return json.dumps(_finite(c.as_dict()), indent=2, sort_keys=True, allow_nan=False, default=_json_default) + "\n"
+    return json.dumps(_finite(c.to_json()), indent=2, sort_keys=True, allow_nan=False, default=_json_default) + "\n"
 
 
 def render_html(c: BuildComparison, diff_pages: dict[str, str]) -> str:

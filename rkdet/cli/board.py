@@ -1,213 +1,19 @@
-"""`rkdet deploy` and `rkdet board info|pin|restore`: the click commands (parse, connect, call, report)."""
+"""`rkdet board info|pin|restore`: the click commands (parse, connect, call, report)."""
 
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
 import click
 from rich.text import Text
 
-from rkdet.config import (CORE_MASKS, DEFAULT_CONFIG, RESOLVED_CONFIG, DeploySettings, build_deploy_settings,
-                          deploy_settings, load_config)
-from rkdet.errors import EXIT_OK, BoardError, InputError
+from rkdet.cli.options import connection_options
+from rkdet.config import load_config
+from rkdet.link.connect import ConnectionOptions, open_connection
 from rkdet.log import log_console
 from rkdet.textsafe import literal
-from rkdet.link.connect import open_connection
-from rkdet.deploy.settings import settings_source
-
-if TYPE_CHECKING:
-    from rkdet.deploy.flow import DeployOutcome
-
-
-def connection_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The SSH flags every board-facing command takes."""
-    options = [
-        click.option("--board", required=True, help="HOST[:PORT] or a Host alias from ~/.ssh/config."),
-        click.option("--user", default=None, help="Login user (default: ssh_config, else yours)."),
-        click.option("--port", type=int, default=None, help="SSH port (default: ssh_config, else 22)."),
-        click.option("--identity", "identity", type=click.Path(path_type=Path), default=None,
-                     help="Private key file (default: ssh_config IdentityFile, agent, ~/.ssh/id_*)."),
-        click.option("--known-hosts", type=click.Path(path_type=Path), default=None,
-                     help="rkdet's known_hosts (default ~/.config/rkdet/known_hosts; ~/.ssh/known_hosts is read too)."),
-        click.option("--ssh-config", type=click.Path(path_type=Path), default=None,
-                     help="ssh_config file (default ~/.ssh/config)."),
-        click.option("--accept-new-host-key", is_flag=True,
-                     help="Trust an unknown host key on first use and record it (never a changed one)."),
-        click.option("--sudo", is_flag=True, default=None, help="Run board-side work with `sudo -n` (non-root login)."),
-        click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-                     help="Seconds allowed for each of TCP connect, SSH banner and authentication."),
-        click.option("--sftp-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-                     help="Seconds allowed for each answer of the board's SFTP server (a stalled board fails)."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def _core_masks(ctx: Any, param: Any, value: str | None) -> str | None:
-    """--core-mask: one mask or a comma list of distinct masks (config.check_core_masks), else exit 2."""
-    from rkdet.config import check_core_masks
-
-    if value is None:
-        return None
-    try:
-        return check_core_masks(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def deploy_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of `rkdet deploy` (the command itself is rkdet/cli/deploy.py, which also records the run)."""
-    options = [
-        click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
-                     help="Config whose run/board/tolerances sections apply (default: the build's own "
-                          f"{RESOLVED_CONFIG}; without --build, {DEFAULT_CONFIG})."),
-        click.option("--build", type=click.Path(path_type=Path), default=None,
-                     help="Build folder from rkdet convert (default build/<name>-<first platform> of the config)."),
-        click.option("--repeats", type=click.IntRange(min=1), default=None, help="Runs over the golden inputs (config run.repeats)."),
-        click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unrecorded warm-up passes (config run.warmup)."),
-        click.option("--core-mask", default=None, metavar="M[,M…]", callback=_core_masks,
-                     help=f"NPU cores (config run.core_mask): one of {', '.join(CORE_MASKS)}, or a comma list "
-                          "(0,1,2,0_1_2): each mask a cell of one pinned session; masks the SoC lacks are skipped."),
-        click.option("--contexts", type=click.IntRange(min=1, max=16), default=None,
-                     help="Also run N runtime contexts in threads on the same inputs and check they agree with "
-                          "the sequential run (config run.contexts)."),
-        click.option("--backend", type=click.Choice(["rknnlite", "onnxruntime"]), default=None,
-                     help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU."),
-        click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-                     help="Results root: <out>/<board>/<fingerprint>/<run-id>/ (runs are recorded in <out>/rkdet.db)."),
-        click.option("--workdir", default=None, help="Remote work dir (default ~/.cache/rkdet or /tmp/rkdet-<user>)."),
-        click.option("--state-dir", default=None, help="Remote pin state dir (default /run/rkdet as root, else <workdir>/state)."),
-        click.option("--no-pin", is_flag=True, help="Run without pinning clocks (results say so)."),
-        click.option("--keep", is_flag=True, help="Keep the run folder on the board after pulling it."),
-        click.option("--resume", is_flag=True, help="Re-attach to this board's unfinished run and pull it."),
-        click.option("--install-selfcheck", is_flag=True,
-                     help="After a passing deploy, install the build's self-check in <workdir>/selfcheck on the board, "
-                          "run it once and print the command for a unit's ExecStartPre= (docs/SELFCHECK.md)."),
-        click.option("--allow-failed-build", is_flag=True,
-                     help="Run a build that failed a gate at convert (e.g. a --keep-failed <name>.failed folder); "
-                          "refused otherwise (exit 2). Every verdict then says the build failed its gates."),
-        click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds to wait for the run."),
-        click.option("--lock-timeout", type=click.IntRange(min=0, max=99999), default=0, show_default=True,
-                     help="Seconds to wait while another pinned job holds the board (one board, one holder); "
-                          "0 refuses at once (exit 3, naming the holder)."),
-        click.option("--emulator-fault", default=None, metavar="JSON",
-                     help="TEST CONTROL (emulated board only): flip one bit, e.g. "
-                          '\'{"occurrence": 5, "input_sha256": null, "output": "cls0", "index": 123, "bit": 0}\'.'),
-        click.option("--emulator-npu", "emulator_npu", type=click.IntRange(min=0), default=None, metavar="K",
-                     help="TEST CONTROL (emulated board only): emulate an NPU: answer with the build's simulator outputs, "
-                          "K elements one LSB off (0: exactly); run.json then says emulates_npu."),
-        click.option("--json", "as_json", is_flag=True, help="Print the deploy record as JSON on stdout."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def run_deploy(board: str, user: str | None, port: int | None, identity: Path | None, known_hosts: Path | None,
-               ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None, connect_timeout: float,
-               sftp_timeout: float, config_path: Path | None,
-               build: Path | None, repeats: int | None, warmup: int | None, core_mask: str | None,
-               contexts: int | None,
-               backend: str | None, out: Path, workdir: str | None, state_dir: str | None, no_pin: bool,
-               keep: bool, resume: bool, install_selfcheck: bool, timeout: float, emulator_fault: str | None,
-               emulator_npu: int | None,
-               as_json: bool, lock_timeout: int = 0, allow_failed_build: bool = False) -> DeployOutcome:
-    """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
-    (the caller records it and exits with its code)."""
-    from rkdet.records.build import BuildInfo
-    from rkdet.deploy.flow import Deployment, board_label
-    from rkdet.deploy.deploy_state import latest_unfinished, load_record
-    from rkdet.deploy.settings import RunSettings
-
-    console = log_console()
-
-    def log(message: str) -> None:  # deploy's messages carry board-sourced names (SoC, paths)
-        console.log(literal(message))
-
-    given_build = build
-    if build is not None and config_path is None and not resume:
-        BuildInfo.check(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
-    if resume and build is None and config_path is None:  # judged by the build that run was of (below)
-        chosen, build = settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
-    else:
-        chosen, build = settings_source(config_path, build)
-    if emulator_fault is not None:
-        try:
-            json.loads(emulator_fault)
-        except ValueError:
-            raise InputError("--emulator-fault: not valid JSON") from None
-    if not resume:  # after the config's own errors (and the default build); all before any connection:
-        info = BuildInfo.load(build)  # a crafted manifest (a fingerprint that is a path) is exit 2 here
-        if install_selfcheck and info.origin == "imported":
-            raise InputError(f"{build}: an imported .rknn has no reference outputs, so no self-check bundle "
-                             "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
-        # a build that failed a gate: refused before any connection unless --allow-failed-build
-        info.refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy", allow_failed_build)
-    with open_connection(board, user, port, identity, known_hosts, ssh_config, accept_new_host_key,
-                         connect_timeout, sftp_timeout) as conn:
-        if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
-            folder = latest_unfinished(out, board_label(conn.target.label))
-            if given_build is None:
-                recorded = load_record(folder).build
-                if not recorded and build is None:
-                    raise InputError(f"{folder}: the run's build folder is not recorded; pass --build")
-                build = Path(recorded or build)
-                if chosen is None:
-                    chosen = build_deploy_settings(build)
-        assert chosen is not None and build is not None
-        log(f"settings (run, board, tolerances) from {chosen.source}")
-        settings = RunSettings.from_config(
-            chosen, repeats=repeats, warmup=warmup, core_mask=core_mask, contexts=contexts, backend=backend,
-            no_pin=no_pin, sudo=sudo,
-            workdir=workdir, state_dir=state_dir, keep=keep, fault=emulator_fault, emulate_npu=emulator_npu,
-            timeout=timeout, lock_timeout=lock_timeout)
-        deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal,
-                                allow_failed_build=allow_failed_build)
-        outcome = deployment.resume(folder) if resume else deployment.run()
-        if install_selfcheck:
-            _install_selfcheck(conn, build, outcome, settings.backend, log, allow_failed_build)
-    for warning in outcome.warnings:
-        console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
-    if outcome.emulated:
-        source = ("the build's RKNN simulator outputs (emulated NPU mode)" if emulator_npu is not None
-                  else "onnxruntime on CPU")
-        console.print(f"[magenta]EMULATED[/]: outputs come from the rkdet emulator ({source}), not an NPU")
-    colour = "green" if outcome.exit_code == EXIT_OK else "red"
-    for line in outcome.verdict_lines:
-        style = "" if line.startswith("stack: ") else "green" if ": YES " in line else "red"
-        console.print(literal(line, style), soft_wrap=True)
-    console.print(literal(outcome.verdict, colour))
-    restored = "not pinned" if not settings.pin else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
-    console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "
-                  f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
-                  f"board restored: {restored}"))
-    if as_json:
-        click.echo(json.dumps(outcome.record.to_json() if outcome.record else {}, indent=2, sort_keys=True))
-    return outcome
-
-
-def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: str, log: Callable[[str], None],
-                       allow_failed_build: bool = False) -> None:
-    """--install-selfcheck: after a passing deploy, the build's self-check into <workdir>/selfcheck, run once."""
-    from rkdet.deploy.selfcheck_install import install_selfcheck
-
-    if outcome.exit_code != EXIT_OK or outcome.record is None or outcome.record.status != "complete":
-        outcome.warnings.append("self-check not installed: the deploy did not pass")
-        return
-    remote = f"{(outcome.record.remote or {})['workdir']}/selfcheck"
-    done = install_selfcheck(conn, build, remote, emulated=outcome.emulated, backend=backend,
-                             allow_failed_build=allow_failed_build)
-    res = conn.run(done.command, check=False, timeout=300)
-    line = (res.out.strip() or res.err.strip()).splitlines()[-1:] or [f"exit {res.rc}, no output"]
-    if res.rc != 0:
-        raise BoardError(f"{conn.target.label}: the self-check installed in {remote} failed on its first run "
-                         f"(exit {res.rc}): {line[0][:300]}")
-    log(f"self-check installed in {remote} and run once: {line[0][:300]}")
-    log(f"for a systemd unit (docs/SELFCHECK.md): ExecStartPre={done.command_line}")
 
 
 @click.group("board")
@@ -222,9 +28,8 @@ def _board_script(conn_opts: dict[str, Any], name: str, workdir: str | None, sta
     from rkdet.boardinfo.remote_scripts import run_board_script, state_dir_for
     from rkdet.deploy.stage import push_scripts
 
-    opts = dict(conn_opts)
-    sudo = bool(opts.pop("sudo"))
-    with open_connection(**opts) as conn:
+    sudo = bool(conn_opts.get("sudo"))
+    with open_connection(ConnectionOptions.from_options(conn_opts)) as conn:
         wd = conn.abspath(workdir) if workdir else conn.default_workdir()
         push_scripts(conn, scripts_dir(wd))
         env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, state_dir), **(extra_env or {})}

@@ -6,16 +6,15 @@ from pathlib import Path
 
 import click
 
+from rkdet.choices import COMPARE_DECODERS
 from rkdet.errors import InputError
 from rkdet.textsafe import visible
-
-DECODERS = ("auto", "yolov8", "classification", "none")
 
 
 @click.command("compare-builds")
 @click.argument("a", type=click.Path(path_type=Path, file_okay=False))
 @click.argument("b", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--decoder", type=click.Choice(DECODERS), default="auto", show_default=True,
+@click.option("--decoder", type=click.Choice(COMPARE_DECODERS), default="auto", show_default=True,
               help="How to judge decisions (as rkdet diff).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report (rkdet.compare-builds/1).")
 @click.option("--json-out", type=click.Path(path_type=Path), help="Write the JSON report here.")

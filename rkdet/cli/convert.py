@@ -1,6 +1,6 @@
 """`rkdet convert`: parse, call the pipeline (or, with --search, the search over remedies), print a summary.
 
-It sits above both `convert` and `layers` (as deploy_command.py sits above board and history): `--search`
+It sits above both `convert` and `search` (as cli/deploy.py sits above deploy and history): `--search`
 needs the per-layer analysis (`rkdet.layers`) to pick the layers a hybrid build keeps in float16.
 """
 
@@ -145,7 +145,7 @@ def _check(cfg: RkdetConfig, build: Path, as_json: bool, console: Console) -> No
     with console.status("checking") as status:
         report = check_against(cfg, build, progress=lambda msg: (status.update(msg), console.log(msg)))
     if as_json:
-        click.echo(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+        click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
         fp = report.model_fingerprint
         if report.same:

@@ -74,11 +74,11 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
     Exit codes as `rkdet deploy`: 0 deterministic and within tolerance, 1 divergence, 2 bad input, 3 board
     problem (including a board not left exactly as it was).
     """
-    from rkdet.link.connect import open_connection
+    from rkdet.link.connect import ConnectionOptions, open_connection
     from rkdet.deploy.flow import Deployment
     from rkdet.deploy.layout import scripts_dir
     from rkdet.boardinfo.remote_scripts import probe_board
-    from rkdet.deploy.settings import RunSettings
+    from rkdet.deploy.settings import RunOverrides, RunSettings
     from rkdet.deploy.stage import push_scripts
     from rkdet.emulator.sshd import EmulatedBoard
 
@@ -87,14 +87,15 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
     cfg = load_config(config_path)
     build = _build_folder(config_path, build_dir, console)
     soc = soc or cfg.target.platforms[0]
-    settings = RunSettings.from_config(deploy_settings(cfg, config_path), repeats=repeats)
+    settings = RunSettings.from_config(deploy_settings(cfg, config_path), RunOverrides(repeats=repeats))
     # Like a real board, the emulated sysfs lets only root write its knobs: log in as a normal user and
     # pin through `sudo -n`, as a non-root deploy to a real board does.
     with EmulatedBoard(soc, variant="sudo", sysfs=sysfs) as board:
         backend = board.sysfs.backend if board.sysfs is not None else "plain"
         console.log(f"emulated {soc} board on {board.target} (sysfs: {backend})")
-        with open_connection(board.target, board.user, None, board.identity_file, board.known_hosts_file,
-                             Path("/dev/null"), False) as conn:
+        with open_connection(ConnectionOptions(board.target, board.user, identity=board.identity_file,
+                                               known_hosts=board.known_hosts_file,
+                                               ssh_config=Path("/dev/null"))) as conn:
             workdir = conn.default_workdir()
             push_scripts(conn, scripts_dir(workdir))
             state_env = {"RKDET_STATE_DIR": f"{workdir}/state"}

@@ -1,24 +1,33 @@
-"""`rkdet deploy`: the board work (rkdet.cli.board.run_deploy), then the run recorded in the results
-database (rkdet.history.record).
+"""`rkdet deploy`: the one-board flow (`rkdet.deploy.flow.Deployment`, `run_deploy`), then the run
+recorded in the results database (rkdet.history.record).
 
-Why a module of its own, above both: a deploy's run belongs in `<out>/rkdet.db` the moment it completes,
-but the board package sits below history in the layers contract (history reads result folders, never a
-board), so neither may call the other; this thin command joins them.
+Why here, in the CLI: a deploy's run belongs in `<out>/rkdet.db` the moment it completes, but the deploy
+flow sits below history in the layers contract (history reads result folders, never a board), so
+neither may call the other; this command composes them.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.text import Text
 
-from rkdet.cli.board import connection_options, deploy_options, run_deploy
-from rkdet.errors import RkdetError
-from rkdet.log import log_console
+from rkdet.cli.options import connection_options, deploy_options
+from rkdet.config import DEFAULT_CONFIG, build_deploy_settings
+from rkdet.deploy.request import DeployRequest
+from rkdet.deploy.settings import settings_source
+from rkdet.errors import EXIT_OK, BoardError, InputError, RkdetError
+from rkdet.link.connect import open_connection
+from rkdet.link.shell import SELFCHECK_S
+from rkdet.log import Log, log_console
 from rkdet.textsafe import literal
+
+if TYPE_CHECKING:
+    from rkdet.deploy.flow import DeployOutcome
 
 
 @click.command("deploy")
@@ -33,10 +42,101 @@ def deploy_command(**opts: Any) -> None:
     Exit codes: 0 deterministic and within tolerance of golden, 1 divergence found,
     2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
     """
-    outcome = run_deploy(**opts)
+    request = DeployRequest.from_options(opts)
+    outcome = run_deploy(request, resume=opts["resume"], install_selfcheck=opts["install_selfcheck"],
+                         as_json=opts["as_json"])
     if outcome.record is not None and outcome.record.status == "complete":
-        record_run(Path(opts["out"]), outcome.folder)
+        record_run(request.out, outcome.folder)
     raise SystemExit(outcome.exit_code)
+
+
+def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfcheck: bool = False,
+               as_json: bool = False) -> DeployOutcome:
+    """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
+    (the caller records it and exits with its code)."""
+    from rkdet.records.build import BuildInfo
+    from rkdet.deploy.flow import Deployment, board_label
+    from rkdet.deploy.deploy_state import latest_unfinished, load_record
+    from rkdet.deploy.settings import RunSettings
+
+    console = log_console()
+
+    def log(message: str) -> None:  # deploy's messages carry board-sourced names (SoC, paths)
+        console.log(literal(message))
+
+    build, config_path, out, flags = request.build, request.config_path, request.out, request.run
+    allow_failed_build = request.allow_failed_build
+    given_build = build
+    if build is not None and config_path is None and not resume:
+        BuildInfo.check(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
+    if resume and build is None and config_path is None:  # judged by the build that run was of (below)
+        chosen, build = settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
+    else:
+        chosen, build = settings_source(config_path, build)
+    request.check_fault()
+    if not resume:  # after the config's own errors (and the default build); all before any connection:
+        info = BuildInfo.load(build)  # a crafted manifest (a fingerprint that is a path) is exit 2 here
+        if install_selfcheck and info.origin == "imported":
+            raise InputError(f"{build}: an imported .rknn has no reference outputs, so no self-check bundle "
+                             "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
+        # a build that failed a gate: refused before any connection unless --allow-failed-build
+        info.refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy", allow_failed_build)
+    with open_connection(request.connection) as conn:
+        if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
+            folder = latest_unfinished(out, board_label(conn.target.label))
+            if given_build is None:
+                recorded = load_record(folder).build
+                if not recorded and build is None:
+                    raise InputError(f"{folder}: the run's build folder is not recorded; pass --build")
+                build = Path(recorded or build)
+                if chosen is None:
+                    chosen = build_deploy_settings(build)
+        assert chosen is not None and build is not None
+        log(f"settings (run, board, tolerances) from {chosen.source}")
+        settings = RunSettings.from_config(chosen, flags)
+        deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal,
+                                allow_failed_build=allow_failed_build)
+        outcome = deployment.resume(folder) if resume else deployment.run()
+        if install_selfcheck:
+            _install_selfcheck(conn, build, outcome, settings.backend, log, allow_failed_build)
+    for warning in outcome.warnings:
+        console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
+    if outcome.emulated:
+        source = ("the build's RKNN simulator outputs (emulated NPU mode)" if flags.emulate_npu is not None
+                  else "onnxruntime on CPU")
+        console.print(f"[magenta]EMULATED[/]: outputs come from the rkdet emulator ({source}), not an NPU")
+    colour = "green" if outcome.exit_code == EXIT_OK else "red"
+    for line in outcome.verdict_lines:
+        style = "" if line.startswith("stack: ") else "green" if ": YES " in line else "red"
+        console.print(literal(line, style), soft_wrap=True)
+    console.print(literal(outcome.verdict, colour))
+    restored = "not pinned" if not settings.pin else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
+    console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "
+                  f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
+                  f"board restored: {restored}"))
+    if as_json:
+        click.echo(json.dumps(outcome.record.to_json() if outcome.record else {}, indent=2, sort_keys=True))
+    return outcome
+
+
+def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: str, log: Log,
+                       allow_failed_build: bool = False) -> None:
+    """--install-selfcheck: after a passing deploy, the build's self-check into <workdir>/selfcheck, run once."""
+    from rkdet.deploy.selfcheck_install import install_selfcheck
+
+    if outcome.exit_code != EXIT_OK or outcome.record is None or outcome.record.status != "complete":
+        outcome.warnings.append("self-check not installed: the deploy did not pass")
+        return
+    remote = f"{(outcome.record.remote or {})['workdir']}/selfcheck"
+    done = install_selfcheck(conn, build, remote, emulated=outcome.emulated, backend=backend,
+                             allow_failed_build=allow_failed_build)
+    res = conn.run(done.command, check=False, timeout=SELFCHECK_S)
+    line = (res.out.strip() or res.err.strip()).splitlines()[-1:] or [f"exit {res.rc}, no output"]
+    if res.rc != 0:
+        raise BoardError(f"{conn.target.label}: the self-check installed in {remote} failed on its first run "
+                         f"(exit {res.rc}): {line[0][:300]}")
+    log(f"self-check installed in {remote} and run once: {line[0][:300]}")
+    log(f"for a systemd unit (docs/SELFCHECK.md): ExecStartPre={done.command_line}")
 
 
 def record_run(results: Path, folder: Path) -> None:

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 
+from rkdet.choices import DECODERS
 from rkdet.tolerance import Tolerance
 from rkdet.errors import InputError
 
-# Same as rkdet.decode.DECODERS (a test keeps them equal); literal so `rkdet --help` skips numpy.
-DECODERS = ("auto", "yolov8", "yolov5", "yolov10", "picodet", "segmentation", "classification", "none")
 
 
 def _config_tolerance(path: Path | None) -> Tolerance:

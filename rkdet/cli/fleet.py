@@ -12,10 +12,14 @@ from rich.table import Table
 
 from rkdet.errors import InputError
 from rkdet.fleets.sources import ansible_engine
-from rkdet.fleets.sources.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
+from rkdet.fleets.sources.inventory import FleetBoard, boards_from_names, load_inventory, read_boards_file, select
 from rkdet.fleets.sources.labgrid_places import acquired_boards, hold_until_interrupted, parse_coordinator, parse_tags
 from rkdet.textsafe import markup_escaped
 from rkdet.log import output_console
+
+
+SOURCE_OPTIONS = ("inventory", "limit", "boards", "boards_file", "labgrid", "tags", "reserve_timeout",
+                  "inventory_engine")  # the parameters `source_options` adds, as `resolve_boards` takes them
 
 
 def source_options(func):  # type: ignore[no-untyped-def]
@@ -47,7 +51,7 @@ def source_options(func):  # type: ignore[no-untyped-def]
 @contextlib.contextmanager
 def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str, ...],
                    boards_file: Path | None, labgrid: str | None = None, tags: tuple[str, ...] = (),
-                   reserve_timeout: float = 300.0, inventory_engine: str | None = None) -> Iterator[list[Board]]:
+                   reserve_timeout: float = 300.0, inventory_engine: str | None = None) -> Iterator[list[FleetBoard]]:
     """The selected boards from exactly one source (InputError, exit 2, on a usage mistake).
 
     A context manager because a labgrid source holds its places while the block runs and releases
@@ -74,7 +78,7 @@ def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str,
         yield boards_from_names((b, "--board") for b in boards)
 
 
-class Selected(list[Board]):
+class Selected(list[FleetBoard]):
     """The selected boards, and which engine read the source (`fleet hosts` says it)."""
 
     engine: str = ""
@@ -142,7 +146,7 @@ def hosts_command(inventory: Path | None, limit: str | None, boards: tuple[str, 
             hold_until_interrupted(selected)
 
 
-def _print_boards(selected: list[Board], as_json: bool, engine: str | None = None) -> None:
+def _print_boards(selected: list[FleetBoard], as_json: bool, engine: str | None = None) -> None:
     if as_json:
         click.echo(json.dumps({"schema": "rkdet.fleet.hosts/1", "engine": engine,
                                "boards": [b.to_json() for b in selected]}, indent=2, sort_keys=True))

@@ -3,16 +3,17 @@ labgrid places, over a matrix of cells, judged as a fleet (registered under `rkd
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.text import Text
 
 from rkdet.config import DEFAULT_CONFIG, RESOLVED_CONFIG
-from rkdet.errors import InputError
-from rkdet.cli.fleet import resolve_boards, source_options
+from rkdet.cli.fleet import SOURCE_OPTIONS, resolve_boards, source_options
+from rkdet.cli.options import option
+from rkdet.deploy.request import DeployRequest
 from rkdet.fleets.run.one_board import DeployCommon, load_builds
 from rkdet.fleets.run.verdict import run_fleet, write_files
 from rkdet.fleets.run.matrix import parse_matrix
@@ -26,12 +27,11 @@ _PRINT = threading.Lock()
 
 @click.command("deploy")
 @source_options
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
-              help=f"Config whose run/board/tolerances apply (default: each build's own {RESOLVED_CONFIG}; "
-                   f"without --build, {DEFAULT_CONFIG}).")
-@click.option("--build", "builds", type=click.Path(path_type=Path), multiple=True,
-              help="Build folder; repeat with one build per NPU family for a mixed fleet (each board runs the one "
-                   "its SoC takes).")
+@option("config_path", help=f"Config whose run/board/tolerances apply (default: each build's own {RESOLVED_CONFIG}; "
+                            f"without --build, {DEFAULT_CONFIG}).")
+@option("build", ("--build", "builds"), multiple=True,
+        help="Build folder; repeat with one build per NPU family for a mixed fleet (each board runs the one "
+             "its SoC takes).")
 @click.option("--matrix", "matrix", multiple=True, metavar="AXIS=V1,V2",
               help="Cells to run on every board: core_mask=auto,0,1,2,0_1,0_1_2 and/or backend=rknnlite,onnxruntime "
                    "(default: the config's one cell). A core mask the SoC lacks is skipped and said.")
@@ -41,57 +41,38 @@ _PRINT = threading.Lock()
               help="Boards run first, alone; if all of them fail, no other board is started (0: none).")
 @click.option("--max-fail-percent", type=click.FloatRange(min=0, max=100), default=100.0, show_default=True,
               help="Start no new board once more than this share of the boards failed (running ones finish).")
-@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Runs over the golden inputs (config run.repeats).")
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Unrecorded warm-up passes (config run.warmup).")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="Results root: board runs in <out>/<board>/…, the fleet run in <out>/fleet/<fleet-run-id>/.")
-@click.option("--workdir", default=None, help="Remote work dir when the inventory gives none (rkdet_workdir).")
-@click.option("--state-dir", default=None, help="Remote pin state dir (default as for deploy).")
-@click.option("--no-pin", is_flag=True, help="Run without pinning clocks (results say so).")
-@click.option("--keep", is_flag=True, help="Keep the run folders on the boards after pulling them.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
-              help="Seconds to wait for each cell's run on a board (a session of N core-mask cells: N times it).")
+@option("repeats")
+@option("warmup")
+@option("out", help="Results root: board runs in <out>/<board>/…, the fleet run in <out>/fleet/<fleet-run-id>/.")
+@option("workdir", help="Remote work dir when the inventory gives none (rkdet_workdir).")
+@option("state_dir", help="Remote pin state dir (default as for deploy).")
+@option("no_pin")
+@option("keep", help="Keep the run folders on the boards after pulling them.")
+@option("timeout", type=click.FloatRange(min=1),
+        help="Seconds to wait for each cell's run on a board (a session of N core-mask cells: N times it).")
 @click.option("--board-timeout", type=click.FloatRange(min=1), default=7200.0, show_default=True,
               help="Seconds a board may take for all its cells; sessions not started by then fail (the board, exit 3).")
-@click.option("--lock-timeout", type=click.IntRange(min=0, max=99999), default=0, show_default=True,
-              help="Seconds each session waits while another pinned job holds its board (one board, one holder); "
-                   "0: that board fails at once, naming the holder.")
-@click.option("--user", default=None, help="Login user for boards the source gives none (ansible_user).")
-@click.option("--identity", type=click.Path(path_type=Path), default=None,
-              help="Private key for boards the source gives none (ansible_ssh_private_key_file).")
-@click.option("--known-hosts", type=click.Path(path_type=Path), default=None,
-              help="rkdet's known_hosts for boards the source gives none (rkdet_known_hosts; default "
-                   "~/.config/rkdet/known_hosts; ~/.ssh/known_hosts is read too).")
-@click.option("--ssh-config", type=click.Path(path_type=Path), default=None, help="ssh_config file (default ~/.ssh/config).")
-@click.option("--accept-new-host-key", is_flag=True, help="Trust unknown host keys on first use and record them.")
-@click.option("--sudo", is_flag=True, default=None, help="Board-side work with `sudo -n` where the source says nothing.")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Seconds for each of TCP connect, SSH banner and authentication, per board.")
-@click.option("--sftp-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
-              help="Seconds for each answer of a board's SFTP server.")
-@click.option("--emulator-fault", default=None, metavar="JSON",
-              help="TEST CONTROL (emulated boards only): as for `rkdet deploy`, on every board.")
-@click.option("--emulator-npu", type=click.IntRange(min=0), default=None, metavar="K",
-              help="TEST CONTROL (emulated boards only): as for `rkdet deploy`, on every board.")
-@click.option("--allow-failed-build", is_flag=True,
-              help="Run a build that failed a gate at convert (refused otherwise, exit 2); every verdict says so.")
-@click.option("--json", "as_json", is_flag=True, help="Print fleet.json (schema rkdet.fleet/1) on stdout.")
+@option("lock_timeout", help="Seconds each session waits while another pinned job holds its board (one board, one "
+                             "holder); 0: that board fails at once, naming the holder.")
+@option("user", help="Login user for boards the source gives none (ansible_user).")
+@option("identity", help="Private key for boards the source gives none (ansible_ssh_private_key_file).")
+@option("known_hosts", help="rkdet's known_hosts for boards the source gives none (rkdet_known_hosts; default "
+                            "~/.config/rkdet/known_hosts; ~/.ssh/known_hosts is read too).")
+@option("ssh_config")
+@option("accept_new_host_key", help="Trust unknown host keys on first use and record them.")
+@option("sudo", help="Board-side work with `sudo -n` where the source says nothing.")
+@option("connect_timeout", help="Seconds for each of TCP connect, SSH banner and authentication, per board.")
+@option("sftp_timeout", help="Seconds for each answer of a board's SFTP server.")
+@option("emulator_fault", help="TEST CONTROL (emulated boards only): as for `rkdet deploy`, on every board.")
+@option("emulator_npu", help="TEST CONTROL (emulated boards only): as for `rkdet deploy`, on every board.")
+@option("allow_failed_build",
+        help="Run a build that failed a gate at convert (refused otherwise, exit 2); every verdict says so.")
+@option("as_json", help="Print fleet.json (schema rkdet.fleet/1) on stdout.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the report here (it is always in the fleet run's folder, whose relative run links it keeps).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write JUnit XML: one test case per board × cell, failures carrying the first difference.")
-def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tuple[str, ...], boards_file: Path | None,
-                         labgrid: str | None, tags: tuple[str, ...], reserve_timeout: float,
-                         inventory_engine: str | None, config_path: Path | None,
-                         builds: tuple[Path, ...], matrix: tuple[str, ...], forks: int, canary: int,
-                         max_fail_percent: float, repeats: int | None, warmup: int | None, out: Path,
-                         workdir: str | None, state_dir: str | None, no_pin: bool, keep: bool, timeout: float,
-                         board_timeout: float, lock_timeout: int, user: str | None, identity: Path | None,
-                         known_hosts: Path | None,
-                         ssh_config: Path | None, accept_new_host_key: bool, sudo: bool | None,
-                         connect_timeout: float, sftp_timeout: float, emulator_fault: str | None,
-                         emulator_npu: int | None, allow_failed_build: bool, as_json: bool, html_path: Path | None,
-                         junit_path: Path | None) -> None:
+def fleet_deploy_command(**options: Any) -> None:
     """Deploy a build to many boards (`--forks` at a time, a canary first) over a matrix of cells, and
     judge them together: determinism classes (bit-identical outputs for every input), the first
     difference between classes, and drift from the history (<out>/rkdet.db).
@@ -101,38 +82,29 @@ def fleet_deploy_command(inventory: Path | None, limit: str | None, boards: tupl
     outside tolerance, 3 a board could not be run (the others complete and are reported),
     2 usage/config error, 130 interrupted (running boards finish and restore first).
     """
-    if emulator_fault is not None:
-        try:
-            json.loads(emulator_fault)
-        except ValueError:
-            raise InputError("--emulator-fault: not valid JSON") from None
-    built = load_builds(config_path, builds, allow_failed_build)  # exit 2 before any board is touched
+    request = DeployRequest.from_options(options)
+    request.check_fault()
+    built = load_builds(request.config_path, request.builds, request.allow_failed_build)  # exit 2 before any board
     default = built[0].settings.run
-    cells = parse_matrix(matrix, MatrixCell(default.core_mask, default.backend))
-    common = DeployCommon(out=out, repeats=repeats, warmup=warmup, workdir=workdir, state_dir=state_dir,
-                          no_pin=no_pin, keep=keep, timeout=timeout, board_timeout=board_timeout,
-                          lock_timeout=lock_timeout,
-                          emulator_fault=emulator_fault, emulator_npu=emulator_npu, user=user, identity=identity,
-                          known_hosts=known_hosts, ssh_config=ssh_config, accept_new_host_key=accept_new_host_key,
-                          sudo=sudo, connect_timeout=connect_timeout, sftp_timeout=sftp_timeout,
-                          allow_failed_build=allow_failed_build)
+    cells = parse_matrix(options["matrix"], MatrixCell(default.core_mask, default.backend))
+    common = DeployCommon(request, board_timeout=options["board_timeout"])
+    forks, canary = options["forks"], options["canary"]
     console = log_console()
 
     def log(board: str, message: str) -> None:
         with _PRINT:
             console.log(literal(f"[{board}] {message}" if board else message))
 
-    with resolve_boards(inventory, limit, boards, boards_file, labgrid, tags, reserve_timeout,
-                        inventory_engine) as selected:
+    with resolve_boards(**{name: options[name] for name in SOURCE_OPTIONS}) as selected:
         engine = getattr(selected, "engine", "")
         log("", f"{len(selected)} board(s){f' (inventory read by {engine})' if engine else ''}, {len(cells)} cell(s): {', '.join(c.name for c in cells)}; "
                 f"forks {forks}, canary {canary if len(selected) > canary else 0}")
-        fleet, folder = run_fleet(selected, built, cells, common, Schedule(forks, canary, max_fail_percent), log)
+        fleet, folder = run_fleet(selected, built, cells, common, Schedule(forks, canary, options["max_fail_percent"]), log)
     for caveat in (b.caveat for b in built if b.caveat):  # --allow-failed-build: the fleet's verdict says so too
         fleet.verdict += f" [{caveat}]"
-    files = write_files(fleet, folder, html_path, junit_path)
+    files = write_files(fleet, folder, options["html_path"], options["junit_path"])
     _print_verdict(fleet, files.folder)
-    if as_json:
+    if options["as_json"]:
         click.echo(files.json.read_text().rstrip("\n"))  # exactly fleet.json
     raise SystemExit(fleet.exit_code)
 

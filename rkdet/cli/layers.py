@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
-from rkdet.cli.board import connection_options
-from rkdet.link.connect import open_connection
-from rkdet.config import CORE_MASKS
+from rkdet.cli.options import CONNECTION, connection_options
+from rkdet.link.connect import ConnectionOptions, open_connection
+from rkdet.choices import CORE_MASKS
 from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.cli.layers_host import layers_command as host_layers
 from rkdet.log import log_console
 from rkdet.textsafe import literal
 
-_CONNECTION = ("board", "user", "port", "identity", "known_hosts", "ssh_config", "accept_new_host_key", "sudo",
-               "connect_timeout", "sftp_timeout")
 _BOARD_ONLY = ("against", "repeats", "core_mask", "cache", "workdir", "timeout", "no_pin")
 
 
@@ -55,7 +54,7 @@ def _board_optional(func: Callable[..., Any]) -> Callable[..., Any]:
 def layers_command(ctx: click.Context, **kw: Any) -> None:
     host_params = {p.name for p in host_layers.params}
     if kw["board"] is None:
-        given = [f"--{n.replace('_', '-')}" for n in _BOARD_ONLY + _CONNECTION
+        given = [f"--{n.replace('_', '-')}" for n in _BOARD_ONLY + CONNECTION
                  if n != "board" and ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
         if given:
             raise InputError(f"rkdet layers: {', '.join(given)} only with --board H")
@@ -72,7 +71,7 @@ def run_bisection(**kw: Any) -> int:
     from rkdet.bisection.comparison import bisect_on_board, parse_against
     from rkdet.deploy.layout import scripts_dir
     from rkdet.boardinfo.remote_scripts import state_dir_for
-    from rkdet.deploy.settings import pin_env_from_config
+    from rkdet.deploy.settings import RunOverrides, RunSettings
     from rkdet.deploy.stage import push_scripts
     from rkdet.config import build_deploy_settings
     from rkdet.convert.pipeline import check_writable
@@ -103,19 +102,20 @@ def run_bisection(**kw: Any) -> int:
         console.log(literal(message))
 
     builder = CutBuilder(src, kw["cache"] or default_cache(), log)
-    conn_args = {k: kw[k] for k in _CONNECTION if k != "sudo"}
-    with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp, open_connection(**conn_args) as conn:
-        workdir = conn.abspath(kw["workdir"]) if kw["workdir"] else conn.default_workdir()
-        runner = BoardRunner(conn, build, src.manifest["fingerprint"], src.manifest, workdir, Path(tmp),  # type: ignore[index]
-                             repeats=repeats, timeout=kw["timeout"])
-        sudo = settings.board.sudo if kw["sudo"] is None else bool(kw["sudo"])
-        if settings.board.pin and not kw["no_pin"]:
+    flags = RunOverrides.from_options(kw)
+    with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp, \
+            open_connection(ConnectionOptions.from_options(kw)) as conn:
+        workdir = conn.abspath(flags.workdir) if flags.workdir else conn.default_workdir()
+        # the cut models run on rknnlite (rkdet-run's NPU runtime); work dir resolved here, never the config's
+        run = RunSettings.from_config(settings, replace(flags, repeats=repeats, core_mask=core_mask,
+                                                        backend="rknnlite", workdir=workdir))
+        if run.pin:
             push_scripts(conn, scripts_dir(workdir))
-            runner.pin_env, runner.sudo = pin_env_from_config(settings.board), sudo
-            runner.state_dir = state_dir_for(conn, workdir, sudo)
+            run = replace(run, state_dir=state_dir_for(conn, workdir, run.sudo))
+        runner = BoardRunner(conn, build, src.manifest["fingerprint"], src.manifest, Path(tmp), run)  # type: ignore[index]
         report = bisect_on_board(builder, runner, against, core_mask, settings.tolerances, log,
                                  source=build.name, board=conn.target.label)
-    report.pinned = runner.pin_env is not None
+    report.pinned = run.pin
     text = bisection_json(report)
     try:
         write_atomic(out / "layers-board.json", text)

@@ -138,7 +138,7 @@ def run_search(cfg: RkdetConfig, config_path: Path, out: Path, targets: list[str
             write_atomic(str(searched), render(config_path, first.variant.changes, _why(first), header))
         except OSError as exc:
             raise InputError(f"{searched}: cannot write the searched config ({exc.strerror or exc})") from None
-    doc = result.as_dict(str(searched) if searched else None)
+    doc = result.to_json(str(searched) if searched else None)
     check_may_write(out / SEARCH_JSON, "search record")
     write_atomic(str(out / SEARCH_JSON), json.dumps(doc, indent=2, sort_keys=True) + "\n")
     console.print(_table(result))

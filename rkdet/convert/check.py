@@ -26,8 +26,8 @@ from rkdet.convert.onnx_graph import prepare_model, require_onnx_file
 from rkdet.convert.rknn_file import PROVENANCE_SECTIONS, RknnFileInfo, compare_rknn, read_rknn
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import FidelityGateError, InputError
+from rkdet.log import Log
 
-Progress = Callable[[str], None]
 REPORT_SCHEMA = "rkdet.check/1"
 _BUILD_ONLY = ("golden", "simulator", "build")  # sections outside the model and its .rknn content
 
@@ -60,7 +60,7 @@ class CheckReport:
         """The model and its .rknn content agree; only the golden data (or nothing) differs."""
         return all(d.section in _BUILD_ONLY for d in self.differences) and self.build_fingerprint[1] is not None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"schema": REPORT_SCHEMA, "build": str(self.build), "platform": self.platform, "same": self.same,
                 "same_model": self.same_model,
                 "differences": [{"section": d.section, "detail": d.detail} for d in self.differences],
@@ -238,7 +238,7 @@ def _their_onnx(build: _Build, compare: Callable[[bytes], str | None]) -> str | 
     return compare(data) if hashlib.sha256(data).hexdigest() == build.identity.onnx_prepared else None
 
 
-def _rebuild(cfg: RkdetConfig, platform: str, out: Path, progress: Progress) -> Path:
+def _rebuild(cfg: RkdetConfig, platform: str, out: Path, progress: Log) -> Path:
     """Build here as `rkdet convert` does, into `out`; a build that fails a fidelity gate is still compared."""
     from rkdet.convert.pipeline import convert
 
@@ -252,7 +252,7 @@ def _rebuild(cfg: RkdetConfig, platform: str, out: Path, progress: Progress) -> 
         raise
 
 
-def check_against(cfg: RkdetConfig, folder: Path, progress: Progress = lambda msg: None) -> CheckReport:
+def check_against(cfg: RkdetConfig, folder: Path, progress: Log = lambda msg: None) -> CheckReport:
     """Compare BUILD with what `cfg` builds here (for BUILD's platform)."""
     build = read_build(folder)
     platform = build.identity.platform

@@ -77,7 +77,7 @@ class FidelityReport:
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
     decision: dict[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "layout": self.layout, "gates": [asdict(g) for g in self.gates],
                 "slices": self.slices, "decision": self.decision}
 
@@ -302,7 +302,7 @@ def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.n
     """Every gate on the golden inputs: decision, per-slice signal cosine, score collapse/recall, saturation.
     `input_hw` (the model input's H, W) lets the decoder read flattened or non-square grids."""
     layout = detect_layout(list(zip(output_names, output_shapes)), input_size=input_hw)
-    report = FidelityReport(layout=layout.as_dict())
+    report = FidelityReport(layout=layout.to_json())
     decided: set[str] = set()
     if layout.kind != "none":
         report.decision, result = _decide(layout, sim, ref, limits)

@@ -54,14 +54,14 @@ class ModelIdentity:
     calibration: tuple[str, ...]  # output_hash of each fed calibration tensor, in dataset order (() unquantized)
     options: dict[str, Any]  # the toolkit job's: config, build, do_quantization, float_layers
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"scheme": MODEL_SCHEME, "toolkit": {"name": self.toolkit, "version": self.toolkit_version},
                 "platform": self.platform, "onnx_prepared": self.onnx_prepared,
                 "calibration": list(self.calibration), "options": self.options}
 
     @property
     def fingerprint(self) -> str:
-        return _digest(self.as_dict())
+        return _digest(self.to_json())
 
     @classmethod
     def from_dict(cls, doc: Any, where: str) -> "ModelIdentity":

@@ -142,7 +142,7 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         "model_fingerprint": model_fp,
         # what the .rknn carries in its custom string (rkdet-fp=...), read back by rkdet-run on the board
         "embedded_fingerprint": model_fp if info.custom_string.endswith(EMBED_KEY + model_fp) else None,
-        "model_identity": identity.as_dict(),  # exactly what model_fingerprint hashes (rkdet.convert.identity)
+        "model_identity": identity.to_json(),  # exactly what model_fingerprint hashes (rkdet.convert.identity)
         "inputs": {
             "onnx": {"file": source.name, "sha256": sha256_file(source)},
             "onnx_prepared": {"file": "model.onnx", "sha256": sha256_bytes(model.onnx_bytes), "prepare": model.prepare,

@@ -14,7 +14,6 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -32,8 +31,8 @@ from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
 from rkdet.records.io import read_json_object
 from rkdet.records.io import write_json_atomic
+from rkdet.log import Log
 
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -184,7 +183,7 @@ def _write_failed(stage_dir: Path, doc: dict, record: GateRecord) -> None:
 
 
 def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
-                   out: Path, verify: bool, progress: Progress, keep_failed: bool = False,
+                   out: Path, verify: bool, progress: Log, keep_failed: bool = False,
                    tk: Toolkit | None = None, session: ToolkitSession | None = None, force: bool = True,
                    watch: BuildWatch | None = None) -> BuildResult:
     tk = tk or find_toolkit(platform, cfg)
@@ -242,7 +241,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
                                       header["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
-            fid = report.as_dict()
+            fid = report.to_json()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
             try:
@@ -250,7 +249,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             except FidelityGateError as err:  # a failed build kept (--keep-failed, --search) says what it was
                 write_json_atomic(str(failed_fidelity_path(final)), fid)  # kept even without --keep-failed
                 doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
-                                              fid, environment, log_report.as_dict())
+                                              fid, environment, log_report.to_json())
                 _write_failed(stage_dir, doc, GateRecord(False, err.gate or "fidelity", err.subject, str(err)))
                 (stage_dir / "config.resolved.json").write_text(
                     json.dumps(published.config_dict(cfg), indent=2, sort_keys=True) + "\n")
@@ -259,7 +258,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
-                                      fid, environment, log_report.as_dict())
+                                      fid, environment, log_report.to_json())
         doc["gates"] = PASSED.to_json()
         try:  # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
             fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
@@ -328,7 +327,7 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
 
 
 def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, verify: bool = False,
-            progress: Progress = lambda msg: None, keep_failed: bool = False, force: bool = True,
+            progress: Log = lambda msg: None, keep_failed: bool = False, force: bool = True,
             watch: BuildWatch | None = None) -> list[BuildResult]:
     """Convert for every configured (or given) platform; returns one result per platform. `force=False`
     (the CLI without --force) refuses to replace a build folder holding another fingerprint. `watch` reports

@@ -77,7 +77,7 @@ class LogReport:
     def unaccepted(self) -> list[MessageGroup]:
         return [g for g in self.errors if g.accepted_by is None]
 
-    def as_dict(self) -> dict:
+    def to_json(self) -> dict:
         return {"errors": [asdict(g) for g in self.errors], "warnings": [asdict(g) for g in self.warnings],
                 "accept_errors": list(self.accept_errors)}
 

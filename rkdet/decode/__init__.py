@@ -39,6 +39,7 @@ from rkdet.decode.common import (
     nms,
     overlap_matrix,
 )
+from rkdet.choices import DECODERS
 from rkdet.decode.heads import decode
 from rkdet.errors import InputError
 
@@ -47,8 +48,6 @@ __all__ = ["CONF_THRESHOLD", "DECODERS", "IOU_THRESHOLD", "KINDS", "MASK_THRESHO
            "decode_detections", "decode_yolov8", "detect_layout", "input_hw", "iou_matrix", "mask_iou_matrix", "nms",
            "overlap_matrix"]
 
-# --decoder values: a family forces its recognisers (and says why when the outputs do not fit).
-DECODERS = ("auto", "yolov8", "yolov5", "yolov10", "picodet", "segmentation", "classification", "none")
 KINDS = ("yolov8-single", "yolov8-split", "ppyoloe-split", "picodet", "yolov5-single", "yolov5-split", "yolov10",
          "yolov8-seg", "classification", "none")
 REG_MAX = 16  # YOLOv8's DFL bins (kept for callers that name it)

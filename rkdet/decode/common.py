@@ -75,7 +75,7 @@ class Layout:
             return "classification"
         return "segmentation" if self.mask_coefs else "detection"
 
-    def as_dict(self) -> dict:
+    def to_json(self) -> dict:
         return {"kind": self.kind, "task": self.task, "detail": self.detail, "roles": self.roles,
                 "classes": self.nc or None, "input_size": list(self.input_size) if self.input_size else None,
                 "slices": {o: sorted(s) for o, s in self.slices.items()},

@@ -134,11 +134,11 @@ class CellsJudgement:
             out.append(f"{worst.line()} [cells: {per}]")
         return out
 
-    def as_dict(self) -> JsonObject:
+    def to_json(self) -> JsonObject:
         return {"cells": [{"cell": c.name, "core_mask": c.core_mask, "status": c.status, "reason": c.reason,
                            "verdict": self.comparisons[c.name].verdict if c.name in self.comparisons else None,
-                           "repeatable": self.comparisons[c.name].repeatable.as_dict() if c.name in self.comparisons else None,
-                           "agrees": (self.comparisons[c.name].agrees.as_dict()
+                           "repeatable": self.comparisons[c.name].repeatable.to_json() if c.name in self.comparisons else None,
+                           "agrees": (self.comparisons[c.name].agrees.to_json()
                                       if c.name in self.comparisons and self.comparisons[c.name].agrees else None),
                            "same_as_first": (self.across[c.name].agrees.ok if c.name in self.across
                                              and self.across[c.name].agrees else None)}
@@ -170,10 +170,10 @@ class RunJudgement:
     verdict: str
     diff_exit: int  # 0 same, 1 different
     reference: Path | None  # None: the build has none (an imported .rknn; `agrees` says why)
-    repeatable: JsonObject  # Verdict.as_dict(), or {"ok", "cells"} over cells
+    repeatable: JsonObject  # Verdict.to_json(), or {"ok", "cells"} over cells
     agrees: JsonObject | None
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
-    cells: JsonObject | None = None  # CellsJudgement.as_dict() for a multi-mask run
+    cells: JsonObject | None = None  # CellsJudgement.to_json() for a multi-mask run
     contexts: ContextsRecord | None = None  # a single set with --contexts: whether the contexts agreed
 
 
@@ -208,8 +208,8 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
         lines = [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None]
         if no_reference is not None:
             lines.append(not_applicable_line(no_reference))
-        return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.as_dict(),
-                            comparison.agrees.as_dict() if comparison.agrees is not None else not_applicable(no_reference),
+        return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.to_json(),
+                            comparison.agrees.to_json() if comparison.agrees is not None else not_applicable(no_reference),
                             lines, contexts=None if check is None else ContextsRecord(contexts=check.contexts, agree=check.agree))
     judged = judge_cells(result, cells, reference, tolerance)
     for n, (name, comparison) in enumerate(judged.comparisons.items()):
@@ -229,7 +229,7 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
     verdict = f"SAME ({tolerance.describe()}) across {len(judged.ran)} cell(s) ({names})" if ok else f"DIFFERENT: {failing}"
     rep = {"ok": judged.repeatable, "cells": [c.name for c in judged.ran]}
     agrees = not_applicable(no_reference) if judged.agrees is None else {"ok": judged.agrees}
-    return RunJudgement(verdict, 0 if ok else 1, reference, rep, agrees, lines, cells=judged.as_dict())
+    return RunJudgement(verdict, 0 if ok else 1, reference, rep, agrees, lines, cells=judged.to_json())
 
 
 NOT_APPLICABLE = "not applicable"

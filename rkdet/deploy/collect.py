@@ -17,6 +17,7 @@ from rkdet.boardinfo import scripts as board_scripts
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.link.pull import pull
 from rkdet.boardinfo.remote_scripts import run_board_script
+from rkdet.link.shell import FILES_S, QUICK_S
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, RkdetError
@@ -49,7 +50,7 @@ def read_job_log(conn: BoardConnection, layout: RemoteLayout, pinned: bool, job_
     The board lock's holders seen in the log join `lock_names` (kept out of job.log) before it is
     written; a pinned job that never got the lock raises the refusal naming the holder."""
     cap = conn.limits.output_bytes  # the log's end holds restore's result: keep the end
-    log_text = conn.run(["tail", "-c", str(cap), layout.logfile], check=False, timeout=60).out
+    log_text = conn.run(["tail", "-c", str(cap), layout.logfile], check=False, timeout=FILES_S).out
     records = board_scripts.parse_records(log_text)
     lock = board_lock.job_lock(records, conn.target.label)
     if lock_names is not None:
@@ -81,7 +82,7 @@ def pull_result(conn: BoardConnection, layout: RemoteLayout, dest: Path, collect
     pull is kept in `collected.refused`, to be raised after the job's own errors."""
     # a result set (run.json), or cells (cells.json, a result set per core mask: docs/FORMATS.md)
     collected.result_exists = conn.run(["sh", "-c", 'test -e "$1/run.json" || test -e "$1/cells.json"', "sh",
-                                        layout.result], check=False, timeout=30).rc == 0
+                                        layout.result], check=False, timeout=QUICK_S).rc == 0
     if collected.result_exists:
         try:
             collected.pulled = pull(conn, layout.result, dest, progress=progress)
@@ -109,7 +110,7 @@ def confirm_restore(conn: BoardConnection, layout: RemoteLayout, job_env: dict[s
 
 def free_kb(conn: BoardConnection, path: str) -> int | None:
     """KiB free on the board's file system holding `path` (None when df does not say)."""
-    res = conn.run(["df", "-Pk", path], check=False, timeout=30)
+    res = conn.run(["df", "-Pk", path], check=False, timeout=QUICK_S)
     lines = res.out.strip().splitlines()
     fields = lines[-1].split() if res.rc == 0 and len(lines) >= 2 else []
     return int(fields[3]) if len(fields) >= 4 and fields[3].isdigit() else None

@@ -19,7 +19,7 @@ import secrets
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rkdet.deploy import collect, pinned_run, stage
 from rkdet.deploy.cells import cell_args
@@ -34,13 +34,14 @@ from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.preflight import BoardFit, check_board
 from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
 from rkdet.deploy.settings import RunSettings
+from rkdet.link.shell import FILES_S
 from rkdet.link.ssh import BoardConnection
 from rkdet.boardinfo.stack import BoardStack, model_expectations
 from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.probe import parse_probe, read_probe, write_probe
+from rkdet.log import Log
 
-Log = Callable[[str], None]
 
 
 @dataclass
@@ -129,7 +130,7 @@ class Deployment:
         self.state.start(DeployRecord(run_id=run_id, board=conn.target.label, build=str(self.build),
                                       fingerprint=self.info.fingerprint, platform=self.info.platform,
                                       remote=layout.to_json(), job_env=dict(env), settings=public_settings(s),
-                                      run_settings=full, tolerances=s.tolerances.as_dict()))
+                                      run_settings=full, tolerances=s.tolerances.to_json()))
         self.state.advance(DeployStatus.PREFLIGHT)
         self.log(f"preflight on {conn.target.label}")
         transfer = stage.push_scripts(conn, layout.scripts)
@@ -233,7 +234,7 @@ class Deployment:
         result_local = self.folder / "result"
         collect.pull_result(self.conn, layout, result_local, got, self.progress)
         if not s.keep and not interrupted and got.refused is None:
-            self.conn.run(["rm", "-rf", layout.run_dir], check=False, timeout=60)
+            self.conn.run(["rm", "-rf", layout.run_dir], check=False, timeout=FILES_S)
         self.state.update(warnings=tuple(got.warnings),
                           pulled=PulledRecord(bytes=got.pulled.bytes_sent, files=got.pulled.files_sent))
         self.state.advance(DeployStatus.INTERRUPTED if interrupted else DeployStatus.COMPLETE)
@@ -249,7 +250,7 @@ class Deployment:
             j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
         stack = self._stack(j.run)
         self.state.update(verdict=j.verdict, diff_exit=j.diff_exit, reference=str(j.reference) if j.reference is not None else None,
-                          repeatable=j.repeatable, agrees=j.agrees, stack=stack.as_dict() if stack else None,
+                          repeatable=j.repeatable, agrees=j.agrees, stack=stack.to_json() if stack else None,
                           cells=j.cells, contexts=j.contexts)
         self.state.save()
         lines = ([stack.line()] if stack else []) + j.lines

@@ -17,18 +17,18 @@ from rkdet.tolerance import Tolerance
 @dataclass(frozen=True)
 class Judgement:
     """What the diff said: the verdict, exit codes, the reference, both verdicts (as deploy.json records
-    them: the diff's `as_dict`, JSON) and lines."""
+    them: the diff's `to_json`, JSON) and lines."""
 
     verdict: str
     exit_code: int  # the deploy's: EXIT_OK or EXIT_DIFFERENT
     diff_exit: int
     reference: Path | None  # None: the build has no reference (imported .rknn)
     emulated: bool
-    repeatable: JsonObject  # Verdict.as_dict() (rkdet/diff), or {"ok", "cells"} over cells
-    agrees: JsonObject | None  # Verdict.as_dict(), or not_applicable(...) (rkdet/deploy/cells.py)
+    repeatable: JsonObject  # Verdict.to_json() (rkdet/diff), or {"ok", "cells"} over cells
+    agrees: JsonObject | None  # Verdict.to_json(), or not_applicable(...) (rkdet/deploy/cells.py)
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
     run: JsonObject | None = None  # the (first cell's) run.json: the stack rkdet-run saw
-    cells: JsonObject | None = None  # several core masks: CellsJudgement.as_dict() (rkdet/deploy/cells.py)
+    cells: JsonObject | None = None  # several core masks: CellsJudgement.to_json() (rkdet/deploy/cells.py)
     contexts: ContextsRecord | None = None  # --contexts N: whether the threaded contexts agreed
 
 

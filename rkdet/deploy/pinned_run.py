@@ -18,10 +18,9 @@ from rkdet.link.jobs import DetachedJob
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.remote_scripts import SESSION_ENV
 from rkdet.deploy.settings import RunSettings
-from rkdet.link.shell import CommandRunner
-from rkdet.log import ProgressThrottle
+from rkdet.link.shell import QUICK_S, CommandRunner
+from rkdet.log import Log, ProgressThrottle
 
-Log = Callable[[str], None]
 
 
 def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:
@@ -52,7 +51,7 @@ def job_env(settings: RunSettings, layout: RemoteLayout, state_dir: str) -> dict
 def start(conn: CommandRunner, layout: RemoteLayout, settings: RunSettings, env: dict[str, str],
           start_timeout: float = 35.0, extra: Sequence[str] = ()) -> DetachedJob:
     """Create the run folder and start the (pinned) runner detached."""
-    conn.run(["mkdir", "-p", layout.run_dir], timeout=30)
+    conn.run(["mkdir", "-p", layout.run_dir], timeout=QUICK_S)
     return jobs.start(conn, runner_argv(layout, settings, extra), layout.pidfile, layout.logfile, sudo=settings.sudo,
                       env=env, keep_env=SESSION_ENV if settings.sudo else (), timeout=start_timeout)
 
@@ -82,7 +81,7 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
         def count() -> None:
             nonlocal last
             res = conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh", f"{layout.result}/index.jsonl"],
-                           check=False, timeout=30)
+                           check=False, timeout=QUICK_S)
             done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
             if done != last:
                 if advance is not None:
@@ -109,10 +108,10 @@ def stop(conn: CommandRunner, job: DetachedJob, log: Log, timeout: float = 120.0
     is in it (run-pinned's kill-timer `sleep` may outlive it, so an empty group comes later); and
     never SIGKILL, which would cut the restore in half.
     """
-    jobs.signal(conn, job, "TERM", timeout=30)
+    jobs.signal(conn, job, "TERM", timeout=QUICK_S)
     deadline = time.monotonic() + timeout
     while conn.run(["sh", "-c", _DONE, "sh", str(job.pid), job.logfile], check=False, sudo=job.sudo,
-                   timeout=30).rc != 0:
+                   timeout=QUICK_S).rc != 0:
         if time.monotonic() > deadline:
             log(f"the board job {job.pid} still runs {timeout:g} s after SIGTERM; leaving it to finish")
             return

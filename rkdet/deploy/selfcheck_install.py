@@ -13,13 +13,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rkdet.choices import BACKENDS
 from rkdet.link.shell import remote_command
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
 from rkdet.records.gates import read as read_gates
 from rkdet.errors import InputError
 from rkdet.onboard import program
-from rkdet.onboard.resultset import BACKENDS
 from rkdet.records.io import read_json_object
 
 BUNDLE = "selfcheck.json"

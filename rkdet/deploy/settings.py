@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from rkdet.config import DEFAULT_CONFIG, DeploySettings, build_deploy_settings, deploy_settings, load_config
 from rkdet.errors import InputError
@@ -36,6 +36,37 @@ def pin_env_from_config(board_section: BoardSection) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class RunOverrides:
+    """The run flags a command was given (`--repeats --warmup --core-mask ... --lock-timeout`): each one
+    given (not None) wins over the config's value in `RunSettings.from_config`. One record, so `rkdet
+    deploy`, every board of `rkdet fleet deploy` and `rkdet demo` pass them whole, never field by field."""
+
+    repeats: int | None = None
+    warmup: int | None = None
+    core_mask: str | None = None
+    contexts: int | None = None
+    backend: str | None = None
+    no_pin: bool = False
+    sudo: bool | None = None
+    workdir: str | None = None
+    state_dir: str | None = None
+    keep: bool = False
+    fault: str | None = None  # --emulator-fault
+    emulate_npu: int | None = None  # --emulator-npu
+    timeout: float = 3600.0
+    lock_timeout: int = 0
+
+    # the click option names that differ from the field names
+    _FLAGS: ClassVar[dict[str, str]] = {"fault": "emulator_fault", "emulate_npu": "emulator_npu"}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> RunOverrides:
+        """The record from parsed click options (absent or None ones keep their defaults)."""
+        values = {f.name: options.get(cls._FLAGS.get(f.name, f.name)) for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if v is not None})
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """How the board runs the model; defaults come from the config's `run` and `board` sections."""
 
@@ -59,35 +90,31 @@ class RunSettings:
     tolerances: Tolerance = field(default_factory=Tolerance)
 
     @classmethod
-    def from_config(cls, sections: DeploySettings, *, repeats: int | None = None, warmup: int | None = None,
-                    core_mask: str | None = None, contexts: int | None = None, backend: str | None = None,
-                    no_pin: bool = False,
-                    sudo: bool | None = None, workdir: str | None = None, state_dir: str | None = None,
-                    keep: bool = False, fault: str | None = None, emulate_npu: int | None = None,
-                    timeout: float = 3600.0, lock_timeout: int = 0) -> RunSettings:
+    def from_config(cls, sections: DeploySettings, overrides: RunOverrides | None = None) -> RunSettings:
         """The one constructor from a config's run/board/tolerances sections; a flag given (not None)
         wins over its config value."""
         run, board = sections.run, sections.board
-        chosen = backend or run.backend
+        o = overrides or RunOverrides()
+        chosen = o.backend or run.backend
         # the config's NPU core mask is the NPU's: `--backend onnxruntime` runs on the CPU, which has none
         # (a --core-mask given with it is still passed on, and refused by rkdet-run in one line)
         config_mask = run.core_mask if chosen == "rknnlite" else "auto"
-        return cls(repeats=repeats or run.repeats, warmup=run.warmup if warmup is None else warmup,
-                   core_mask=core_mask or config_mask, contexts=contexts or run.contexts,
+        return cls(repeats=o.repeats or run.repeats, warmup=run.warmup if o.warmup is None else o.warmup,
+                   core_mask=o.core_mask or config_mask, contexts=o.contexts or run.contexts,
                    backend=chosen,
                    snapshot_every=run.snapshot_every,
                    cpu_affinity=tuple(run.cpu_affinity) if run.cpu_affinity else None,
-                   pin=board.pin and not no_pin, pin_env=pin_env_from_config(board),
-                   sudo=board.sudo if sudo is None else sudo, workdir=workdir or board.workdir,
-                   state_dir=state_dir, keep=keep, fault=fault, emulate_npu=emulate_npu, timeout=timeout,
-                   lock_timeout=lock_timeout, tolerances=sections.tolerances)
+                   pin=board.pin and not o.no_pin, pin_env=pin_env_from_config(board),
+                   sudo=board.sudo if o.sudo is None else o.sudo, workdir=o.workdir or board.workdir,
+                   state_dir=o.state_dir, keep=o.keep, fault=o.fault, emulate_npu=o.emulate_npu,
+                   timeout=o.timeout, lock_timeout=o.lock_timeout, tolerances=sections.tolerances)
 
     def to_json(self) -> dict[str, Any]:
         """Every field, JSON-ready (`from_json` gives back an equal record)."""
         doc = asdict(self)
         doc["cpu_affinity"] = list(self.cpu_affinity) if self.cpu_affinity is not None else None
         doc["pin_env"] = dict(self.pin_env)
-        doc["tolerances"] = self.tolerances.as_dict()
+        doc["tolerances"] = self.tolerances.to_json()
         return doc
 
     @classmethod

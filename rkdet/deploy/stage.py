@@ -15,6 +15,7 @@ from typing import Any
 from rkdet.boardinfo import scripts as board_scripts
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.layout import RemoteLayout
+from rkdet.link.shell import FILES_S
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
 from rkdet.errors import InputError
@@ -120,11 +121,11 @@ def model_inputs(fed_dir: Path, build: BuildInfo, dest: Path) -> Path:
 
 def prune_remote(conn: BoardConnection, remote_dir: str, keep: set[str]) -> None:
     """Delete files under `remote_dir` whose relative path is not in `keep`."""
-    listing = conn.run(["find", remote_dir, "-type", "f"], timeout=60).out.splitlines()
+    listing = conn.run(["find", remote_dir, "-type", "f"], timeout=FILES_S).out.splitlines()
     prefix = remote_dir.rstrip("/") + "/"
     extra = [line for line in listing if line.startswith(prefix) and line[len(prefix):] not in keep]
     if extra:
-        conn.run(["rm", "-f", "--", *extra], timeout=60)
+        conn.run(["rm", "-f", "--", *extra], timeout=FILES_S)
 
 
 def need_kb(build: BuildInfo, backend: str) -> int:

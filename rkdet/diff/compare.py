@@ -19,13 +19,13 @@ from rkdet.decode import Detections, Layout, class_scores, decode_detections, de
 from rkdet.diff.correlate import correlate, run_setting_differences
 from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
-from rkdet.diff.resultset import OutputRef, Record, Source
+from rkdet.diff.resultset import OutputRef, Record, ResultSource
 from rkdet.tolerance import Tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
 
 
 @dataclass
-class Variant:
+class OutputVariant:
     """One distinct content (hash) of one output of one input, and the runs that produced it."""
 
     hash: str
@@ -46,7 +46,7 @@ class OutputAnalysis:
     role: str
     first_hash: str
     reference_hash: str | None
-    variants: dict[str, Variant] = field(default_factory=dict)
+    variants: dict[str, OutputVariant] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,7 +92,7 @@ class Failure:
 @dataclass
 class SetAnalysis:
     role: str
-    source: Source
+    source: ResultSource
     inputs: dict[str, InputAnalysis] = field(default_factory=dict)
     records: int = 0
     runs: int = 0
@@ -128,7 +128,7 @@ class Verdict:
     def decisions_judged(self) -> bool:
         return self.decisions_changed is not None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing",
                                                  "outputs_outside", "decisions_changed", "decisions_judged", "max_abs",
                                                  "max_ulp", "max_lsb", "min_cosine", "reason")},
@@ -188,7 +188,7 @@ def _decide(layout: Layout, arrays: dict[str, np.ndarray]) -> Detections | np.nd
     return None
 
 
-def _input_hw(src: Source) -> tuple[int, int] | None:
+def _input_hw(src: ResultSource) -> tuple[int, int] | None:
     """The model input's H, W as the result set's run.json records its inputs (a flattened grid needs it)."""
     inputs = src.run_info.get("inputs")
     first = inputs[0] if isinstance(inputs, list) and inputs and isinstance(inputs[0], dict) else {}
@@ -230,13 +230,13 @@ class _Engine:
         self.norms: dict[tuple[str, str], float] = {}  # |reference|^2 per reference hash
 
     # -- layout ----------------------------------------------------------------------------
-    def layout_for(self, record: Record, src: Source) -> Layout:
+    def layout_for(self, record: Record, src: ResultSource) -> Layout:
         if self.layout is None:
             self.layout = detect_layout([(o.name, o.shape) for o in record.outputs], self.decoder, _input_hw(src))
         return self.layout
 
     # -- per-pair numerics -----------------------------------------------------------------
-    def measure(self, ref_src: Source, ref: OutputRef, cand_src: Source, cand: OutputRef,
+    def measure(self, ref_src: ResultSource, ref: OutputRef, cand_src: ResultSource, cand: OutputRef,
                 where: str) -> tuple[NumericStats, dict[str, NumericStats]]:
         if ref.shape != cand.shape:
             raise InputError(f"{where}: output {cand.name} is {list(cand.shape)} but its reference is {list(ref.shape)}; "
@@ -256,7 +256,7 @@ class _Engine:
         self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
         return stats, slices
 
-    def decisions(self, src: Source, record: Record, *, pin: bool = False) -> Detections | np.ndarray | None:
+    def decisions(self, src: ResultSource, record: Record, *, pin: bool = False) -> Detections | np.ndarray | None:
         """Decode a record; `pin` marks it as a reference whose arrays stay loaded (one run's worth)."""
         assert self.layout is not None
         arrays = {o.name: src.load(o, pin=pin) for o in record.outputs}
@@ -265,7 +265,7 @@ class _Engine:
         return _decide(self.layout, arrays)
 
     # -- one set -----------------------------------------------------------------------------
-    def analyse(self, analysis: SetAnalysis, reference: dict[str, tuple[Source, Record]] | None) -> None:
+    def analyse(self, analysis: SetAnalysis, reference: dict[str, tuple[ResultSource, Record]] | None) -> None:
         src = analysis.source
         firsts: dict[str, Record] = {}
         first_decisions: dict[str, Any] = {}
@@ -278,7 +278,7 @@ class _Engine:
             if ia is None:  # run 0 of each input is pinned; the LRU holds the record being compared
                 _size_cache(src, rec, 1)
             ref_rec: Record | None = None
-            ref_src: Source | None = None
+            ref_src: ResultSource | None = None
             if reference is not None:
                 if rec.input not in reference:
                     raise InputError(f"{src.label}: input {rec.input!r} has no counterpart in B "
@@ -321,7 +321,7 @@ class _Engine:
         analysis.correlation = correlate(divergent, analysis.runs, analysis.snapshots)
 
     @staticmethod
-    def _prefetching(src: Source, analysis: SetAnalysis) -> Iterator[Record]:
+    def _prefetching(src: ResultSource, analysis: SetAnalysis) -> Iterator[Record]:
         """Yield `src`'s records while a worker thread loads and hash-verifies the *next* record's unseen
         outputs, so file reads and sha256 (both release the GIL) overlap the metrics of this one."""
 
@@ -348,7 +348,7 @@ class _Engine:
                     src.cache.put(ref.hash, arr)
                 yield pending[0]
 
-    def _new_group(self, analysis: SetAnalysis, src: Source, rec: Record, first: Record, ref_src: Source | None,
+    def _new_group(self, analysis: SetAnalysis, src: ResultSource, rec: Record, first: Record, ref_src: ResultSource | None,
                    ref_rec: Record | None, ia: InputAnalysis, group: Group, first_dec: Any, ref_dec: Any) -> None:
         """Measure every new hash of a new distinct result, and its decision deltas."""
         where = f"{src.label}: run {rec.run} input {rec.input!r}"
@@ -356,7 +356,7 @@ class _Engine:
             oa = ia.outputs[o.name]
             if o.hash in oa.variants:
                 continue
-            var = oa.variants[o.hash] = Variant(o.hash)
+            var = oa.variants[o.hash] = OutputVariant(o.hash)
             if ref_rec is not None and ref_src is not None:  # against B first: the verdict names B before run 0
                 r = next(x for x in ref_rec.outputs if x.name == o.name)
                 if o.hash != r.hash:
@@ -385,7 +385,7 @@ class _Engine:
                                 "image_sources": [s for s in (ref_src, src) if s is not None]}
 
     def _check(self, role: str, against: str, rec: Record, output: str, stats: NumericStats,
-               slices: dict[str, NumericStats], var: Variant) -> None:
+               slices: dict[str, NumericStats], var: OutputVariant) -> None:
         bad_slices = {k: s.reasons for k, s in slices.items() if not s.within}
         if not stats.within or bad_slices:
             self.failures.append(Failure(role, against, rec.input, output, var.runs, stats, bad_slices))
@@ -431,14 +431,14 @@ def _align(rec: Record, ref: Record, label: str) -> Record:
     return aligned
 
 
-def _size_cache(src: Source, rec: Record, records: int) -> None:
+def _size_cache(src: ResultSource, rec: Record, records: int) -> None:
     """Bound a source's array cache to `records` records of this shape (plus 1 MiB of slack)."""
     size = sum(int(np.prod(o.shape, dtype=np.int64)) * np.dtype(o.dtype).itemsize for o in rec.outputs)
     src.cache.max_bytes = records * size + (1 << 20)
 
 
-def _reference_records(b: Source) -> dict[str, tuple[Source, Record]]:
-    refs: dict[str, tuple[Source, Record]] = {}
+def _reference_records(b: ResultSource) -> dict[str, tuple[ResultSource, Record]]:
+    refs: dict[str, tuple[ResultSource, Record]] = {}
     for rec in b.records():
         if rec.input not in refs:
             refs[rec.input] = (b, rec)
@@ -448,7 +448,7 @@ def _reference_records(b: Source) -> dict[str, tuple[Source, Record]]:
     return refs
 
 
-def run_comparison(a: Source, b: Source | None, tolerance: Tolerance, decoder: str = "auto") -> Comparison:
+def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance, decoder: str = "auto") -> Comparison:
     """Analyse `a` (run-to-run, and against `b`'s run 0 when given) and `b` (run-to-run)."""
     engine = _Engine(tolerance, decoder)
     notes = [s.note for s in (a, b) if s is not None and s.note]

@@ -180,7 +180,7 @@ def render_html(c: Comparison, base: Path | None = None) -> str:
 {_verdicts(c)}
 <h2>Inputs × outputs</h2>{_grid(c)}
 <p>Exit code <b>{c.exit_code}</b> · tolerance <code>{escape(c.tolerance.describe())}</code>
-({escape(", ".join(f"{k}={v}" for k, v in c.tolerance.as_dict().items()))}) · mode {c.mode} · report schema {SCHEMA}</p>
+({escape(", ".join(f"{k}={v}" for k, v in c.tolerance.to_json().items()))}) · mode {c.mode} · report schema {SCHEMA}</p>
 <h2>Compared</h2><ul>{sources}</ul>
 <ul class="muted">{notes}</ul>
 <details><summary>Per input and output: every record's distance ({sum(len(ia.outputs) for ia in c.a.inputs.values())} rows for set A)</summary>{_table(tree)}</details>

@@ -95,7 +95,7 @@ class NumericStats:
             return "lower"
         return "mixed" if self.differing else "none"
 
-    def as_dict(self) -> dict:
+    def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in (
             "elements", "differing", "first_index", "first_reference", "first_candidate", "max_abs", "mean_abs",
             "max_ulp", "max_lsb", "cosine", "rel_l2", "kl", "kl_kind", "higher", "lower", "mean_signed", "failing",

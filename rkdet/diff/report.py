@@ -10,21 +10,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
+from rkdet.diff.compare import Comparison, Failure, SetAnalysis, OutputVariant
 from rkdet.diff.findings import SCHEMA, report_base, run_ranges, shown_path
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
 from rkdet.records.io import write_atomic
 
 def _stats(s: NumericStats | None) -> dict[str, Any] | None:
-    return None if s is None else s.as_dict()
+    return None if s is None else s.to_json()
 
 
-def _variant(v: Variant) -> dict[str, Any]:
+def _variant(v: OutputVariant) -> dict[str, Any]:
     return {"hash": v.hash, "run_count": len(v.runs), "runs": run_ranges(v.runs),
             "vs_first": _stats(v.vs_first), "vs_reference": _stats(v.vs_reference),
-            "slices_vs_first": {k: s.as_dict() for k, s in v.slices_vs_first.items()},
-            "slices_vs_reference": {k: s.as_dict() for k, s in v.slices_vs_reference.items()}}
+            "slices_vs_first": {k: s.to_json() for k, s in v.slices_vs_first.items()},
+            "slices_vs_reference": {k: s.to_json() for k, s in v.slices_vs_reference.items()}}
 
 
 def _latency(values: list[tuple[int, float]]) -> dict[str, float] | None:
@@ -62,7 +62,7 @@ def _set(s: SetAnalysis | None, base: Path | None) -> dict[str, Any] | None:
 def _failure(f: Failure) -> dict[str, Any]:
     return {"set": f.set, "against": f.against, "input": f.input, "output": f.output, "first_run": f.first_run,
             "run_count": len(f.runs), "runs": run_ranges(f.runs), "reasons": f.stats.reasons,
-            "slice_reasons": f.slice_reasons, "stats": f.stats.as_dict()}
+            "slice_reasons": f.slice_reasons, "stats": f.stats.to_json()}
 
 
 def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
@@ -73,11 +73,11 @@ def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
         "verdict": c.verdict,
         "exit_code": c.exit_code,
         "same": c.exit_code == 0,
-        "repeatable": c.repeatable.as_dict(),
-        "agrees": c.agrees.as_dict() if c.agrees is not None else None,
+        "repeatable": c.repeatable.to_json(),
+        "agrees": c.agrees.to_json() if c.agrees is not None else None,
         "mode": c.mode,
-        "tolerance": {**c.tolerance.as_dict(), "bitwise": c.tolerance.bitwise, "description": c.tolerance.describe()},
-        "layout": c.layout.as_dict(),
+        "tolerance": {**c.tolerance.to_json(), "bitwise": c.tolerance.bitwise, "description": c.tolerance.describe()},
+        "layout": c.layout.to_json(),
         "notes": c.notes,
         "build_failed_gates": c.caveat,  # null, or: the reference build failed its gates at convert
         "first_failure": _failure(first) if first else None,

@@ -168,7 +168,7 @@ class _Parser:
 
 
 @dataclass
-class Source:
+class ResultSource:
     """A readable set of inference outputs: a result-set folder or a single .npy/.npz file."""
 
     path: Path
@@ -232,7 +232,7 @@ class Source:
         return cached
 
 
-class ResultSetDir(Source):
+class ResultSetDir(ResultSource):
     """A result-set folder written by rkdet-run (or by rkdet convert as golden data)."""
 
     def __init__(self, path: Path, note: str | None = None) -> None:
@@ -304,7 +304,7 @@ class ResultSetDir(Source):
         return None
 
 
-class ArrayFile(Source):
+class ArrayFile(ResultSource):
     """A single .npy (one output named "output") or .npz (one output per key) as a one-run set."""
 
     def __init__(self, path: Path) -> None:
@@ -374,7 +374,7 @@ def _run_folder_result(p: Path) -> Path | None:
     return sub if (sub / "run.json").exists() and not (p / "run.json").exists() else None
 
 
-def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | None = None) -> Source:
+def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | None = None) -> ResultSource:
     """Open a result set, a run folder (its result/), a build folder (its golden set picked by
     `reference_set` for results described by `against`, A's run.json), a golden/ folder, or a .npy/.npz."""
     p = Path(path)

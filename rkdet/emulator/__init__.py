@@ -1,6 +1,6 @@
 """The emulated board: kernel-like sysfs/procfs (FUSE or plain tree), sshd, runtime double.
 
-`EmulatedBoard`, `Variant` and `VARIANTS` are importable from here (loaded on first use, so
+`EmulatedBoard`, `SshdVariant` and `VARIANTS` are importable from here (loaded on first use, so
 importing the package for the runtime double stays cheap).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["EmulatedBoard", "VARIANTS", "Variant"]
+__all__ = ["EmulatedBoard", "VARIANTS", "SshdVariant"]
 
 
 def __getattr__(name: str) -> Any:

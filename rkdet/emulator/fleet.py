@@ -50,7 +50,7 @@ from rkdet.emulator import lifeline
 from rkdet.emulator.socs import PROFILES, SocProfile
 from rkdet.emulator.sshd import VARIANTS, EmulatedBoard, _keygen
 from rkdet.errors import BoardError, InputError
-from rkdet.fleets.sources.inventory import Board, write_inventory
+from rkdet.fleets.sources.inventory import FleetBoard, write_inventory
 
 #: TEST CONTROL kinds (what each does: the module doc); the login variants are sshd.VARIANTS
 TEST_CONTROL_KINDS = ("runtime-drift", "core-drift", "drop", "hot")
@@ -82,7 +82,7 @@ class FleetEvent:
 
 
 @dataclass
-class FleetBoard:
+class FleetMember:
     """One board of the fleet: its place (index, inventory name, SoC, kind) and the running board."""
 
     index: int
@@ -97,10 +97,10 @@ class FleetBoard:
     def test_control(self) -> bool:
         return self.kind in TEST_CONTROL_KINDS
 
-    def record(self, known_hosts: Path, identity: Path) -> Board:
+    def record(self, known_hosts: Path, identity: Path) -> FleetBoard:
         """The inventory record of this board (what `load_inventory` reads back)."""
         b = self.board
-        return Board(name=self.name, address=b.host, port=b.port, user=b.user, key_file=str(identity),
+        return FleetBoard(name=self.name, address=b.host, port=b.port, user=b.user, key_file=str(identity),
                      soc=self.soc, sudo=b.variant.sudo, workdir=str(b.home / ".cache" / "rkdet"),
                      known_hosts=str(known_hosts), tags=("emulated", self.kind), groups=(self.soc,))
 
@@ -202,7 +202,7 @@ class EmulatedFleet:
         self.inventory_path: Path = Path()
         self.known_hosts_file: Path = Path()
         self.identity_file: Path = Path()
-        self.boards: list[FleetBoard] = []
+        self.boards: list[FleetMember] = []
         self.events: list[FleetEvent] = []
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -246,7 +246,7 @@ class EmulatedFleet:
                 shutil.copyfile(self.workdir / name, bdir / name)
                 os.chmod(bdir / name, 0o600 if name == "id_ed25519" else 0o644)
             board = EmulatedBoard(profiles[index], bdir, login, sysfs=self.sysfs)
-            self.boards.append(FleetBoard(index, f"emu{index}-{soc}", soc, kind, board))
+            self.boards.append(FleetMember(index, f"emu{index}-{soc}", soc, kind, board))
         # a board's start is mostly waiting (sshd, the FUSE daemon, key generation): a few at a time
         pool = ThreadPoolExecutor(max_workers=min(START_WORKERS, self.count), thread_name_prefix="rkdet-fleet-start")
         try:
@@ -273,7 +273,7 @@ class EmulatedFleet:
         assert self.workdir is not None
         return self.workdir / f"b{index}" / "board" / "sysfs" / "control"
 
-    def _start_board(self, fb: FleetBoard) -> None:
+    def _start_board(self, fb: FleetMember) -> None:
         assert self.workdir is not None
         board = fb.board
         board.start()
@@ -317,14 +317,14 @@ class EmulatedFleet:
 
     # -- what it is --
 
-    def records(self) -> list[Board]:
+    def records(self) -> list[FleetBoard]:
         """The inventory records, one per board, in index order."""
         return [fb.record(self.known_hosts_file, self.identity_file) for fb in self.boards]
 
-    def by_kind(self, kind: str) -> list[FleetBoard]:
+    def by_kind(self, kind: str) -> list[FleetMember]:
         return [fb for fb in self.boards if fb.kind == kind]
 
-    def crashed(self) -> list[FleetBoard]:
+    def crashed(self) -> list[FleetMember]:
         """Boards whose sshd is not running and was not dropped on purpose (TEST CONTROL drop)."""
         return [fb for fb in self.boards if not fb.dropped and not fb.board.running]
 

@@ -331,7 +331,7 @@ class Snapshot:
     cooling: dict[str, int]  # node -> cooling device cur_state
 
 
-class Board:
+class KernelBoard:
     """The emulated kernel: the plain tree's layout with live attributes overlaid."""
 
     def __init__(self, profile: SocProfile, control_dir: Path) -> None:

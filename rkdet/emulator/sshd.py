@@ -41,7 +41,7 @@ _STD_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True)
-class Variant:
+class SshdVariant:
     """What kind of board to emulate (login shell, SFTP, sudo)."""
 
     name: str
@@ -53,12 +53,12 @@ class Variant:
     hostile: bool = False  # TEST CONTROL: crafted listings, results and a stalling SFTP (hostile.py)
 
 
-VARIANTS: dict[str, Variant] = {
-    "standard": Variant("standard", "rkdetboard"),
-    "nosftp": Variant("nosftp", "rkdetboard", sftp=False),
-    "busybox": Variant("busybox", "rkdetbb", sftp=False, busybox=True),
-    "sudo": Variant("sudo", "rkdetsudo", sudo=True),
-    "hostile": Variant("hostile", "rkdetboard", hostile=True),
+VARIANTS: dict[str, SshdVariant] = {
+    "standard": SshdVariant("standard", "rkdetboard"),
+    "nosftp": SshdVariant("nosftp", "rkdetboard", sftp=False),
+    "busybox": SshdVariant("busybox", "rkdetbb", sftp=False, busybox=True),
+    "sudo": SshdVariant("sudo", "rkdetsudo", sudo=True),
+    "hostile": SshdVariant("hostile", "rkdetboard", hostile=True),
 }
 
 
@@ -103,7 +103,7 @@ class EmulatedBoard:
     """
 
     def __init__(self, soc: str | SocProfile = "rk3588", workdir: str | Path | None = None,
-                 variant: str | Variant = "standard", *, root: str | Path | None = None, sysfs: str = "plain",
+                 variant: str | SshdVariant = "standard", *, root: str | Path | None = None, sysfs: str = "plain",
                  python: str | Path | None = None, env: dict[str, str] | None = None,
                  netns: str | None = None, listen: str = "127.0.0.1") -> None:
         try:  # a SoC name (its default profile) or a profile variant (a speed bin, an image without compaction)

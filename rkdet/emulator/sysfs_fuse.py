@@ -4,7 +4,7 @@ Why FUSE: board scripts and the runner read and write the board through ordinary
 ``$RKDET_ROOT``; only a real filesystem can give them the kernel's errno on a bad store (EINVAL
 from ``echo bogus > scaling_governor``, EACCES when opening a read-only attribute for writing, even
 as root), files that appear and vanish (``devfreq/<dev>/userspace/set_freq``) and a ``cur_freq``
-that follows the governor and the thermal model. The semantics live in `kernel.Board`; this module
+that follows the governor and the thermal model. The semantics live in `kernel.KernelBoard`; this module
 only maps FUSE calls onto it. Start it with `rkdet.emulator.mount.emulated_sysfs` (which also
 clears stale mounts and waits for the daemon), or by hand, in the foreground:
 
@@ -33,7 +33,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
-from rkdet.emulator.kernel import Board, kernel_error
+from rkdet.emulator.kernel import KernelBoard, kernel_error
 from rkdet.emulator.socs import PROFILES, CpuPolicy, DevfreqNode, SocProfile, ThermalCap, ThermalZone
 from rkdet.errors import EXIT_BOARD
 
@@ -62,11 +62,11 @@ def profile_from_json(text: str) -> SocProfile:
 
 
 class BoardFS:
-    """mfusepy Operations for a `Board` (single-threaded: libfuse runs with -s)."""
+    """mfusepy Operations for a `KernelBoard` (single-threaded: libfuse runs with -s)."""
 
     use_ns = True  # nanosecond timestamps (mfusepy's non-deprecated mode)
 
-    def __init__(self, board: Board) -> None:
+    def __init__(self, board: KernelBoard) -> None:
         self.board = board
         self.uid, self.gid = os.getuid(), os.getgid()
         self.boot_ns = time.time_ns()
@@ -285,7 +285,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     sys.excepthook = lambda *exc: log.critical("uncaught exception", exc_info=exc)  # type: ignore[assignment]
     profile = _load_profile(args, parser)
     Path(args.control).mkdir(parents=True, exist_ok=True)
-    board = Board(profile, Path(args.control))
+    board = KernelBoard(profile, Path(args.control))
 
     import mfusepy  # here, so importing this module never needs libfuse
 

@@ -14,7 +14,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from pydantic import ValidationError
@@ -31,15 +30,15 @@ from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
 from rkdet.records.io import identifier, read_json
 from rkdet.onboard.hashing import output_hash
+from rkdet.log import Log
 
 # What `rkdet layers BUILD` reads from a build folder (a failed build kept with --keep-failed has them too).
 NEEDED = ("manifest.json", "config.resolved.json", "model.onnx")
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class Source:
+class BuildSource:
     """What is analysed: the config, the platform, and the build it came from (None: from a config)."""
 
     cfg: RkdetConfig
@@ -65,7 +64,7 @@ class Rebuild:
         return None if self.build_fingerprint is None else self.fingerprint == self.build_fingerprint
 
 
-def from_build(folder: Path, paths_from: Path | None = None) -> Source:
+def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
     """Read a build folder; a missing or unreadable piece is one line naming it (exit 2).
 
     A published build records its model and image folders by name only (no machine paths), so where
@@ -105,12 +104,12 @@ def from_build(folder: Path, paths_from: Path | None = None) -> Source:
                 raise InputError(f"{folder / 'config.resolved.json'}: {section}.{key} is {str(value)!r} without its "
                                  f"location (a published build records no machine paths); pass the config that "
                                  f"built it: rkdet layers {folder} --config FILE")
-    return Source(cfg, doc["platform"], folder, doc)
+    return BuildSource(cfg, doc["platform"], folder, doc)
 
 
-def from_config(path: Path, platform: str | None) -> Source:
+def from_config(path: Path, platform: str | None) -> BuildSource:
     cfg = load_config(path)
-    return Source(cfg, (platform or cfg.target.platforms[0]).lower(), None, None)
+    return BuildSource(cfg, (platform or cfg.target.platforms[0]).lower(), None, None)
 
 
 def _save(path: Path, array: np.ndarray) -> None:
@@ -118,7 +117,7 @@ def _save(path: Path, array: np.ndarray) -> None:
     np.save(path, np.ascontiguousarray(array), allow_pickle=False)
 
 
-def toolkit_job(folder: Path, src: Source, model: PreparedModel, cal: Materialized, gold: Materialized,
+def toolkit_job(folder: Path, src: BuildSource, model: PreparedModel, cal: Materialized, gold: Materialized,
                 analyse: dict[str, np.ndarray], model_fp: str | None = None) -> dict:
     """The build part is laid out as rkdet convert lays it out (relative paths, same file names)."""
     (folder / "model.onnx").write_bytes(model.onnx_bytes)
@@ -149,7 +148,7 @@ def toolkit_job(folder: Path, src: Source, model: PreparedModel, cal: Materializ
             "float_layers": float_layers_job(src.cfg)}
 
 
-def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, log_to: Path | None = None,
+def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, log_to: Path | None = None,
                         max_inputs: int | None = None) -> Rebuild:
     """Rebuild `src` in the hermetic worker, check its fingerprint, and analyse every input per layer."""
     cfg, platform = src.cfg, src.platform

@@ -54,7 +54,7 @@ class LayersReport:
     def fingerprint_match(self) -> bool | None:
         return None if self.build_fingerprint is None else self.fingerprint == self.build_fingerprint
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return {"schema": SCHEMA, "source": self.source, "toolkit": self.toolkit,
                 "fingerprint": self.fingerprint, "build_fingerprint": self.build_fingerprint,
                 "fingerprint_match": self.fingerprint_match, "min_layer_cosine": self.min_layer_cosine,
@@ -132,7 +132,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def to_json(report: LayersReport) -> str:
-    return json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
+    return json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
 
 
 def cosine_plot(report: LayersReport) -> bytes:
@@ -250,7 +250,7 @@ class BisectionReport:
     timings: dict[str, float] = field(default_factory=dict)
     pinned: bool = False  # every run through run-pinned.sh (pin, run, restore)
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return {"schema": SCHEMA, "mode": "board", "pinned": self.pinned, "source": self.source, "board": self.board, "against": self.against,
                 "fingerprint": self.fingerprint, "toolkit": self.toolkit, "tolerance": self.tolerance,
                 "verdict": "departs" if self.first_departing else "no departure", "layers": self.layers,
@@ -261,7 +261,7 @@ class BisectionReport:
 
 
 def bisection_json(report: BisectionReport) -> str:
-    return json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n"
+    return json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n"
 
 
 def render_bisection_html(report: BisectionReport) -> str:

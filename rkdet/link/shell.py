@@ -18,6 +18,13 @@ from rkdet.errors import InputError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# Seconds a board-side command may take, by what it does (`run`'s `timeout`; the SSH phases and the
+# default command bound are `rkdet.link.ssh.Timeouts`): named once so every step bounds the same kind
+# of command alike.
+QUICK_S = 30.0  # answers at once: id, mkdir, a signal, a test -e, df
+FILES_S = 60.0  # walks or removes a folder, tails a log, probes the Python on the board
+SELFCHECK_S = 300.0  # the installed self-check's first run (loads the model, runs every input)
+
 
 class CommandResult(NamedTuple):
     """What a remote command left: exit code, stdout and stderr (decoded as UTF-8, lenient)."""

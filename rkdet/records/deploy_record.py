@@ -30,7 +30,7 @@ PRIVATE_SCHEMA = "rkdet.deploy-private/1"
 # What a published run folder must not hold but --resume needs: kept in the deployer's private record.
 PRIVATE_KEYS = ("board", "build", "remote", "job_env", "reference", "run_settings")
 
-# A JSON value as the diff's verdicts hold it (rkdet.diff's `as_dict`): typed as JSON, checked as JSON.
+# A JSON value as the diff's verdicts hold it (rkdet.diff's `to_json`): typed as JSON, checked as JSON.
 Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]
 JsonObject = dict[str, Json]
 
@@ -189,8 +189,8 @@ class DeployRecord:
     reference: str | None = None
     repeatable: JsonObject | None = None
     agrees: JsonObject | None = None
-    stack: Mapping[str, str | None] | None = None  # BoardStack.as_dict() (rkdet/boardinfo/stack.py)
-    cells: JsonObject | None = None  # CellsJudgement.as_dict() (rkdet/deploy/cells.py)
+    stack: Mapping[str, str | None] | None = None  # BoardStack.to_json() (rkdet/boardinfo/stack.py)
+    cells: JsonObject | None = None  # CellsJudgement.to_json() (rkdet/deploy/cells.py)
     contexts: ContextsRecord | None = None
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from rkdet.errors import InputError
-from rkdet.search.space import Variant
+from rkdet.search.space import SearchVariant
 
 DEFAULT_BUDGET = "20m"  # a coffee break
 # Relative build cost per quantize.algorithm (normal = 1): kl_divergence builds a histogram per tensor
@@ -60,7 +60,7 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{rem % 60:02d}s" if m < 10 else f"{m}m"
 
 
-def relative_cost(variant: Variant, algorithm: str, images: int) -> float:
+def relative_cost(variant: SearchVariant, algorithm: str, images: int) -> float:
     """A variant's estimated build cost relative to the config as given (1.0)."""
     changes = variant.changes
     if variant.stage == "hybrid":
@@ -74,7 +74,7 @@ def relative_cost(variant: Variant, algorithm: str, images: int) -> float:
     return ALGORITHM_COST.get(alg, 1.0) / own * (FIXED_SHARE + (1 - FIXED_SHARE) * share)
 
 
-def cheapest_first(variants: list[Variant], algorithm: str, images: int) -> list[Variant]:
+def cheapest_first(variants: list[SearchVariant], algorithm: str, images: int) -> list[SearchVariant]:
     """The config as given first (the baseline every other variant is measured against), then the rest by
     estimated cost, ties in the documented order; re-indexed in the order they are tried."""
     if not variants:
@@ -108,7 +108,7 @@ class Budget:
     def remaining(self) -> float:
         return self.seconds - self.elapsed()
 
-    def record(self, variant: Variant, seconds: float, relative: float) -> None:
+    def record(self, variant: SearchVariant, seconds: float, relative: float) -> None:
         """A finished build's measured time; one unit's cost becomes total measured time / total units."""
         self.measured[variant.index] = seconds
         self._relative[variant.index] = relative

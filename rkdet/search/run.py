@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rkdet.config import RkdetConfig
 from rkdet.convert.hermetic import BuildWatch, DeadlineReached
@@ -28,14 +28,14 @@ from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first
 from rkdet.search.space import (
     MAX_HYBRID_K,
     Space,
-    Variant,
+    SearchVariant,
     float_variant,
     hybrid_ks,
     hybrid_variants,
     quantize_variants,
 )
+from rkdet.log import Log
 
-Progress = Callable[[str], None]
 SCHEMA = "rkdet.search/2"  # 2: cost order, measured build seconds, budget, untried variants, loss shape
 LAYERS_MAX_INPUTS = 2  # as `rkdet layers` by default: the golden inputs that stray furthest
 
@@ -55,7 +55,7 @@ class Closest:
 class Outcome:
     """What one variant's build gave."""
 
-    variant: Variant
+    variant: SearchVariant
     status: str  # "pass" | "fail" (a gate) | "error" (the toolkit or a check failed) | "stopped" (the budget ran out)
     options: dict[str, Any]
     build_seconds: float | None = None  # measured (the search's clock)
@@ -68,7 +68,7 @@ class Outcome:
     slices: dict[str, Any] = field(default_factory=dict)
     closest: Closest | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"index": self.variant.index, "stage": self.variant.stage, "changes": self.variant.changes,
                 "options": self.options, "status": self.status, "message": self.message,
                 "fingerprint": self.fingerprint, "fidelity_line": self.fidelity_line, "gates": self.gates,
@@ -83,12 +83,12 @@ class Outcome:
 class Untried:
     """A variant the budget left out: its place, what it would change, its estimated cost."""
 
-    variant: Variant
+    variant: SearchVariant
     relative_cost: float
     estimated_seconds: float | None
     reason: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"index": self.variant.index, "stage": self.variant.stage, "changes": self.variant.changes,
                 "relative_cost": self.relative_cost, "estimated_seconds": self.estimated_seconds, "reason": self.reason}
 
@@ -139,16 +139,16 @@ class SearchResult:
     def passed(self) -> Outcome | None:
         return next((o for o in self.outcomes if o.status == "pass"), None)
 
-    def as_dict(self, searched_config: str | None) -> dict[str, Any]:
+    def to_json(self, searched_config: str | None) -> dict[str, Any]:
         first = self.passed
-        return {"schema": SCHEMA, "platform": self.platform, "space": self.space.as_dict(),
+        return {"schema": SCHEMA, "platform": self.platform, "space": self.space.to_json(),
                 "search_all": self.search_all, "passed": None if first is None else first.variant.index,
                 "fingerprint": None if first is None else first.fingerprint, "searched_config": searched_config,
                 "worst_single": self.worst_single, "layers_error": self.layers_error,
                 "budget_seconds": self.budget_seconds, "elapsed_seconds": self.elapsed_seconds,
-                "untried": [u.as_dict() for u in self.untried],
+                "untried": [u.to_json() for u in self.untried],
                 "loss": None if self.loss is None else asdict(self.loss),
-                "variants": [o.as_dict() for o in self.outcomes]}
+                "variants": [o.to_json() for o in self.outcomes]}
 
 
 def apply(cfg: RkdetConfig, changes: dict[str, Any]) -> RkdetConfig:
@@ -203,7 +203,7 @@ def _fidelity_line(fid: dict[str, Any], platform: str) -> str | None:
         return None
 
 
-def build_variant(cfg: RkdetConfig, variant: Variant, platform: str, scratch: Path, progress: Progress,
+def build_variant(cfg: RkdetConfig, variant: SearchVariant, platform: str, scratch: Path, progress: Log,
                   watch: BuildWatch | None = None) -> tuple[Outcome, Path | None]:
     """Convert one variant into `scratch/<index>/`; returns its outcome and, when it passed, its build folder
     (`watch`: the toolkit's progress lines and the budget's deadline)."""
@@ -256,14 +256,14 @@ def loss_shape(singles: list[float | None], first_loss: tuple[str, float] | None
                      first_loss[1] if first_loss else None, low_output)
 
 
-def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Progress, top: int
+def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Log, top: int
                   ) -> tuple[list[dict[str, Any]], int, LossShape]:
     """`rkdet layers` on the config as given: its worst layers by single error, how many layers it measured,
     and whether the loss comes from single layers or accumulates."""
-    from rkdet.layers.rebuild import Source, rebuild_and_analyse
+    from rkdet.layers.rebuild import BuildSource, rebuild_and_analyse
     from rkdet.layers.report import build_report, onnx_label
 
-    src = Source(cfg, platform, None, None)
+    src = BuildSource(cfg, platform, None, None)
     rebuilt = rebuild_and_analyse(src, None, lambda m: progress(f"layers: {m}"), log_to=scratch / "toolkit-layers.log",
                                   max_inputs=LAYERS_MAX_INPUTS)
     threshold = cfg.fidelity.min_layer_cosine
@@ -279,8 +279,8 @@ def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Prog
              for x in report.worst_single], len(measured), shape)
 
 
-def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Progress,
-           budget: Budget, toolkit_progress: Progress | None = None) -> SearchResult:
+def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Log,
+           budget: Budget, toolkit_progress: Log | None = None) -> SearchResult:
     """Try the variants cheapest first within `budget`; stop at the first that passes every gate unless
     `search_all`. `toolkit_progress` receives the toolkit's own progress lines while a variant builds."""
     budget.start()
@@ -295,10 +295,10 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
     loss: LossShape | None = None
     scratch = Path(tempfile.mkdtemp(prefix=f".search-{cfg.name}-{platform}-", dir=out))
 
-    def skip(variant: Variant, relative: float, reason: str) -> None:
+    def skip(variant: SearchVariant, relative: float, reason: str) -> None:
         untried.append(Untried(variant, relative, budget.estimate(relative), reason))
 
-    def run(variant: Variant) -> bool:
+    def run(variant: SearchVariant) -> bool:
         nonlocal installed
         relative = relative_cost(variant, algorithm, count)
         if outcomes and not budget.fits(relative):
@@ -343,7 +343,7 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
             top = max(space.hybrid) if space.hybrid else MAX_HYBRID_K
             start = len(variants)
             if not budget.fits(LAYERS_COST):
-                skip(Variant(start, "hybrid", {"quantize.float_layers": ["(the worst layers by rkdet layers)"]}),
+                skip(SearchVariant(start, "hybrid", {"quantize.float_layers": ["(the worst layers by rkdet layers)"]}),
                      LAYERS_COST, "the hybrid stage needs `rkdet layers` first; the budget does not cover it")
             else:
                 try:

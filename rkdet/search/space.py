@@ -44,13 +44,13 @@ class Space:
     calibration: tuple[int, ...] = CALIBRATION_DIVISORS
     hybrid: tuple[int, ...] | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"algorithm": list(self.algorithms), "method": list(self.methods), "calibration": list(self.calibration),
                 "hybrid": "1, 2, 4, ... below the number of measured layers" if self.hybrid is None else list(self.hybrid)}
 
 
 @dataclass(frozen=True)
-class Variant:
+class SearchVariant:
     """One candidate: its place in the order, its stage and exactly the config keys it changes."""
 
     index: int
@@ -110,7 +110,7 @@ def _first(own: Any, values: tuple) -> tuple:
     return (own, *[v for v in values if v != own])
 
 
-def quantize_variants(space: Space, algorithm: str, method: str, calibration_count: int) -> list[Variant]:
+def quantize_variants(space: Space, algorithm: str, method: str, calibration_count: int) -> list[SearchVariant]:
     """Stage 1 and 2: the config as given, then the quantization options (fewest changed keys first)."""
     sizes: list[int | None] = [None]  # None: the config's own calibration images
     for divisor in space.calibration:
@@ -130,7 +130,7 @@ def quantize_variants(space: Space, algorithm: str, method: str, calibration_cou
         dims = tuple(i for i, changed in enumerate((alg != algorithm, meth != method, size is not None)) if changed)
         candidates.append(((len(dims), dims, order), changes))
     candidates.sort(key=lambda c: c[0])  # fewest changes first; then algorithm before method before calibration
-    return [Variant(i, "config" if not ch else "quantize", ch) for i, (_, ch) in enumerate(candidates)]
+    return [SearchVariant(i, "config" if not ch else "quantize", ch) for i, (_, ch) in enumerate(candidates)]
 
 
 def hybrid_ks(space: Space, measured_layers: int, ranked: int) -> list[int]:
@@ -144,18 +144,18 @@ def hybrid_ks(space: Space, measured_layers: int, ranked: int) -> list[int]:
     return ks
 
 
-def hybrid_variants(start: int, ks: list[int], worst: list[str], existing: list[str]) -> list[Variant]:
+def hybrid_variants(start: int, ks: list[int], worst: list[str], existing: list[str]) -> list[SearchVariant]:
     """Stage 3: the k worst single-error layers in float16 (added to any the config already names)."""
     out = []
     for i, k in enumerate(ks):
         layers = list(dict.fromkeys([*existing, *worst[:k]]))
-        out.append(Variant(start + i, "hybrid", {"quantize.float_layers": layers}))
+        out.append(SearchVariant(start + i, "hybrid", {"quantize.float_layers": layers}))
     return out
 
 
-def float_variant(index: int, clear_float_layers: bool) -> Variant:
+def float_variant(index: int, clear_float_layers: bool) -> SearchVariant:
     """The remedy for an accumulating loss: the whole model in float16, labelled as a float build."""
     changes: dict[str, Any] = {"quantize.force_fp16": True}
     if clear_float_layers:  # float_layers is hybrid quantization of a quantized build: not with force_fp16
         changes["quantize.float_layers"] = []
-    return Variant(index, "float", changes)
+    return SearchVariant(index, "float", changes)

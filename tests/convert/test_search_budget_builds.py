@@ -59,7 +59,7 @@ def test_mmse_is_left_untried_when_the_measured_costs_say_it_cannot_fit(config: 
     (untried,) = result.untried
     assert untried.variant.changes == {"quantize.algorithm": "mmse"} and untried.estimated_seconds == 4800
     assert "of the budget left" in untried.reason and result.out_of_budget
-    doc = result.as_dict(None)
+    doc = result.to_json(None)
     assert doc["schema"] == "rkdet.search/2" and doc["variants"][0]["build_seconds"] == 300
     assert doc["untried"][0]["estimated_seconds"] == 4800 and doc["budget_seconds"] == 1000
 

@@ -11,7 +11,7 @@ import pytest
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.deploy_state import DeployState, DeployStatus, latest_unfinished, public_settings
 from rkdet.deploy.layout import RemoteLayout
-from rkdet.deploy.settings import RunSettings
+from rkdet.deploy.settings import RunOverrides, RunSettings
 from rkdet.config import BoardSection, DeploySettings, RunSection
 from rkdet.errors import InputError
 from rkdet.records.deploy_record import DeployRecord, TransitionError
@@ -28,15 +28,17 @@ def test_from_config_takes_every_section_and_flags_win() -> None:
     s = RunSettings.from_config(_sections())
     assert (s.repeats, s.warmup, s.core_mask, s.cpu_affinity, s.workdir, s.sudo) == (3, 1, "0_1", (4, 5), "/opt/rk", True)
     assert s.pin_env["RKDET_NPU_FREQ"] == "594000000" and s.tolerances.max_lsb == 2
-    flags = RunSettings.from_config(_sections(), repeats=7, warmup=0, sudo=False, no_pin=True, workdir="/w",
-                                    backend="onnxruntime", fault='{"bit": 0}', emulate_npu=3, timeout=5.0)
+    flags = RunSettings.from_config(_sections(), RunOverrides(
+        repeats=7, warmup=0, sudo=False, no_pin=True, workdir="/w", backend="onnxruntime", fault='{"bit": 0}',
+        emulate_npu=3, timeout=5.0))
     assert (flags.repeats, flags.warmup, flags.sudo, flags.pin, flags.workdir, flags.backend) == \
         (7, 0, False, False, "/w", "onnxruntime")
     assert (flags.fault, flags.emulate_npu, flags.timeout) == ('{"bit": 0}', 3, 5.0)
 
 
 def test_run_settings_round_trip_whole_through_json() -> None:
-    s = RunSettings.from_config(_sections(), state_dir="/run/x", keep=True, fault='{"bit": 1}', emulate_npu=0)
+    s = RunSettings.from_config(_sections(), RunOverrides(state_dir="/run/x", keep=True, fault='{"bit": 1}',
+                                                          emulate_npu=0))
     doc = json.loads(json.dumps(s.to_json()))  # as deploy.json stores it
     assert RunSettings.from_json(doc) == s
     public = public_settings(s)

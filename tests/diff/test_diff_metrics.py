@@ -156,8 +156,19 @@ def test_tolerance_from_mapping_and_flags() -> None:
         Tolerance.from_pairs(["max_ulp"])
 
 
-def test_decoder_choices_match() -> None:
-    from rkdet.cli.diff import DECODERS as CLI
-    from rkdet.decode import DECODERS
+def test_choices_are_one_definition() -> None:
+    """--decoder, --backend and --core-mask take rkdet.choices' tuples; core masks and backends are the
+    on-board program's own (rkdet-run takes and records them), re-exported, not copied."""
+    import typing
 
-    assert CLI == DECODERS
+    from rkdet.onboard import resultset
+    from rkdet.choices import BACKENDS, CORE_MASKS, DECODERS
+    from rkdet.cli.diff import diff_command
+    from rkdet.config import RunSection
+    from rkdet.decode import DECODERS as DECODE
+
+    assert DECODE is DECODERS
+    decoder = next(p for p in diff_command.params if p.name == "decoder")
+    assert tuple(decoder.type.choices) == DECODERS  # type: ignore[attr-defined]
+    assert resultset.CORE_MASKS is CORE_MASKS and resultset.BACKENDS is BACKENDS
+    assert typing.get_args(RunSection.model_fields["backend"].annotation) == BACKENDS

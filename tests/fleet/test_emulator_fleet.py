@@ -30,9 +30,9 @@ from bounds import ended_within
 from rkdet.link import jobs
 from rkdet.link.ssh import BoardConnection, Timeouts
 from rkdet.cli import main
-from rkdet.emulator.fleet import DRIFT_RUNTIME, EmulatedFleet, FleetBoard
+from rkdet.emulator.fleet import DRIFT_RUNTIME, EmulatedFleet, FleetMember
 from rkdet.errors import BoardError
-from rkdet.fleets.sources.inventory import Board, load_inventory, select, write_inventory
+from rkdet.fleets.sources.inventory import FleetBoard, load_inventory, select, write_inventory
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=30, keepalive=5)
 KINDS = {0: "core-drift", 1: "runtime-drift", 2: "drop", 3: "hot"}
@@ -77,7 +77,7 @@ def fleet() -> Iterator[EmulatedFleet]:
         yield fl
 
 
-def _connect(fb: FleetBoard, inv_path: Path) -> BoardConnection:
+def _connect(fb: FleetMember, inv_path: Path) -> BoardConnection:
     """A connection made only from the inventory's record (strict host keys: its known_hosts)."""
     rec = next(b for b in select(load_inventory(inv_path), fb.name))
     return BoardConnection.open(f"{rec.address}:{rec.port}", user=rec.user, identity=Path(rec.key_file),
@@ -85,7 +85,7 @@ def _connect(fb: FleetBoard, inv_path: Path) -> BoardConnection:
                                 allow_agent=False, timeouts=FAST)
 
 
-def _run(fb: FleetBoard, mask: int, hold: float = 0.0) -> dict:
+def _run(fb: FleetMember, mask: int, hold: float = 0.0) -> dict:
     model = _tiny_model(fb.board.home, fb.board.account.uid)
     with fb.board.connect(timeouts=FAST) as conn:
         res = conn.run(["python3", "-c", RUN, model, str(mask), str(hold)], timeout=60)
@@ -137,7 +137,7 @@ def test_runtime_drift_and_core_drift_move_one_element(fleet: EmulatedFleet) -> 
     assert _run(drift, NPU_CORE_AUTO)["bits"] == drifted["bits"]  # the same on every call: a determinism class
 
 
-def _npu_max(conn: BoardConnection, fb: FleetBoard) -> int:
+def _npu_max(conn: BoardConnection, fb: FleetMember) -> int:
     npu = fb.board.profile.devfreq_of("npu")
     return int(conn.run(["sh", "-c", f'cat "$RKDET_ROOT/sys/class/devfreq/{npu.name}/max_freq"']).out)
 
@@ -224,11 +224,11 @@ def test_stop_leaves_the_host_as_found(fleet: EmulatedFleet) -> None:
 
 def test_inventory_writer_round_trips_through_the_reader(tmp_path: Path) -> None:
     """write_inventory is the one writer of what load_inventory reads: records come back equal."""
-    boards = [Board(name="b-one", address="10.0.0.7", port=2222, user="root", key_file="/keys/lab key", soc="rk3588",
+    boards = [FleetBoard(name="b-one", address="10.0.0.7", port=2222, user="root", key_file="/keys/lab key", soc="rk3588",
                     sudo=False, workdir="/data/rkdet", known_hosts="/etc/rkdet/known_hosts", tags=("shelf-2", "kind=x"),
                     groups=("rk3588",)),
-              Board(name="plain", address="plain"),  # no vars at all, no group: directly in all
-              Board(name="c", address="c.lab", soc="rv1126", sudo=True, groups=("rv1126",))]
+              FleetBoard(name="plain", address="plain"),  # no vars at all, no group: directly in all
+              FleetBoard(name="c", address="c.lab", soc="rv1126", sudo=True, groups=("rv1126",))]
     path = write_inventory(tmp_path / "inv.yaml", boards, comment="made by a test\nsecond line")
     assert path.read_text().startswith("# made by a test\n# second line\nall:\n")
     # vars, groups, source "inventory"; listed as ansible-inventory's tree: ungrouped first, then group by group

@@ -1,4 +1,4 @@
-"""Ansible YAML inventories, --limit patterns and ~/.ssh/config name lists -> Board records."""
+"""Ansible YAML inventories, --limit patterns and ~/.ssh/config name lists -> FleetBoard records."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from rkdet.cli import main
 from rkdet.errors import InputError
-from rkdet.fleets.sources.inventory import Board, boards_from_names, load_inventory, read_boards_file, select
+from rkdet.fleets.sources.inventory import FleetBoard, boards_from_names, load_inventory, read_boards_file, select
 from rkdet.fleets.sources.patterns import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def lab(tmp_path: Path) -> Path:
     return write(tmp_path, LAB)
 
 
-def boards(path: Path, limit: str | None = None) -> dict[str, Board]:
+def boards(path: Path, limit: str | None = None) -> dict[str, FleetBoard]:
     return {b.name: b for b in select(load_inventory(path), limit)}
 
 

@@ -244,13 +244,18 @@ def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, fleet_builds: dict[
     import threading
 
     from rkdet.fleets.sources.inventory import load_inventory, select
+    from rkdet.deploy.request import DeployRequest
+    from rkdet.deploy.settings import RunOverrides
     from rkdet.fleets.run.one_board import DeployCommon, load_builds, run_board
+    from rkdet.link.connect import ConnectionOptions
     from rkdet.fleets.run.records import BOARD_FAILED, BoardResult, MatrixCell
 
     (board,) = select(load_inventory(lab3.inventory(tmp_path / "inv.yaml")), "a")
     builds = load_builds(None, tuple(fleet_builds.values()))
-    common = DeployCommon(out=tmp_path / "results", repeats=1, warmup=0, board_timeout=1.0,
-                          known_hosts=lab3.known_hosts, ssh_config=Path("/dev/null"), connect_timeout=5)
+    request = DeployRequest(ConnectionOptions(known_hosts=lab3.known_hosts, ssh_config=Path("/dev/null"),
+                                              connect_timeout=5), RunOverrides(repeats=1, warmup=0),
+                            out=tmp_path / "results")
+    common = DeployCommon(request, board_timeout=1.0)
     now = [0.0]
     lines: list[str] = []
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.emulator.kernel import Board, kernel_version, opp_ceil, opp_floor, parse_uint
+from rkdet.emulator.kernel import KernelBoard, kernel_version, opp_ceil, opp_floor, parse_uint
 from rkdet.emulator.thermal import Control, ControlReader
 from rkdet.emulator.socs import RK3568, RK3588, RV1126
 
@@ -15,11 +15,11 @@ NPU = "sys/devices/platform/fdab0000.npu/devfreq/fdab0000.npu"
 POLICY0 = "sys/devices/system/cpu/cpufreq/policy0"
 
 
-def _show(board: Board, rel: str) -> str:
+def _show(board: KernelBoard, rel: str) -> str:
     return board.files[rel].show().decode()
 
 
-def _store_errno(board: Board, rel: str, text: str) -> int | None:
+def _store_errno(board: KernelBoard, rel: str, text: str) -> int | None:
     try:
         board.files[rel].store(text)  # type: ignore[misc]
     except OSError as err:
@@ -46,7 +46,7 @@ def test_opp_rounding_falls_back_at_the_ends():
 
 
 def test_set_freq_lifecycle_and_rounding(tmp_path):
-    board = Board(RK3588, tmp_path)
+    board = KernelBoard(RK3588, tmp_path)
     assert board.kind(f"{NPU}/userspace/set_freq") is None and board.kind(f"{NPU}/userspace") is None
     assert _store_errno(board, f"{NPU}/governor", "ondemand_typo") == errno.EINVAL
     board.files[f"{NPU}/governor"].store("userspace\n")  # type: ignore[misc]
@@ -62,7 +62,7 @@ def test_set_freq_lifecycle_and_rounding(tmp_path):
 
 
 def test_rk3568_npu_opps_round_to_the_table_of_rk3568_dtsi(tmp_path):
-    board = Board(RK3568, tmp_path)
+    board = KernelBoard(RK3568, tmp_path)
     npu = "sys/devices/platform/fde40000.npu/devfreq/fde40000.npu"
     board.files[f"{npu}/governor"].store("userspace")  # type: ignore[misc]
     board.files[f"{npu}/userspace/set_freq"].store("500000000")  # type: ignore[misc]
@@ -75,7 +75,7 @@ def test_rk3568_npu_opps_round_to_the_table_of_rk3568_dtsi(tmp_path):
 
 
 def test_max_freq_request_rounds_up_to_khz_and_zero_means_no_limit(tmp_path):
-    board = Board(RK3588, tmp_path)
+    board = KernelBoard(RK3588, tmp_path)
     board.files[f"{NPU}/max_freq"].store("666666666")  # type: ignore[misc]
     assert _show(board, f"{NPU}/max_freq") == "666667000\n"
     board.files[f"{NPU}/min_freq"].store("400000999")  # type: ignore[misc]
@@ -85,7 +85,7 @@ def test_max_freq_request_rounds_up_to_khz_and_zero_means_no_limit(tmp_path):
 
 
 def test_cpufreq_userspace_starts_at_the_current_speed(tmp_path):
-    board = Board(RK3588, tmp_path)
+    board = KernelBoard(RK3588, tmp_path)
     before = _show(board, f"{POLICY0}/scaling_cur_freq")
     board.files[f"{POLICY0}/scaling_governor"].store("userspace")  # type: ignore[misc]
     assert _show(board, f"{POLICY0}/scaling_setspeed") == before
@@ -96,7 +96,7 @@ def test_cpufreq_userspace_starts_at_the_current_speed(tmp_path):
 
 
 def test_thermal_model_caps_and_ignores_foreign_control_files(tmp_path):
-    board = Board(RK3588, tmp_path)
+    board = KernelBoard(RK3588, tmp_path)
     board.files[f"{NPU}/governor"].store("performance")  # type: ignore[misc]
     (tmp_path / "fault.json").write_text('{"occurrence": 0}')  # the runtime double's control
     Control(tmp_path, RK3588).force_temperature(86000, zone="soc-thermal")
@@ -117,7 +117,7 @@ def test_control_reader_logs_a_bad_file_once(tmp_path, caplog):
 
 def test_kernels_before_5_4_reject_min_above_max(tmp_path):
     """RV1126's 4.19: devfreq and cpufreq refuse a crossing store (EINVAL) instead of letting max win."""
-    board = Board(RV1126, tmp_path)
+    board = KernelBoard(RV1126, tmp_path)
     npu = "sys/devices/platform/ffbc0000.npu/devfreq/ffbc0000.npu"
     board.files[f"{npu}/max_freq"].store("500000000")  # type: ignore[misc]
     assert _store_errno(board, f"{npu}/min_freq", "700000000") == errno.EINVAL

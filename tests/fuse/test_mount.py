@@ -153,7 +153,7 @@ def test_daemon_logs_a_handler_bug_with_its_traceback(tmp_path, monkeypatch):
     (hook / "sitecustomize.py").write_text(
         "from rkdet.emulator import kernel\n"
         "def broken(self, rel):\n    raise KeyError('injected bug')\n"
-        "kernel.Board.listdir = broken\n")
+        "kernel.KernelBoard.listdir = broken\n")
     monkeypatch.setenv("PYTHONPATH", f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     with emulated_sysfs("rk3588", tmp_path / "w") as handle:
         assert ops(handle.root, ("listdir", NPU)) == [{"errno": "EINVAL"}]

@@ -23,7 +23,7 @@ from rkdet.boardinfo.scripts import run_script_locally
 from rkdet.emulator.socs import profile
 from rkdet.onboard.atomic import write_json_atomic
 from rkdet.onboard.recorder import Recorder
-from rkdet.onboard.resultset import CELLS_SCHEMA, ResultWriter, prepare_out_dir
+from rkdet.onboard.resultset import ResultWriter, prepare_out_dir
 from rkdet.records.cell import Cell, write_cells
 from rkdet.records.deploy_record import DeployRecord, DeployStatus, PublishedSettings, write_deploy_record
 from rkdet.records.probe import parse_probe, write_probe

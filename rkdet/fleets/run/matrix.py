@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rkdet.config import CORE_MASKS
+from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import InputError
 from rkdet.fleets.run.records import MatrixCell
-from rkdet.onboard.resultset import BACKENDS  # the board runtimes rkdet-run drives
 
 AXES = ("core_mask", "backend")
 

@@ -1,6 +1,6 @@
 """The one door from a fleet run into the single-board deploy, and each board's cell loop.
 
-Why one module: every call into `rkdet.board` (connection, probe, `Deployment`, the settings rule of
+Why one module: every call into the single-board deploy (`open_connection`, probe, `Deployment`, the settings rule of
 `rkdet deploy`) is here, so a change of the single-board API is one edit; and `run_board` is the one
 function that runs a board's cells.
 
@@ -18,26 +18,27 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.settings import settings_source
-from rkdet.link.connect import open_connection
+from rkdet.link.connect import ConnectionOptions, open_connection
 from rkdet.boardinfo.preflight import same_npu
-from rkdet.deploy.settings import RunSettings
+from rkdet.deploy.request import DeployRequest
+from rkdet.deploy.settings import RunOverrides, RunSettings
 from rkdet.config import DeploySettings
 from rkdet.errors import InputError, RkdetError
-from rkdet.fleets.sources.inventory import Board
+from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.fleets.run.matrix import plan
 from rkdet.fleets.run.records import (BOARD_FAILED, BOARD_OK, COMPLETE, FAILED, NOT_RUN, SKIPPED, BoardResult, BoardState,
                                     MatrixCell, CellResult)
 from rkdet.history.ingest import RunRecord
 from rkdet.records.deploy_record import JsonObject
 from rkdet.snapshots import SnapshotError, read_snapshots
+from rkdet.log import Log
 
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -53,30 +54,28 @@ class BuildChoice:
 
 @dataclass(frozen=True)
 class DeployCommon:
-    """The single-board deploy flags every board of the fleet gets (a board's own inventory vars win
-    for user, port, key, sudo and work dir)."""
+    """The single-board deploy request every board of the fleet gets (a board's own inventory vars win
+    for user, port, key, known_hosts, sudo and work dir: `connection_for`, `run_for`) and a board's budget."""
 
-    out: Path
-    repeats: int | None = None
-    warmup: int | None = None
-    workdir: str | None = None
-    state_dir: str | None = None
-    no_pin: bool = False
-    keep: bool = False
-    timeout: float = 3600.0  # each cell's run on the board (a session of N cells: N times it)
+    request: DeployRequest  # its run.timeout is each cell's run (a session of N cells: N times it)
     board_timeout: float = 7200.0  # a board's whole budget (its sessions); the sessions left then fail
-    lock_timeout: int = 0  # seconds a session's pinned job waits for the board lock (another holder)
-    emulator_fault: str | None = None
-    emulator_npu: int | None = None
-    user: str | None = None
-    identity: Path | None = None
-    known_hosts: Path | None = None
-    ssh_config: Path | None = None
-    accept_new_host_key: bool = False
-    sudo: bool | None = None
-    connect_timeout: float = 10.0
-    sftp_timeout: float = 30.0
-    allow_failed_build: bool = False  # --allow-failed-build: run a build that failed a gate (verdicts say so)
+
+    @property
+    def out(self) -> Path:
+        return self.request.out
+
+    def connection_for(self, board: FleetBoard) -> ConnectionOptions:
+        """The connection flags with the board's own values (its source's) first."""
+        return self.request.connection.for_board(
+            board.address, user=board.user, port=board.port,
+            identity=Path(board.key_file) if board.key_file else None,
+            known_hosts=Path(board.known_hosts) if board.known_hosts else None, proxy_jump=board.proxy_jump)
+
+    def run_for(self, board: FleetBoard) -> RunOverrides:
+        """The run flags with the board's own sudo and work dir first."""
+        run = self.request.run
+        return replace(run, sudo=run.sudo if board.sudo is None else board.sudo,
+                       workdir=board.workdir or run.workdir)
 
 
 def load_builds(config_path: Path | None, builds: tuple[Path, ...], allow_failed_build: bool = False
@@ -107,31 +106,27 @@ def build_for(builds: list[BuildChoice], soc: str | None) -> BuildChoice | None:
 
 
 @contextmanager
-def board_connection(board: Board, common: DeployCommon) -> Iterator[Any]:
+def board_connection(board: FleetBoard, common: DeployCommon) -> Iterator[Any]:
     """One SSH connection for all of a board's cells (the board's inventory values first: user, port, key,
     known_hosts)."""
-    key = Path(board.key_file) if board.key_file else common.identity
-    known_hosts = Path(board.known_hosts) if board.known_hosts else common.known_hosts
-    with open_connection(board.address, board.user or common.user, board.port, key, known_hosts,
-                         common.ssh_config, common.accept_new_host_key, common.connect_timeout,
-                         common.sftp_timeout, proxy_jump=board.proxy_jump) as conn:
+    with open_connection(common.connection_for(board)) as conn:
         yield conn
 
 
-def probe_soc(conn: Any, board: Board, common: DeployCommon) -> str | None:
+def probe_soc(conn: Any, board: FleetBoard, common: DeployCommon) -> str | None:
     """The SoC the board's probe names (nothing on the board changes)."""
     from rkdet.boardinfo.remote_scripts import probe_board, state_dir_for
     from rkdet.deploy.stage import push_scripts
 
-    sudo = bool(board.sudo if board.sudo is not None else common.sudo)
-    workdir = board.workdir or common.workdir
-    wd = conn.abspath(workdir) if workdir else conn.default_workdir()
+    run = common.run_for(board)
+    sudo = bool(run.sudo)
+    wd = conn.abspath(run.workdir) if run.workdir else conn.default_workdir()
     push_scripts(conn, f"{wd}/scripts")
-    env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, common.state_dir)}
+    env = {"RKDET_WORK_DIR": wd, "RKDET_STATE_DIR": state_dir_for(conn, wd, sudo, run.state_dir)}
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
 
-def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
+def deploy_cells(conn: Any, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
                  timeout: float, log: Log) -> list[CellResult]:
     """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
     the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
@@ -139,13 +134,8 @@ def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Matrix
 
     backend = cells[0].backend
     assert all(c.backend == backend for c in cells), "one session runs one backend"
-    settings = RunSettings.from_config(
-        build.settings, repeats=common.repeats, warmup=common.warmup,
-        core_mask=",".join(c.core_mask for c in cells), backend=backend,
-        no_pin=common.no_pin, sudo=board.sudo if board.sudo is not None else common.sudo,
-        workdir=board.workdir or common.workdir, state_dir=common.state_dir, keep=common.keep,
-        fault=common.emulator_fault, emulate_npu=common.emulator_npu, timeout=timeout,
-        lock_timeout=common.lock_timeout)
+    settings = RunSettings.from_config(build.settings, replace(
+        common.run_for(board), core_mask=",".join(c.core_mask for c in cells), backend=backend, timeout=timeout))
     class FleetDeployment(Deployment):
         def _judge(self, *args: Any, **kwargs: Any) -> Any:  # the diff of the pulled results against golden
             with JUDGE_SLOTS:
@@ -153,7 +143,7 @@ def deploy_cells(conn: Any, board: Board, build: BuildChoice, cells: list[Matrix
 
     started = time.monotonic()
     outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False,
-                              allow_failed_build=common.allow_failed_build).run()
+                              allow_failed_build=common.request.allow_failed_build).run()
     seconds = (time.monotonic() - started) / len(cells)  # a shared session's time, shared evenly
     for warning in outcome.warnings:
         log(f"warning: {warning}")
@@ -302,7 +292,7 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Matrix
                 names = ", ".join(c.name for c in group)
                 log(f"{names}: deploy{' (one pinned session)' if len(group) > 1 else ''}")
                 # --timeout is each cell's run: a session of N cells gets N times it
-                done = deploy_cells(conn, board, build, group, common, common.timeout * len(group), log)
+                done = deploy_cells(conn, board, build, group, common, common.request.run.timeout * len(group), log)
                 result.cells.extend(done)
                 for cell in done:
                     log(f"{cell.cell.name}: {cell.verdict or cell.reason}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rkdet.fleets.sources.inventory import Board
+from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.history.ingest import RunRecord
 
 SCHEMA = "rkdet.fleet/1"
@@ -83,7 +83,7 @@ class BoardState:
 class BoardResult:
     """One board of the fleet: where it came from, what it ran, and why not if it did not."""
 
-    board: Board
+    board: FleetBoard
     status: str = BOARD_NOT_STARTED
     reason: str = ""
     build: str | None = None  # the build folder it ran (as given)

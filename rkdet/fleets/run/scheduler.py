@@ -24,9 +24,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from rkdet.fleets.run.records import BOARD_FAILED, BOARD_NOT_STARTED, BoardResult
+from rkdet.log import Log
 
 Job = Callable[[BoardResult, threading.Event], BoardResult]
-Log = Callable[[str], None]
 
 
 @dataclass

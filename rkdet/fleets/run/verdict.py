@@ -20,7 +20,7 @@ from typing import Any
 from pathlib import Path
 
 from rkdet.errors import EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK
-from rkdet.fleets.sources.inventory import Board
+from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.fleets.run.one_board import BuildChoice, DeployCommon, run_board
 from rkdet.fleets.run.classes import find_classes, first_differences
 from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, MatrixCell, DeterminismClass, DriftNote, FleetResult)
@@ -28,7 +28,6 @@ from rkdet.fleets.run.scheduler import Schedule, run_all
 from rkdet.history.ingest import RunRecord
 from rkdet.records.io import write_atomic
 
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[MatrixCell], common: DeployCommon,
+def run_fleet(boards: list[FleetBoard], builds: list[BuildChoice], cells: list[MatrixCell], common: DeployCommon,
               schedule: Schedule, log: Callable[[str, str], None]) -> tuple[FleetResult, Path]:
     """Deploy to every board and judge the fleet; returns the result and the fleet run's folder."""
     run_id = new_run_id()
@@ -63,17 +62,18 @@ def run_fleet(boards: list[Board], builds: list[BuildChoice], cells: list[Matrix
     classes = find_classes(results)
     differences = first_differences(results, classes, folder, builds[0].settings.tolerances)
     drift = drift_notes(common.out, results)
+    run = common.request.run
     code, verdict = judge(results, classes, cells, interrupted)
     fleet = FleetResult(fleet_run_id=run_id, started_unix=started_unix, seconds=time.monotonic() - started,
                         cells=cells, boards=results, classes=classes, differences=differences, drift=drift,
                         exit_code=code, verdict=verdict, interrupted=interrupted,
                         settings={"builds": [{"folder": str(b.folder), "platform": b.platform,
                                               "fingerprint": b.fingerprint} for b in builds],
-                                  "repeats": common.repeats, "warmup": common.warmup, "forks": schedule.forks,
+                                  "repeats": run.repeats, "warmup": run.warmup, "forks": schedule.forks,
                                   "canary": schedule.canary, "max_fail_percent": schedule.max_fail_percent,
-                                  "timeout": common.timeout, "board_timeout": common.board_timeout,
-                                  "lock_timeout": common.lock_timeout,
-                                  "pin": not common.no_pin})
+                                  "timeout": run.timeout, "board_timeout": common.board_timeout,
+                                  "lock_timeout": run.lock_timeout,
+                                  "pin": not run.no_pin})
     return fleet, folder
 
 

@@ -1,4 +1,4 @@
-"""A host's merged vars -> the `Board` record: the connection variables rkdet honours, and those it refuses.
+"""A host's merged vars -> the `FleetBoard` record: the connection variables rkdet honours, and those it refuses.
 
 Why its own module: both engines (the native reader and ansible-core's JSON) end here, so a variable
 means the same whatever read it. Honoured: ansible_host (ansible_ssh_host), ansible_port
@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 from rkdet.errors import InputError
-from rkdet.fleets.sources.model import Board, Var, VarMap
+from rkdet.fleets.sources.model import FleetBoard, Var, VarMap
 from rkdet.textsafe import visible
 
 MAX_NAME = 255
@@ -188,7 +188,7 @@ def _jump(name: str, var: Var, value: str) -> str | None:
     return value
 
 
-def board_from_vars(host: str, host_where: str, merged: VarMap, groups: tuple[str, ...], source: str) -> Board:
+def board_from_vars(host: str, host_where: str, merged: VarMap, groups: tuple[str, ...], source: str) -> FleetBoard:
     """The record of one host from its merged vars (InputError naming the var's FILE:LINE)."""
     for pw in _PASSWORDS:
         if pw in merged:
@@ -233,7 +233,7 @@ def board_from_vars(host: str, host_where: str, merged: VarMap, groups: tuple[st
                 raise InputError(f"{v.where}: {args} names jump host {visible(got, 60)!r} but "
                                  f"ansible_ssh_common_args names {visible(jump, 60)!r}; keep one")
             jump = got
-    return Board(name=host, address=address, port=port, user=user, key_file=key, soc=soc, sudo=sudo,
+    return FleetBoard(name=host, address=address, port=port, user=user, key_file=key, soc=soc, sudo=sudo,
                  workdir=workdir, known_hosts=known_hosts, tags=tags,
                  groups=tuple(g for g in groups if g != "ungrouped"), source=source, proxy_jump=jump)
 

@@ -5,7 +5,7 @@ format (docs/FLEET.md). Two engines give the same records: ansible-core's own `a
 when it is installed (`rkdet.fleets.sources.ansible_engine`: every format and plugin Ansible reads, and
 Ansible's host selection), else the native readers (`yaml_inventory`, `ini_inventory`, `vars_dirs`,
 patterns in `patterns`), which accept what Ansible accepts for those formats and refuse, in one line
-naming FILE:LINE and the construct, what they do not read. Connection variables become `Board`
+naming FILE:LINE and the construct, what they do not read. Connection variables become `FleetBoard`
 fields in one place (`connvars`). `write_inventory` is the one writer of the format (the emulated
 fleet's inventory is written with it and read back with `load_inventory`).
 """
@@ -22,14 +22,14 @@ import yaml
 from rkdet.errors import InputError
 from rkdet.fleets.sources.connvars import SOC_RE, board_from_vars, check_ssh_value
 from rkdet.fleets.sources.ini_inventory import read_ini
-from rkdet.fleets.sources.model import Board, Inventory
+from rkdet.fleets.sources.model import FleetBoard, Inventory
 from rkdet.fleets.sources.patterns import evaluate
 from rkdet.fleets.sources.vars_dirs import load_vars_dirs
 from rkdet.fleets.sources.yaml_inventory import read_yaml
 from rkdet.fleets.sources.yamlsafe import read_bounded
 from rkdet.textsafe import visible
 
-__all__ = ["SOC_RE", "Board", "Inventory", "board_of", "boards_from_names", "check_ssh_value", "load_inventory",
+__all__ = ["SOC_RE", "FleetBoard", "Inventory", "board_of", "boards_from_names", "check_ssh_value", "load_inventory",
            "read_boards_file", "select", "write_inventory"]
 
 MAX_INVENTORY_BYTES = 4 << 20  # a lab of thousands of boards is a few hundred KiB
@@ -73,13 +73,13 @@ def _not_yaml_mapping(message: str) -> bool:
     return "not valid YAML" in message or "must be a mapping of group names" in message or "empty inventory" in message
 
 
-def board_of(inv: Inventory, host: str) -> Board:
+def board_of(inv: Inventory, host: str) -> FleetBoard:
     """The host's record, its vars merged with Ansible's precedence."""
     merged, groups = inv.merged_vars(host)
     return board_from_vars(host, inv.host_where.get(host, str(inv.path)), merged, groups, "inventory")
 
 
-def select(inventory: Inventory, limit: str | None) -> list[Board]:
+def select(inventory: Inventory, limit: str | None) -> list[FleetBoard]:
     """The boards an Ansible `--limit` pattern selects (all of them without one), in the inventory's order."""
     hosts = inventory.hosts if not limit else evaluate(inventory, limit)
     if not hosts:
@@ -91,7 +91,7 @@ def select(inventory: Inventory, limit: str | None) -> list[Board]:
 # ---- writing -----------------------------------------------------------------------------------
 
 
-def _host_vars(board: Board) -> dict[str, Any]:
+def _host_vars(board: FleetBoard) -> dict[str, Any]:
     """A board's inventory vars (only the values it sets), in the names `load_inventory` reads."""
     pairs: list[tuple[str, Any]] = [
         ("ansible_host", board.address), ("ansible_port", board.port), ("ansible_user", board.user),
@@ -102,7 +102,7 @@ def _host_vars(board: Board) -> dict[str, Any]:
     return {k: v for k, v in pairs if v is not None}
 
 
-def inventory_text(boards: Sequence[Board], comment: str = "") -> str:
+def inventory_text(boards: Sequence[FleetBoard], comment: str = "") -> str:
     """An Ansible YAML inventory of `boards`: every board with its connection and rkdet_* vars under
     `all: hosts:`, and each board listed in the group `groups[0]` (a child of `all`) when it has
     one. `load_inventory` lists them as Ansible's tree: boards without a group first, then group by group. `comment` lines go first as `# ` lines.
@@ -121,7 +121,7 @@ def inventory_text(boards: Sequence[Board], comment: str = "") -> str:
     return head + yaml.safe_dump({"all": top}, sort_keys=False, default_flow_style=False, allow_unicode=False)
 
 
-def write_inventory(path: str | Path, boards: Sequence[Board], comment: str = "") -> Path:
+def write_inventory(path: str | Path, boards: Sequence[FleetBoard], comment: str = "") -> Path:
     """Write `inventory_text(boards)` to `path` atomically; returns the path."""
     from rkdet.records.io import write_atomic  # the one atomic writer
 
@@ -137,20 +137,20 @@ def _check_board_name(name: str, where: str) -> str:
     return check_ssh_value(name, where, "board name")
 
 
-def boards_from_names(names: Iterable[tuple[str, str]]) -> list[Board]:
+def boards_from_names(names: Iterable[tuple[str, str]]) -> list[FleetBoard]:
     """Boards named as for `rkdet deploy --board` (an ~/.ssh/config Host alias or HOST[:PORT]).
 
     `names` are (name, where it came from) pairs so an error names the flag or FILE:LINE; ssh_config
     is applied when each board is connected, exactly as for a single-board deploy.
     """
-    boards: list[Board] = []
+    boards: list[FleetBoard] = []
     seen: dict[str, str] = {}
     for name, where in names:
         _check_board_name(name, where)
         if name in seen:
             raise InputError(f"{where}: board {visible(name)!r} is named twice (also {seen[name]})")
         seen[name] = where
-        boards.append(Board(name=name, address=name, source="ssh-config"))
+        boards.append(FleetBoard(name=name, address=name, source="ssh-config"))
     if not boards:
         raise InputError("no board given")
     return boards
@@ -170,5 +170,5 @@ def read_boards_file(path: str | Path) -> list[tuple[str, str]]:
     return out
 
 
-def names_of(boards: Sequence[Board]) -> list[str]:
+def names_of(boards: Sequence[FleetBoard]) -> list[str]:
     return [b.name for b in boards]

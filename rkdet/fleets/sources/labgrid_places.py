@@ -8,7 +8,7 @@ reservations on a timer and releases everything when its stdin closes, which hap
 rkdet can end (return, exception, Ctrl-C, SIGTERM, even SIGKILL: the kernel closes the pipe).
 
 What the coordinator says (place names, tags, NetworkService address/username/port) is untrusted:
-each value is checked like an inventory value before it becomes a `Board`.
+each value is checked like an inventory value before it becomes a `FleetBoard`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rkdet.errors import EXIT_INTERRUPTED, BoardError, InputError
-from rkdet.fleets.sources.inventory import SOC_RE, Board, check_ssh_value
+from rkdet.fleets.sources.inventory import SOC_RE, FleetBoard, check_ssh_value
 from rkdet.log import log_console
 from rkdet.textsafe import visible
 
@@ -108,8 +108,8 @@ def labgrid_python() -> Path:
 # ---- what the coordinator said, checked ----------------------------------------------------------
 
 
-def _board(coordinator: Coordinator, place: Any) -> Board:
-    """One acquired place's record -> Board; every value checked as an inventory value would be."""
+def _board(coordinator: Coordinator, place: Any) -> FleetBoard:
+    """One acquired place's record -> FleetBoard; every value checked as an inventory value would be."""
     if not isinstance(place, dict) or not isinstance(place.get("name"), str):
         raise BoardError(f"labgrid coordinator {coordinator}: a place record without a name")
     try:  # the lab's data, not the user's flags: a board problem (exit 3), not exit 2
@@ -139,7 +139,7 @@ def _board(coordinator: Coordinator, place: Any) -> Board:
                         and _TAG_VALUE.fullmatch(v)))  # anything else is left out, not shown
     soc = raw_tags.get("soc")
     soc = soc.lower() if isinstance(soc, str) and SOC_RE.fullmatch(soc.lower()) else None
-    return Board(name=name, address=address, port=port, user=user, soc=soc, tags=tags, source="labgrid")
+    return FleetBoard(name=name, address=address, port=port, user=user, soc=soc, tags=tags, source="labgrid")
 
 
 # ---- the bridge process ----------------------------------------------------------------------------
@@ -210,7 +210,7 @@ class PlaceHold:
         lines = [ln for ln in self._stderr.read()[-4096:].decode("utf-8", "replace").splitlines() if ln.strip()]
         return visible(lines[-1], 200) if lines else ""
 
-    def wait_acquired(self) -> list[Board]:
+    def wait_acquired(self) -> list[FleetBoard]:
         """Block until the bridge holds every matching place (-> Boards) or says why not (BoardError)."""
         deadline = time.monotonic() + self.timeout + STARTUP_SECONDS
         while True:
@@ -262,7 +262,7 @@ class PlaceHold:
 
 @contextlib.contextmanager
 def acquired_boards(address: str | Coordinator, tags: Mapping[str, str] | Sequence[str],
-                    timeout: float) -> Iterator[list[Board]]:
+                    timeout: float) -> Iterator[list[FleetBoard]]:
     """Reserve and acquire every place with `tags` on the coordinator (waiting up to `timeout` s for
     busy ones), yield their Boards, and release them however the block ends.
 
@@ -287,7 +287,7 @@ def acquired_boards(address: str | Coordinator, tags: Mapping[str, str] | Sequen
 class HeldBoards(list):  # type: ignore[type-arg]
     """The acquired places' Boards (a plain list to callers) plus `lost`: why they are no longer held."""
 
-    def __init__(self, boards: Sequence[Board], hold: PlaceHold) -> None:
+    def __init__(self, boards: Sequence[FleetBoard], hold: PlaceHold) -> None:
         super().__init__(boards)
         self._hold = hold
 
@@ -296,7 +296,7 @@ class HeldBoards(list):  # type: ignore[type-arg]
         return self._hold.lost
 
 
-def hold_until_interrupted(boards: Sequence[Board]) -> None:
+def hold_until_interrupted(boards: Sequence[FleetBoard]) -> None:
     """`--hold`: keep the places until Ctrl-C/SIGTERM (KeyboardInterrupt; the release is the caller's
     context manager's); BoardError if the bridge loses them (coordinator gone, place kicked)."""
     _say(f"holding {len(boards)} labgrid place{'s' if len(boards) != 1 else ''} "

@@ -1,4 +1,4 @@
-"""The parsed inventory every reader builds (YAML, INI, or ansible-inventory's JSON) and the `Board` record.
+"""The parsed inventory every reader builds (YAML, INI, or ansible-inventory's JSON) and the `FleetBoard` record.
 
 Why its own module: three readers fill one model, and host order, group membership and Ansible's
 variable precedence are defined once here, so the native readers and the ansible-core engine give
@@ -19,7 +19,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Board:
+class FleetBoard:
     """One board to run on, whatever its source. None means "not set here": ~/.ssh/config, the
     config file or the deploy flags decide (the same rules as a single-board `rkdet deploy`)."""
 
