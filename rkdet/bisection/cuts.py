@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.rebuild import Source, toolkit_job
-from rkdet.records.io import identifier, read_json_object
+from rkdet.records.io import identifier, read_json_object, swap_folder, write_atomic
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
 FULL_CFG = "full.quantization.cfg"
@@ -131,8 +131,7 @@ class CutBuilder:
                 job.update(outputs=list(point.frontier), full_cfg=FULL_CFG, analyse=None)
                 if (self.root / FULL_CFG).is_file():
                     shutil.copyfile(self.root / FULL_CFG, work / FULL_CFG)
-                (work / ".job.json").write_text(json.dumps(job, sort_keys=True))
-                os.rename(work / ".job.json", work / "job.json")
+                write_atomic(str(work / "job.json"), json.dumps(job, sort_keys=True))  # whole or absent
                 run = session.worker.go()
                 result_file = work / "result.json"
                 result = json.loads(result_file.read_text()) if result_file.exists() else None
@@ -163,9 +162,7 @@ class CutBuilder:
                            "cut": "rknn.load_onnx(outputs=...) + hybrid_quantization_step1/2 with the full model's "
                                   "quantization parameters"}
                     (stage / "cut.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-                    if folder.exists():  # a stale or foreign entry for this key
-                        shutil.rmtree(folder)
-                    os.rename(stage, folder)
+                    swap_folder(stage, folder)  # replaces a stale or foreign entry for this key whole
                 except BaseException:
                     shutil.rmtree(stage, ignore_errors=True)
                     raise
@@ -186,6 +183,9 @@ def load_reference(path: Path, outputs: tuple[str, ...]) -> dict[str, np.ndarray
 
 
 def _install(src: Path, dest: Path) -> None:
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
+    """Copy `src` to `dest` through the one atomic writer (a concurrent cut sees all of it or none)."""
+    def copy(handle: BinaryIO) -> None:
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, handle)
+
+    write_atomic(str(dest), copy)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rkdet.runner import output_hash, summarize, write_json_atomic
+from rkdet.records.io import write_json_atomic
+from rkdet.runner import output_hash, summarize
 # uint8 NHWC as fed to the NPU -> float32 NCHW with mean/std: defined once, in the board-side self-check,
 # so the golden reference, deploy's --backend onnxruntime inputs and the self-check use the same transform
 from rkdet.selfcheck import fp32_input as to_model_input

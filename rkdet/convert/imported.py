@@ -29,7 +29,8 @@ from rkdet.convert.images import IMAGE_SUFFIXES, decode_rgb, preprocess
 from rkdet.convert.manifest import SCHEMA, EMBED_KEY, sha256_bytes, sha256_file, rknn_header
 from rkdet.convert.rknn_file import RknnFileInfo, read_rknn
 from rkdet.errors import InputError
-from rkdet.runner import output_hash, write_json_atomic
+from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.runner import output_hash
 from rkdet.tolerance import Tolerance
 
 ORIGIN = "imported"
@@ -258,15 +259,9 @@ def import_rknn(model: Path, inputs: Path, out: Path | None, given: Given, name:
         if "SOURCE_DATE_EPOCH" in os.environ:
             doc["created_unix"] = int(os.environ["SOURCE_DATE_EPOCH"])
         write_json_atomic(str(stage / "manifest.json"), doc)
-        old = None
-        if out.exists():
-            if not (out / "manifest.json").is_file() or out.is_symlink():
-                raise InputError(f"{out}: exists and is not a build folder; choose another --out")
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-        stage.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        if out.exists() and (not (out / "manifest.json").is_file() or out.is_symlink()):
+            raise InputError(f"{out}: exists and is not a build folder; choose another --out")
+        swap_folder(stage, out)  # the one folder swap (rkdet.records.io)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

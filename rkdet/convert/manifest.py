@@ -174,6 +174,6 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
 
 def write_manifest(path: Path, doc: dict[str, Any]) -> None:
-    from rkdet.runner import write_json_atomic  # the one atomic writer
+    from rkdet.records.io import write_json_atomic  # the one atomic writer
 
     write_json_atomic(str(path), doc)

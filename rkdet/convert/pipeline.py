@@ -31,7 +31,7 @@ from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
 from rkdet.records.io import read_json_object
-from rkdet.runner import write_json_atomic
+from rkdet.records.io import swap_folder, write_json_atomic
 
 Progress = Callable[[str], None]
 
@@ -158,15 +158,9 @@ def check_replace(final: Path, fingerprint: str, force: bool, *, model: bool = F
 
 
 def install_build(stage_dir: Path, final: Path) -> None:
-    """Rename the finished staging folder into place, replacing an older build atomically enough
-    (the one build-folder swap: convert and the search's passing variant)."""
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, trash)
-        os.rename(stage_dir, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.rename(stage_dir, final)
+    """Rename the finished staging folder into place, replacing an older build whole (convert and the
+    search's passing variant): the one folder swap, `rkdet.records.io.swap_folder`."""
+    swap_folder(stage_dir, final)
 
 
 def failed_fidelity_path(final: Path) -> Path:
@@ -291,8 +285,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         session.close()
         if keep_failed and stage_dir.exists() and not isinstance(exc, ReplaceRefused):
             failed = out / f"{final.name}.failed"
-            shutil.rmtree(failed, ignore_errors=True)
-            os.rename(stage_dir, failed)
+            install_build(stage_dir, failed)  # an older .failed folder is replaced whole
         else:
             shutil.rmtree(stage_dir, ignore_errors=True)
         raise

@@ -24,7 +24,8 @@ from rkdet import selfcheck
 from rkdet import decode
 from rkdet.errors import ConversionError
 from rkdet.records.io import read_json_object
-from rkdet.runner import read_index, write_json_atomic
+from rkdet.records.io import write_json_atomic
+from rkdet.runner import read_index
 
 DEFAULT_CAP_BYTES = 8 << 20
 

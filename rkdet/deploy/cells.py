@@ -23,15 +23,12 @@ from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.runner import CORE_MASKS
 from rkdet.tolerance import Tolerance
 
-MAX_JSON = MAX_RUN_RECORD  # cells.json / contexts.json come from the board: bounded like the other run records
-
-
 def _read_json(path: Path, what: str) -> dict[str, Any] | None:
     """The board's record through the one bounded reader (rkdet.records.io); a refusal is a board problem."""
     if not path.is_file():
         return None
     try:
-        return read_json_object(path, limit=MAX_JSON, error=BoardError)
+        return read_json_object(path, limit=MAX_RUN_RECORD, error=BoardError)
     except FileNotFoundError:
         return None
     except BoardError as exc:

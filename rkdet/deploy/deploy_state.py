@@ -20,7 +20,7 @@ from typing import Any
 from rkdet.boardinfo import lock as board_lock
 from rkdet.errors import InputError
 from rkdet.records.io import read_json, read_json_object
-from rkdet.runner import write_atomic
+from rkdet.records.io import write_atomic
 
 DEPLOY_SCHEMA = "rkdet.deploy/1"
 # What a published run folder must not hold (user names, host and board paths) but --resume needs:

@@ -14,7 +14,7 @@ from rkdet.diff.compare import Comparison, Failure, SetAnalysis, Variant
 from rkdet.diff.findings import SCHEMA, report_base, run_ranges, shown_path
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
-from rkdet.runner import write_atomic
+from rkdet.records.io import write_atomic
 
 def _stats(s: NumericStats | None) -> dict[str, Any] | None:
     return None if s is None else s.as_dict()

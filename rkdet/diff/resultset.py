@@ -19,9 +19,10 @@ import numpy as np
 
 from rkdet.records.gates import read as read_gates
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
-                               check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
+                               check_dtype, check_shape, load_array_file, load_npy)
 from rkdet.errors import InputError
 from rkdet.records import io
+from rkdet.records.io import iter_jsonl, read_json_object
 from rkdet.runner import output_hash
 from rkdet.selfcheck import reference_for_run
 

@@ -499,7 +499,7 @@ def _sh_quote(text: str) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    from rkdet.runner import write_atomic  # the one atomic writer
+    from rkdet.records.io import write_atomic  # the one atomic writer
 
     write_atomic(str(path), text)
 

@@ -136,7 +136,7 @@ class Control:
         except ValueError as err:
             raise InputError(f"{path}: bad value {value!r}: {err}") from None
         self.dir.mkdir(parents=True, exist_ok=True)
-        from rkdet.runner import write_atomic  # the one atomic writer
+        from rkdet.records.io import write_atomic  # the one atomic writer
 
         write_atomic(str(path), f"{value}\n")
 

@@ -19,17 +19,15 @@ from typing import Any
 
 from rkdet.deploy.cells import read_cells
 from rkdet.boardinfo.scripts import parse_probe
-from rkdet.diff.resultset import ResultSetDir, iter_jsonl
+from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import BoardError, InputError
-from rkdet.records.io import MAX_RUN_RECORD, read_json_object
+from rkdet.records.io import MAX_RUN_RECORD, iter_jsonl, read_json_object
 from rkdet.runner import Summary
 from rkdet.textsafe import visible
 
 _RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
-MAX_JSON_BYTES = MAX_RUN_RECORD  # deploy.json, board.json, run.json
 MAX_INDEX_BYTES = 1 << 30  # index.jsonl: ~100k inferences x 8 inputs fit in a fraction of this
 MAX_SNAPSHOT_BYTES = 64 << 20
-MAX_LINE_BYTES = 1 << 20  # one JSON Lines record (an index line with hundreds of outputs is ~50 KiB)
 MAX_INPUTS = 100_000
 MAX_OUTPUTS = 1024
 MAX_TEXT = 512
@@ -103,6 +101,8 @@ class RunRecord:
 
 
 def _bounded_size(path: Path, limit: int) -> None:
+    """A run folder's file is a plain file (never a symlink) of at most `limit` bytes: checked before a
+    reader opens it; the reading itself is `rkdet.records.io`'s (bounded lines and documents)."""
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -115,28 +115,10 @@ def _bounded_size(path: Path, limit: int) -> None:
         raise InputError(f"{path}: {st.st_size} bytes, more than the {limit >> 20} MiB a run file may have")
 
 
-def _check_lines(path: Path, limit: int) -> None:
-    """Refuse a JSON Lines file with a line longer than MAX_LINE_BYTES before a reader holds it whole."""
-    _bounded_size(path, limit)
-    current = 0
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            pos = 0
-            while (nl := chunk.find(b"\n", pos)) >= 0:
-                if current + nl - pos > MAX_LINE_BYTES:
-                    break
-                current, pos = 0, nl + 1
-            else:
-                current += len(chunk) - pos
-                if current <= MAX_LINE_BYTES:
-                    continue
-            raise InputError(f"{path}: a line longer than {MAX_LINE_BYTES >> 10} KiB; not a file rkdet wrote")
-
-
 def _read_json(path: Path) -> dict[str, Any]:
-    _bounded_size(path, MAX_JSON_BYTES)
+    _bounded_size(path, MAX_RUN_RECORD)
     try:
-        return read_json_object(path, limit=MAX_JSON_BYTES)
+        return read_json_object(path, limit=MAX_RUN_RECORD)
     except FileNotFoundError:
         raise InputError(f"{path}: missing; the run folder is incomplete") from None
 
@@ -177,7 +159,7 @@ def _clocks(snapshots: Path) -> tuple[tuple[str, str], ...]:
     """The clocks the runner saw at the start of the run (its "before" snapshot), flattened."""
     if not snapshots.exists():
         return ()
-    _check_lines(snapshots, MAX_SNAPSHOT_BYTES)
+    _bounded_size(snapshots, MAX_SNAPSHOT_BYTES)  # each line is bounded by the one JSONL reader (records.io)
     first = next((rec for _, rec in iter_jsonl(snapshots) if rec.get("at") == "before"), None)
     if first is None:
         return ()
@@ -199,8 +181,8 @@ def _clocks(snapshots: Path) -> tuple[tuple[str, str], ...]:
 
 
 def _outputs(result: Path) -> tuple[ResultSetDir, tuple[OutputHash, ...], bool, int]:
-    _bounded_size(result / "run.json", MAX_JSON_BYTES)
-    _check_lines(result / "index.jsonl", MAX_INDEX_BYTES)
+    _bounded_size(result / "run.json", MAX_RUN_RECORD)
+    _bounded_size(result / "index.jsonl", MAX_INDEX_BYTES)  # its lines: bounded by records.io.iter_jsonl
     source = ResultSetDir(result)
     index = result / "index.jsonl"
     summary = Summary()
@@ -253,7 +235,7 @@ def read_runs(results: Path, folder: Path) -> list[RunRecord]:
     board, state = _identity(board_json, records, label)
     result = folder / "result"
     if (result / "cells.json").exists():
-        _bounded_size(result / "cells.json", MAX_JSON_BYTES)
+        _bounded_size(result / "cells.json", MAX_RUN_RECORD)
         try:
             cells = read_cells(result)
         except BoardError as err:

@@ -54,7 +54,7 @@ def record_host_key(path: Path, name: str, key: paramiko.PKey) -> None:
     old = path.read_text() if path.exists() else ""
     if old and not old.endswith("\n"):
         old += "\n"
-    from rkdet.runner import write_atomic  # the one atomic writer
+    from rkdet.records.io import write_atomic  # the one atomic writer
 
     write_atomic(str(path), f"{old}{name} {key.get_name()} {key.get_base64()}\n", perms=0o600)
 

@@ -26,7 +26,7 @@ from rkdet.fleets.run.classes import find_classes, first_differences
 from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, Cell, DeterminismClass, DriftNote, FleetResult)
 from rkdet.fleets.run.scheduler import Schedule, run_all
 from rkdet.history.ingest import RunRecord
-from rkdet.runner import write_atomic
+from rkdet.records.io import write_atomic
 
 Log = Callable[[str], None]
 

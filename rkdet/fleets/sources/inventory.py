@@ -123,7 +123,7 @@ def inventory_text(boards: Sequence[Board], comment: str = "") -> str:
 
 def write_inventory(path: str | Path, boards: Sequence[Board], comment: str = "") -> Path:
     """Write `inventory_text(boards)` to `path` atomically; returns the path."""
-    from rkdet.runner import write_atomic  # the one atomic writer
+    from rkdet.records.io import write_atomic  # the one atomic writer
 
     p = Path(path)
     write_atomic(str(p), inventory_text(boards, comment))
