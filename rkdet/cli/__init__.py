@@ -1,7 +1,7 @@
 """The `rkdet` command line: parse, call one function, map errors to exit codes.
 
-Each command group lives beside the code it drives (``rkdet/<area>/command.py``) and is
-registered here, so this file stays a table of contents.
+Every command lives in this package (``rkdet/cli/<command>.py``), the one place where areas are
+composed (convert + search, deploy + history, layers + bisection); this file registers them.
 """
 
 from __future__ import annotations
@@ -89,6 +89,3 @@ def _register() -> None:
 
 
 _register()
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
