@@ -174,7 +174,7 @@ def test_a_board_with_a_serial_is_the_same_board_at_another_address(tmp_path: Pa
     (lambda f: (f / "deploy.json").write_text("{not json"), "deploy.json", "unreadable JSON"),
     (lambda f: edit_json(f / "deploy.json", fingerprint="../../etc"), "deploy.json", "fingerprint must be lowercase hex"),
     (lambda f: (f / "result" / "index.jsonl").write_text('{"run": 0, "input": "' + "x" * (2 << 20) + '"}\n'),
-     "result/index.jsonl", "a line longer than 1024 KiB"),
+     "result/index.jsonl", "line longer than 1 MiB"),
     (lambda f: (f / "result" / "index.jsonl").write_text(
         '{"run": 0, "input": "p", "outputs": [{"name": "o", "hash": "zz", "shape": [1], "dtype": "float32"}]}\n'),
      "result/index.jsonl", "is not 64 lowercase hex digits"),
