@@ -32,7 +32,7 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.rebuild import Source, toolkit_job
-from rkdet.records.io import identifier, read_json_object, swap_folder, write_atomic
+from rkdet.records.io import read_json_object, swap_folder, write_atomic
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
 FULL_CFG = "full.quantization.cfg"
@@ -67,11 +67,12 @@ class CutBuilder:
     """Makes (or finds) the cut models of one build; the toolkit inputs are prepared once, when first needed."""
 
     def __init__(self, src: Source, cache: Path, progress: Callable[[str], None]) -> None:
-        assert src.build is not None and src.manifest is not None
+        if src.build is None or src.manifest is None:
+            raise InputError("board bisection cuts a build folder's model: pass a build folder written by rkdet convert")
         self.src = src
         self.build = src.build
-        self.fingerprint: str = identifier(src.manifest.get("fingerprint"), src.build / "manifest.json",
-                                           "fingerprint") or ""  # it names the cache folder
+        self.manifest = src.manifest
+        self.fingerprint: str = src.manifest.fingerprint  # 64 hex (the manifest reader checked it): the cache folder
         self.root = cache / self.fingerprint[:32]
         self.progress = progress
         self._prepared: tuple | None = None
@@ -91,7 +92,7 @@ class CutBuilder:
             gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
             key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
             model = prepare_model(cfg.model)
-            recorded = self.src.manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")  # type: ignore[union-attr]
+            recorded = self.manifest.onnx_sha256
             if recorded != manifest.sha256_bytes(model.onnx_bytes):
                 raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {self.build} was made; "
                                  "rebuild with rkdet convert")

@@ -24,6 +24,7 @@ from rkdet.link.pull import pull
 from rkdet.link.transfer import push
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import BoardError
+from rkdet.records.manifest import Manifest
 
 RUNNER = Path(__file__).resolve().parents[1] / "runner.py"
 
@@ -52,8 +53,7 @@ class BoardRunner:
 
     conn: object  # rkdet.link.ssh.BoardConnection
     build: Path
-    fingerprint: str
-    manifest: dict
+    manifest: Manifest  # the build's (rkdet.records.manifest)
     workdir: str
     local: Path  # where pulled result sets go
     repeats: int = 1
@@ -66,6 +66,10 @@ class BoardRunner:
     _emulated: bool | None = None
     _pushed_inputs: bool = False
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest.fingerprint
 
     @property
     def base(self) -> str:
@@ -90,10 +94,10 @@ class BoardRunner:
         push(conn, model_dir / "model.io.json", f"{remote_model}/model.io.json")  # type: ignore[arg-type]
         if self.emulated_runtime():
             push(conn, model_dir / "model.onnx", f"{remote_model}/model.onnx")  # type: ignore[arg-type]
-            fed = self.manifest["fed_input"]
+            fed = self.manifest.need_fed_input(self.build / "manifest.json")
             with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp:
                 sidecar = Path(tmp) / "model.emu.json"
-                sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
+                sidecar.write_text(json.dumps({"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}))
                 push(conn, sidecar, f"{remote_model}/model.emu.json")  # type: ignore[arg-type]
         out = f"{self.base}/runs/{tag}-{core_mask}"
         conn.run(["rm", "-rf", "--", out], timeout=60)  # type: ignore[attr-defined]

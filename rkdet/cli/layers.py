@@ -107,7 +107,7 @@ def run_bisection(**kw: Any) -> int:
     conn_args = {k: kw[k] for k in _CONNECTION if k != "sudo"}
     with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp, open_connection(**conn_args) as conn:
         workdir = conn.abspath(kw["workdir"]) if kw["workdir"] else conn.default_workdir()
-        runner = BoardRunner(conn, build, src.manifest["fingerprint"], src.manifest, workdir, Path(tmp),  # type: ignore[index]
+        runner = BoardRunner(conn, build, builder.manifest, workdir, Path(tmp),
                              repeats=repeats, timeout=kw["timeout"])
         sudo = settings.board.sudo if kw["sudo"] is None else bool(kw["sudo"])
         if settings.board.pin and not kw["no_pin"]:

@@ -21,8 +21,8 @@ from rkdet.records.gates import read as read_gates
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
                                check_dtype, check_shape, load_array_file, load_npy)
 from rkdet.errors import InputError
-from rkdet.records import io
 from rkdet.records.io import iter_jsonl, read_json_object
+from rkdet.records.manifest import read_manifest
 from rkdet.runner import output_hash
 from rkdet.selfcheck import reference_for_run
 
@@ -344,19 +344,11 @@ def quant_steps(build: Path) -> dict[str, float]:
     """Output name -> quantization step (the int8 scale) from a build's manifest.json (`rknn.header.outputs`),
     for `max_lsb`; empty when the manifest is absent, unreadable or names no single per-tensor scale."""
     try:
-        doc = io.read_json_object(Path(build) / "manifest.json")
-        outputs = doc["rknn"]["header"]["outputs"]
-    except (OSError, InputError, KeyError, TypeError):
+        outputs = read_manifest(Path(build) / "manifest.json").rknn.header.outputs
+    except (OSError, InputError):
         return {}
-    steps: dict[str, float] = {}
-    for t in outputs if isinstance(outputs, list) else []:
-        if not isinstance(t, dict):
-            continue
-        scale = t.get("scale")
-        if (isinstance(t.get("name"), str) and t.get("dtype") in ("int8", "uint8") and isinstance(scale, list)
-                and len(scale) == 1 and isinstance(scale[0], (int, float)) and math.isfinite(scale[0]) and scale[0] > 0):
-            steps[t["name"]] = float(scale[0])
-    return steps
+    return {t.name: float(t.scale[0]) for t in outputs  # the reader checked names, dtypes and finite numbers
+            if t.name is not None and t.dtype in ("int8", "uint8") and len(t.scale) == 1 and t.scale[0] > 0}
 
 
 def _golden_set(path: Path, note: str | None = None) -> ResultSetDir:
@@ -413,6 +405,6 @@ def _imported_build(folder: Path) -> bool:
     if not (folder / "manifest.json").is_file():
         return False
     try:
-        return read_json_object(folder / "manifest.json").get("origin") == "imported"
+        return read_manifest(folder / "manifest.json").imported
     except (OSError, InputError):
         return False

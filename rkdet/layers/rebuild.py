@@ -29,7 +29,8 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
-from rkdet.records.io import identifier, read_json
+from rkdet.records.io import read_json
+from rkdet.records.manifest import Manifest, read_manifest
 from rkdet.runner import output_hash
 
 # What `rkdet layers BUILD` reads from a build folder (a failed build kept with --keep-failed has them too).
@@ -45,7 +46,7 @@ class Source:
     cfg: RkdetConfig
     platform: str
     build: Path | None
-    manifest: dict | None
+    manifest: Manifest | None  # the build folder's (rkdet.records.manifest); None: from a config
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,11 @@ def from_build(folder: Path, paths_from: Path | None = None) -> Source:
         raise InputError(f"{folder}: not a complete build folder: missing {', '.join(missing)} "
                          "(rkdet layers needs what rkdet convert writes; rebuild it, or use --config)")
     docs = {}
-    for name in ("manifest.json", "config.resolved.json"):
-        try:
-            docs[name] = read_json(folder / name)  # bounded (rkdet.records.io): a FIFO or 100k brackets: one line
-        except FileNotFoundError:
-            raise InputError(f"{folder / name}: missing; rebuild with rkdet convert") from None
-    doc = docs["manifest.json"]
-    if not isinstance(doc, dict) or not isinstance(doc.get("platform"), str) or not doc.get("fingerprint"):
-        raise InputError(f"{folder / 'manifest.json'}: no platform or fingerprint; rebuild with rkdet convert")
-    identifier(doc["fingerprint"], folder / "manifest.json", "fingerprint")  # it names the cut cache folder
+    try:  # the one manifest reader (bounded, strict: the fingerprint names the cut cache folder)
+        doc = read_manifest(folder / "manifest.json")
+        docs["config.resolved.json"] = read_json(folder / "config.resolved.json")  # bounded (rkdet.records.io)
+    except FileNotFoundError as exc:
+        raise InputError(f"{exc.filename}: missing; rebuild with rkdet convert") from None
     try:
         cfg = RkdetConfig.model_validate(docs["config.resolved.json"])
     except ValidationError as exc:
@@ -105,7 +102,7 @@ def from_build(folder: Path, paths_from: Path | None = None) -> Source:
                 raise InputError(f"{folder / 'config.resolved.json'}: {section}.{key} is {str(value)!r} without its "
                                  f"location (a published build records no machine paths); pass the config that "
                                  f"built it: rkdet layers {folder} --config FILE")
-    return Source(cfg, doc["platform"], folder, doc)
+    return Source(cfg, doc.platform, folder, doc)
 
 
 def from_config(path: Path, platform: str | None) -> Source:
@@ -165,7 +162,7 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
         progress("preparing the model and the images as rkdet convert does")
         model = prepare_model(cfg.model)
         if src.manifest is not None:
-            recorded = src.manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")
+            recorded = src.manifest.onnx_sha256
             if recorded != manifest.sha256_bytes(model.onnx_bytes):
                 raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {src.build} was made "
                                  "(its prepared graph hashes differently); rebuild with rkdet convert")
@@ -214,7 +211,7 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
             analyses = [read_analysis(name, folder / rel) for name, rel in result["analysis"].items()]
             timings = dict(result.get("timings", {}), worker_s=wall)
             ranking = {name: cos for name, cos in result.get("ranking", [])}
-        build_fp = src.manifest["fingerprint"] if src.manifest is not None else None
+        build_fp = src.manifest.fingerprint if src.manifest is not None else None
         return Rebuild(fingerprint, build_fp, f"{tk.name} {tk.version}", model, analyses, timings, ranking)
     finally:
         session.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from rkdet.layers.analysis import InputAnalysis, Metrics
 from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
