@@ -133,5 +133,5 @@ def read_result(folder: Path) -> BoardResult:
     outputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
     for rec in src.records():
         outputs[(rec.input, rec.run)] = {ref.name: src.load_fresh(ref) for ref in rec.outputs}
-    info = src.run_info if isinstance(src.run_info, dict) else {}
-    return BoardResult(outputs, info.get("emulated") is True, info.get("emulates_npu") is True, 0.0)
+    info = src.run_info
+    return BoardResult(outputs, info.emulated is True, info.emulates_npu is True, 0.0)

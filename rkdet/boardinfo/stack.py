@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from rkdet.records.build import BuildInfo
+from rkdet.records.run_info import RunInfo
 from rkdet.boardinfo.scripts import ProbeReport
 from rkdet.textsafe import visible
 
@@ -30,9 +31,8 @@ class BoardStack:
     model_toolkit: Optional[str]  # the toolkit that built the .rknn
 
     @classmethod
-    def from_evidence(cls, probe: ProbeReport, run: Optional[dict[str, Any]], model_toolkit: Optional[str]) -> BoardStack:
-        stack = (run or {}).get("stack")
-        stack = stack if isinstance(stack, dict) else {}
+    def from_evidence(cls, probe: ProbeReport, run: Optional[RunInfo], model_toolkit: Optional[str]) -> BoardStack:
+        stack = (run.stack if run is not None else None) or {}
 
         def text(value: Any) -> Optional[str]:
             return None if value is None else str(value)[:200]

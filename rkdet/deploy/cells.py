@@ -20,6 +20,7 @@ from typing import Any
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
+from rkdet.records.run_info import RunInfo, read_run_info
 from rkdet.runner import CORE_MASKS
 from rkdet.tolerance import Tolerance
 
@@ -200,15 +201,18 @@ class RunJudgement:
     contexts: dict[str, Any] | None = None  # {"contexts": N, "agree": bool} for a single set with --contexts
 
 
-def _first_run_json(result: Path, cells: list[Cell] | None) -> dict[str, Any]:
+def _first_run_json(result: Path, cells: list[Cell] | None) -> RunInfo:
     folder = result if cells is None else next((result / c.name for c in cells if c.status == "complete"
                                                 and (result / c.name / "run.json").is_file()), None)
     if folder is None:
         raise BoardError("no cell of the run completed; nothing to judge (see cells.json's reasons)")
-    doc = _read_json(folder / "run.json", "the board's result")
-    if doc is None:
-        raise BoardError("the board's result run.json is missing")
-    return doc
+    path = folder / "run.json"
+    try:
+        return read_run_info(path, error=BoardError)  # the one run.json reader (bounded like the other records)
+    except FileNotFoundError:
+        raise BoardError("the board's result run.json is missing") from None
+    except BoardError as exc:
+        raise BoardError(f"the board's result: {exc} (a broken or hostile board?)") from None
 
 
 def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) -> RunJudgement:

@@ -40,6 +40,7 @@ from rkdet.boardinfo.stack import BoardStack, model_expectations
 from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.io import read_json_object
+from rkdet.records.run_info import RunInfo
 
 Log = Callable[[str], None]
 
@@ -257,7 +258,7 @@ class Deployment:
         """deploy.json's warnings, the failed-build caveat first (once) when the build failed its gates."""
         return warnings if not self.caveat or self.caveat in warnings else [self.caveat, *warnings]
 
-    def _stack(self, run: dict[str, Any] | None) -> BoardStack | None:
+    def _stack(self, run: RunInfo | None) -> BoardStack | None:
         """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
         try:
             records = read_json_object(self.folder / "board.json").get("records", [])

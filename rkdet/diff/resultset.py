@@ -21,8 +21,10 @@ from rkdet.records.gates import read as read_gates
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
                                check_dtype, check_shape, load_array_file, load_npy)
 from rkdet.errors import InputError
-from rkdet.records.io import iter_jsonl, read_json_object
+from rkdet.records.io import iter_jsonl
+from rkdet.records import io
 from rkdet.records.manifest import read_manifest
+from rkdet.records.run_info import RunInfo, RunInput, read_run_info
 from rkdet.runner import output_hash
 from rkdet.selfcheck import reference_for_run
 
@@ -87,9 +89,9 @@ class ArrayCache:
             self._bytes -= old.nbytes
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_run_info(path: Path) -> RunInfo:
     try:
-        return read_json_object(path)
+        return read_run_info(path, limit=io.MAX_JSON)  # the one run.json reader (bounded, strict)
     except FileNotFoundError:
         raise InputError(f"{path}: missing; is this a result set written by rkdet-run?") from None
 
@@ -174,7 +176,7 @@ class Source:
 
     path: Path
     kind: str  # "result-set" | "npy" | "npz"
-    run_info: dict[str, Any] = field(default_factory=dict)
+    run_info: RunInfo = field(default_factory=RunInfo)  # run.json (rkdet.records.run_info)
     note: str | None = None
     verify: bool = True
     cache: ArrayCache = field(default_factory=ArrayCache)
@@ -239,7 +241,7 @@ class ResultSetDir(Source):
     def __init__(self, path: Path, note: str | None = None) -> None:
         super().__init__(path=path, kind="result-set", note=note)
         self._verified: set[str] = set()
-        self.run_info = _read_json(path / "run.json")
+        self.run_info = _read_run_info(path / "run.json")
         if not (path / "index.jsonl").exists():
             raise InputError(f"{path / 'index.jsonl'}: missing; the run recorded no inference")
 
@@ -293,7 +295,7 @@ class ResultSetDir(Source):
 
     def input_image(self, name: str) -> np.ndarray | None:
         """The input as fed, when the set (or its build folder) kept it: golden sets do."""
-        files = [i.get("file") for i in self.run_info.get("inputs", []) if isinstance(i, dict) and i.get("name") == name]
+        files = [i.file for i in self.run_info.inputs if i.name == name]
         file = files[0] if files and files[0] else f"{name}.npy"
         for folder in (self.path / "inputs", self.path.parent / "inputs"):
             candidate = folder / Path(str(file)).name
@@ -317,8 +319,8 @@ class ArrayFile(Source):
         self._arrays = {output_hash(a): a for a in arrays.values()}
         self._record = Record(0, path.stem, tuple(
             OutputRef(name, output_hash(a), tuple(a.shape), a.dtype.name) for name, a in arrays.items()))
-        self.run_info = {"backend": f"file ({path.name})", "outputs": list(arrays),
-                         "inputs": [{"name": path.stem}], "repeats": 1}
+        self.run_info = RunInfo(backend=f"file ({path.name})", outputs=tuple(arrays), inputs=(RunInput(path.stem),),
+                                repeats=1, recorded=frozenset(("backend", "outputs", "inputs", "repeats")))
 
     def records(self) -> Iterator[Record]:
         yield self._record
@@ -327,12 +329,12 @@ class ArrayFile(Source):
         return self._arrays[ref.hash]
 
 
-def reference_set(build: Path, run_info: dict[str, Any] | None) -> Path:
+def reference_set(build: Path, run_info: RunInfo | None) -> Path:
     """The golden set of `build` that results described by `run_info` (their run.json) are judged against:
     rkdet.selfcheck.reference_for, the one rule deploy, diff and the self-check share (simulator for an NPU
     runtime, onnx-fp32 for onnxruntime or the emulated board). Results that name no board backend, or a
     build without that set, get the simulator set when present (the historical default), else onnx-fp32."""
-    wanted = reference_for_run(run_info) or "simulator"
+    wanted = (reference_for_run(run_info.for_reference_rule()) if run_info is not None else None) or "simulator"
     golden = Path(build) / "golden"
     for name in (wanted, "simulator", "onnx-fp32"):
         if (golden / name / "run.json").exists():
@@ -367,7 +369,7 @@ def _run_folder_result(p: Path) -> Path | None:
     return sub if (sub / "run.json").exists() and not (p / "run.json").exists() else None
 
 
-def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | None = None) -> Source:
+def open_source(path: str | Path, role: str = "A", against: RunInfo | None = None) -> Source:
     """Open a result set, a run folder (its result/), a build folder (its golden set picked by
     `reference_set` for results described by `against`, A's run.json), a golden/ folder, or a .npy/.npz."""
     p = Path(path)
@@ -388,7 +390,7 @@ def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | Non
         if (base / "golden" / "simulator" / "run.json").exists() or (base / "golden" / "onnx-fp32" / "run.json").exists():
             chosen = reference_set(base, against)
             why = ("the reference rule for A's run.json (simulator for an NPU runtime, onnx-fp32 for onnxruntime "
-                   "or an emulated board)" if against is not None and "backend" in against else "A names no board runtime")
+                   "or an emulated board)" if against is not None and "backend" in against.recorded else "A names no board runtime")
             other = "onnx-fp32" if chosen.name == "simulator" else "simulator"
             shown = p / chosen.name if what == "golden folder" else p / "golden" / chosen.name
             return _golden_set(chosen, note=f"{role} {p} is a {what}: using its {chosen.name} outputs ({shown}), "

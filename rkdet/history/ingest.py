@@ -259,18 +259,15 @@ def _read_set(relative: str, run_id: str, board: BoardIdentity, state: BoardStat
     source, outputs, deterministic, count = _outputs(here)
     run = source.run_info
     run_json = here / "run.json"
-    core_mask = _text(run_json, "core_mask", run.get("core_mask")) or mask or \
+    core_mask = _text(run_json, "core_mask", run.core_mask) or mask or \
         _text(deploy_json, "settings.core_mask", settings.get("core_mask")) or "auto"
     if mask is not None and core_mask != mask:
         raise InputError(f"{run_json}: core_mask {core_mask[:40]!r}, but cells.json names this cell {mask!r}")
-    backend = _text(run_json, "backend", run.get("backend")) or \
+    backend = _text(run_json, "backend", run.backend) or \
         _text(deploy_json, "settings.backend", settings.get("backend")) or "rknnlite"
-    status = _text(run_json, "status", run.get("status")) or "unknown"
-    started = run.get("started_unix")
-    if started is not None and (isinstance(started, bool) or not isinstance(started, (int, float))
-                                or not math.isfinite(started)):
-        raise InputError(f"{run_json}: started_unix must be a number")
-    emulated = run.get("emulated")
+    status = _text(run_json, "status", run.status) or "unknown"
+    started = run.started_unix  # a finite number or None (the run.json reader checked it)
+    emulated = run.emulated
     state = BoardState(state.kernel, state.driver, state.runtime, state.model, _clocks(here / "snapshots.jsonl"))
     return RunRecord(folder=relative, run_id=run_id, board=board, state=state,
                      build=build, core_mask=core_mask, backend=backend,
