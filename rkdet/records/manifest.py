@@ -301,7 +301,7 @@ class Manifest:
                                                  for c in platform)):
             raise InputError(f"{where}: platform {platform[:40]!r} is not a platform name; {ADVICE}")
         floats = f.items(doc, "float_layers", at, f.a_str)
-        gates = from_manifest(doc) if ("gates" in doc or "fidelity" in doc) else None
+        gates = from_manifest(doc) if doc.get("gates") is not None else None  # else `gate_record` derives it
         return cls(
             fingerprint=fingerprint, platform=platform, schema=f.text(doc, "schema", at), name=f.text(doc, "name", at),
             origin=f.text(doc, "origin", at) or CONVERTED,
@@ -350,8 +350,9 @@ class Manifest:
 
     @property
     def gate_record(self) -> GateRecord:
-        """Did the build pass its gates (rkdet.records.gates; a manifest that says nothing: passed)."""
-        return self.gates if self.gates is not None else GateRecord(True)
+        """Did the build pass its gates (rkdet.records.gates: the `gates` record, else derived from an older
+        manifest's `fidelity.gates`, else passed)."""
+        return self.gates if self.gates is not None else from_manifest({"fidelity": self.fidelity})
 
     @property
     def output_shapes(self) -> tuple[tuple[int, ...], ...]:
