@@ -10,7 +10,6 @@ the build's before trusting the per-layer dumps.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
-from rkdet.records.io import read_json
+from rkdet.records.io import read_json, write_atomic
 from rkdet.records.manifest import Manifest, read_manifest
 from rkdet.runner import output_hash
 
@@ -188,8 +187,7 @@ def rebuild_and_analyse(src: Source, inputs: Path | None, progress: Progress, lo
                         _save(folder / "reference" / f"{name}.{i}.npy", outs[out])
                         files.append(f"reference/{name}.{i}.npy")
                     job["reference"][name] = files
-            (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
-            os.rename(folder / ".job.json", folder / "job.json")
+            write_atomic(str(folder / "job.json"), json.dumps(job, sort_keys=True))  # the worker sees all or none
             progress(f"{platform}: rebuilding with {tk.name} {tk.version} and analysing "
                      f"{min(max_inputs or len(analyse), len(analyse))} of {len(analyse)} input(s) per layer "
                      "(hermetic subprocess)")
