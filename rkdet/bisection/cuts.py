@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.rebuild import BuildSource, toolkit_job
-from rkdet.records.io import identifier, read_json_object
+from rkdet.records.io import read_json_object, swap_folder, write_atomic
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
 FULL_CFG = "full.quantization.cfg"
@@ -67,11 +67,12 @@ class CutBuilder:
     """Makes (or finds) the cut models of one build; the toolkit inputs are prepared once, when first needed."""
 
     def __init__(self, src: BuildSource, cache: Path, progress: Callable[[str], None]) -> None:
-        assert src.build is not None and src.manifest is not None
+        if src.build is None or src.manifest is None:
+            raise InputError("board bisection cuts a build folder's model: pass a build folder written by rkdet convert")
         self.src = src
         self.build = src.build
-        self.fingerprint: str = identifier(src.manifest.get("fingerprint"), src.build / "manifest.json",
-                                           "fingerprint") or ""  # it names the cache folder
+        self.manifest = src.manifest
+        self.fingerprint: str = src.manifest.fingerprint  # 64 hex (the manifest reader checked it): the cache folder
         self.root = cache / self.fingerprint[:32]
         self.progress = progress
         self._prepared: tuple | None = None
@@ -91,7 +92,7 @@ class CutBuilder:
             gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
             key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
             model = prepare_model(cfg.model)
-            recorded = self.src.manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")  # type: ignore[union-attr]
+            recorded = self.manifest.onnx_sha256
             if recorded != manifest.sha256_bytes(model.onnx_bytes):
                 raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {self.build} was made; "
                                  "rebuild with rkdet convert")
@@ -131,8 +132,7 @@ class CutBuilder:
                 job.update(outputs=list(point.frontier), full_cfg=FULL_CFG, analyse=None)
                 if (self.root / FULL_CFG).is_file():
                     shutil.copyfile(self.root / FULL_CFG, work / FULL_CFG)
-                (work / ".job.json").write_text(json.dumps(job, sort_keys=True))
-                os.rename(work / ".job.json", work / "job.json")
+                write_atomic(str(work / "job.json"), json.dumps(job, sort_keys=True))  # whole or absent
                 run = session.worker.go()
                 result_file = work / "result.json"
                 result = json.loads(result_file.read_text()) if result_file.exists() else None
@@ -163,9 +163,7 @@ class CutBuilder:
                            "cut": "rknn.load_onnx(outputs=...) + hybrid_quantization_step1/2 with the full model's "
                                   "quantization parameters"}
                     (stage / "cut.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-                    if folder.exists():  # a stale or foreign entry for this key
-                        shutil.rmtree(folder)
-                    os.rename(stage, folder)
+                    swap_folder(stage, folder)  # replaces a stale or foreign entry for this key whole
                 except BaseException:
                     shutil.rmtree(stage, ignore_errors=True)
                     raise
@@ -186,6 +184,9 @@ def load_reference(path: Path, outputs: tuple[str, ...]) -> dict[str, np.ndarray
 
 
 def _install(src: Path, dest: Path) -> None:
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
+    """Copy `src` to `dest` through the one atomic writer (a concurrent cut sees all of it or none)."""
+    def copy(handle: BinaryIO) -> None:
+        with open(src, "rb") as source:
+            shutil.copyfileobj(source, handle)
+
+    write_atomic(str(dest), copy)

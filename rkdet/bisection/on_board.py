@@ -27,6 +27,7 @@ from rkdet.deploy.settings import RunSettings
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import BoardError
 from rkdet.onboard import program
+from rkdet.records.manifest import Manifest
 
 
 
@@ -56,8 +57,7 @@ class BoardRunner:
 
     conn: object  # rkdet.link.ssh.BoardConnection
     build: Path
-    fingerprint: str
-    manifest: dict
+    manifest: Manifest  # the build's (rkdet.records.manifest)
     local: Path  # where pulled result sets go
     settings: RunSettings  # pin: every run goes through run-pinned.sh (pin, run, restore)
     runs: int = 0
@@ -70,6 +70,10 @@ class BoardRunner:
     def workdir(self) -> str:
         assert self.settings.workdir is not None, "BoardRunner needs the resolved work dir"
         return self.settings.workdir
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest.fingerprint
 
     @property
     def base(self) -> str:
@@ -95,10 +99,10 @@ class BoardRunner:
         push(conn, model_dir / "model.io.json", f"{remote_model}/model.io.json")  # type: ignore[arg-type]
         if self.emulated_runtime():
             push(conn, model_dir / "model.onnx", f"{remote_model}/model.onnx")  # type: ignore[arg-type]
-            fed = self.manifest["fed_input"]
+            fed = self.manifest.need_fed_input(self.build / "manifest.json")
             with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp:
                 sidecar = Path(tmp) / "model.emu.json"
-                sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
+                sidecar.write_text(json.dumps({"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}))
                 push(conn, sidecar, f"{remote_model}/model.emu.json")  # type: ignore[arg-type]
         out = f"{self.base}/runs/{tag}-{core_mask}"
         conn.run(["rm", "-rf", "--", out], timeout=FILES_S)  # type: ignore[attr-defined]
@@ -135,5 +139,5 @@ def read_result(folder: Path) -> BoardResult:
     outputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
     for rec in src.records():
         outputs[(rec.input, rec.run)] = {ref.name: src.load_fresh(ref) for ref in rec.outputs}
-    info = src.run_info if isinstance(src.run_info, dict) else {}
-    return BoardResult(outputs, info.get("emulated") is True, info.get("emulates_npu") is True, 0.0)
+    info = src.run_info
+    return BoardResult(outputs, info.emulated is True, info.emulates_npu is True, 0.0)

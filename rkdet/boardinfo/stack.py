@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from rkdet.records.build import BuildInfo
-from rkdet.records.deploy_record import JsonObject
 from rkdet.records.probe import ProbeReport
+from rkdet.records.run_info import RunInfo
 from rkdet.textsafe import visible
 
 
@@ -31,9 +31,8 @@ class BoardStack:
     model_toolkit: Optional[str]  # the toolkit that built the .rknn
 
     @classmethod
-    def from_evidence(cls, probe: ProbeReport, run: Optional[JsonObject], model_toolkit: Optional[str]) -> BoardStack:
-        stack = (run or {}).get("stack")
-        stack = stack if isinstance(stack, dict) else {}
+    def from_evidence(cls, probe: ProbeReport, run: Optional[RunInfo], model_toolkit: Optional[str]) -> BoardStack:
+        stack = (run.stack if run is not None else None) or {}
 
         def text(value: Any) -> Optional[str]:
             return None if value is None else str(value)[:200]

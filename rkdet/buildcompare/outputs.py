@@ -15,7 +15,7 @@ from typing import Any
 from rkdet.diff.api import Comparison, compare
 from rkdet.tolerance import Tolerance
 from rkdet.errors import InputError
-from rkdet.records.io import read_json_object
+from rkdet.records.manifest import read_manifest
 
 KINDS = ("simulator", "onnx-fp32")
 
@@ -34,18 +34,19 @@ class BuildFacts:
     def load(cls, folder: Path) -> BuildFacts:
         path = folder / "manifest.json"
         try:
-            doc = read_json_object(path)  # the one bounded reader: a build folder is input too
-            golden = (doc.get("inputs") or {}).get("golden") or []
-            inputs = {str(g.get("name") or Path(str(g["file"])).stem): str(g["tensor"]) for g in golden}
-            return cls(folder, str(doc.get("origin") or "converted"),
-                       # converted (manifest 2): the model identity's toolkit; imported: its toolchain record
-                       ((doc.get("model_identity") or doc.get("toolchain") or {}).get("toolkit") or {}).get("version"),
-                       inputs,
-                       doc.get("golden_outputs") or {})
+            doc = read_manifest(path)  # the one manifest reader (bounded, strict): a build folder is input too
         except FileNotFoundError:
             raise InputError(f"{folder}: no manifest.json; give two build folders (rkdet convert or import-rknn)") from None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"{path}: malformed manifest ({exc.__class__.__name__}: {exc}); re-run rkdet convert") from None
+        except OSError as exc:
+            raise InputError(f"{path}: unreadable manifest ({exc.strerror or exc}); re-run rkdet convert") from None
+        inputs = {}
+        for i, g in enumerate(doc.inputs.golden):
+            if g.stem is None or g.tensor is None:
+                raise InputError(f"{path}: inputs.golden[{i}]: expected a name (or file) and a tensor hash; "
+                                 "re-run rkdet convert")
+            inputs[g.stem] = g.tensor
+        # converted (manifest 2): the model identity's toolkit; imported: its toolchain record
+        return cls(folder, doc.origin, doc.toolkit_version, inputs, dict(doc.golden_outputs or {}))
 
 
 @dataclass

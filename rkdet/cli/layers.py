@@ -76,7 +76,8 @@ def run_bisection(**kw: Any) -> int:
     from rkdet.config import build_deploy_settings
     from rkdet.convert.pipeline import check_writable
     from rkdet.layers.rebuild import from_build
-    from rkdet.layers.report import bisection_json, render_bisection_html, write_atomic
+    from rkdet.layers.report import bisection_json, render_bisection_html
+    from rkdet.records.io import write_atomic
 
     build: Path | None = kw["build"]
     if build is None:
@@ -112,15 +113,15 @@ def run_bisection(**kw: Any) -> int:
         if run.pin:
             push_scripts(conn, scripts_dir(workdir))
             run = replace(run, state_dir=state_dir_for(conn, workdir, run.sudo))
-        runner = BoardRunner(conn, build, src.manifest["fingerprint"], src.manifest, Path(tmp), run)  # type: ignore[index]
+        runner = BoardRunner(conn, build, builder.manifest, Path(tmp), run)
         report = bisect_on_board(builder, runner, against, core_mask, settings.tolerances, log,
                                  source=build.name, board=conn.target.label)
     report.pinned = run.pin
     text = bisection_json(report)
     try:
-        write_atomic(out / "layers-board.json", text)
+        write_atomic(str(out / "layers-board.json"), text)
         if kw["html_path"] is not None:
-            write_atomic(kw["html_path"], render_bisection_html(report))
+            write_atomic(str(kw["html_path"]), render_bisection_html(report))
     except OSError as exc:
         raise InputError(f"cannot write the report: {exc}") from None
     console.print(literal(f"{'pinned (restored after each run)' if report.pinned else 'not pinned'}; "

@@ -47,7 +47,8 @@ def layers_command(build: Path | None, config_path: Path | None, target: str | N
     """
     from rkdet.convert.pipeline import check_writable
     from rkdet.layers.rebuild import from_build, from_config, rebuild_and_analyse
-    from rkdet.layers.report import build_report, onnx_label, render_html, to_json, write_atomic
+    from rkdet.layers.report import build_report, onnx_label, render_html, to_json
+    from rkdet.records.io import write_atomic
 
     if build is None and config_path is None:
         raise InputError("rkdet layers: give a build folder (with --config FILE for where its images are) or --config FILE")
@@ -66,9 +67,9 @@ def layers_command(build: Path | None, config_path: Path | None, target: str | N
                           timings=rebuilt.timings, output_cosine=rebuilt.output_cosine)
     text = to_json(report)
     try:
-        write_atomic(out / "layers.json", text)
+        write_atomic(str(out / "layers.json"), text)
         if html_path is not None:
-            write_atomic(html_path, render_html(report))
+            write_atomic(str(html_path), render_html(report))
     except OSError as exc:
         raise InputError(f"cannot write the report: {exc}") from None
     match = report.fingerprint_match

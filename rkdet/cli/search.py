@@ -16,8 +16,7 @@ from rich.table import Table
 from rkdet.config import RkdetConfig
 from rkdet.convert.pipeline import check_writable
 from rkdet.errors import ConversionError, InputError
-from rkdet.records.io import check_may_write
-from rkdet.records.io import write_atomic
+from rkdet.records.io import check_may_write, write_atomic
 from rkdet.search.budget import Budget, format_duration
 from rkdet.search.run import Outcome, SearchResult, search
 from rkdet.search.searched import render, searched_path

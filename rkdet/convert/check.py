@@ -11,7 +11,6 @@ build, library versions) is reported but never makes two builds differ.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from rkdet.config import RkdetConfig
 from rkdet.convert.identity import ModelIdentity, environment, model_identity
 from rkdet.convert.images import list_images
 from rkdet.convert.manifest import SCHEMA
+from rkdet.records.manifest import InputRecord, Manifest, read_manifest
 from rkdet.convert.onnx_graph import prepare_model, require_onnx_file
 from rkdet.convert.rknn_file import PROVENANCE_SECTIONS, RknnFileInfo, compare_rknn, read_rknn
 from rkdet.convert.toolkits import find_toolkit
@@ -72,7 +72,7 @@ class CheckReport:
 @dataclass(frozen=True)
 class _Build:
     folder: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     identity: ModelIdentity
     rknn: RknnFileInfo
 
@@ -84,27 +84,25 @@ def read_build(folder: Path) -> _Build:
         raise InputError(f"{folder}: not a build folder (no such directory); {hint}")
     path = folder / "manifest.json"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_manifest(path)  # the one manifest reader (bounded, strict)
     except FileNotFoundError:
         raise InputError(f"{path}: missing; {hint}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
         raise InputError(f"{path}: unreadable ({exc.__class__.__name__}); {hint}") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: not a JSON object; {hint}")
-    if doc.get("schema") != SCHEMA:
-        raise InputError(f"{path}: schema {str(doc.get('schema'))[:40]!r}, not {SCHEMA!r} (only {SCHEMA} records the "
+    if doc.schema != SCHEMA:
+        raise InputError(f"{path}: schema {str(doc.schema)[:40]!r}, not {SCHEMA!r} (only {SCHEMA} records the "
                          "model identity to check against); rebuild it with this rkdet")
-    identity = ModelIdentity.from_dict(doc.get("model_identity"), str(path))
-    if doc.get("model_fingerprint") != identity.fingerprint or not isinstance(doc.get("fingerprint"), str):
+    identity = ModelIdentity.from_dict(doc.model_identity, str(path))
+    if doc.model_fingerprint != identity.fingerprint:
         raise InputError(f"{path}: model_fingerprint is not the hash of its model_identity (the manifest was "
                          "edited or damaged); rebuild it with rkdet convert")
     if not (folder / "model.rknn").is_file():
         raise InputError(f"{folder / 'model.rknn'}: missing; {hint}")
     rknn = read_rknn(folder / "model.rknn")  # unreadable: one line, exit 2
-    if _obj(doc.get("rknn")).get("content_fingerprint") != rknn.content_fingerprint:
+    if doc.rknn.content_fingerprint != rknn.content_fingerprint:
         raise InputError(f"{folder / 'model.rknn'}: not the model its manifest.json records (content fingerprint "
                          f"{rknn.content_fingerprint[:16]}, manifest says "
-                         f"{str(_obj(doc.get('rknn')).get('content_fingerprint'))[:16]}): replaced, damaged, or "
+                         f"{str(doc.rknn.content_fingerprint)[:16]}): replaced, damaged, or "
                          "fingerprinted by another rkdet; rebuild it with rkdet convert")
     return _Build(folder, doc, identity, rknn)
 
@@ -113,14 +111,8 @@ def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _records(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    """`inputs.<key>` of a manifest (BUILD's is untrusted: anything odd reads as nothing)."""
-    records = _obj(doc.get("inputs")).get(key)
-    return [_obj(r) for r in records] if isinstance(records, list) else []
-
-
-def _names(doc: dict[str, Any], key: str) -> list[str]:
-    return [str(r.get("file", "?")) for r in _records(doc, key)]
+def _names(records: tuple[InputRecord, ...] | None) -> list[str]:
+    return [str(r.file or "?") for r in records or ()]
 
 
 def _at(names: list[str], i: int) -> str:
@@ -208,17 +200,17 @@ def _environment_differences(build_env: Any, here: dict[str, Any]) -> tuple[str,
     return tuple(f"{k} {a.get(k)} vs {b.get(k)}" for k in keys if a.get(k) != b.get(k))
 
 
-def _outputs_differences(build_doc: dict[str, Any], here_doc: dict[str, Any]) -> list[Difference]:
+def _outputs_differences(build_doc: Manifest, here_doc: Manifest) -> list[Difference]:
     """Golden inputs (as fed) and simulator outputs, input by input."""
     out = []
-    ga, gb = _records(build_doc, "golden"), _records(here_doc, "golden")
+    ga, gb = build_doc.inputs.golden, here_doc.inputs.golden
     if len(ga) != len(gb):
         out.append(Difference("golden", f"golden inputs: {len(ga)} vs {len(gb)}"))
     for i, (a, b) in enumerate(zip(ga, gb)):
-        if a.get("tensor") != b.get("tensor"):
-            out.append(Difference("golden", f"golden input {i + 1} differs: {a.get('file')} vs {b.get('file')}"))
-    sa = _obj(_obj(build_doc.get("golden_outputs")).get("simulator"))
-    sb = _obj(_obj(here_doc.get("golden_outputs")).get("simulator"))
+        if a.tensor != b.tensor:
+            out.append(Difference("golden", f"golden input {i + 1} differs: {a.file} vs {b.file}"))
+    sa = _obj(_obj(build_doc.golden_outputs).get("simulator"))
+    sb = _obj(_obj(here_doc.golden_outputs).get("simulator"))
     for name in sorted(set(sa) | set(sb)):
         if sa.get(name) != sb.get(name):
             a, b = _obj(sa.get(name)), _obj(sb.get(name))
@@ -264,18 +256,18 @@ def check_against(cfg: RkdetConfig, folder: Path, progress: Log = lambda msg: No
     from rkdet.convert.pipeline import materialize
 
     here = model_identity(cfg, platform, model, materialize(cal_files, model, cfg), tk)
-    env_diff = _environment_differences(build.manifest.get("environment"), environment({}))
-    differences = identity_differences(build.identity, here, _names(build.manifest, "calibration"),
+    env_diff = _environment_differences(build.manifest.environment, environment({}))
+    differences = identity_differences(build.identity, here, _names(build.manifest.inputs.calibration),
                                        [f.path.name for f in cal_files],
                                        lambda: _their_onnx(build, lambda theirs: onnx_difference(theirs, model.onnx_bytes)))
     fps = (build.identity.fingerprint, here.fingerprint)
     if differences:
-        return CheckReport(folder, platform, tuple(differences), fps, (build.manifest["fingerprint"], None), env_diff)
+        return CheckReport(folder, platform, tuple(differences), fps, (build.manifest.fingerprint, None), env_diff)
     progress(f"{platform}: same model identity; rebuilding to compare the .rknn")
     tmp = Path(tempfile.mkdtemp(prefix="rkdet-check-"))
     try:
         rebuilt = _rebuild(cfg, platform, tmp, progress)
-        doc = json.loads((rebuilt / "manifest.json").read_text(encoding="utf-8"))
+        doc = read_manifest(rebuilt / "manifest.json")
         ours, theirs = read_rknn(rebuilt / "model.rknn"), build.rknn
         if theirs.content_fingerprint != ours.content_fingerprint:
             stable = [s for s in compare_rknn(theirs, ours).differing_stable_sections if s not in PROVENANCE_SECTIONS]
@@ -283,11 +275,11 @@ def check_against(cfg: RkdetConfig, folder: Path, progress: Log = lambda msg: No
             differences.append(Difference(".rknn", f"{where} (content fingerprint {theirs.content_fingerprint[:16]} "
                                                    f"vs {ours.content_fingerprint[:16]})"))
         differences += _outputs_differences(build.manifest, doc)
-        if not differences and doc["fingerprint"] != build.manifest["fingerprint"]:
-            differences.append(Difference("build", f"build fingerprint {build.manifest['fingerprint'][:16]} vs "
-                                                   f"{doc['fingerprint'][:16]}"))
-        env_diff = _environment_differences(build.manifest.get("environment"), _obj(doc.get("environment")))
-        return CheckReport(folder, platform, tuple(differences), fps, (build.manifest["fingerprint"], doc["fingerprint"]),
+        if not differences and doc.fingerprint != build.manifest.fingerprint:
+            differences.append(Difference("build", f"build fingerprint {build.manifest.fingerprint[:16]} vs "
+                                                   f"{doc.fingerprint[:16]}"))
+        env_diff = _environment_differences(build.manifest.environment, _obj(doc.environment))
+        return CheckReport(folder, platform, tuple(differences), fps, (build.manifest.fingerprint, doc.fingerprint),
                            env_diff)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

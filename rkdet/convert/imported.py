@@ -30,7 +30,8 @@ from rkdet.convert.manifest import SCHEMA, EMBED_KEY, sha256_bytes, sha256_file,
 from rkdet.convert.rknn_file import RknnFileInfo, read_rknn
 from rkdet.errors import InputError
 from rkdet.onboard.hashing import output_hash
-from rkdet.records.io import write_json_atomic
+from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.records.manifest import FedInput, FileRef, InputRecord, Inputs, Manifest, RknnRecord, write_manifest
 from rkdet.tolerance import Tolerance
 
 ORIGIN = "imported"
@@ -226,7 +227,7 @@ def import_rknn(model: Path, inputs: Path, out: Path | None, given: Given, name:
         records = []
         for n, t in sorted(tensors.items()):
             np.save(stage / "golden" / "inputs" / f"{n}.npy", t, allow_pickle=False)
-            records.append({"name": n, "tensor": output_hash(t)})
+            records.append(InputRecord(output_hash(t), name=n))
         io = {"inputs": [{"name": fed.name, "shape": list(fed.shape), "dtype": "uint8", "layout": "nhwc"}],
               "outputs": [o.name for o in info.outputs]}
         write_json_atomic(str(stage / "model.io.json"), io)
@@ -239,35 +240,24 @@ def import_rknn(model: Path, inputs: Path, out: Path | None, given: Given, name:
             shutil.copyfile(emulator_onnx, stage / "emulator-stand-in.onnx")
             stand_in = {"file": "emulator-stand-in.onnx", "sha256": sha256_file(stage / "emulator-stand-in.onnx"),
                         "note": "TEST CONTROL: computed by the emulated runtime double only; not a reference"}
-        doc = {
-            "schema": SCHEMA, "origin": ORIGIN, "name": name, "platform": platform, "fingerprint": fingerprint,
-            "input_fingerprint": None, "embedded_fingerprint": _embedded(info),
-            "inputs": {"onnx": None, "onnx_prepared": None, "calibration": None,
-                       "rknn": {"file": model.name, "sha256": info.file_sha256}, "golden": records},
-            "fed_input": {"layout": "NHWC", "dtype": "uint8", "shape": list(fed.shape),
-                          "channel_order": fed.channel_order, "mean": list(fed.mean), "std": list(fed.std),
-                          "sources": fed.sources},
-            "toolchain": {"toolkit": {"name": "rknn-toolkit2", "version": info.toolkit_version or None,
-                                      "source": "the .rknn's metadata (it was built elsewhere)"}},
-            "rknn": {"file": "model.rknn", "sha256": info.file_sha256, "size": info.file_size,
-                     "content_fingerprint": info.content_fingerprint, "header": rknn_header(info),
-                     "custom_string": info.custom_string},
-            "golden_outputs": {}, "fidelity": None,
-            "reference": {"agrees": NOT_APPLICABLE, "reason": reason, "simulator": probe},
-            "emulator_stand_in": stand_in,
-        }
-        if "SOURCE_DATE_EPOCH" in os.environ:
-            doc["created_unix"] = int(os.environ["SOURCE_DATE_EPOCH"])
-        write_json_atomic(str(stage / "manifest.json"), doc)
-        old = None
-        if out.exists():
-            if not (out / "manifest.json").is_file() or out.is_symlink():
-                raise InputError(f"{out}: exists and is not a build folder; choose another --out")
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-        stage.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        doc = Manifest(
+            schema=SCHEMA, origin=ORIGIN, name=name, platform=platform, fingerprint=fingerprint,
+            input_fingerprint=None, embedded_fingerprint=_embedded(info),
+            inputs=Inputs(rknn=FileRef(model.name, info.file_sha256), golden=tuple(records)),
+            fed_input=FedInput("NHWC", tuple(fed.mean), tuple(fed.std), "uint8", tuple(fed.shape), fed.channel_order,
+                               fed.sources),
+            toolchain={"toolkit": {"name": "rknn-toolkit2", "version": info.toolkit_version or None,
+                                   "source": "the .rknn's metadata (it was built elsewhere)"}},
+            rknn=RknnRecord("model.rknn", info.file_sha256, info.file_size, info.content_fingerprint, rknn_header(info),
+                            info.custom_string),
+            golden_outputs={}, fidelity=None,
+            reference={"agrees": NOT_APPLICABLE, "reason": reason, "simulator": probe},
+            emulator_stand_in=stand_in,
+            created_unix=int(os.environ["SOURCE_DATE_EPOCH"]) if "SOURCE_DATE_EPOCH" in os.environ else None)
+        write_manifest(stage / "manifest.json", doc)  # the one manifest writer (rkdet.records.manifest)
+        if out.exists() and (not (out / "manifest.json").is_file() or out.is_symlink()):
+            raise InputError(f"{out}: exists and is not a build folder; choose another --out")
+        swap_folder(stage, out)  # the one folder swap (rkdet.records.io)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

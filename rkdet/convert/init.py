@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rkdet.errors import InputError
-from rkdet.records.io import check_may_write
+from rkdet.records.io import check_may_write, write_atomic
 
 DEFAULT_SIDE = 640  # a dynamic H/W with no imgsz metadata: the usual YOLOv8 export size, marked CHECK
 
@@ -361,15 +361,14 @@ def write_config(onnx_path: Path, out: Path, force: bool = False) -> tuple[Path,
         raise InputError(f"{onnx_path}: --onnx model not found; pass an existing .onnx file")
     facts = inspect(onnx_path)
     text = render(facts, out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        load_config(tmp)  # the template must always be a valid config; a bug here is ours, not the user's
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # the template must always be a valid config (a bug here is ours, not the user's): validated from a
+    # scratch copy in the same folder (paths resolve relative to it), then written by the one atomic writer
+    with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix=f".{out.name}.", suffix=".check.tmp",
+                                     dir=out.parent) as scratch:
+        scratch.write(text)
+        scratch.flush()
+        load_config(scratch.name)
+    write_atomic(str(out), text)
     for folder in ("calibration", "golden"):
         try:
             (out.parent / folder).mkdir(exist_ok=True)

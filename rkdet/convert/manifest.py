@@ -12,7 +12,8 @@ The *embedded fingerprint* is the model fingerprint, written into the `.rknn` th
 file can carry it without depending on itself (the `.rknn` content fingerprint leaves the custom
 string out). On the board, rkdet-run reads it back from the file and refuses a model whose embedded
 fingerprint is not the one deploy expects (docs/FORMATS.md "Embedded fingerprint").
-The manifest has stable key order and no wall-clock time unless SOURCE_DATE_EPOCH is set.
+The manifest has stable key order and no wall-clock time unless SOURCE_DATE_EPOCH is set. Its record,
+reader and writer are `rkdet.records.manifest` (SCHEMA and write_manifest are re-exported here).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 from rkdet.convert.identity import build_fingerprint, environment, golden_records
 from rkdet.onboard.hashing import file_sha256, output_hash
 from rkdet.onboard.identity import EMBED_KEY
+from rkdet.records.manifest import (SCHEMA, ConfigRecord, FedInput, FileRef, InputRecord, Inputs, Manifest, NamedShape,
+                                    PreparedOnnx, RknnHeader, RknnRecord, RknnTensor, write_manifest)
 
 if TYPE_CHECKING:
     from rkdet.config import RkdetConfig
@@ -34,15 +37,14 @@ if TYPE_CHECKING:
     from rkdet.convert.images import Materialized
     from rkdet.convert.toolkits import Toolkit
 
-SCHEMA = "rkdet.manifest/2"  # /2: model_fingerprint + model_identity + environment (docs/FORMATS.md)
 # Config sections that cannot change the built model or its golden outputs (board run settings).
 _NOT_IN_BUILD = ("run", "board", "tolerances", "name")
 
 # EMBED_KEY (rkdet-fp=): defined once, by the board's parser (rkdet.onboard.identity), which reads the last occurrence
 CUSTOM_STRING_MAX = 1023  # rknn_custom_string.string is char[1024] in rknn_api.h (NUL-terminated)
 
-__all__ = ["embedded_custom_string", "EMBED_KEY", "sha256_file", "sha256_bytes", "folder_key", "build_manifest",
-           "write_manifest", "rknn_content_fingerprint"]
+__all__ = ["embedded_custom_string", "EMBED_KEY", "SCHEMA", "sha256_file", "sha256_bytes", "folder_key",
+           "build_manifest", "write_manifest", "rknn_content_fingerprint", "rknn_header"]
 
 
 def sha256_file(path: Path) -> str:
@@ -74,8 +76,8 @@ def build_config(cfg: RkdetConfig, platform: str) -> dict[str, Any]:
     return resolved
 
 
-def _image_records(mat: Materialized) -> list[dict[str, str]]:
-    return [{"file": f.path.name, "sha256": f.sha256, "tensor": output_hash(mat.tensors[f.name])} for f in mat.files]
+def _image_records(mat: Materialized) -> tuple[InputRecord, ...]:
+    return tuple(InputRecord(output_hash(mat.tensors[f.name]), f.path.name, f.sha256) for f in mat.files)
 
 
 def folder_key(cfg: RkdetConfig, platform: str, cal_files: list, gold_files: list, tk: Toolkit) -> str:
@@ -112,21 +114,20 @@ def rknn_content_fingerprint(path: Path) -> str:
     return content_fingerprint(path)
 
 
-def rknn_header(info: Any) -> dict[str, Any]:
+def rknn_header(info: Any) -> RknnHeader:
     """The `.rknn` facts a person checks first: format, target, toolkit, tensor types and quantization."""
-    def tensors(attrs: Any) -> list[dict[str, Any]]:
-        return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "qnt_method": t.qnt_method,
-                 "scale": list(t.scale), "zero_point": list(t.zero_point)} for t in attrs]
+    def tensors(attrs: Any) -> tuple[RknnTensor, ...]:
+        return tuple(RknnTensor(t.name, tuple(t.shape), t.dtype, t.qnt_method, tuple(t.scale), tuple(t.zero_point))
+                     for t in attrs)
 
-    return {"format_version": info.format_version, "model_format": info.model_format,
-            "target_platform": info.target_platform, "toolkit_version": info.toolkit_version,
-            "compiler_version": info.compiler_version, "source_framework": info.source_framework,
-            "inputs": tensors(info.inputs), "outputs": tensors(info.outputs)}
+    return RknnHeader(info.format_version, info.model_format, info.target_platform, info.toolkit_version,
+                      info.compiler_version, info.source_framework, tensors(info.inputs), tensors(info.outputs))
 
 
 def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
                    identity: ModelIdentity, stage_dir: Path, golden_hashes: dict, fidelity: dict | None,
-                   hermetic: dict, toolkit_log: dict | None = None) -> dict[str, Any]:
+                   hermetic: dict, toolkit_log: dict | None = None) -> Manifest:
+    """The build's manifest record (`rkdet.records.manifest.Manifest`, its one definition and writer)."""
     rknn_path = stage_dir / "model.rknn"
     from rkdet.convert.rknn_file import read_rknn
 
@@ -134,47 +135,31 @@ def build_manifest(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
     content = rknn_content_fingerprint(rknn_path)
     model_fp = identity.fingerprint
     source = Path(cfg.model.onnx)
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "name": cfg.name,
-        "platform": platform,
-        "fingerprint": build_fingerprint(model_fp, golden_records(gold), content, golden_hashes.get("simulator")),
-        "model_fingerprint": model_fp,
+    resolved = build_config(cfg, platform)
+    return Manifest(
+        schema=SCHEMA, name=cfg.name, platform=platform,
+        fingerprint=build_fingerprint(model_fp, golden_records(gold), content, golden_hashes.get("simulator")),
+        model_fingerprint=model_fp,
         # what the .rknn carries in its custom string (rkdet-fp=...), read back by rkdet-run on the board
-        "embedded_fingerprint": model_fp if info.custom_string.endswith(EMBED_KEY + model_fp) else None,
-        "model_identity": identity.to_json(),  # exactly what model_fingerprint hashes (rkdet.convert.identity)
-        "inputs": {
-            "onnx": {"file": source.name, "sha256": sha256_file(source)},
-            "onnx_prepared": {"file": "model.onnx", "sha256": sha256_bytes(model.onnx_bytes), "prepare": model.prepare,
-                              "input": model.input_name, "input_shape_nchw": list(model.input_shape_nchw),
-                              "outputs": [{"name": n, "shape": list(s)} for n, s in zip(model.output_names, model.output_shapes)],
-                              "opset": model.opset},
-            "config": {"sha256": sha256_bytes(_canonical(build_config(cfg, platform)).encode()),
-                       "resolved": build_config(cfg, platform)},
-            "calibration": _image_records(cal),
-            "golden": _image_records(gold),
-        },
-        "fed_input": {"layout": "NHWC", "dtype": "uint8", "shape": [1, model.input_shape_nchw[2],
-                                                                     model.input_shape_nchw[3], 3],
-                      "channel_order": cfg.preprocess.channel_order, "mean": list(cfg.preprocess.mean),
-                      "std": list(cfg.preprocess.std)},
+        embedded_fingerprint=model_fp if info.custom_string.endswith(EMBED_KEY + model_fp) else None,
+        model_identity=identity.to_json(),  # exactly what model_fingerprint hashes (rkdet.convert.identity)
+        inputs=Inputs(
+            onnx=FileRef(source.name, sha256_file(source)),
+            onnx_prepared=PreparedOnnx("model.onnx", sha256_bytes(model.onnx_bytes), model.prepare, model.input_name,
+                                       tuple(model.input_shape_nchw),
+                                       tuple(NamedShape(n, tuple(s)) for n, s in zip(model.output_names,
+                                                                                     model.output_shapes)),
+                                       model.opset),
+            config=ConfigRecord(sha256_bytes(_canonical(resolved).encode()), resolved),
+            calibration=_image_records(cal), golden=_image_records(gold)),
+        fed_input=FedInput("NHWC", tuple(cfg.preprocess.mean), tuple(cfg.preprocess.std), "uint8",
+                           (1, model.input_shape_nchw[2], model.input_shape_nchw[3], 3), cfg.preprocess.channel_order),
         # what built it (versions, no machine paths) and the hermetic run: recorded, never fingerprinted
-        "environment": environment(hermetic),
-        "rknn": {"file": "model.rknn", "sha256": sha256_file(rknn_path), "size": rknn_path.stat().st_size,
-                 "content_fingerprint": content, "header": rknn_header(info),
-                 "custom_string": info.custom_string},
-        "golden_outputs": golden_hashes,
-        "fidelity": fidelity,
-        # hybrid quantization: the RKNN layers that run in float16 (quantize.float_layers); [] fully quantized
-        "float_layers": list(cfg.quantize.float_layers),
-        "toolkit_log": toolkit_log,  # every E/W RKNN line classified; accepted errors with their pattern
-    }
-    if "SOURCE_DATE_EPOCH" in os.environ:
-        doc["created_unix"] = int(os.environ["SOURCE_DATE_EPOCH"])
-    return doc
-
-
-def write_manifest(path: Path, doc: dict[str, Any]) -> None:
-    from rkdet.records.io import write_json_atomic  # the one atomic writer
-
-    write_json_atomic(str(path), doc)
+        environment=environment(hermetic),
+        rknn=RknnRecord("model.rknn", sha256_file(rknn_path), rknn_path.stat().st_size, content, rknn_header(info),
+                        info.custom_string),
+        golden_outputs=golden_hashes, fidelity=fidelity,
+        # hybrid quantization: the RKNN layers that run in float16 (quantize.float_layers); () fully quantized
+        float_layers=tuple(cfg.quantize.float_layers),
+        toolkit_log=toolkit_log,  # every E/W RKNN line classified; accepted errors with their pattern
+        created_unix=int(os.environ["SOURCE_DATE_EPOCH"]) if "SOURCE_DATE_EPOCH" in os.environ else None)

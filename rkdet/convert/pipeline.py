@@ -29,8 +29,8 @@ from rkdet.convert.identity import ModelIdentity, build_fingerprint, golden_reco
 from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
-from rkdet.records.io import read_json_object
-from rkdet.records.io import write_json_atomic
+from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.records.manifest import Manifest, read_manifest
 from rkdet.log import Log
 
 
@@ -134,12 +134,11 @@ class ReplaceRefused(InputError):
 def _existing(final: Path) -> tuple[str | None, str | None]:
     """The (build, model) fingerprints of the build already in `final`, (None, None) when there is none
     (or its manifest is unreadable: nothing to protect that a deploy could use)."""
-    try:  # the one bounded reader: a FIFO or a huge file there is no build to protect
-        doc = read_json_object(final / "manifest.json")
+    try:  # the one reader: a FIFO, a huge file or a malformed manifest there is no build to protect
+        doc = read_manifest(final / "manifest.json")
     except (OSError, RkdetError):
         return None, None
-    fp, ifp = doc.get("fingerprint"), doc.get("model_fingerprint")
-    return (fp if isinstance(fp, str) else None), (ifp if isinstance(ifp, str) else None)
+    return doc.fingerprint, doc.model_fingerprint
 
 
 def check_replace(final: Path, fingerprint: str, force: bool, *, model: bool = False) -> None:
@@ -157,15 +156,9 @@ def check_replace(final: Path, fingerprint: str, force: bool, *, model: bool = F
 
 
 def install_build(stage_dir: Path, final: Path) -> None:
-    """Rename the finished staging folder into place, replacing an older build atomically enough
-    (the one build-folder swap: convert and the search's passing variant)."""
-    if final.exists():
-        trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.rename(final, trash)
-        os.rename(stage_dir, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.rename(stage_dir, final)
+    """Rename the finished staging folder into place, replacing an older build whole (convert and the
+    search's passing variant): the one folder swap, `rkdet.records.io.swap_folder`."""
+    swap_folder(stage_dir, final)
 
 
 def failed_fidelity_path(final: Path) -> Path:
@@ -174,9 +167,9 @@ def failed_fidelity_path(final: Path) -> Path:
     return final.with_name(f"{final.name}.failed-fidelity.json")
 
 
-def _write_failed(stage_dir: Path, doc: dict, record: GateRecord) -> None:
+def _write_failed(stage_dir: Path, doc: Manifest, record: GateRecord) -> None:
     """A failed build's manifest says so (`gates`, rkdet.records.gates): deploy refuses it unless allowed."""
-    doc["gates"] = record.to_json()
+    doc = doc.replace(gates=record)
     manifest.write_manifest(stage_dir / "manifest.json", doc)
     if not (stage_dir / "selfcheck.json").exists():  # so --allow-failed-build --install-selfcheck can run it
         write_selfcheck_bundle(stage_dir, doc)
@@ -240,7 +233,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
             header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
-                                      header["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
+                                      header.to_json()["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
             fid = report.to_json()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
@@ -259,9 +252,9 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                       fid, environment, log_report.to_json())
-        doc["gates"] = PASSED.to_json()
+        doc = doc.replace(gates=PASSED)
         try:  # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
-            fidelity.quantization_gate(doc["rknn"]["header"], cfg.quantize.dtype,
+            fidelity.quantization_gate(doc.rknn.header.to_json(), cfg.quantize.dtype,
                                        cfg.quantize.enabled and not cfg.quantize.force_fp16, platform,
                                        [*cfg.quantize.float_outputs, *cfg.quantize.float_layers])
         except ConversionError as err:
@@ -279,26 +272,25 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                                         + "\n")
         if verify_report and not verify_report["fingerprint_identical"]:
             message = (f"{platform}: --verify: a second identical build has fingerprint "
-                       f"{verify_report['second_fingerprint'][:16]} != {doc['fingerprint'][:16]}: "
+                       f"{verify_report['second_fingerprint'][:16]} != {doc.fingerprint[:16]}: "
                        "the build is not reproducible (see verify.json)")
             _write_failed(stage_dir, doc, GateRecord(False, "verify", None, message))
             raise ConversionError(message)
-        check_replace(final, doc["fingerprint"], force)
+        check_replace(final, doc.fingerprint, force)
         install_build(stage_dir, final)
-        return BuildResult(platform, final, doc["fingerprint"], rknn_sha, warnings, verify_report, fidelity_line)
+        return BuildResult(platform, final, doc.fingerprint, rknn_sha, warnings, verify_report, fidelity_line)
     except BaseException as exc:
         session.close()
         if keep_failed and stage_dir.exists() and not isinstance(exc, ReplaceRefused):
             failed = out / f"{final.name}.failed"
-            shutil.rmtree(failed, ignore_errors=True)
-            os.rename(stage_dir, failed)
+            install_build(stage_dir, failed)  # an older .failed folder is replaced whole
         else:
             shutil.rmtree(stage_dir, ignore_errors=True)
         raise
 
 
 def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Materialized, gold: Materialized,
-            tk: Toolkit, identity: ModelIdentity, key: str, stage_dir: Path, doc: dict, golden_hashes: dict) -> dict:
+            tk: Toolkit, identity: ModelIdentity, key: str, stage_dir: Path, doc: Manifest, golden_hashes: dict) -> dict:
     """Rebuild in a fresh hermetic folder; report byte identity and fingerprint identity separately."""
     second = Path(tempfile.mkdtemp(prefix=".verify-", dir=stage_dir.parent))
     try:
@@ -314,10 +306,10 @@ def _verify(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: Material
         bytes_same = (stage_dir / "model.rknn").read_bytes() == rknn2.read_bytes()
         return {
             "rknn_bytes_identical": bytes_same,
-            "rknn_sha256": [doc["rknn"]["sha256"], manifest.sha256_file(rknn2)],
-            "content_fingerprint_identical": content2 == doc["rknn"]["content_fingerprint"],
+            "rknn_sha256": [doc.rknn.sha256, manifest.sha256_file(rknn2)],
+            "content_fingerprint_identical": content2 == doc.rknn.content_fingerprint,
             "simulator_outputs_identical": sim_hashes2 == golden_hashes.get("simulator", {}),
-            "fingerprint_identical": fp2 == doc["fingerprint"],
+            "fingerprint_identical": fp2 == doc.fingerprint,
             "differing_sections": [str(x) for x in diff.differing_sections],
             "differing_stable_sections": [str(x) for x in diff.differing_stable_sections],
             "second_fingerprint": fp2,

@@ -25,6 +25,7 @@ from rkdet.errors import ConversionError
 from rkdet.onboard import bundle as bundle_format  # the format: its reader's bounds and codec
 from rkdet.onboard.resultset import read_index
 from rkdet.records.io import read_json_object, write_json_atomic
+from rkdet.records.manifest import Manifest
 
 DEFAULT_CAP_BYTES = 8 << 20
 
@@ -70,7 +71,7 @@ def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[s
             "decisions": {ref: decision_summary(sets[name], hw) for ref, sets in refs.items()}}
 
 
-def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT_CAP_BYTES) -> BundleInfo:
+def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_BYTES) -> BundleInfo:
     """Write `build/selfcheck.json` from the build's golden data (atomically, the runner's writer)."""
     if not 0 < cap_bytes <= bundle_format.MAX_BUNDLE_BYTES:
         raise ConversionError(f"self-check bundle cap {cap_bytes} bytes: expected 1..{bundle_format.MAX_BUNDLE_BYTES}")
@@ -78,12 +79,13 @@ def write_bundle(build: Path, manifest: dict[str, Any], cap_bytes: int = DEFAULT
             if (build / "golden" / ref / "index.jsonl").is_file()}
     pages = sorted((build / "golden" / "inputs").glob("*.npy"))
     io_spec = read_json_object(build / "model.io.json")
+    fed = manifest.need_fed_input(build / "manifest.json").to_json()
     doc: dict[str, Any] = {
-        "schema": bundle_format.BUNDLE_SCHEMA, "name": manifest["name"], "platform": manifest["platform"],
-        "fingerprint": manifest["fingerprint"],
-        "models": {"rknnlite": {"file": "model.rknn", "sha256": manifest["rknn"]["sha256"]},
-                   "onnxruntime": {"file": "model.onnx", "sha256": manifest["inputs"]["onnx_prepared"]["sha256"]}},
-        "fed_input": {k: manifest["fed_input"][k] for k in ("layout", "dtype", "shape", "mean", "std")},
+        "schema": bundle_format.BUNDLE_SCHEMA, "name": manifest.name, "platform": manifest.platform,
+        "fingerprint": manifest.fingerprint,
+        "models": {"rknnlite": {"file": "model.rknn", "sha256": manifest.rknn.sha256},
+                   "onnxruntime": {"file": "model.onnx", "sha256": manifest.onnx_sha256}},
+        "fed_input": {k: fed[k] for k in ("layout", "dtype", "shape", "mean", "std")},
         "io": io_spec, "references": {ref: {"result_set": f"golden/{ref}",
                                             "judges": "rknnlite on an NPU" if ref == "simulator"
                                             else "onnxruntime, and the emulated rknnlite"} for ref in refs},

@@ -22,6 +22,7 @@ from rkdet.errors import BoardError
 from rkdet.records.cell import Cell, read_cells
 from rkdet.records.deploy_record import ContextsRecord, JsonObject
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
+from rkdet.records.run_info import RunInfo, read_run_info
 from rkdet.tolerance import Tolerance
 
 __all__ = ["Cell", "read_cells"]  # the cells.json record and reader live in rkdet/records/cell.py
@@ -34,7 +35,7 @@ def _read_json(path: Path, what: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return read_json_object(path, limit=MAX_JSON, error=BoardError)
+        return read_json_object(path, limit=MAX_RUN_RECORD, error=BoardError)
     except FileNotFoundError:
         return None
     except BoardError as exc:
@@ -177,15 +178,18 @@ class RunJudgement:
     contexts: ContextsRecord | None = None  # a single set with --contexts: whether the contexts agreed
 
 
-def _first_run_json(result: Path, cells: list[Cell] | None) -> dict[str, Any]:
+def _first_run_json(result: Path, cells: list[Cell] | None) -> RunInfo:
     folder = result if cells is None else next((result / c.name for c in cells if c.status == "complete"
                                                 and (result / c.name / "run.json").is_file()), None)
     if folder is None:
         raise BoardError("no cell of the run completed; nothing to judge (see cells.json's reasons)")
-    doc = _read_json(folder / "run.json", "the board's result")
-    if doc is None:
-        raise BoardError("the board's result run.json is missing")
-    return doc
+    path = folder / "run.json"
+    try:
+        return read_run_info(path, error=BoardError)  # the one run.json reader (bounded like the other records)
+    except FileNotFoundError:
+        raise BoardError("the board's result run.json is missing") from None
+    except BoardError as exc:
+        raise BoardError(f"the board's result: {exc} (a broken or hostile board?)") from None
 
 
 def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) -> RunJudgement:

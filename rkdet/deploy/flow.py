@@ -26,7 +26,7 @@ from rkdet.deploy.cells import cell_args
 from rkdet.boardinfo import lock as board_lock
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.deploy_state import DeployState, DeployStatus, load_record, public_settings, remove_partial
-from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, JsonObject, PulledRecord,
+from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, PulledRecord,
                                          TransferRecord, write_json)
 from rkdet.link.jobs import DetachedJob, attach, exit_code
 from rkdet.deploy.judge import judge
@@ -41,6 +41,7 @@ from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.probe import parse_probe, read_probe, write_probe
 from rkdet.log import Log
+from rkdet.records.run_info import RunInfo
 
 
 
@@ -261,7 +262,7 @@ class Deployment:
         """deploy.json's warnings, the failed-build caveat first (once) when the build failed its gates."""
         return warnings if not self.caveat or self.caveat in warnings else [self.caveat, *warnings]
 
-    def _stack(self, run: JsonObject | None) -> BoardStack | None:
+    def _stack(self, run: RunInfo | None) -> BoardStack | None:
         """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
         try:
             probe = read_probe(self.folder / "board.json")

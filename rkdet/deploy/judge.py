@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError
 from rkdet.records.deploy_record import ContextsRecord, JsonObject
-from rkdet.records.io import read_json_object
+from rkdet.records.run_info import RunInfo, read_run_info
 from rkdet.tolerance import Tolerance
 
 
@@ -27,7 +27,7 @@ class Judgement:
     repeatable: JsonObject  # Verdict.to_json() (rkdet/diff), or {"ok", "cells"} over cells
     agrees: JsonObject | None  # Verdict.to_json(), or not_applicable(...) (rkdet/deploy/cells.py)
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
-    run: JsonObject | None = None  # the (first cell's) run.json: the stack rkdet-run saw
+    run: RunInfo | None = None  # the (first cell's) run.json: the stack rkdet-run saw
     cells: JsonObject | None = None  # several core masks: CellsJudgement.to_json() (rkdet/deploy/cells.py)
     contexts: ContextsRecord | None = None  # --contexts N: whether the threaded contexts agreed
 
@@ -45,13 +45,13 @@ def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, l
         raise BoardError(f"{label}: no cell of the run completed: "
                          + "; ".join(f"{c.name} {c.status} ({c.reason})" for c in (cells or [])))
     try:
-        run = read_json_object(first / "run.json", error=BoardError)
+        run = read_run_info(first / "run.json", error=BoardError)  # the one run.json reader
     except (OSError, BoardError) as exc:
         raise BoardError(f"{label}: the board's result run.json is unreadable ({exc}); "
                          "the run's results cannot be judged (a broken or hostile board?)") from None
     # the one reference rule `rkdet diff RUN BUILD` applies too; cells and threaded contexts folded in
     j = judge_result(result_local, build, tolerance, folder)
     return Judgement(verdict=j.verdict, exit_code=EXIT_OK if j.diff_exit == 0 else EXIT_DIFFERENT,
-                     diff_exit=j.diff_exit, reference=j.reference, emulated=run.get("emulated") is True,
+                     diff_exit=j.diff_exit, reference=j.reference, emulated=run.emulated is True,
                      repeatable=j.repeatable, agrees=j.agrees, lines=j.lines, run=run, cells=j.cells,
                      contexts=j.contexts)

@@ -20,7 +20,7 @@ from rkdet.link.transfer import TransferStats, push
 from rkdet.records.gates import read as read_gates
 from rkdet.errors import InputError
 from rkdet.onboard import program
-from rkdet.records.io import read_json_object
+from rkdet.records.manifest import read_manifest
 
 BUNDLE = "selfcheck.json"
 
@@ -59,11 +59,9 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     if not bundle.is_file():
         raise InputError(f"{build_dir}: no {BUNDLE}; re-run `rkdet convert` (builds made before the self-check have none)")
     try:
-        fed = read_json_object(build_dir / "manifest.json")["fed_input"]
-    except InputError:
-        raise
-    except (OSError, KeyError) as exc:
-        raise InputError(f"{build_dir}/manifest.json: unreadable or without fed_input ({exc}); re-run rkdet convert") from None
+        fed = read_manifest(build_dir / "manifest.json").need_fed_input(build_dir / "manifest.json")
+    except OSError as exc:
+        raise InputError(f"{build_dir}/manifest.json: unreadable ({exc.strerror or exc}); re-run rkdet convert") from None
     remote_dir = remote_dir.rstrip("/") or "/"
     files = [(bundle, BUNDLE), (build_dir / "model.io.json", "model.io.json")]
     if backend == "rknnlite":
@@ -81,7 +79,7 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     if emulated:  # the normalisation the real .rknn has baked in, for the test double
         with tempfile.TemporaryDirectory(prefix="rkdet-selfcheck-") as tmp:
             sidecar = Path(tmp) / "model.emu.json"
-            sidecar.write_text(json.dumps({"mean": fed["mean"], "std": fed["std"], "input_layout": "nchw"}))
+            sidecar.write_text(json.dumps({"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}))
             stats.add(push(conn, sidecar, f"{remote_dir}/model.emu.json"))
     model = f"{remote_dir}/model.rknn" if backend == "rknnlite" else f"{remote_dir}/model.onnx"
     command = program.argv(f"{remote_dir}/{program.PROGRAM}", "selfcheck",

@@ -190,12 +190,8 @@ def _decide(layout: Layout, arrays: dict[str, np.ndarray]) -> Detections | np.nd
 
 def _input_hw(src: ResultSource) -> tuple[int, int] | None:
     """The model input's H, W as the result set's run.json records its inputs (a flattened grid needs it)."""
-    inputs = src.run_info.get("inputs")
-    first = inputs[0] if isinstance(inputs, list) and inputs and isinstance(inputs[0], dict) else {}
-    shape = first.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-        return None
-    return input_hw(shape)
+    shape = src.run_info.first_input_shape  # integers (the run.json reader checked them)
+    return None if shape is None else input_hw(list(shape))
 
 
 def _decision_delta(ref: Detections | np.ndarray | None, cand: Detections | np.ndarray | None) -> dict[str, Any] | None:
@@ -468,11 +464,11 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
             notes.append(f"B has input(s) A lacks: {', '.join(missing)} (not compared)")
         notes.extend(run_setting_differences(a.run_info, b.run_info))
     for role, src in (("A", a), ("B", b)):
-        if src is not None and src.run_info.get("emulated"):
-            notes.append(f"{role} results are EMULATED: {src.run_info.get('backend_detail') or src.run_info.get('backend')}")
-        status = src.run_info.get("status") if src is not None else None
+        if src is not None and src.run_info.emulated:
+            notes.append(f"{role} results are EMULATED: {src.run_info.backend_detail or src.run_info.backend}")
+        status = src.run_info.status if src is not None else None
         if status not in (None, "complete"):
-            error = src.run_info.get("error") if src is not None else None
+            error = src.run_info.error if src is not None else None
             notes.append(f"{role} run status is {status!r}{f' ({error})' if error else ''}: only its completed "
                          f"inferences are compared")
     engine.analyse(a_analysis, reference)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rkdet.records.run_info import RunInfo
 from rkdet.snapshots import Snapshot, SnapshotError, parse_snapshot
 
 # Temperature thresholds (millicelsius) that vendor thermal tables commonly throttle at.
@@ -97,10 +98,11 @@ def correlate(divergent_runs: set[int], n_runs: int, snapshots: list[dict[str, A
     return findings
 
 
-def run_setting_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """Run settings that differ between two run.json records (core mask, affinity, backend...)."""
+def run_setting_differences(a: RunInfo, b: RunInfo) -> list[str]:
+    """Run settings that differ between two run.json records (core mask, affinity, backend...), compared
+    only when both recorded them."""
     out = []
     for key in ("core_mask", "affinity", "backend", "emulated"):
-        if key in a and key in b and a[key] != b[key]:
-            out.append(f"{key} differs: A {a[key]!r} vs B {b[key]!r}")
+        if key in a.recorded and key in b.recorded and a.setting(key) != b.setting(key):
+            out.append(f"{key} differs: A {a.setting(key)!r} vs B {b.setting(key)!r}")
     return out

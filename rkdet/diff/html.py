@@ -53,11 +53,11 @@ def _runs_text(runs: list[int], limit: int = 6) -> str:
 
 def _source(s: SetAnalysis, base: Path | None) -> str:
     info = s.source.run_info
-    emu = ' <span class="emulated">EMULATED</span>' if info.get("emulated") else ""
-    detail = info.get("backend_detail") or info.get("backend") or s.source.kind
+    emu = ' <span class="emulated">EMULATED</span>' if info.emulated else ""
+    detail = info.backend_detail or info.backend or s.source.kind
     return (f"<li><b>{s.role}</b>: <code>{escape(shown_path(s.source.path, base))}</code> — {escape(str(detail))}{emu}; "
             f"{s.records} inferences, {len(s.inputs)} input(s), {s.runs} run(s); core_mask "
-            f"{escape(str(info.get('core_mask')))}, affinity {escape(str(info.get('affinity')))}</li>")
+            f"{escape(str(info.core_mask))}, affinity {escape(str(info.setting('affinity')))}</li>")
 
 
 def _stat_cells(st: NumericStats | None) -> str:

@@ -40,9 +40,9 @@ def _set(s: SetAnalysis | None, base: Path | None) -> dict[str, Any] | None:
     info = s.source.run_info
     return {
         "path": shown_path(s.source.path, base), "kind": s.source.kind, "note": s.source.note,
-        "backend": info.get("backend"), "backend_detail": info.get("backend_detail"),
-        "emulated": info.get("emulated"), "core_mask": info.get("core_mask"), "affinity": info.get("affinity"),
-        "status": info.get("status"), "records": s.records, "runs": s.runs,
+        "backend": info.backend, "backend_detail": info.backend_detail,
+        "emulated": info.emulated, "core_mask": info.core_mask, "affinity": info.setting("affinity"),
+        "status": info.status, "records": s.records, "runs": s.runs,
         "first_divergence": s.first_divergence, "first_difference": s.first_difference,
         "correlation": s.correlation,
         "inputs": [{

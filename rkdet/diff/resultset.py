@@ -19,11 +19,14 @@ import numpy as np
 
 from rkdet.records.gates import read as read_gates
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
-                               check_dtype, check_shape, iter_jsonl, load_array_file, load_npy, read_json_object)
+                               check_dtype, check_shape, load_array_file, load_npy)
 from rkdet.errors import InputError
+from rkdet.records.io import iter_jsonl
 from rkdet.records import io
 from rkdet.onboard.hashing import output_hash
 from rkdet.onboard.reference import reference_for_run
+from rkdet.records.manifest import read_manifest
+from rkdet.records.run_info import RunInfo, RunInput, read_run_info
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,9 @@ class ArrayCache:
             self._bytes -= old.nbytes
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_run_info(path: Path) -> RunInfo:
     try:
-        return read_json_object(path)
+        return read_run_info(path, limit=io.MAX_JSON)  # the one run.json reader (bounded, strict)
     except FileNotFoundError:
         raise InputError(f"{path}: missing; is this a result set written by rkdet-run?") from None
 
@@ -173,7 +176,7 @@ class ResultSource:
 
     path: Path
     kind: str  # "result-set" | "npy" | "npz"
-    run_info: dict[str, Any] = field(default_factory=dict)
+    run_info: RunInfo = field(default_factory=RunInfo)  # run.json (rkdet.records.run_info)
     note: str | None = None
     verify: bool = True
     cache: ArrayCache = field(default_factory=ArrayCache)
@@ -238,7 +241,7 @@ class ResultSetDir(ResultSource):
     def __init__(self, path: Path, note: str | None = None) -> None:
         super().__init__(path=path, kind="result-set", note=note)
         self._verified: set[str] = set()
-        self.run_info = _read_json(path / "run.json")
+        self.run_info = _read_run_info(path / "run.json")
         if not (path / "index.jsonl").exists():
             raise InputError(f"{path / 'index.jsonl'}: missing; the run recorded no inference")
 
@@ -292,7 +295,7 @@ class ResultSetDir(ResultSource):
 
     def input_image(self, name: str) -> np.ndarray | None:
         """The input as fed, when the set (or its build folder) kept it: golden sets do."""
-        files = [i.get("file") for i in self.run_info.get("inputs", []) if isinstance(i, dict) and i.get("name") == name]
+        files = [i.file for i in self.run_info.inputs if i.name == name]
         file = files[0] if files and files[0] else f"{name}.npy"
         for folder in (self.path / "inputs", self.path.parent / "inputs"):
             candidate = folder / Path(str(file)).name
@@ -316,8 +319,8 @@ class ArrayFile(ResultSource):
         self._arrays = {output_hash(a): a for a in arrays.values()}
         self._record = Record(0, path.stem, tuple(
             OutputRef(name, output_hash(a), tuple(a.shape), a.dtype.name) for name, a in arrays.items()))
-        self.run_info = {"backend": f"file ({path.name})", "outputs": list(arrays),
-                         "inputs": [{"name": path.stem}], "repeats": 1}
+        self.run_info = RunInfo(backend=f"file ({path.name})", outputs=tuple(arrays), inputs=(RunInput(path.stem),),
+                                repeats=1, recorded=frozenset(("backend", "outputs", "inputs", "repeats")))
 
     def records(self) -> Iterator[Record]:
         yield self._record
@@ -326,12 +329,12 @@ class ArrayFile(ResultSource):
         return self._arrays[ref.hash]
 
 
-def reference_set(build: Path, run_info: dict[str, Any] | None) -> Path:
+def reference_set(build: Path, run_info: RunInfo | None) -> Path:
     """The golden set of `build` that results described by `run_info` (their run.json) are judged against:
     rkdet.onboard.reference.reference_for, the one rule deploy, diff and the self-check share (simulator for an NPU
     runtime, onnx-fp32 for onnxruntime or the emulated board). Results that name no board backend, or a
     build without that set, get the simulator set when present (the historical default), else onnx-fp32."""
-    wanted = reference_for_run(run_info) or "simulator"
+    wanted = (reference_for_run(run_info.for_reference_rule()) if run_info is not None else None) or "simulator"
     golden = Path(build) / "golden"
     for name in (wanted, "simulator", "onnx-fp32"):
         if (golden / name / "run.json").exists():
@@ -343,19 +346,11 @@ def quant_steps(build: Path) -> dict[str, float]:
     """Output name -> quantization step (the int8 scale) from a build's manifest.json (`rknn.header.outputs`),
     for `max_lsb`; empty when the manifest is absent, unreadable or names no single per-tensor scale."""
     try:
-        doc = io.read_json_object(Path(build) / "manifest.json")
-        outputs = doc["rknn"]["header"]["outputs"]
-    except (OSError, InputError, KeyError, TypeError):
+        outputs = read_manifest(Path(build) / "manifest.json").rknn.header.outputs
+    except (OSError, InputError):
         return {}
-    steps: dict[str, float] = {}
-    for t in outputs if isinstance(outputs, list) else []:
-        if not isinstance(t, dict):
-            continue
-        scale = t.get("scale")
-        if (isinstance(t.get("name"), str) and t.get("dtype") in ("int8", "uint8") and isinstance(scale, list)
-                and len(scale) == 1 and isinstance(scale[0], (int, float)) and math.isfinite(scale[0]) and scale[0] > 0):
-            steps[t["name"]] = float(scale[0])
-    return steps
+    return {t.name: float(t.scale[0]) for t in outputs  # the reader checked names, dtypes and finite numbers
+            if t.name is not None and t.dtype in ("int8", "uint8") and len(t.scale) == 1 and t.scale[0] > 0}
 
 
 def _golden_set(path: Path, note: str | None = None) -> ResultSetDir:
@@ -374,7 +369,7 @@ def _run_folder_result(p: Path) -> Path | None:
     return sub if (sub / "run.json").exists() and not (p / "run.json").exists() else None
 
 
-def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | None = None) -> ResultSource:
+def open_source(path: str | Path, role: str = "A", against: RunInfo | None = None) -> ResultSource:
     """Open a result set, a run folder (its result/), a build folder (its golden set picked by
     `reference_set` for results described by `against`, A's run.json), a golden/ folder, or a .npy/.npz."""
     p = Path(path)
@@ -395,7 +390,7 @@ def open_source(path: str | Path, role: str = "A", against: dict[str, Any] | Non
         if (base / "golden" / "simulator" / "run.json").exists() or (base / "golden" / "onnx-fp32" / "run.json").exists():
             chosen = reference_set(base, against)
             why = ("the reference rule for A's run.json (simulator for an NPU runtime, onnx-fp32 for onnxruntime "
-                   "or an emulated board)" if against is not None and "backend" in against else "A names no board runtime")
+                   "or an emulated board)" if against is not None and "backend" in against.recorded else "A names no board runtime")
             other = "onnx-fp32" if chosen.name == "simulator" else "simulator"
             shown = p / chosen.name if what == "golden folder" else p / "golden" / chosen.name
             return _golden_set(chosen, note=f"{role} {p} is a {what}: using its {chosen.name} outputs ({shown}), "
@@ -412,6 +407,6 @@ def _imported_build(folder: Path) -> bool:
     if not (folder / "manifest.json").is_file():
         return False
     try:
-        return read_json_object(folder / "manifest.json").get("origin") == "imported"
+        return read_manifest(folder / "manifest.json").imported
     except (OSError, InputError):
         return False

@@ -2,7 +2,7 @@
 
 A result set may come from a broken or hostile board, or from someone else. So every file is opened
 only if it is a regular file (never a FIFO or device: opening one can hang or have side effects),
-JSON is read line by line with a length cap, and an array's size is checked -- declared shape and
+JSON is read through the one bounded reader (`rkdet.records.io`), and an array's size is checked -- declared shape and
 dtype against the file's real size and against MAX_ARRAY_BYTES -- *before* anything is allocated.
 Every refusal is an InputError naming the file and the entry.
 """
@@ -12,14 +12,13 @@ from __future__ import annotations
 import math
 import os
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
 from rkdet.errors import InputError
-from rkdet.records import io
+from rkdet.records.io import open_regular
 
 MAX_ARRAY_BYTES = 256 << 20  # one output array (the default build's largest is 1.6 MB)
 MAX_RECORD_BYTES = 1 << 30  # all outputs of one inference
@@ -27,29 +26,11 @@ MAX_OUTPUTS = 1024  # outputs per inference, members per .npz
 MAX_NDIM = 32
 MAX_NAME = 255  # characters of an input or output name
 MAX_INPUTS = 100_000  # distinct inputs in one result set
-MAX_LINE = io.MAX_LINE  # bytes of one JSON Lines record
-MAX_JSON = io.MAX_JSON  # bytes of run.json
 MAX_NPY_HEADER = 10_000  # numpy's own default limit
 
 # The dtypes rkdet-run can record (dtype.name); anything else in an index or .npy header is refused.
 DTYPES = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                     "float16", "float32", "float64"))
-
-
-def open_regular(path: Path) -> BinaryIO:
-    """`rkdet.records.io.open_regular` (the one definition): a regular file or one line."""
-    return io.open_regular(path)
-
-
-def read_json_object(path: Path, limit: int = MAX_JSON) -> dict[str, Any]:
-    """A JSON object from a regular file of at most `limit` bytes (`rkdet.records.io`: size, depth, integers)."""
-    return io.read_json_object(path, limit=limit)
-
-
-def iter_jsonl(path: Path, limit: int = MAX_LINE) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of a JSON Lines file (`rkdet.records.io.iter_jsonl`): bounded lines, a torn
-    last line skipped."""
-    return io.iter_jsonl(path, limit)
 
 
 def array_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
@@ -179,6 +160,5 @@ def load_array_file(path: Path) -> dict[str, np.ndarray]:
         raise InputError(f"{path}: no such file") from None
 
 
-__all__ = ["MAX_ARRAY_BYTES", "MAX_INPUTS", "MAX_LINE", "MAX_NAME", "MAX_OUTPUTS", "MAX_RECORD_BYTES",
-           "array_bytes", "check_dtype", "check_shape", "iter_jsonl", "load_array_file", "load_npy",
-           "open_regular", "read_json_object"]
+__all__ = ["MAX_ARRAY_BYTES", "MAX_INPUTS", "MAX_NAME", "MAX_OUTPUTS", "MAX_RECORD_BYTES",
+           "array_bytes", "check_dtype", "check_shape", "load_array_file", "load_npy"]

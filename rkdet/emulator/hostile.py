@@ -64,10 +64,12 @@ def write_control(board_dir: Path, modes: tuple[str, ...] = MODES, names: list[s
         victim.write_text("a host file: a pull must never replace it\n")
         os.chmod(victim, 0o644)
     path = Path(board_dir) / CONTROL
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"modes": list(modes), "names": crafted_names(board_dir) if names is None else names}))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    # host side only (the board runs this file as a stdlib script and never calls write_control), so
+    # the one atomic writer is imported here, not at the top of a module the board must run alone
+    from rkdet.records.io import write_atomic
+
+    write_atomic(str(path), json.dumps({"modes": list(modes), "names": crafted_names(board_dir) if names is None
+                                        else names}), perms=0o644)  # the board's user reads it
     return path
 
 

@@ -169,9 +169,9 @@ def power_off(inst: Instance, mount_wait: float = 5.0) -> None:
 
 def write_record(workdir: Path, inst: Instance) -> Path:
     path = workdir / RECORD
-    tmp = workdir / f".{RECORD}.{os.getpid()}.tmp"
-    tmp.write_text(inst.to_json())
-    os.replace(tmp, path)
+    from rkdet.records.io import write_atomic  # the one atomic writer
+
+    write_atomic(str(path), inst.to_json())
     return path
 
 

@@ -11,26 +11,23 @@ trouble is one line naming the file (exit 2). A field the folder does not record
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rkdet.diff.resultset import ResultSetDir, iter_jsonl
+from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import InputError, RkdetError
 from rkdet.records.cell import read_cells
 from rkdet.records.deploy_record import DeployRecord, DeployStatus, read_deploy_record
-from rkdet.records.io import MAX_RUN_RECORD
+from rkdet.records.io import MAX_RUN_RECORD, iter_jsonl
 from rkdet.records.probe import ProbeReport, read_probe
 from rkdet.onboard.resultset import Summary
 from rkdet.textsafe import visible
 
 _RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
-MAX_JSON_BYTES = MAX_RUN_RECORD  # deploy.json, board.json, run.json
 MAX_INDEX_BYTES = 1 << 30  # index.jsonl: ~100k inferences x 8 inputs fit in a fraction of this
 MAX_SNAPSHOT_BYTES = 64 << 20
-MAX_LINE_BYTES = 1 << 20  # one JSON Lines record (an index line with hundreds of outputs is ~50 KiB)
 MAX_INPUTS = 100_000
 MAX_OUTPUTS = 1024
 MAX_TEXT = 512
@@ -104,6 +101,8 @@ class RunRecord:
 
 
 def _bounded_size(path: Path, limit: int) -> None:
+    """A run folder's file is a plain file (never a symlink) of at most `limit` bytes: checked before a
+    reader opens it; the reading itself is `rkdet.records.io`'s (bounded lines and documents)."""
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -116,22 +115,6 @@ def _bounded_size(path: Path, limit: int) -> None:
         raise InputError(f"{path}: {st.st_size} bytes, more than the {limit >> 20} MiB a run file may have")
 
 
-def _check_lines(path: Path, limit: int) -> None:
-    """Refuse a JSON Lines file with a line longer than MAX_LINE_BYTES before a reader holds it whole."""
-    _bounded_size(path, limit)
-    current = 0
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            pos = 0
-            while (nl := chunk.find(b"\n", pos)) >= 0:
-                if current + nl - pos > MAX_LINE_BYTES:
-                    break
-                current, pos = 0, nl + 1
-            else:
-                current += len(chunk) - pos
-                if current <= MAX_LINE_BYTES:
-                    continue
-            raise InputError(f"{path}: a line longer than {MAX_LINE_BYTES >> 10} KiB; not a file rkdet wrote")
 
 
 def _text(path: Path, key: str, value: Any, *, required: bool = False) -> str | None:
@@ -144,7 +127,7 @@ def _text(path: Path, key: str, value: Any, *, required: bool = False) -> str | 
 
 def _deploy_record(path: Path) -> DeployRecord:
     """deploy.json through the one strict reader (rkdet/records/deploy_record.py), size-checked first."""
-    _bounded_size(path, MAX_JSON_BYTES)
+    _bounded_size(path, MAX_RUN_RECORD)
     try:
         return read_deploy_record(path)
     except FileNotFoundError:
@@ -173,7 +156,7 @@ def _clocks(snapshots: Path) -> tuple[tuple[str, str], ...]:
     """The clocks the runner saw at the start of the run (its "before" snapshot), flattened."""
     if not snapshots.exists():
         return ()
-    _check_lines(snapshots, MAX_SNAPSHOT_BYTES)
+    _bounded_size(snapshots, MAX_SNAPSHOT_BYTES)  # each line is bounded by the one JSONL reader (records.io)
     first = next((rec for _, rec in iter_jsonl(snapshots) if rec.get("at") == "before"), None)
     if first is None:
         return ()
@@ -195,8 +178,8 @@ def _clocks(snapshots: Path) -> tuple[tuple[str, str], ...]:
 
 
 def _outputs(result: Path) -> tuple[ResultSetDir, tuple[OutputHash, ...], bool, int]:
-    _bounded_size(result / "run.json", MAX_JSON_BYTES)
-    _check_lines(result / "index.jsonl", MAX_INDEX_BYTES)
+    _bounded_size(result / "run.json", MAX_RUN_RECORD)
+    _bounded_size(result / "index.jsonl", MAX_INDEX_BYTES)  # its lines: bounded by records.io.iter_jsonl
     source = ResultSetDir(result)
     index = result / "index.jsonl"
     summary = Summary()
@@ -241,12 +224,12 @@ def read_runs(results: Path, folder: Path) -> list[RunRecord]:
         raise InputError(f"{deploy_json}: run_id {visible(run_id, 40)!r} is not one rkdet deploy makes (letters, "
                          "digits, '.', '_', '-'); not recorded")
     board_json = folder / "board.json"
-    _bounded_size(board_json, MAX_JSON_BYTES)
+    _bounded_size(board_json, MAX_RUN_RECORD)
     label = folder.parent.parent.name
     board, state = _identity(board_json, read_probe(board_json), label)
     result = folder / "result"
     if (result / "cells.json").exists():
-        _bounded_size(result / "cells.json", MAX_JSON_BYTES)
+        _bounded_size(result / "cells.json", MAX_RUN_RECORD)
         try:
             cells = read_cells(result)
         except InputError:
@@ -273,18 +256,15 @@ def _read_set(relative: str, run_id: str, board: BoardIdentity, state: BoardStat
     run = source.run_info
     run_json = here / "run.json"
     settings = deploy.settings
-    core_mask = _text(run_json, "core_mask", run.get("core_mask")) or mask or \
+    core_mask = _text(run_json, "core_mask", run.core_mask) or mask or \
         _text(deploy_json, "settings.core_mask", settings.core_mask if settings else None) or "auto"
     if mask is not None and core_mask != mask:
         raise InputError(f"{run_json}: core_mask {core_mask[:40]!r}, but cells.json names this cell {mask!r}")
-    backend = _text(run_json, "backend", run.get("backend")) or \
+    backend = _text(run_json, "backend", run.backend) or \
         _text(deploy_json, "settings.backend", settings.backend if settings else None) or "rknnlite"
-    status = _text(run_json, "status", run.get("status")) or "unknown"
-    started = run.get("started_unix")
-    if started is not None and (isinstance(started, bool) or not isinstance(started, (int, float))
-                                or not math.isfinite(started)):
-        raise InputError(f"{run_json}: started_unix must be a number")
-    emulated = run.get("emulated")
+    status = _text(run_json, "status", run.status) or "unknown"
+    started = run.started_unix  # a finite number or None (the run.json reader checked it)
+    emulated = run.emulated
     state = BoardState(state.kernel, state.driver, state.runtime, state.model, _clocks(here / "snapshots.jsonl"))
     return RunRecord(folder=relative, run_id=run_id, board=board, state=state,
                      build=build, core_mask=core_mask, backend=backend,

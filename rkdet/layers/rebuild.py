@@ -10,7 +10,6 @@ the build's before trusting the per-layer dumps.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,8 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
-from rkdet.records.io import identifier, read_json
+from rkdet.records.io import read_json, write_atomic
+from rkdet.records.manifest import Manifest, read_manifest
 from rkdet.onboard.hashing import output_hash
 from rkdet.log import Log
 
@@ -44,7 +44,7 @@ class BuildSource:
     cfg: RkdetConfig
     platform: str
     build: Path | None
-    manifest: dict | None
+    manifest: Manifest | None  # the build folder's (rkdet.records.manifest); None: from a config
 
 
 @dataclass(frozen=True)
@@ -77,15 +77,11 @@ def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
         raise InputError(f"{folder}: not a complete build folder: missing {', '.join(missing)} "
                          "(rkdet layers needs what rkdet convert writes; rebuild it, or use --config)")
     docs = {}
-    for name in ("manifest.json", "config.resolved.json"):
-        try:
-            docs[name] = read_json(folder / name)  # bounded (rkdet.records.io): a FIFO or 100k brackets: one line
-        except FileNotFoundError:
-            raise InputError(f"{folder / name}: missing; rebuild with rkdet convert") from None
-    doc = docs["manifest.json"]
-    if not isinstance(doc, dict) or not isinstance(doc.get("platform"), str) or not doc.get("fingerprint"):
-        raise InputError(f"{folder / 'manifest.json'}: no platform or fingerprint; rebuild with rkdet convert")
-    identifier(doc["fingerprint"], folder / "manifest.json", "fingerprint")  # it names the cut cache folder
+    try:  # the one manifest reader (bounded, strict: the fingerprint names the cut cache folder)
+        doc = read_manifest(folder / "manifest.json")
+        docs["config.resolved.json"] = read_json(folder / "config.resolved.json")  # bounded (rkdet.records.io)
+    except FileNotFoundError as exc:
+        raise InputError(f"{exc.filename}: missing; rebuild with rkdet convert") from None
     try:
         cfg = RkdetConfig.model_validate(docs["config.resolved.json"])
     except ValidationError as exc:
@@ -104,7 +100,7 @@ def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
                 raise InputError(f"{folder / 'config.resolved.json'}: {section}.{key} is {str(value)!r} without its "
                                  f"location (a published build records no machine paths); pass the config that "
                                  f"built it: rkdet layers {folder} --config FILE")
-    return BuildSource(cfg, doc["platform"], folder, doc)
+    return BuildSource(cfg, doc.platform, folder, doc)
 
 
 def from_config(path: Path, platform: str | None) -> BuildSource:
@@ -164,7 +160,7 @@ def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, lo
         progress("preparing the model and the images as rkdet convert does")
         model = prepare_model(cfg.model)
         if src.manifest is not None:
-            recorded = src.manifest.get("inputs", {}).get("onnx_prepared", {}).get("sha256")
+            recorded = src.manifest.onnx_sha256
             if recorded != manifest.sha256_bytes(model.onnx_bytes):
                 raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {src.build} was made "
                                  "(its prepared graph hashes differently); rebuild with rkdet convert")
@@ -190,8 +186,7 @@ def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, lo
                         _save(folder / "reference" / f"{name}.{i}.npy", outs[out])
                         files.append(f"reference/{name}.{i}.npy")
                     job["reference"][name] = files
-            (folder / ".job.json").write_text(json.dumps(job, sort_keys=True))
-            os.rename(folder / ".job.json", folder / "job.json")
+            write_atomic(str(folder / "job.json"), json.dumps(job, sort_keys=True))  # the worker sees all or none
             progress(f"{platform}: rebuilding with {tk.name} {tk.version} and analysing "
                      f"{min(max_inputs or len(analyse), len(analyse))} of {len(analyse)} input(s) per layer "
                      "(hermetic subprocess)")
@@ -213,7 +208,7 @@ def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, lo
             analyses = [read_analysis(name, folder / rel) for name, rel in result["analysis"].items()]
             timings = dict(result.get("timings", {}), worker_s=wall)
             ranking = {name: cos for name, cos in result.get("ranking", [])}
-        build_fp = src.manifest["fingerprint"] if src.manifest is not None else None
+        build_fp = src.manifest.fingerprint if src.manifest is not None else None
         return Rebuild(fingerprint, build_fp, f"{tk.name} {tk.version}", model, analyses, timings, ranking)
     finally:
         session.close()

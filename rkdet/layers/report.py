@@ -10,10 +10,7 @@ not the ones that inherit it.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from rkdet.layers.analysis import InputAnalysis, Metrics
 from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
@@ -115,20 +112,6 @@ def onnx_label(layer: Layer) -> str:
     if not parts:
         return "graph input" if layer.onnx.kind == "input" else "no ONNX counterpart (added by the toolkit)"
     return " + ".join(dict.fromkeys(parts))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Temp name in the same folder, then rename (never over a device, FIFO or symlink)."""
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise OSError(f"{path}: exists and is not a regular file")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def to_json(report: LayersReport) -> str:

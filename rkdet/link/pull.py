@@ -33,6 +33,7 @@ import paramiko
 from rkdet.link.shell import remote_command
 from rkdet.link.transfer import TransferStats, _Progress, remote_hashes, request_size, sha256_file
 from rkdet.errors import BoardError, InputError
+from rkdet.records.io import swap_folder
 
 if TYPE_CHECKING:  # pragma: no cover
     from rkdet.link.ssh import BoardConnection
@@ -213,7 +214,7 @@ def pull(conn: BoardConnection, remote: str, local: Path, *, progress: bool = Fa
     try:
         stats = _fetch(conn, remote, entries, local, work, folder, progress)
         if folder:
-            _swap_in(work, local)
+            swap_folder(work, local)  # the one folder swap: an existing folder is replaced whole
         else:
             os.replace(work, local)
     finally:
@@ -274,17 +275,6 @@ def _fetch(conn: BoardConnection, remote: str, entries: Sequence[_Entry], local:
             raise BoardError(f"{conn.target.label}: {entries[index].src!r} changed or arrived corrupted during the "
                              "pull (sha256 mismatch); retry")
     return stats
-
-
-def _swap_in(work: Path, local: Path) -> None:
-    """Rename the finished temporary folder to `local` (an existing folder is replaced whole)."""
-    if _regular(local) is None:
-        os.rename(work, local)
-        return
-    old = local.with_name(f".{local.name}.rkdet-old-{secrets.token_hex(4)}")
-    os.rename(local, old)
-    os.rename(work, local)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _too_much(conn: BoardConnection, remote: str, e: _Entry) -> BoardError:

@@ -1,32 +1,23 @@
-"""What the board side reads of a build: a typed, read-only view of `manifest.json` (`BuildInfo`).
+"""What the board side reads of a build: a checked build folder and its manifest (`BuildInfo`).
 
-Why its own record: deploy, preflight and a fleet or bisection scheduler need a handful of a
-manifest's fields (fingerprint, platform, the fed input, the `.rknn` header's versions, output
-shapes); reading them here, once, names a malformed manifest in one line (exit 2) instead of a
-KeyError deep in a board run, and keeps convert's manifest format a single reader's concern.
+Why its own record: deploy, preflight and a fleet or bisection scheduler need the build folder to
+hold what a board run needs, and a handful of its manifest's fields (fingerprint, platform, the fed
+input, the `.rknn` header's versions, output shapes). The manifest itself is read by the one reader
+(`rkdet.records.manifest`); this is the board side's view of that record, with the folder's paths.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from rkdet.records.gates import GateRecord, from_manifest
 from rkdet.errors import InputError
-from rkdet.records.io import identifier, read_json_object
+from rkdet.records.gates import GateRecord
+from rkdet.records.manifest import FedInput, Manifest, read_manifest
+
+__all__ = ["BuildInfo", "FedInput", "REQUIRED_FILES"]
 
 REQUIRED_FILES = ("model.rknn", "model.io.json", "golden/inputs")
-
-
-@dataclass(frozen=True)
-class FedInput:
-    """The input as the model is fed (`manifest.fed_input`): layout and normalization."""
-
-    layout: str | None
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -48,6 +39,7 @@ class BuildInfo:
     no_reference: str | None = None  # why the agrees verdict is not applicable (imported builds), else None
     emulator_onnx: Path | None = None  # imported: the TEST CONTROL stand-in the emulated runtime double computes
     gates: GateRecord = GateRecord(True)  # convert's gate verdict (manifest `gates`): a failed build is refused
+    manifest: Manifest | None = None  # the whole record (rkdet.records.manifest)
 
     def refuse_failed(self, what: str, allowed: bool) -> str | None:
         """Refuse (exit 2, one line naming the build and its failing gate) a build that failed a gate at
@@ -69,67 +61,48 @@ class BuildInfo:
         return self.fed_input
 
     @staticmethod
-    def check(build: Path) -> dict[str, Any]:
-        """The build folder's manifest (parsed) when the folder holds what a board run needs; one line
-        naming the folder otherwise. Fields are read by `load` (so a command can check its other
-        inputs, e.g. the build's config, between the two)."""
+    def check(build: Path) -> Manifest:
+        """The build folder's manifest (the typed record) when the folder holds what a board run needs;
+        one line naming the folder or the manifest's field otherwise."""
         build = Path(build)
         manifest = build / "manifest.json"
         try:
-            doc = read_json_object(manifest)  # bounded: a FIFO, /dev/zero or 100k brackets are one line
+            record = read_manifest(manifest)  # bounded: a FIFO, /dev/zero or 100k brackets are one line
         except FileNotFoundError:
             raise InputError(f"{build}: no manifest.json; run `rkdet convert` first or pass --build with a build "
                              "folder") from None
         except InputError as exc:
-            raise InputError(f"{exc}; re-run rkdet convert") from None
+            prefix = f"{manifest}: "
+            text = str(exc)[len(prefix):] if str(exc).startswith(prefix) else str(exc)
+            raise InputError(f"{prefix}malformed manifest: {text}") from None
         for name in REQUIRED_FILES:
             if not (build / name).exists():
                 raise InputError(f"{build}: {name} missing; the build folder is incomplete, re-run rkdet convert")
-        return doc
+        return record
 
     @classmethod
     def load(cls, build: Path) -> BuildInfo:
-        """`check` the folder, then read the manifest's fields (a malformed one: one line, exit 2)."""
+        """`check` the folder and read its manifest (a malformed one: one line, exit 2)."""
         build = Path(build)
-        doc = cls.check(build)
-        try:
-            return cls._from(build, doc)
-        except InputError as exc:  # a field named by _from: said as a malformed manifest, like the others
-            prefix = f"{build / 'manifest.json'}: "
-            text = str(exc)[len(prefix):] if str(exc).startswith(prefix) else str(exc)
-            raise InputError(f"{prefix}malformed manifest: {text}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InputError(f"{build / 'manifest.json'}: malformed manifest ({type(exc).__name__}: {exc}); "
-                             "re-run rkdet convert") from None
+        return cls.from_manifest(build, cls.check(build))
 
     @classmethod
-    def _from(cls, build: Path, doc: Any) -> BuildInfo:
-        where = build / "manifest.json"
-        fingerprint = identifier(doc.get("fingerprint"), where, "fingerprint")
-        platform = doc["platform"]
-        if not isinstance(platform, str) or not re.fullmatch(r"[a-z0-9_]{1,32}", platform):
-            raise InputError(f"{where}: platform {str(platform)[:40]!r} is not a platform name; re-run rkdet convert")
-        fed = doc.get("fed_input")
-        fed_input = None if fed is None else FedInput(
-            fed.get("layout"), tuple(float(v) for v in fed["mean"]), tuple(float(v) for v in fed["std"]))
-        header = (doc.get("rknn") or {}).get("header") or {}
-        inputs = doc.get("inputs") or {}
-        outputs = ((inputs.get("onnx_prepared") or {}).get("outputs")) or []
-        origin = str(doc.get("origin") or "converted")
-        if origin == "imported":  # no prepared ONNX: the shapes the .rknn's own header gives
-            outputs = header.get("outputs") or []
-        reference = doc.get("reference") or {}
-        stand_in = (doc.get("emulator_stand_in") or {}).get("file")
-        return cls(folder=build, fingerprint=fingerprint, platform=platform, fed_input=fed_input,
-                   toolkit_version=header.get("toolkit_version"), format_version=int(header.get("format_version") or 0),
-                   output_shapes=tuple(tuple(int(d) for d in out["shape"]) for out in outputs),
-                   golden_inputs=len(inputs.get("golden") or ()),
-                   embedded_fingerprint=identifier(doc.get("embedded_fingerprint"), where, "embedded_fingerprint",
-                                                   required=False),
-                   rknn_sha256=identifier((doc.get("rknn") or {}).get("sha256"), where, "rknn.sha256",
-                                          required=False),
-                   onnx_sha256=identifier((inputs.get("onnx_prepared") or {}).get("sha256"), where,
-                                          "inputs.onnx_prepared.sha256", required=False),
-                   gates=from_manifest(doc), origin=origin,
-                   no_reference=str(reference.get("reason") or "no reference") if origin == "imported" else None,
-                   emulator_onnx=build / Path(str(stand_in)).name if stand_in else None)
+    def from_manifest(cls, build: Path, m: Manifest) -> BuildInfo:
+        """The board side's view of a build folder's manifest record."""
+        reference = m.reference or {}
+        stand_in = (m.emulator_stand_in or {}).get("file")
+        return cls(folder=Path(build), fingerprint=m.fingerprint, platform=m.platform, fed_input=m.fed_input,
+                   toolkit_version=m.rknn.header.toolkit_version, format_version=m.rknn.header.format_version or 0,
+                   output_shapes=m.output_shapes, golden_inputs=len(m.inputs.golden),
+                   embedded_fingerprint=m.embedded_fingerprint,
+                   rknn_sha256=_hex(m.rknn.sha256, build, "rknn.sha256"),
+                   onnx_sha256=_hex(m.onnx_sha256, build, "inputs.onnx_prepared.sha256"),
+                   gates=m.gate_record, origin=m.origin,
+                   no_reference=str(reference.get("reason") or "no reference") if m.imported else None,
+                   emulator_onnx=Path(build) / Path(str(stand_in)).name if stand_in else None, manifest=m)
+
+
+def _hex(value: str | None, build: Path, field: str) -> str | None:
+    from rkdet.records.io import identifier
+
+    return identifier(value, Path(build) / "manifest.json", field, required=False)

@@ -6,7 +6,9 @@ colleague's build, a CI artefact, a hostile board). So a file is opened only if 
 `limit` bytes are read, the nesting depth is measured *before* `json.loads` (so 100k brackets are one
 line, not a RecursionError), and integer literals are bounded (10**4000 is refused, not an
 OverflowError later). Every refusal is one line naming the file. The same module holds the one
-"may I write here" rule (`check_may_write`) for files rkdet writes beside a user's config.
+"may I write here" rule (`check_may_write`) for files rkdet writes beside a user's config, the one
+atomic writer (`write_atomic`, re-exported: it is defined once, with the board side's code) and the
+one folder swap (`swap_folder`: a build folder, a pulled result folder).
 
 The board side (rkdet/onboard/, Python 3.6, stdlib + numpy) cannot import this module: it keeps its own
 small bounded reader with the same rules (onboard/bounded.py). The one atomic writer lives there
@@ -19,6 +21,8 @@ import json
 import operator
 import os
 import re
+import secrets
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -199,10 +203,41 @@ def identifier(value: Any, where: Path | str, field: str, *, required: bool = Tr
     return value
 
 
+def swap_folder(stage: Path, final: Path) -> None:
+    """THE folder swap: rename the finished `stage` folder to `final`, replacing an existing folder whole
+    (renamed aside, the new one renamed in, the old one removed), so a reader sees the old folder or the
+    new one, never a mix. Used for a build folder (convert, the search's passing variant, import-rknn)
+    and a pulled result folder. `stage` must be in `final`'s folder (same file system). `final` must be
+    absent or a real folder: a symlink, file, FIFO or device there is refused (InputError), not replaced."""
+    stage, final = Path(stage), Path(final)
+    try:
+        mode = os.lstat(final).st_mode
+    except FileNotFoundError:
+        os.rename(stage, final)
+        return
+    if not stat.S_ISDIR(mode):
+        raise InputError(f"{final}: exists and is {kind(mode)}, not a folder; rkdet replaces only a folder there: "
+                         "remove it or choose another path")
+    old = final.with_name(f".{final.name}.rkdet-old-{secrets.token_hex(4)}")
+    os.rename(final, old)
+    try:
+        os.rename(stage, final)
+    except BaseException:
+        os.rename(old, final)  # put the old folder back: nothing half-installed
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_json(path: Path | str, obj: Any) -> None:
+    """A JSON document as rkdet writes every one (sorted keys, two-space indent, a final newline),
+    through the one atomic writer (docs/FORMATS.md)."""
+    __getattr__("write_json_atomic")(str(path), obj)
+
+
 def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
 
 
-__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "MAX_JSON", "MAX_LINE", "MAX_RUN_RECORD", "check_may_write", "depth", "identifier", "iter_jsonl",
-           "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object",
-           "write_atomic", "write_json_atomic"]
+__all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "MAX_JSON", "MAX_LINE", "MAX_RUN_RECORD", "check_may_write", "depth", "identifier",
+           "iter_jsonl", "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object", "swap_folder",
+           "write_atomic", "write_json", "write_json_atomic"]

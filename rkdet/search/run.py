@@ -23,7 +23,8 @@ from rkdet.convert.hermetic import BuildWatch, DeadlineReached
 from rkdet.convert.images import list_images
 from rkdet.convert.pipeline import convert, install_build
 from rkdet.errors import ConversionError, InputError
-from rkdet.records.io import identifier, read_json_object
+from rkdet.records.io import read_json_object
+from rkdet.records.manifest import read_manifest
 from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first, format_duration, relative_cost
 from rkdet.search.space import (
     MAX_HYBRID_K,
@@ -181,8 +182,7 @@ def _closest(gates: list[dict[str, Any]]) -> Closest | None:
 def _read(folder: Path) -> tuple[str | None, dict[str, Any] | None]:
     fp, fid = None, None
     try:
-        fp = identifier(read_json_object(folder / "manifest.json").get("fingerprint"), folder / "manifest.json",
-                        "fingerprint")
+        fp = read_manifest(folder / "manifest.json").fingerprint
     except (OSError, InputError):
         pass
     try:

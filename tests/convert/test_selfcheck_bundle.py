@@ -22,6 +22,7 @@ import pytest
 from rkdet.onboard import bundle as bundle_format
 from rkdet.onboard import program, reference, selfcheck
 from rkdet.convert import golden
+from rkdet.records.manifest import read_manifest
 from rkdet.convert.selfcheck_bundle import DEFAULT_CAP_BYTES, decision_summary, write_bundle
 from rkdet.errors import ConversionError
 from rkdet.onboard.hashing import file_sha256, output_hash
@@ -80,7 +81,7 @@ def test_the_cap_chooses_how_many_inputs(default_build: Path, tmp_path: Path) ->
     for name in ("manifest.json", "model.io.json"):
         shutil.copy2(default_build / name, build / name)
     shutil.copytree(default_build / "golden", build / "golden")
-    manifest = json.loads((build / "manifest.json").read_text())
+    manifest = read_manifest(build / "manifest.json")
     one = write_bundle(build, manifest, cap_bytes=1)
     assert one.inputs == [sorted(p.stem for p in (build / "golden" / "inputs").glob("*.npy"))[0]]
     assert one.size == (build / "selfcheck.json").stat().st_size and one.golden_inputs == 8

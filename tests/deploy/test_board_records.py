@@ -65,7 +65,7 @@ def test_build_info_reads_the_fields_the_board_needs(tmp_path: Path) -> None:
     manifest = {"fingerprint": "ab" * 32, "platform": "rk3588",
                 "fed_input": {"layout": "NHWC", "mean": [0, 0, 0], "std": [255, 255, 255]},
                 "rknn": {"header": {"toolkit_version": "2.5.0", "format_version": 6}},
-                "inputs": {"golden": ["a", "b"], "onnx_prepared": {"outputs": [{"name": "o", "shape": [1, 4, 2]}]}}}
+                "inputs": {"golden": [{"file": "a.npy", "tensor": "x"}, {"file": "b.npy", "tensor": "y"}], "onnx_prepared": {"outputs": [{"name": "o", "shape": [1, 4, 2]}]}}}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     info = BuildInfo.load(tmp_path)
     assert (info.short, info.platform, info.toolkit_version, info.format_version) == ("ab" * 8, "rk3588", "2.5.0", 6)

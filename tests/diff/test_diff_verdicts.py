@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from rkdet.diff.api import compare
+from rkdet.records.run_info import RunInfo
 from rkdet.diff.resultset import reference_set
 from rkdet.onboard.reference import reference_for
 
@@ -54,8 +55,10 @@ def test_diff_run_folder_against_build_uses_deploys_reference(default_build: Pat
         assert report["repeatable"]["ok"] is True
         assert report["agrees"]["ok"] is True and report["agrees"]["reference"] == "onnx-fp32"
         assert "onnx-fp32" in report["sets"]["B"]["path"]
-    assert reference_set(default_build, {"backend": "rknnlite", "emulated": True}).name == "onnx-fp32"
-    assert reference_set(default_build, {"backend": "rknnlite", "emulated": False}).name == "simulator"
+    run = {"backend": "rknnlite", "emulated": True}
+    assert reference_set(default_build, RunInfo.from_json(run, "run.json")).name == "onnx-fp32"
+    run["emulated"] = False
+    assert reference_set(default_build, RunInfo.from_json(run, "run.json")).name == "simulator"
 
 
 def test_npu_results_are_judged_against_the_simulator(default_build: Path, tmp_path: Path) -> None:
@@ -171,11 +174,17 @@ def test_html_leads_with_both_verdicts_and_a_grid(default_build: Path, tmp_path:
                                   '{"rknn": {"header": {"outputs": [{"name": "cls0", "dtype": "int8", "scale": ["x"]},'
                                   ' {"name": "box0", "dtype": "int8", "scale": [-1.0]}, {"name": 3, "scale": [1.0]},'
                                   ' {"name": "box1", "dtype": "int8", "scale": [0.5, 0.5]},'
+                                  ' {"name": "cls1", "dtype": "int8", "scale": [0.25]}]}}}',
+                                  '{"fingerprint": "' + "ab" * 32 + '", "platform": "rk3588", "rknn": {"header": '
+                                  '{"outputs": [{"name": "box0", "dtype": "int8", "scale": [-1.0]},'
+                                  ' {"name": "box1", "dtype": "int8", "scale": [0.5, 0.5]},'
+                                  ' {"name": "out0", "dtype": "float16", "scale": [1.0]},'
                                   ' {"name": "cls1", "dtype": "int8", "scale": [0.25]}]}}}'])
 def test_quant_steps_from_a_bad_manifest_are_empty_never_a_crash(tmp_path: Path, text: str) -> None:
-    """A build's manifest.json is read for the LSB only: anything malformed yields no step (max_lsb then
-    accepts nothing for that output), never a traceback."""
+    """A build's manifest.json is read for the LSB only, through the one strict manifest reader: a
+    malformed manifest yields no step (max_lsb then accepts nothing), never a traceback; a well-formed
+    one gives the single per-tensor int8 scales only."""
     from rkdet.diff.resultset import quant_steps
 
     (tmp_path / "manifest.json").write_text(text)
-    assert quant_steps(tmp_path) == ({"cls1": 0.25} if "cls1" in text else {})
+    assert quant_steps(tmp_path) == ({"cls1": 0.25} if '"platform"' in text else {})

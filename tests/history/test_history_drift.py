@@ -177,12 +177,12 @@ def test_a_board_with_a_serial_is_the_same_board_at_another_address(tmp_path: Pa
      "settings: field 'core_mask' is 7, not text"),
     (lambda f: edit_json(f / "deploy.json", status="finished"), "deploy.json", "field 'status' is 'finished'"),
     (lambda f: (f / "result" / "index.jsonl").write_text('{"run": 0, "input": "' + "x" * (2 << 20) + '"}\n'),
-     "result/index.jsonl", "a line longer than 1024 KiB"),
+     "result/index.jsonl", "line longer than 1 MiB"),
     (lambda f: (f / "result" / "index.jsonl").write_text(
         '{"run": 0, "input": "p", "outputs": [{"name": "o", "hash": "zz", "shape": [1], "dtype": "float32"}]}\n'),
      "result/index.jsonl", "is not 64 lowercase hex digits"),
     (lambda f: edit_json(f / "result" / "run.json", started_unix="yesterday"), "result/run.json",
-     "started_unix must be a number"),
+     "started_unix: expected a finite number"),
 ])
 def test_bad_run_folder_is_one_line_exit_2_naming_the_file(tmp_path: Path, pages, probes, damage, where,
                                                            message) -> None:
