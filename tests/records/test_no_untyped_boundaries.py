@@ -2,8 +2,8 @@
 
 An AST scan of rkdet/: a public function's parameter or return, or a dataclass field, whose name says it
 carries a stage file's data (a manifest, a run.json, ...) must be typed by its record in rkdet/records/,
-never `dict`, `Dict`, `dict[str, Any]`, `Mapping[str, Any]` or `Any`. Extend `PATTERNS` when a record
-lands (the deploy/probe/cell records: helper DEPLOYREC).
+never `dict`, `Dict`, `dict[str, Any]`, `Mapping[str, Any]` or `Any`. `PATTERNS` names each
+record's carriers.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ ROOT = Path(__file__).resolve().parents[2] / "rkdet"
 PATTERNS: dict[str, str] = {
     r"(build_)?manifest(_doc)?": "rkdet.records.manifest.Manifest",
     r"(src_|first_)?run_(info|json|doc|record)|first_run(_json)?|against": "rkdet.records.run_info.RunInfo",
-    # helper DEPLOYREC: deploy.json / probe / cells patterns are added here (e.g. r"deploy(_record)?", r"probe",
-    # r"cells?") with their records.
+    r"deploy(_json|_record|_doc|_state)?|facts|(run_)?settings|transfer|pulled|board_lock":
+        "rkdet.records.deploy_record.DeployRecord (and its sub-records)",
+    r"probe(_report|_json|_doc)?|board_json|report": "rkdet.records.probe.ProbeReport",
+    r"cells?(_json|_doc)?": "rkdet.records.cell.Cell",
 }
 # The board-side program (stdlib + numpy, no records) and the records themselves (their readers take the
 # parsed JSON by definition) are not host boundaries.
-EXEMPT = ("runner.py", "selfcheck.py", "emulator/runtime_double/", "records/")
+EXEMPT = ("onboard/", "emulator/runtime_double/", "records/")
 _UNTYPED = re.compile(r"^(dict|Dict|Mapping|MutableMapping|Any|object)(\[str, *Any\])?( *\| *None)?$|"
                       r"^Optional\[(dict|Dict|Mapping)(\[str, *Any\])?\]$")
 _NAME = re.compile("|".join(f"(?:{p})" for p in PATTERNS))

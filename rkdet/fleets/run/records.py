@@ -184,6 +184,40 @@ class DriftNote:
                 "changes": list(self.changes), "first_output": self.first_output}
 
 
+@dataclass(frozen=True)
+class BuildRef:
+    """One build a fleet run deployed, as fleet.json names it."""
+
+    folder: str
+    platform: str
+    fingerprint: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"folder": self.folder, "platform": self.platform, "fingerprint": self.fingerprint}
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """fleet.json `settings`: how the fleet run was made (the builds and the run/schedule flags)."""
+
+    builds: tuple[BuildRef, ...] = ()
+    repeats: int | None = None
+    warmup: int | None = None
+    forks: int | None = None
+    canary: int | None = None
+    max_fail_percent: float | None = None
+    timeout: float | None = None
+    board_timeout: float | None = None
+    lock_timeout: int | None = None
+    pin: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"builds": [b.to_json() for b in self.builds], "repeats": self.repeats, "warmup": self.warmup,
+                "forks": self.forks, "canary": self.canary, "max_fail_percent": self.max_fail_percent,
+                "timeout": self.timeout, "board_timeout": self.board_timeout, "lock_timeout": self.lock_timeout,
+                "pin": self.pin}
+
+
 @dataclass
 class FleetResult:
     """Everything one `rkdet fleet deploy` found; `exit_code` is the command's."""
@@ -199,12 +233,12 @@ class FleetResult:
     exit_code: int
     verdict: str
     interrupted: bool = False
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: FleetSettings = field(default_factory=FleetSettings)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "fleet_run_id": self.fleet_run_id, "started_unix": self.started_unix,
                 "seconds": round(self.seconds, 3), "exit_code": self.exit_code, "verdict": self.verdict,
-                "interrupted": self.interrupted, "settings": self.settings,
+                "interrupted": self.interrupted, "settings": self.settings.to_json(),
                 "matrix": [c.name for c in self.cells], "boards": [b.to_json() for b in self.boards],
                 "classes": [k.to_json() for k in self.classes],
                 "differences": [d.to_json() for d in self.differences],

@@ -23,7 +23,8 @@ from rkdet.errors import EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK
 from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.fleets.run.one_board import BuildChoice, DeployCommon, run_board
 from rkdet.fleets.run.classes import find_classes, first_differences
-from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, MatrixCell, DeterminismClass, DriftNote, FleetResult)
+from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, MatrixCell, DeterminismClass, DriftNote, FleetResult,
+                                        BuildRef, FleetSettings)
 from rkdet.fleets.run.scheduler import Schedule, run_all
 from rkdet.history.ingest import RunRecord
 from rkdet.records.io import write_atomic
@@ -67,13 +68,11 @@ def run_fleet(boards: list[FleetBoard], builds: list[BuildChoice], cells: list[M
     fleet = FleetResult(fleet_run_id=run_id, started_unix=started_unix, seconds=time.monotonic() - started,
                         cells=cells, boards=results, classes=classes, differences=differences, drift=drift,
                         exit_code=code, verdict=verdict, interrupted=interrupted,
-                        settings={"builds": [{"folder": str(b.folder), "platform": b.platform,
-                                              "fingerprint": b.fingerprint} for b in builds],
-                                  "repeats": run.repeats, "warmup": run.warmup, "forks": schedule.forks,
-                                  "canary": schedule.canary, "max_fail_percent": schedule.max_fail_percent,
-                                  "timeout": run.timeout, "board_timeout": common.board_timeout,
-                                  "lock_timeout": run.lock_timeout,
-                                  "pin": not run.no_pin})
+                        settings=FleetSettings(
+                            builds=tuple(BuildRef(str(b.folder), b.platform, b.fingerprint) for b in builds),
+                            repeats=run.repeats, warmup=run.warmup, forks=schedule.forks, canary=schedule.canary,
+                            max_fail_percent=schedule.max_fail_percent, timeout=run.timeout,
+                            board_timeout=common.board_timeout, lock_timeout=run.lock_timeout, pin=not run.no_pin))
     return fleet, folder
 
 
