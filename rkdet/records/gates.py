@@ -11,7 +11,6 @@ A manifest written before the record existed is judged from its `fidelity.gates`
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,8 +77,11 @@ def from_manifest(doc: Any) -> GateRecord:
 def read(build: str | Path) -> GateRecord:
     """The record of a build folder (`manifest.json`); passed when there is no readable manifest (whoever
     needs the manifest refuses that on its own)."""
+    from rkdet.errors import RkdetError
+    from rkdet.records.io import read_json_object  # bounded: a build folder is untrusted (a FIFO, a huge file)
+
     try:
-        doc = json.loads((Path(build) / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
+        doc = read_json_object(Path(build) / "manifest.json")
+    except (OSError, RkdetError):
         return PASSED
     return from_manifest(doc)
