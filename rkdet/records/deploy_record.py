@@ -377,7 +377,7 @@ def write_deploy_record(path: Path, record: DeployRecord, mode: int = 0o644) -> 
 
 def write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
     """A JSON file of a run folder (deploy.json, board.json, pin.json, the private record), atomically."""
-    records_io.write_atomic(str(path), json.dumps(obj, indent=2, sort_keys=True) + "\n", perms=mode)  # lazy: no numpy
+    records_io.write_json(path, obj, mode)
 
 
 @dataclass(frozen=True)

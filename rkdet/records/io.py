@@ -228,10 +228,10 @@ def swap_folder(stage: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_json(path: Path | str, obj: Any) -> None:
+def write_json(path: Path | str, obj: Any, mode: int | None = None) -> None:
     """A JSON document as rkdet writes every one (sorted keys, two-space indent, a final newline),
-    through the one atomic writer (docs/FORMATS.md)."""
-    __getattr__("write_json_atomic")(str(path), obj)
+    through the one atomic writer (docs/FORMATS.md); `mode` for a private file (0600)."""
+    write_atomic(str(path), json.dumps(obj, indent=2, sort_keys=True) + "\n", perms=mode)
 
 
 def _size(limit: int) -> str:
