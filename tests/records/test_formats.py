@@ -70,3 +70,61 @@ def test_run_json_nested_records_are_in_the_documented_example(record: type) -> 
 
 def test_the_run_schema_is_the_writers_and_the_documented_one() -> None:
     assert run_schema() == "rkdet.run/1" and f"`run.json` (schema `{run_schema()}`)" in DOC
+
+
+# deploy.json, board.json, cells.json: the records against the "Run folder" section
+
+
+def deploy_paragraphs() -> str:
+    start = DOC.index("It also holds `deploy.json` (schema")
+    return DOC[start:DOC.index("\n\n", DOC.index("The record is `DeployRecord`", start))]
+
+
+def test_the_deploy_schema_and_every_documented_fact_are_the_records() -> None:
+    from rkdet.records.deploy_record import DEPLOY_SCHEMA, BoardLockRecord, DeployRecord
+
+    text = deploy_paragraphs()
+    assert f"`deploy.json` (schema `{DEPLOY_SCHEMA}`" in text
+    record = DeployRecord.__dataclass_fields__.keys()
+    facts = set(re.findall(r"`([a-z_]+)`", text.split("The record is `DeployRecord`", 1)[1])) - {"new", "rkdet"}
+    statuses = {"preflight", "running", "complete", "failed", "interrupted", "disconnected"}
+    assert facts - statuses and facts - statuses <= set(record), sorted(facts - statuses - set(record))
+    assert {f.name for f in dataclasses.fields(BoardLockRecord)} <= set(re.findall(r"`([a-z_]+)`", text))
+
+
+def test_the_documented_status_machine_is_the_records() -> None:
+    from rkdet.records.deploy_record import ALLOWED, DeployStatus
+
+    names = {s.value for s in DeployStatus} | {"new"}
+    text = deploy_paragraphs().split("(`ALLOWED`):", 1)[1].split(". The reader", 1)[0]
+    documented_moves: dict[str, set[str]] = {}
+    for clause in text.split(";"):
+        parts = clause.split("→")
+        if len(parts) == 1:
+            assert "is final" in clause, clause
+            final = set(re.findall(r"`([a-z]+)`", clause)) & names
+            assert final and all(not ALLOWED[DeployStatus(f)] for f in final)
+            continue
+        groups = [set(re.findall(r"`([a-z]+)`|\b(new)\b", p)) for p in parts]
+        groups = [{a or b for a, b in g} & names for g in groups]
+        for src, dst in zip(groups, groups[1:]):
+            for s in src:
+                documented_moves.setdefault(s, set()).update(dst)
+    actual = {("new" if k is None else k.value): {d.value for d in v} for k, v in ALLOWED.items() if v}
+    assert documented_moves == actual
+
+
+def test_the_documented_stack_keys_are_the_board_stack() -> None:
+    from rkdet.boardinfo.stack import BoardStack
+
+    para = DOC[DOC.index("`stack` (the board's software stack:"):]
+    keys = re.findall(r"`([a-z_]+)`", para.split(";", 1)[0])[1:]
+    assert keys == [f.name for f in dataclasses.fields(BoardStack)]
+
+
+def test_the_board_and_cells_schemas_are_the_records() -> None:
+    from rkdet.onboard.resultset import CELLS_SCHEMA
+    from rkdet.records.probe import BOARD_SCHEMA
+
+    assert f"cells.json` (schema `{CELLS_SCHEMA}`)" in DOC
+    assert BOARD_SCHEMA in DOC
