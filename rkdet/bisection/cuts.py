@@ -27,11 +27,9 @@ from rkdet.bisection.plan import CutPoint
 from rkdet.convert import golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import list_images
-from rkdet.convert.onnx_graph import prepare_model
-from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
-from rkdet.layers.rebuild import BuildSource, toolkit_job
+from rkdet.layers.rebuild import BuildSource, prepared_as_built, toolkit_job
 from rkdet.records.io import read_json_object, swap_folder, write_atomic
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
@@ -91,13 +89,7 @@ class CutBuilder:
             cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
             gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
             key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
-            model = prepare_model(cfg.model)
-            recorded = self.manifest.onnx_sha256
-            if recorded != manifest.sha256_bytes(model.onnx_bytes):
-                raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {self.build} was made; "
-                                 "rebuild with rkdet convert")
-            cal = materialize(cal_files, model, cfg)
-            gold = materialize(gold_files, model, cfg)
+            model, cal, gold = prepared_as_built(self.src, cal_files, gold_files)
             self.toolkit = f"{tk.name} {tk.version}"
             self._prepared = (tk, key, model, cal, gold)
         return self._prepared

@@ -21,7 +21,7 @@ from rkdet.config import PATH_KEYS, RkdetConfig, load_config
 from rkdet.convert import golden, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.identity import build_fingerprint, golden_records, model_identity
-from rkdet.convert.images import Materialized, list_images
+from rkdet.convert.images import ImageFile, Materialized, list_images
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
 from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
@@ -144,6 +144,19 @@ def toolkit_job(folder: Path, src: BuildSource, model: PreparedModel, cal: Mater
             "float_layers": float_layers_job(src.cfg)}
 
 
+def prepared_as_built(src: BuildSource, cal_files: list[ImageFile], gold_files: list[ImageFile]
+                      ) -> tuple[PreparedModel, Materialized, Materialized]:
+    """The prepared model and the calibration and golden images exactly as rkdet convert made them for
+    `src` (refused when the ONNX changed since the build: its prepared graph hashes differently). Used by
+    the host analysis and the board bisection's cut models, so both rebuild from the same inputs."""
+    cfg = src.cfg
+    model = prepare_model(cfg.model)
+    if src.manifest is not None and src.manifest.onnx_sha256 != manifest.sha256_bytes(model.onnx_bytes):
+        raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {src.build} was made "
+                         "(its prepared graph hashes differently); rebuild with rkdet convert")
+    return model, materialize(cal_files, model, cfg), materialize(gold_files, model, cfg)
+
+
 def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, log_to: Path | None = None,
                         max_inputs: int | None = None) -> Rebuild:
     """Rebuild `src` in the hermetic worker, check its fingerprint, and analyse every input per layer."""
@@ -158,14 +171,7 @@ def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, lo
     session = ToolkitSession(key, tk.python, tk.worker)  # imports the toolkit while the host prepares
     try:
         progress("preparing the model and the images as rkdet convert does")
-        model = prepare_model(cfg.model)
-        if src.manifest is not None:
-            recorded = src.manifest.onnx_sha256
-            if recorded != manifest.sha256_bytes(model.onnx_bytes):
-                raise InputError(f"{cfg.model.onnx}: the ONNX model changed since the build {src.build} was made "
-                                 "(its prepared graph hashes differently); rebuild with rkdet convert")
-        cal = materialize(cal_files, model, cfg)
-        gold = materialize(gold_files, model, cfg)
+        model, cal, gold = prepared_as_built(src, cal_files, gold_files)
         analyse = gold.tensors
         if inputs is not None:
             analyse = materialize(list_images(inputs, "--inputs"), model, cfg).tensors

@@ -64,12 +64,13 @@ def test_without_rknnlite_its_version_is_null(shell: str, tmp_path: Path) -> Non
 
 def test_the_stack_in_one_line(tmp_path: Path) -> None:
     from rkdet.boardinfo.stack import BoardStack
+    from rkdet.records.run_info import RunInfo
 
     root = build_fake_tree(dataclasses.replace(RK3588, rknpu_version_nodes=("sysfs",)), tmp_path / "board")
     rep = parse_probe(run_script_locally_full("probe", root, tmp_path / "state", env=PY_ENV).records)
     run = {"stack": {"python": "3.11.7", "numpy": "1.26.4", "rknn_toolkit_lite": "2.5.0", "model_toolkit": "2.5.0",
                      "sdk_version": "RKNN VERSION: API: librknnrt version: 2.5.0 DRV: RKNPU driver: v0.9.8"}}
-    stack = BoardStack.from_evidence(rep, run, "9.9.9")
+    stack = BoardStack.from_evidence(rep, RunInfo.from_json(run, "run.json"), "9.9.9")
     line = stack.line()
     assert line == (f"stack: kernel {RK3588.kernel} · rknpu driver 0.9.8 (sysfs) · librknnrt 2.5.0 "
                     "(be611e2c@2026-09-29T14:50:11) · rknn-toolkit-lite 2.5.0 · Python 3.11.7 · numpy 1.26.4 · "

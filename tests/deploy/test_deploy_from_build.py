@@ -59,8 +59,10 @@ def test_a_build_alone_deploys_records_the_run_and_installs_the_selfcheck(board:
 def test_a_broken_resolved_config_is_bad_input_naming_file_and_key(board: EmulatedBoard, tmp_path: Path) -> None:
     build = tmp_path / "build"
     (build / "golden" / "inputs").mkdir(parents=True)
-    for name in ("manifest.json", "model.io.json", "model.rknn"):  # a build folder, as far as deploy checks first
+    for name in ("model.io.json", "model.rknn"):  # a build folder, as far as deploy checks first
         (build / name).write_text("{}")
+    # the manifest's two required fields (the strict reader refuses a manifest without them first)
+    (build / "manifest.json").write_text(json.dumps({"fingerprint": "ab" * 32, "platform": "rk3588"}))
     (build / "config.resolved.json").write_text(json.dumps({"run": {"repeats": 0}, "board": {}, "tolerances": {}}))
     proc = _rkdet(["deploy", *board_args(board), "--build", build, "--out", tmp_path / "r"], cwd=tmp_path)
     assert proc.returncode == 2
