@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rkdet.boardinfo import compat
 from rkdet.records.build import BuildInfo
 from rkdet.boardinfo.lock import probe_lock
-from rkdet.boardinfo.scripts import ProbeReport
+from rkdet.records.probe import ProbeReport
 from rkdet.errors import BoardError
 
 # Platforms whose compiled models run on each other's NPU (same NPU IP and runtime target).

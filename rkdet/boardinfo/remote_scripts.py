@@ -11,6 +11,7 @@ from typing import Any
 
 from rkdet.boardinfo import scripts as board_scripts
 from rkdet.link.shell import FILES_S, QUICK_S, CommandRunner
+from rkdet.records.probe import ProbeReport, RecordError, parse_probe
 from rkdet.errors import BoardError
 
 # Session variables board-side work must keep through `sudo` (which resets the environment): above all
@@ -30,16 +31,16 @@ def run_board_script(conn: CommandRunner, name: str, scripts_dir: str, env: dict
     return res.rc, records
 
 
-def parse_probe_of(label: str, records: list[dict[str, Any]]) -> board_scripts.ProbeReport:
+def parse_probe_of(label: str, records: list[dict[str, Any]]) -> ProbeReport:
     """probe.sh's report; a malformed record is the board's fault: exit 3 naming it."""
     try:
-        return board_scripts.parse_probe(records)
-    except board_scripts.RecordError as err:
+        return parse_probe(records)
+    except RecordError as err:
         raise BoardError(f"{label}: probe.sh answered a malformed {err}; check the board's board scripts "
                          "(a broken or hostile board?)") from None
 
 
-def probe_board(conn: CommandRunner, scripts_dir: str, env: dict[str, str], sudo: bool) -> board_scripts.ProbeReport:
+def probe_board(conn: CommandRunner, scripts_dir: str, env: dict[str, str], sudo: bool) -> ProbeReport:
     """Run probe.sh (changes nothing on the board); BoardError when it failed or the board is not usable."""
     rc, records = run_board_script(conn, "probe", scripts_dir, env, sudo)
     report = parse_probe_of(conn.target.label, records)

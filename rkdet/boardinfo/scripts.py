@@ -19,10 +19,7 @@ from typing import Any
 
 from rkdet.errors import InputError
 from rkdet.link.shell import remote_command
-from rkdet.records.probe import (CpuPolicyInfo, DevfreqInfo, ProbeReport, RecordError, ScriptReport, script_result,
-                                 parse_probe, records_of)
-
-__all__ = ["CpuPolicyInfo", "DevfreqInfo", "ProbeReport", "RecordError", "parse_probe", "records_of"]  # records/probe.py
+from rkdet.records.probe import ScriptReport, records_of, script_result
 
 SCRIPT_NAMES = ("probe", "pin", "restore", "run-pinned")
 # Everything deploy must push, helpers first (the entry points source them from their own dir).

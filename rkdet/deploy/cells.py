@@ -25,11 +25,6 @@ from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.records.run_info import RunInfo, read_run_info
 from rkdet.tolerance import Tolerance
 
-__all__ = ["Cell", "read_cells"]  # the cells.json record and reader live in rkdet/records/cell.py
-
-MAX_JSON = MAX_RUN_RECORD  # cells.json / contexts.json come from the board: bounded like the other run records
-
-
 def _read_json(path: Path, what: str) -> dict[str, Any] | None:
     """The board's record through the one bounded reader (rkdet.records.io); a refusal is a board problem."""
     if not path.is_file():

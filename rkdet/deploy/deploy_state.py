@@ -22,10 +22,10 @@ from rkdet.deploy.settings import RunSettings
 from rkdet.errors import InputError
 from rkdet.records.deploy_record import (DEPLOY_SCHEMA, PRIVATE_KEYS, PRIVATE_SCHEMA, DeployRecord, DeployStatus,
                                          PrivateRecord, PublishedSettings, read_deploy_record, read_private_record,
-                                         settings_from_json, write_deploy_record, write_json, write_private_record)
+                                         settings_from_json, write_deploy_record, write_private_record)
 
 __all__ = ["DEPLOY_SCHEMA", "PRIVATE_KEYS", "PRIVATE_SCHEMA", "DeployState", "DeployStatus", "latest_unfinished",
-           "load_record", "private_dir", "private_record_path", "public_settings", "remove_partial", "write_json"]
+           "load_record", "private_dir", "private_record_path", "public_settings", "remove_partial"]
 
 _PATH_ENV = ("RKDET_STATE_DIR", "RKDET_WORK_DIR")
 # RunSettings fields that name board paths or carry test-control text: in the private part only

@@ -27,7 +27,7 @@ from rkdet.boardinfo import lock as board_lock
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.deploy_state import DeployState, DeployStatus, load_record, public_settings, remove_partial
 from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, PulledRecord,
-                                         TransferRecord, write_json)
+                                         TransferRecord)
 from rkdet.link.jobs import DetachedJob, attach, exit_code
 from rkdet.deploy.judge import judge
 from rkdet.deploy.layout import RemoteLayout
@@ -41,6 +41,7 @@ from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.probe import parse_probe, read_probe, write_probe
 from rkdet.log import Log
+from rkdet.records.io import SHARED, write_json
 from rkdet.records.run_info import RunInfo
 
 
@@ -230,7 +231,7 @@ class Deployment:
         if got.lock is not None and got.lock.taken_over is not None:
             self.log(f"took over a stale board lock left by {got.lock.taken_over.describe()} (its job is gone)")
         got.warnings[:0] = self._with_caveat(list(fit.warnings))
-        write_json(self.folder / "pin.json", self.scrub({"schema": "rkdet.pin/1", "records": got.records}))
+        write_json(self.folder / "pin.json", self.scrub({"schema": "rkdet.pin/1", "records": got.records}), SHARED)
         self.state.update(job_exit=code, restored=got.restored)
         result_local = self.folder / "result"
         collect.pull_result(self.conn, layout, result_local, got, self.progress)

@@ -18,7 +18,8 @@ from typing import Any
 
 from rkdet.errors import BoardError, RkdetError
 from rkdet.onboard.resultset import CELLS_SCHEMA, CORE_MASKS
-from rkdet.records.deploy_record import JsonObject, write_json
+from rkdet.records.deploy_record import JsonObject
+from rkdet.records.io import SHARED, write_json
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 
 MAX_REASON = 300
@@ -77,4 +78,4 @@ def write_cells(result: Path, cells: list[Cell], agree: bool | None = None,
                 first_difference: JsonObject | None = None) -> None:
     """`result/cells.json` in rkdet-run's shape (docs/FORMATS.md "Cells"), atomically."""
     write_json(result / "cells.json", {"schema": CELLS_SCHEMA, "cells": [c.to_json() for c in cells],
-                                       "agree": agree, "first_difference": first_difference})
+                                       "agree": agree, "first_difference": first_difference}, SHARED)

@@ -370,14 +370,9 @@ def read_deploy_record(path: Path, error: type[RkdetError] = InputError) -> Depl
         raise error(str(err)) from None
 
 
-def write_deploy_record(path: Path, record: DeployRecord, mode: int = 0o644) -> None:
-    """deploy.json (or the private record's shape, via `write_json`), atomically: THE writer."""
-    write_json(path, record.to_json(), mode)
-
-
-def write_json(path: Path, obj: Any, mode: int = 0o644) -> None:
-    """A JSON file of a run folder (deploy.json, board.json, pin.json, the private record), atomically."""
-    records_io.write_json(path, obj, mode)
+def write_deploy_record(path: Path, record: DeployRecord, mode: int = records_io.SHARED) -> None:
+    """deploy.json, atomically (through the one JSON writer, records.io.write_json): THE writer."""
+    records_io.write_json(path, record.to_json(), mode)
 
 
 @dataclass(frozen=True)
@@ -425,4 +420,4 @@ def read_private_record(path: Path) -> PrivateRecord:
 
 
 def write_private_record(path: Path, private: PrivateRecord) -> None:
-    write_json(path, private.to_json(), mode=0o600)
+    records_io.write_json(path, private.to_json(), mode=0o600)

@@ -228,6 +228,9 @@ def swap_folder(stage: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+SHARED = 0o644  # a run folder's files are published (reviews, audits): readable by others whatever the umask
+
+
 def write_json(path: Path | str, obj: Any, mode: int | None = None) -> None:
     """A JSON document as rkdet writes every one (sorted keys, two-space indent, a final newline),
     through the one atomic writer (docs/FORMATS.md); `mode` for a private file (0600)."""
@@ -240,4 +243,4 @@ def _size(limit: int) -> str:
 
 __all__ = ["MAX_DEPTH", "MAX_INT_DIGITS", "MAX_JSON", "MAX_LINE", "MAX_RUN_RECORD", "check_may_write", "depth", "identifier",
            "iter_jsonl", "kind", "loads", "open_regular", "read_capped", "read_json", "read_json_object", "swap_folder",
-           "write_atomic", "write_json", "write_json_atomic"]
+           "SHARED", "write_atomic", "write_json", "write_json_atomic"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.errors import BoardError, InputError, RkdetError
-from rkdet.records.deploy_record import write_json
+from rkdet.records.io import SHARED, write_json
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 
 BOARD_SCHEMA = "rkdet.board/1"
@@ -229,4 +229,4 @@ def read_probe(path: Path, error: type[RkdetError] = InputError) -> ProbeReport:
 
 def write_probe(path: Path, report: ProbeReport) -> None:
     """board.json: the probe's own records as probe.sh printed them (deploy scrubs them first), atomically."""
-    write_json(path, report.to_json())
+    write_json(path, report.to_json(), SHARED)

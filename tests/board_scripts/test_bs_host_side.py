@@ -7,9 +7,10 @@ import shlex
 import pytest
 
 from rkdet.boardinfo.scripts import (
-    PinReport, board_command, check_board_env, parse_pin, parse_probe, parse_records, parse_restore,
+    PinReport, board_command, check_board_env, parse_pin, parse_records, parse_restore,
     run_script_locally, script_path,
 )
+from rkdet.records.probe import parse_probe
 from rkdet.errors import BoardError, InputError
 
 

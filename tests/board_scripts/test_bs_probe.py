@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from bs_helpers import VARIANTS
 
-from rkdet.boardinfo.scripts import parse_probe, run_script_locally_full
+from rkdet.boardinfo.scripts import run_script_locally_full
+from rkdet.records.probe import parse_probe
 
 
 @pytest.mark.parametrize("soc", sorted(VARIANTS))

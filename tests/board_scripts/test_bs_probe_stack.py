@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rkdet.boardinfo.scripts import parse_probe, run_script_locally_full
+from rkdet.boardinfo.scripts import run_script_locally_full
+from rkdet.records.probe import parse_probe
 from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.emulator.sshd import RUNTIME_DOUBLE
 from rkdet.emulator.socs import RK3568, RK3588

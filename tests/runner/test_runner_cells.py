@@ -115,7 +115,8 @@ def test_bad_mask_lists_are_bad_input(model, trees, tmp_path: Path, masks: str) 
 # ---- the host's judgement of those folders (rkdet/deploy/cells.py), as deploy makes it ----
 
 def test_host_judges_agreeing_cells_from_their_outputs(model, trees, tmp_path: Path) -> None:
-    from rkdet.deploy.cells import judge_cells, read_cells
+    from rkdet.deploy.cells import judge_cells
+    from rkdet.records.cell import read_cells
     from rkdet.tolerance import Tolerance
 
     out = tmp_path / "out"
@@ -129,7 +130,8 @@ def test_host_judges_agreeing_cells_from_their_outputs(model, trees, tmp_path: P
 
 
 def test_host_finds_a_mask_that_differs_even_if_the_board_says_they_agree(model, trees, tmp_path: Path) -> None:
-    from rkdet.deploy.cells import judge_cells, read_cells
+    from rkdet.deploy.cells import judge_cells
+    from rkdet.records.cell import read_cells
     from rkdet.tolerance import Tolerance
 
     out = tmp_path / "out"
@@ -161,7 +163,7 @@ def test_host_folds_a_disagreeing_context_into_repeatable(model, trees, tmp_path
 
 
 def test_a_cells_file_naming_a_path_outside_is_refused(tmp_path: Path) -> None:
-    from rkdet.deploy.cells import read_cells
+    from rkdet.records.cell import read_cells
     from rkdet.errors import BoardError
 
     (tmp_path / "cells.json").write_text(json.dumps({"cells": [{"cell": "../../etc", "core_mask": "0"}]}))
