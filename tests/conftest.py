@@ -12,6 +12,17 @@ import pytest
 pytest_plugins = ("shared_build", "host_guard")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker's toolkit builds run on a CPU of their own (`RKDET_BUILD_CPU`, round
+    robin over this machine's CPUs): by default every build is pinned to the lowest CPU, so the builds of
+    four workers would queue on one core while the other waits (measured: 1 to 4 builds on CPU 0 for
+    most of a run). Which CPU builds does not change a build; a test that sets the variable itself wins."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and "RKDET_BUILD_CPU" not in os.environ:
+        allowed = sorted(os.sched_getaffinity(0))
+        os.environ["RKDET_BUILD_CPU"] = str(allowed[int(worker[2:]) % len(allowed)])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """What rkdet keeps per user (deploy's private resume records in $XDG_STATE_HOME, bisection's cut

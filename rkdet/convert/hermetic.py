@@ -55,13 +55,31 @@ class HermeticRun:
     argv_prefix: tuple[str, ...]
 
 
+BUILD_CPU_VAR = "RKDET_BUILD_CPU"
+
+
+def build_cpu() -> int:
+    """The one CPU a build runs on: `RKDET_BUILD_CPU` when set (one of the CPUs this process may use), else
+    the lowest of them (a cpuset may exclude CPU 0). Which CPU does not change the build (docs/RKNN_FORMAT.md:
+    `taskset` does not help byte identity, and it is recorded, never fingerprinted); naming another one lets
+    builds that run at the same time use different cores instead of queueing on the lowest."""
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = os.environ.get(BUILD_CPU_VAR, "").strip()
+    if not chosen:
+        return allowed[0]
+    if not chosen.isdigit() or int(chosen) not in allowed:
+        raise ConversionError(f"{BUILD_CPU_VAR}={chosen!r} is not a CPU this process may run on; "
+                              f"use one of {','.join(map(str, allowed))} or unset it")
+    return int(chosen)
+
+
 def _wrappers() -> tuple[str, ...]:
-    """`setarch <arch> -R taskset -c 0` where available (recorded either way)."""
+    """`setarch <arch> -R taskset -c <build_cpu()>` where available (recorded either way)."""
     prefix: list[str] = []
     if shutil.which("setarch"):
         prefix += ["setarch", platform.machine(), "-R"]
-    if shutil.which("taskset"):  # the lowest CPU this process may use (a cpuset may exclude CPU 0)
-        prefix += ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
+    if shutil.which("taskset"):
+        prefix += ["taskset", "-c", str(build_cpu())]
     return tuple(prefix)
 
 

@@ -130,6 +130,10 @@ def test_sigkill_leaves_state_and_restore_repairs(shell: str, make_tree, state_d
     assert w.wait() == -signal.SIGKILL
     assert (state_dir / "pin.state").is_file() and tree_digest(root) != before
     os.kill(child_pid, signal.SIGKILL)  # the orphan (a real board would keep it until it ends)
+    gone_by = time.monotonic() + 30  # a killed process still holds the lock's fd until it has exited
+    while pid_alive(child_pid) and time.monotonic() < gone_by:
+        time.sleep(0.02)
+    assert not pid_alive(child_pid), "a SIGKILLed sleep did not exit"
     rc, records = run_script_locally("restore", root, state_dir, shell=shell)
     assert rc == 0 and parse_restore(records).ok
     assert tree_digest(root) == before and not (state_dir / "pin.state").exists()

@@ -267,6 +267,30 @@ def test_cli_refuses_bad_variants_in_one_line() -> None:
         assert words in res.output and "Traceback" not in res.output
 
 
+def _rkdet_child(wrapper: int, cmd: list[str]) -> int:
+    """The wrapper's child that runs `cmd`: the wrapper is a subreaper, so a descendant orphaned on the way
+    (a daemon's first fork) can be its child too for a moment, beside rkdet."""
+    for pid in children(wrapper):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1] == [os.fsencode(a) for a in cmd]:
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"rkdet is not a child of its wrapper (children: {children(wrapper)})")
+
+
+def _stop_wrapped(proc: subprocess.Popen, cmd: list[str]) -> None:
+    """After a failure too: SIGTERM rkdet so it stops its fleet (boards, lab), then the wrapper reaps the rest."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.kill(_rkdet_child(proc.pid, cmd), signal.SIGTERM)
+        proc.wait(timeout=60)
+    except (AssertionError, OSError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_cli_writes_the_inventory_runs_a_lab_and_stops_on_sigterm_leaving_no_process(tmp_path: Path) -> None:
     inv_path, report = tmp_path / "fleet.yaml", tmp_path / "tree.json"
     cmd = [sys.executable, "-m", "rkdet.cli", "emulator", "fleet", "--count", "2", "--socs", "rk3568", "--variant",
@@ -293,13 +317,10 @@ def test_cli_writes_the_inventory_runs_a_lab_and_stops_on_sigterm_leaving_no_pro
                                   allow_agent=False, timeouts=FAST) as conn:
             assert conn.run(["sudo", "-n", "id", "-u"]).out == "0\n"
         fleet_dir = Path(boards[0].known_hosts).parent
-        (rkdet_pid,) = children(proc.pid)  # the wrapper's one child: rkdet itself
-        os.kill(rkdet_pid, signal.SIGTERM)
+        os.kill(_rkdet_child(proc.pid, cmd), signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         assert "emulated fleet stopped" in proc.stderr.read()
         assert not fleet_dir.exists() and inv_path.exists()  # the fleet's temp dir went; the asked-for file stays
         assert leftovers(report) == []  # no sshd, FUSE daemon, reaper, coordinator or exporter outlived it
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _stop_wrapped(proc, cmd)
