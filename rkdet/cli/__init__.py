@@ -13,6 +13,7 @@ import sys
 import click
 
 from rkdet import __version__
+from rkdet.cli.lazy import LazyGroup
 from rkdet.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RkdetError
 from rkdet.log import VERBOSE_KEY
 from rkdet.textsafe import visible
@@ -22,7 +23,7 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-class RkdetGroup(click.Group):
+class RkdetGroup(LazyGroup):
     """A click group that turns RkdetError into `rkdet: message` and its exit code."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
@@ -54,38 +55,20 @@ def main(ctx: click.Context, verbose: bool) -> None:
     ctx.meta[VERBOSE_KEY] = verbose
 
 
-def _register() -> None:
-    """Attach the command groups; imports are inside so `rkdet --help` stays fast."""
-    # One line per command group, each owned by its area (convert, board, diff, emulator).
-    from rkdet.cli.config import config_group
-    from rkdet.cli.deploy import deploy_command
-    from rkdet.cli.init import init_command
-    from rkdet.cli.import_rknn import import_command
-    from rkdet.cli.compare_builds import compare_builds_command
-    from rkdet.cli.convert import convert_command
-    from rkdet.cli.diff import diff_command
-    from rkdet.cli.board import board_group
-    from rkdet.cli.emulator import emulator
-    from rkdet.cli.demo import demo_command
-    from rkdet.cli.fleet import fleet_group
-    from rkdet.cli.fleet_deploy import fleet_deploy_command
-    from rkdet.cli.history import history_group
-    from rkdet.cli.layers import layers_command  # the host analysis, or with --board the bisection
-
-    main.add_command(config_group)
-    main.add_command(convert_command)
-    main.add_command(init_command)
-    main.add_command(import_command)
-    main.add_command(compare_builds_command)
-    main.add_command(diff_command)
-    main.add_command(emulator)
-    main.add_command(deploy_command)
-    main.add_command(board_group)
-    main.add_command(demo_command)
-    fleet_group.add_command(fleet_deploy_command)
-    main.add_command(fleet_group)
-    main.add_command(history_group)
-    main.add_command(layers_command)
-
-
-_register()
+# Each command where it lives, imported only when it runs (rkdet/cli/lazy.py).
+COMMANDS = {
+    "board": "rkdet.cli.board:board_group",
+    "compare-builds": "rkdet.cli.compare_builds:compare_builds_command",
+    "config": "rkdet.cli.config:config_group",
+    "convert": "rkdet.cli.convert:convert_command",
+    "demo": "rkdet.cli.demo:demo_command",
+    "deploy": "rkdet.cli.deploy:deploy_command",
+    "diff": "rkdet.cli.diff:diff_command",
+    "emulator": "rkdet.cli.emulator:emulator",
+    "fleet": "rkdet.cli.fleet:fleet_group",
+    "history": "rkdet.cli.history:history_group",
+    "import-rknn": "rkdet.cli.import_rknn:import_command",
+    "init": "rkdet.cli.init:init_command",
+    "layers": "rkdet.cli.layers:layers_command",  # the host analysis, or with --board the bisection
+}
+main.lazy.update(COMMANDS)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from rkdet.cli.lazy import LazyGroup
 from rkdet.errors import InputError
 from rkdet.fleets.sources import ansible_engine
 from rkdet.fleets.sources.inventory import FleetBoard, boards_from_names, load_inventory, read_boards_file, select
@@ -121,7 +122,7 @@ def _cell(value: object) -> str:
     return markup_escaped(value, 80)
 
 
-@click.group("fleet")
+@click.group("fleet", cls=LazyGroup, lazy={"deploy": "rkdet.cli.fleet_deploy:fleet_deploy_command"})
 def fleet_group() -> None:
     """Many boards: list them (`fleet hosts`), deploy to them and judge them together (`fleet deploy`)."""
 

@@ -3,6 +3,7 @@ with its source; a measured row names the rkdet command that reproduces it (and 
 
 from __future__ import annotations
 
+import click
 from click.testing import CliRunner
 
 from rkdet.boardinfo.compat import KNOWN, MEASURED_LOADS, StackFacts, check
@@ -35,7 +36,7 @@ def test_a_model_newer_than_the_runtime_warns() -> None:
 def test_measured_rows_name_their_source_and_a_real_command() -> None:
     assert {(m.model_toolkit, m.runtime) for m in MEASURED_LOADS} == {
         (a, f"rknn-toolkit2 {b} load_rknn (x86_64 host)") for a in ("2.3.2", "2.5.0") for b in ("2.3.2", "2.5.0")}
-    commands = set(main.commands)  # the commands a measured row names are registered
+    commands = set(main.list_commands(click.Context(main)))  # the commands a measured row names are registered
     for m in MEASURED_LOADS:
         assert m.source.startswith("measured here") and m.loads
         assert "rkdet import-rknn" in m.command and f"--toolkit {m.model_toolkit}" in m.command
