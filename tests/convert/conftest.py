@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from shared_build import shared_across_workers
 
 sys.path.insert(0, str(Path(__file__).parent))
+from convert_helpers import run_rkdet  # noqa: E402
 from tiny_models import conv_model, image_folder, write_config  # noqa: E402
 
 
@@ -29,3 +32,20 @@ def tiny_config(tiny_assets, tmp_path):
         return write_config(tmp_path / "tiny.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"],
                             **sections)
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_build(tmp_path_factory) -> tuple[Path, dict]:
+    """The tiny model's plain build (`write_config`'s defaults, the same files as `tiny_assets`), converted once
+    per run for every worker and module that reads it: (its config, convert's --json summary of the build).
+    Read-only: a test that rebuilds or damages it works on a copy."""
+    def make(folder: Path) -> Path:
+        cfg = write_config(folder / "tiny.yaml", conv_model(folder / "tiny.onnx"), image_folder(folder / "cal", 6, seed=1),
+                           image_folder(folder / "gold", 2, seed=2))
+        proc = run_rkdet("convert", "--config", str(cfg), "--out", str(folder / "out"), "--json")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (folder / "summary.json").write_text(proc.stdout)
+        return folder
+
+    folder = shared_across_workers(tmp_path_factory, "tiny-build", make)
+    return folder / "tiny.yaml", json.loads((folder / "summary.json").read_text())["builds"][0]

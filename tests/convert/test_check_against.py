@@ -99,15 +99,10 @@ def _manifest(folder: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def build_here(tiny_assets, tmp_path_factory) -> tuple[Path, Path]:
-    """The tiny model built by the main venv: (its config, its build folder)."""
-    from tiny_models import write_config
-
-    root = tmp_path_factory.mktemp("here")
-    cfg = write_config(root / "tiny.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"])
-    proc = run_rkdet("convert", "--config", str(cfg), "--out", str(root / "out"), "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return cfg, Path(json.loads(proc.stdout)["builds"][0]["folder"])
+def build_here(tiny_build) -> tuple[Path, Path]:
+    """The tiny model built by the main venv (the run's shared tiny build): (its config, its build folder)."""
+    cfg, build = tiny_build
+    return cfg, Path(build["folder"])
 
 
 def test_another_venv_builds_the_same_model(build_here, other_python, tmp_path):

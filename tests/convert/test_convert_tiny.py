@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -25,12 +26,10 @@ def _build(config: Path, out: Path, *extra: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def first_build(tiny_assets, tmp_path_factory):
-    from tiny_models import write_config
-
-    root = tmp_path_factory.mktemp("first")
-    cfg = write_config(root / "tiny.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"])
-    return _build(cfg, root / "out"), root
+def first_build(tiny_build):
+    """The shared tiny build (conftest `tiny_build`): (convert's summary of it, the folder of its config)."""
+    cfg, build = tiny_build
+    return build, cfg.parent
 
 
 def test_build_folder_is_complete(first_build):
@@ -79,22 +78,42 @@ def test_same_inputs_same_fingerprint(first_build, tiny_assets, tmp_path):
     assert a["golden_outputs"] == b["golden_outputs"]
 
 
-@pytest.mark.parametrize("change", ["weights", "target", "quant_method", "algorithm", "mean"])
-def test_anything_that_matters_changes_the_fingerprint(first_build, tiny_assets, tmp_path, change):
+@pytest.mark.parametrize("change, section", [("weights", "onnx"), ("quant_method", "toolkit option"),
+                                             ("algorithm", "toolkit option"), ("mean", "toolkit option")])
+def test_anything_that_matters_changes_the_fingerprint(first_build, tiny_assets, tmp_path, change, section):
+    """Each input the model fingerprint covers changes it. Asked of `--check-against` (the model identity is
+    compared before any toolkit run, so nothing is built); that it is the fingerprint `convert` writes is
+    test_check_against's `test_a_changed_calibration_image_is_named`, and the target is a real build below."""
     from tiny_models import write_config
 
     build, _ = first_build
     onnx_path = tiny_assets["onnx_seed1"] if change == "weights" else tiny_assets["onnx"]
     sections = {
         "weights": {},
-        "target": {"target": {"platforms": ["rk3568"]}},
         "quant_method": {"quantize": {"dataset": str(tiny_assets["cal"]), "method": "layer"}},
         "algorithm": {"quantize": {"dataset": str(tiny_assets["cal"]), "algorithm": "mmse"}},
         "mean": {"preprocess": {"mean": [10, 10, 10]}},
     }[change]
     cfg = write_config(tmp_path / "c.yaml", onnx_path, tiny_assets["cal"], tiny_assets["gold"], **sections)
+    proc = run_rkdet("convert", "--config", str(cfg), "--check-against", build["folder"], "--json")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    manifest = json.loads((Path(build["folder"]) / "manifest.json").read_text())
+    assert report["model_fingerprint"]["build"] == manifest["model_fingerprint"]
+    assert report["model_fingerprint"]["here"] != manifest["model_fingerprint"] and report["rebuilt"] is False
+    assert section in [d["section"] for d in report["differences"]]
+
+
+def test_another_target_is_another_build(first_build, tiny_assets, tmp_path):
+    from tiny_models import write_config
+
+    build, _ = first_build
+    cfg = write_config(tmp_path / "c.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"],
+                       target={"platforms": ["rk3568"]})
     other = _build(cfg, tmp_path / "out")
     assert other["fingerprint"] != build["fingerprint"]
+    manifest = json.loads((Path(other["folder"]) / "manifest.json").read_text())
+    assert manifest["model_identity"]["platform"] == "rk3568"
 
 
 def test_force_fp16_builds_float(tiny_assets, tmp_path):
@@ -119,11 +138,13 @@ def test_verify_reports_bytes_and_fingerprint_separately(tiny_config, tmp_path):
     assert saved == verify
 
 
-def test_rebuild_replaces_previous_build_in_place(first_build, tiny_assets):
-    build, root = first_build
-    proc = run_rkdet("convert", "--config", str(root / "tiny.yaml"), "--out", str(root / "out"))
+def test_rebuild_replaces_previous_build_in_place(first_build, tmp_path):
+    _, root = first_build
+    out = tmp_path / "out"
+    shutil.copytree(root / "out", out)  # the shared build stays as it is
+    proc = run_rkdet("convert", "--config", str(root / "tiny.yaml"), "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert sorted(p.name for p in (root / "out").iterdir()) == ["tiny-rk3588"]
+    assert sorted(p.name for p in out.iterdir()) == ["tiny-rk3588"]
 
 
 def test_interrupted_convert_leaves_nothing(tiny_config, tmp_path):

@@ -109,7 +109,8 @@ def test_fragile_build_folder_rebuilds_to_the_same_fingerprint(fragile, images):
 
 
 def test_clean_model_is_within(tmp_path, images):
-    cfg, _ = _convert(tmp_path, conv_model(tmp_path / "clean.onnx"), images)
+    """From a config alone: `rkdet layers --config` makes its own build of it (no convert first)."""
+    cfg = write_config(tmp_path / "tiny.yaml", conv_model(tmp_path / "clean.onnx"), images["cal"], images["gold"])
     proc = run_rkdet("layers", "--config", str(cfg), "--out", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
