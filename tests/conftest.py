@@ -17,10 +17,12 @@ def pytest_configure(config: pytest.Config) -> None:
     robin over this machine's CPUs): by default every build is pinned to the lowest CPU, so the builds of
     four workers would queue on one core while the other waits (measured: 1 to 4 builds on CPU 0 for
     most of a run). Which CPU builds does not change a build; a test that sets the variable itself wins."""
+    from rkdet.convert.hermetic import BUILD_CPU_VAR
+
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if worker.startswith("gw") and worker[2:].isdigit() and "RKDET_BUILD_CPU" not in os.environ:
+    if worker.startswith("gw") and worker[2:].isdigit() and BUILD_CPU_VAR not in os.environ:
         allowed = sorted(os.sched_getaffinity(0))
-        os.environ["RKDET_BUILD_CPU"] = str(allowed[int(worker[2:]) % len(allowed)])
+        os.environ[BUILD_CPU_VAR] = str(allowed[int(worker[2:]) % len(allowed)])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,16 +14,16 @@ from convert_helpers import run_rkdet  # noqa: E402
 from tiny_models import conv_model, image_folder, write_config  # noqa: E402
 
 
+def _tiny_model_and_images(root: Path) -> dict[str, Path]:
+    """The tiny conv model and its calibration and golden folders (deterministic: the same files everywhere)."""
+    return {"onnx": conv_model(root / "tiny.onnx"), "cal": image_folder(root / "cal", 6, seed=1),
+            "gold": image_folder(root / "gold", 2, seed=2)}
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny")
-    return {
-        "onnx": conv_model(root / "tiny.onnx"),
-        "onnx_seed1": conv_model(root / "tiny-seed1.onnx", seed=1),
-        "cal": image_folder(root / "cal", 6, seed=1),
-        "gold": image_folder(root / "gold", 2, seed=2),
-        "root": root,
-    }
+    return {**_tiny_model_and_images(root), "onnx_seed1": conv_model(root / "tiny-seed1.onnx", seed=1), "root": root}
 
 
 @pytest.fixture
@@ -36,12 +36,12 @@ def tiny_config(tiny_assets, tmp_path):
 
 @pytest.fixture(scope="session")
 def tiny_build(tmp_path_factory) -> tuple[Path, dict]:
-    """The tiny model's plain build (`write_config`'s defaults, the same files as `tiny_assets`), converted once
+    """The tiny model's plain build (`write_config`'s defaults, the files `tiny_assets` has too), converted once
     per run for every worker and module that reads it: (its config, convert's --json summary of the build).
     Read-only: a test that rebuilds or damages it works on a copy."""
     def make(folder: Path) -> Path:
-        cfg = write_config(folder / "tiny.yaml", conv_model(folder / "tiny.onnx"), image_folder(folder / "cal", 6, seed=1),
-                           image_folder(folder / "gold", 2, seed=2))
+        assets = _tiny_model_and_images(folder)
+        cfg = write_config(folder / "tiny.yaml", assets["onnx"], assets["cal"], assets["gold"])
         proc = run_rkdet("convert", "--config", str(cfg), "--out", str(folder / "out"), "--json")
         assert proc.returncode == 0, proc.stderr[-3000:]
         (folder / "summary.json").write_text(proc.stdout)
