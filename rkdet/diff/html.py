@@ -163,7 +163,7 @@ def render_html(c: Comparison, base: Path | None = None) -> str:
     tree = findings(c)
     cls = "same" if c.exit_code == 0 else "different"
     latency = {s.role: {ia.name: ia.latencies for ia in s.inputs.values()} for s in (c.a, c.b) if s is not None}
-    figs = [_img(plots.latency_plot(latency), "latency per run (median, IQR, min-max) and per input over runs"),
+    figs = [_img(plots.latency_plot(latency), "latency over runs: median, IQR and min-max per run; a box per input"),
             _img(plots.board_plot(c.a.snapshots, c.a.runs), "temperature and NPU frequency over runs"),
             _img(plots.histogram_plot(c.abs_hist), "histogram of absolute differences")]
     if c.overlay is not None:
