@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rkdet.decode import layouts
+from rkdet.decode import layouts, tasks
 from rkdet.decode.common import (
     CONF_THRESHOLD,
     IOU_THRESHOLD,
@@ -78,7 +78,8 @@ def input_hw(shape: tuple[int, ...] | list[int] | None) -> tuple[int, int] | Non
 
 def _recognise(outputs: layouts.Outputs, hw: tuple[int, int] | None) -> Layout | None:
     return (layouts.segmentation(outputs, hw) or layouts.single_output(outputs, hw) or layouts.yolov5_split(outputs, hw)
-            or layouts.split_head(outputs, hw) or layouts.picodet_flat(outputs, hw) or layouts.classification(outputs))
+            or layouts.split_head(outputs, hw) or layouts.picodet_flat(outputs, hw) or layouts.classification(outputs)
+            or next((found for task in tasks.TASKS if (found := task.recognise(outputs, hw)) is not None), None))
 
 
 def detect_layout(outputs: list[tuple[str, tuple[int, ...]]], requested: str = "auto",

@@ -74,6 +74,9 @@ class _Parity(DecisionTask):
     kinds = ("parity-layout",)
     same = SameDecision("parity", "equal parity", None, "same parity of the sum")
 
+    def recognise(self, outputs: list[tuple[str, tuple[int, ...]]], input_hw: Any) -> Layout | None:
+        return Layout("parity-layout", "one output named parity") if [n for n, _ in outputs] == ["parity"] else None
+
     def decide(self, layout: Layout, arrays: dict[str, np.ndarray], conf: float = 0.25) -> int:
         return int(sum(float(a.sum()) for a in arrays.values())) % 2
 
@@ -100,9 +103,11 @@ class _Parity(DecisionTask):
 
 def test_a_new_task_is_one_module_plus_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
     toy = _Parity()
+    assert detect_layout([("parity", (1, 7, 3))]).kind == "none"
     monkeypatch.setattr(tasks, "TASKS", (*tasks.TASKS, toy))  # the registry line
-    layout = Layout("parity-layout", "toy")
-    assert task_of(layout) is toy
+    layout = detect_layout([("parity", (1, 7, 3))])  # the task brings its own layout
+    assert (layout.kind, layout.task, layout.to_json()["same_decision"]) == ("parity-layout", "parity", "same parity of the sum")
+    assert task_of(layout) is toy and detect_layout([("logits", (1, 10))]).task == "classification"
     delta = toy.compare(toy.decide(layout, {"o": np.array([1.0])}), toy.decide(layout, {"o": np.array([2.0])}))
     assert tasks.task_of_record(delta) is toy and decision_changed(delta) and decision_finding(delta).html() == "parity"
     assert decode.task_of(Layout("yolov8-seg", "x")) is tasks.segmentation.TASK  # the others unchanged

@@ -81,6 +81,11 @@ class DecisionTask(ABC):
     def handles(self, layout: Layout) -> bool:
         return layout.kind in self.kinds
 
+    def recognise(self, outputs: list[tuple[str, tuple[int, ...]]], input_hw: tuple[int, int] | None) -> Layout | None:
+        """A layout of this task's own, from output names and shapes, tried after rkdet/decode/layouts.py's
+        recognisers found nothing (a new task brings its layouts here); None: not this task's."""
+        return None
+
     @abstractmethod
     def decide(self, layout: Layout, arrays: Arrays, conf: float = CONF_THRESHOLD) -> Decided:
         """Decode one inference's outputs into this task's decision."""
