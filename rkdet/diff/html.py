@@ -70,16 +70,7 @@ def _stat_cells(st: NumericStats | None) -> str:
 
 
 def _decision(d: Decision) -> str:
-    if d.kind == "detection":
-        if not d.changed and not d.matched:
-            return "no boxes either side"
-        if not d.changed:
-            return f"same {d.matched} boxes, min IoU {_num(d.min_iou, '.3f')}, |Δscore| ≤ {_num(d.max_abs_score_delta)}"
-        return (f'<span class="bad">{d.class_flips} class flip(s), {d.missing} missing, '
-                f'{d.extra} extra</span> of {d.reference_count}')
-    if d.top1_flip:
-        return f'<span class="bad">top-1 flip {d.reference_top1} → {d.candidate_top1}</span>'
-    return "top-k changed" if d.topk_changed else "same top-k"
+    return d.html()  # the task's line (rkdet/decode/tasks/)
 
 
 _STATUS = {"same": '<span class="ok">same</span>', "within": '<span class="ok">within</span>',
