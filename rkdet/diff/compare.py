@@ -244,11 +244,12 @@ class _Engine:
         if key not in self.norms:
             self.norms[key] = reference_norm2(r)
         lsb = ref_src.quant_steps.get(ref.name) or cand_src.quant_steps.get(cand.name)
-        stats = compare_arrays(r, c, self.tolerance, ref_norm2=self.norms[key], lsb=lsb)
+        tolerance = self.tolerance.for_output(cand.name)  # its own entry, else the default
+        stats = compare_arrays(r, c, tolerance, ref_norm2=self.norms[key], lsb=lsb)
         slices = {}
         assert self.layout is not None
         for slice_name, index in self.layout.slices.get(cand.name, {}).items():
-            slices[slice_name] = compare_arrays(r[index], c[index], self.tolerance, lsb=lsb)
+            slices[slice_name] = compare_arrays(r[index], c[index], tolerance, lsb=lsb)
         self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
         return stats, slices
 
@@ -477,6 +478,11 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
         if b is not None and any(f.against == "B" for f in engine.failures):
             a_analysis.correlation += [f"A differs from B, and {d}" for d in run_setting_differences(a.run_info, b.run_info)]
     layout = engine.layout or detect_layout([], "none")
+    seen = {name for s in (a_analysis, b_analysis) if s is not None for ia in s.inputs.values() for name in ia.outputs}
+    unmatched = [name for name in tolerance.outputs if name not in seen]
+    if unmatched:  # a typo in a per-output tolerance would otherwise silently judge by the default
+        notes.append(f"the tolerance names output(s) these result sets lack: {', '.join(unmatched)} "
+                     f"(outputs: {', '.join(sorted(seen))})")
     notes.append(f"decoder: {layout.detail}")
     comparison = Comparison(a_analysis, b_analysis, tolerance, layout, engine.failures, notes + engine.notes,
                             engine.hist.tolist())

@@ -1,4 +1,4 @@
-"""Machine-readable report (schema ``rkdet.diff/2``, documented in docs/DIFF_REPORT.md) and
+"""Machine-readable report (schema ``rkdet.diff/3``, documented in docs/DIFF_REPORT.md) and
 `write_reports`, the one call deploy makes to leave report.json and report.html beside a result set.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.diff.compare import Comparison, Failure, SetAnalysis, OutputVariant
-from rkdet.diff.findings import SCHEMA, report_base, run_ranges, shown_path
+from rkdet.diff.findings import SCHEMA, findings, report_base, run_ranges, shown_path
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
 from rkdet.records.io import write_atomic
@@ -68,6 +68,7 @@ def _failure(f: Failure) -> dict[str, Any]:
 def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
     """The whole comparison as plain JSON types with stable field names (paths relative to `base`)."""
     first = min(c.failures, key=lambda x: (x.set, x.first_run)) if c.failures else None
+    tree = findings(c)
     return {
         "schema": SCHEMA,
         "verdict": c.verdict,
@@ -85,6 +86,8 @@ def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
         "abs_diff_histogram": {"edges": list(HIST_EDGES), "counts": c.abs_hist,
                                "counted": "differing elements, once per distinct output"},
         "sets": {"A": _set(c.a, base), "B": _set(c.b, base)},
+        "minimum_tolerance": [{"set": sec.set, "against": sec.against, **req.to_json()}
+                              for sec in tree.sections for req in sec.requirements],
     }
 
 

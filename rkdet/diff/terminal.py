@@ -79,6 +79,10 @@ def render_terminal(c: Comparison, console: Console | None = None) -> None:
                               f"element {loc.index} {loc.position}: {loc.reference!r} -> {loc.candidate!r}"))
     for role, finding in f.board_state:
         console.print(literal(f"{role} board state: {finding}"))
+    for section in f.sections:  # Polygraphy's "minimum required tolerance", per output that differs
+        for req in section.requirements:
+            console.print(literal(f"minimum tolerance, {section.set} vs {section.against}, output {req.output}: "
+                                  f"{req.line()}"), soft_wrap=True)
     for v in (c.repeatable, c.agrees):
         if v is not None:
             console.print(literal(v.line(), "green" if v.ok else "red"), soft_wrap=True)

@@ -53,7 +53,7 @@ def test_the_matrix_builds_once_per_toolkit_and_compares(matrix) -> None:  # typ
     for out in report["outputs"]:
         assert out["applicable"] is True
         assert out["bitwise_identical"] == (a_m["golden_outputs"][out["kind"]] == b_m["golden_outputs"][out["kind"]])
-        assert out["diff"]["schema"] == "rkdet.diff/2"
+        assert out["diff"]["schema"] == "rkdet.diff/3"
     page = Path(comp["report"]).with_suffix(".html")
     assert "Model content" in page.read_text() and page.with_name(page.stem + "-simulator.html").is_file()
 
