@@ -20,6 +20,7 @@ from rkdet.diff.correlate import correlate, run_setting_differences
 from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
 from rkdet.diff.resultset import OutputRef, Record, ResultSource
+from rkdet.records.verdict import VerdictRecord
 from rkdet.tolerance import Tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
 
@@ -128,11 +129,16 @@ class Verdict:
     def decisions_judged(self) -> bool:
         return self.decisions_changed is not None
 
+    def record(self) -> VerdictRecord:
+        """The verdict as deploy.json keeps it and the fleet reads it (rkdet/records/verdict.py)."""
+        return VerdictRecord(ok=self.ok, reference=self.reference, tolerance=self.tolerance,
+                             outputs_differing=self.outputs_differing, outputs_outside=self.outputs_outside,
+                             decisions_changed=self.decisions_changed, decisions_judged=self.decisions_judged,
+                             max_abs=self.max_abs, max_ulp=self.max_ulp, max_lsb=self.max_lsb,
+                             min_cosine=self.min_cosine, reason=self.reason, caveat=self.caveat or None)
+
     def to_json(self) -> dict[str, Any]:
-        return {**{k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing",
-                                                 "outputs_outside", "decisions_changed", "decisions_judged", "max_abs",
-                                                 "max_ulp", "max_lsb", "min_cosine", "reason")},
-                "caveat": self.caveat or None}
+        return self.record().to_json()
 
     def line(self) -> str:
         """`repeatable: YES (…)` / `agrees with the reference: NO (…)`: one line for terminals and logs."""
