@@ -1,10 +1,11 @@
-"""The findings of a comparison as one tree of typed records, which both presenters render.
+"""The findings of a comparison as one tree of typed records, which every presenter renders (diffoscope's
+one difference tree).
 
-The terminal table and the HTML report used to walk the Comparison separately (and choose the
-worst variant, the differing runs and the decision wording each in its own way). Now `findings(c)`
-decides *what* is reported once -- which (set, against) sections, per input the outputs with their
-worst measured variant and slices, decision deltas as records, where the first difference is, the
-board-state findings -- and `terminal.py` / `html.py` only decide *how* it looks.
+`findings(c)` decides *what* is reported once -- which (set, against) sections, per input the outputs
+with their worst measured variant and slices, decision deltas as records, where the first difference
+is, the board-state findings, the minimum tolerance that would pass, the two verdicts, the failures,
+and per set its source and measured analysis -- and the presenters (`terminal.py`, `html.py` with its
+plots, `report.py` for report.json) take only this tree and decide *how* it looks.
 Strings in the tree are raw data (names from the result set): each presenter escapes for its medium.
 """
 
@@ -16,8 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rkdet.diff.compare import Comparison, InputAnalysis, OutputAnalysis, SetAnalysis
+from rkdet.decode import Layout
+from rkdet.diff.compare import Comparison, Failure, InputAnalysis, OutputAnalysis, SetAnalysis, Verdict
 from rkdet.diff.metrics import NumericStats
+from rkdet.records.run_info import RunInfo
+from rkdet.tolerance import Tolerance
 
 SCHEMA = "rkdet.diff/3"
 
@@ -168,15 +172,62 @@ class Location:
 
 
 @dataclass(frozen=True)
+class SetFinding:
+    """One compared set: where it came from and what was measured in it (the engine's analysis records)."""
+
+    role: str  # "A" | "B"
+    path: Path
+    kind: str  # result-set | npy | npz
+    note: str | None
+    run_info: RunInfo
+    records: int
+    runs: int
+    first_divergence: dict[str, Any] | None
+    first_difference: dict[str, Any] | None
+    correlation: list[str]
+    snapshots: list[dict[str, Any]]
+    inputs: list[InputAnalysis]
+
+    @classmethod
+    def of(cls, s: SetAnalysis) -> SetFinding:
+        return cls(s.role, s.source.path, s.source.kind, s.source.note, s.source.run_info, s.records, s.runs,
+                   s.first_divergence, s.first_difference, list(s.correlation), s.snapshots, list(s.inputs.values()))
+
+
+@dataclass(frozen=True)
 class Findings:
+    """The whole comparison as every presenter sees it."""
+
     verdict: str
     exit_code: int
     mode: str
-    tolerance: str
+    tolerance: str  # its description
     notes: list[str]
     sections: list[Section]
     locations: list[Location]
     board_state: list[tuple[str, str]]  # (set, sentence)
+    bounds: Tolerance  # the tolerance itself
+    repeatable: Verdict
+    agrees: Verdict | None  # only with a reference B
+    layout: Layout
+    caveat: str | None  # the reference build failed its gates at convert
+    failures: list[Failure]
+    abs_hist: list[int]  # differing elements per HIST_EDGES bin, once per distinct output
+    sets: list[SetFinding]  # A, then B when given
+    overlay: dict[str, Any] | None  # the detection overlay for the HTML plot
+
+    @property
+    def a(self) -> SetFinding:
+        return self.sets[0]
+
+    @property
+    def b(self) -> SetFinding | None:
+        return self.sets[1] if len(self.sets) > 1 else None
+
+    @property
+    def first_failure(self) -> Failure | None:
+        """The failure that names the verdict: the earliest run of set A, else of B."""
+        return min(self.failures, key=lambda x: (x.set, x.first_run)) if self.failures else None
 
 
 def _worst(oa: OutputAnalysis, attr: str) -> tuple[NumericStats, dict[str, NumericStats]] | None:
@@ -233,7 +284,8 @@ def findings(c: Comparison) -> Findings:
                                           point["max_ulp"]))
         board += [(s.role, f) for f in s.correlation]
     return Findings(c.verdict, c.exit_code, c.mode, c.tolerance.describe(), list(c.notes), _sections(c), locations,
-                    board)
+                    board, c.tolerance, c.repeatable, c.agrees, c.layout, c.caveat, list(c.failures), list(c.abs_hist),
+                    [SetFinding.of(s) for s in (c.a, c.b) if s is not None], c.overlay)
 
 
 def shown_path(path: str | Path, base: Path | None) -> str:
