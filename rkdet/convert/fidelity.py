@@ -338,18 +338,54 @@ def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.n
     return report
 
 
-_FIXES = {
-    # Cheapest remedy first: an mmse build can take many times a normal one (hours on a detector).
-    "decision": "check the disagreements in fidelity.json; try quantize.algorithm: kl_divergence, more "
-                "representative calibration images, quantize.algorithm: mmse (much slower to build), or a float "
-                "build, quantize.force_fp16: true (float16, not INT8)",
-    "cosine": "try quantize.algorithm: kl_divergence, more calibration images, quantize.algorithm: mmse (much slower "
-              "to build), or a float build, quantize.force_fp16: true (float16, not INT8)",
-    "score_collapse": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16 "
-                      "(quantize.force_fp16: true)",
-    "score_recall": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16",
-    "saturation": "add calibration images like the golden ones (quantize.dataset) so the range covers them",
+@dataclass(frozen=True)
+class Remedy:
+    """One thing to try after a failed gate, and the config setting it means (key, value): a build that
+    already used that setting is not told to try it again (issue 36 §3)."""
+
+    text: str
+    setting: tuple[str, Any] | None = None
+    quantized_only: bool = False  # a quantization option: no remedy for a float build
+
+    def applies(self, used: dict[str, Any]) -> bool:
+        if self.quantized_only and used.get("quantize.force_fp16"):
+            return False
+        return self.setting is None or used.get(self.setting[0]) != self.setting[1]
+
+
+_KL = Remedy("quantize.algorithm: kl_divergence", ("quantize.algorithm", "kl_divergence"), True)
+_MMSE = Remedy("quantize.algorithm: mmse (much slower to build)", ("quantize.algorithm", "mmse"), True)
+_FLOAT = Remedy("a float build, quantize.force_fp16: true (float16, not INT8)", ("quantize.force_fp16", True))
+_SPLIT = Remedy("class scores quantized apart from boxes (model.prepare: yolov8-split-head)",
+                ("model.prepare", "yolov8-split-head"))
+_MORE_IMAGES = Remedy("more representative calibration images")
+
+# Cheapest remedy first: an mmse build can take many times a normal one (hours on a detector).
+# Each gate: what to look at first ("" for nothing), then the remedies in the order to try them.
+_FIXES: dict[str, tuple[str, tuple[Remedy, ...]]] = {
+    "decision": ("check the disagreements in fidelity.json", (_KL, _MORE_IMAGES, _MMSE, _FLOAT)),
+    "cosine": ("", (_KL, _MORE_IMAGES, _MMSE, _FLOAT)),
+    "score_collapse": ("", (_SPLIT, _FLOAT)),
+    "score_recall": ("", (_SPLIT, _FLOAT)),
+    "saturation": ("", (Remedy("calibration images like the golden ones (quantize.dataset), so the range covers "
+                               "them"),)),
 }
+
+
+def settings_used(cfg: Any) -> dict[str, Any]:
+    """The settings of a build that a remedy may name (dotted keys, as the config spells them)."""
+    return {"quantize.algorithm": cfg.quantize.algorithm, "quantize.force_fp16": cfg.quantize.force_fp16,
+            "quantize.method": cfg.quantize.method, "model.prepare": cfg.model.prepare}
+
+
+def remedy_advice(gate_kind: str, used: dict[str, Any] | None = None) -> str:
+    """What to try after `gate_kind` failed, leaving out what the build already used (`used`: settings_used)."""
+    first, remedies = _FIXES[gate_kind]
+    left = [r.text for r in remedies if r.applies(used or {})]
+    tries = ("try " + (", ".join(left[:-1]) + ", or " + left[-1] if len(left) > 1 else left[0])) if left else ""
+    return "; ".join(p for p in (first, tries) if p) or "see fidelity.json and `rkdet layers` for where it is lost"
+
+
 _KEYS = {"decision": "fidelity.min_decision_agreement", "cosine": "fidelity.min_slice_cosine / min_cosine",
          "score_collapse": "", "score_recall": "fidelity.min_score_recall", "saturation": "fidelity.max_saturation"}
 
@@ -415,9 +451,10 @@ def detail_line(report: FidelityReport, platform: str) -> str:
 _ORDER = ("score_collapse", "saturation", "decision", "score_recall", "cosine")
 
 
-def gate(report: FidelityReport, platform: str) -> list[str]:
-    """Raise FidelityGateError (exit 4) on the first failed gate kind, naming its worst result; return
-    what was not judged, as warnings."""
+def gate(report: FidelityReport, platform: str, used: dict[str, Any] | None = None) -> list[str]:
+    """Raise FidelityGateError (exit 4) on the first failed gate kind, naming its worst result and what to
+    try that the build (its settings `used`, see settings_used) did not already use; return what was not
+    judged, as warnings."""
     failed = [g for g in report.gates if g.failed]
     kinds = sorted({g.gate for g in failed}, key=_ORDER.index)
     for g in (_worst([x for x in failed if x.gate == k]) for k in kinds):
@@ -431,7 +468,7 @@ def gate(report: FidelityReport, platform: str) -> list[str]:
                 "saturation": f"{g.subject} saturates: quantized output pinned at its calibration range while "
                               f"FP32 goes {_fmt(g.value)} of the range beyond it ({g.note})"}[g.gate]
         limit = "" if g.gate == "score_collapse" else f", {op} the limit {_fmt(g.threshold)}{key}"
-        raise FidelityGateError(f"{platform}: fidelity gate failed: {what}{limit}; {_FIXES[g.gate]}", gate=g.gate,
+        raise FidelityGateError(f"{platform}: fidelity gate failed: {what}{limit}; {remedy_advice(g.gate, used)}", gate=g.gate,
                                 subject=None if g.gate == "decision" else g.subject,
                                 details=(summary_line(report, platform), detail_line(report, platform)))
     unjudged = [g for g in report.gates if g.passed is None and g.binding]

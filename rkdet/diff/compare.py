@@ -21,6 +21,7 @@ from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
 from rkdet.diff.resultset import OutputRef, Record, ResultSource
 from rkdet.records.verdict import VerdictRecord
+from rkdet.textsafe import plain_value
 from rkdet.tolerance import Tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
 
@@ -476,7 +477,7 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
         status = src.run_info.status if src is not None else None
         if status not in (None, "complete"):
             error = src.run_info.error if src is not None else None
-            notes.append(f"{role} run status is {status!r}{f' ({error})' if error else ''}: only its completed "
+            notes.append(f"{role} run status is {plain_value(status)}{f' ({error})' if error else ''}: only its completed "
                          f"inferences are compared")
     engine.analyse(a_analysis, reference)
     if b_analysis is not None:

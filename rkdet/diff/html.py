@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rkdet.diff import plots
 from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
+from rkdet.textsafe import plain_value
 from rkdet.diff.findings import (
     SCHEMA,
     Decision,
@@ -59,7 +60,7 @@ def _source(s: SetFinding, base: Path | None) -> str:
     detail = info.backend_detail or info.backend or s.kind
     return (f"<li><b>{s.role}</b>: <code>{escape(shown_path(s.path, base))}</code> — {escape(str(detail))}{emu}; "
             f"{s.records} inferences, {len(s.inputs)} input(s), {s.runs} run(s); core_mask "
-            f"{escape(str(info.core_mask))}, affinity {escape(str(info.setting('affinity')))}</li>")
+            f"{escape(plain_value(info.core_mask))}, affinity {escape(plain_value(info.setting('affinity')))}</li>")
 
 
 def _stat_cells(st: NumericStats | None) -> str:
@@ -166,8 +167,8 @@ def _grid(tree: Findings) -> str:
 def render_html(tree: Findings, base: Path | None = None) -> str:
     """The whole report as one HTML string (result-set paths relative to `base`, the report's folder)."""
     cls = "same" if tree.exit_code == 0 else "different"
-    latency = {f"{s.role} {ia.name}": ia.latencies for s in tree.sets for ia in s.inputs}
-    figs = [_img(plots.latency_plot(latency), "latency over runs"),
+    latency = {s.role: {ia.name: ia.latencies for ia in s.inputs} for s in tree.sets}
+    figs = [_img(plots.latency_plot(latency), "latency over runs: median, IQR and min-max per run; a box per input"),
             _img(plots.board_plot(tree.a.snapshots, tree.a.runs), "temperature and NPU frequency over runs"),
             _img(plots.histogram_plot(tree.abs_hist), "histogram of absolute differences")]
     if tree.overlay is not None:
@@ -186,7 +187,7 @@ def render_html(tree: Findings, base: Path | None = None) -> str:
 {_verdicts(tree)}
 <h2>Inputs × outputs</h2>{_grid(tree)}
 <p>Exit code <b>{tree.exit_code}</b> · tolerance <code>{escape(tree.tolerance)}</code>
-({escape(", ".join(f"{k}={v}" for k, v in bounds.to_json().items()))}) · mode {tree.mode} · report schema {SCHEMA}</p>
+({escape(", ".join(f"{k}={plain_value(v)}" for k, v in bounds.to_json().items()))}) · mode {tree.mode} · report schema {SCHEMA}</p>
 <h2>Compared</h2><ul>{sources}</ul>
 <ul class="muted">{notes}</ul>
 <details><summary>Per input and output: every record's distance ({sum(len(ia.outputs) for ia in tree.a.inputs)} rows for set A)</summary>{_table(tree)}</details>
