@@ -113,6 +113,11 @@ class Tolerance(BaseModel):
                                for name, entry in self.outputs.items()}
         return data
 
+    def __hash__(self) -> int:  # frozen, so hashable like before `outputs` (a dict) was added
+        return hash((tuple(getattr(self, k) for k in KEYS),
+                     tuple(sorted((n, tuple(sorted(e.model_fields_set & set(KEYS))), hash(e))
+                                  for n, e in self.outputs.items()))))
+
     def for_output(self, name: str) -> Tolerance:
         """The bounds that judge output `name`: its entry's keys over the default's (the default alone
         for an output without an entry). The one resolution of a per-output tolerance."""
