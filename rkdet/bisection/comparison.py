@@ -74,7 +74,7 @@ def judge(pairs: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]],
                                  f"the reference {list(expected.shape)}")
             if actual.dtype != expected.dtype:
                 actual, expected = actual.astype(np.float32), expected.astype(np.float32)
-            st = compare_arrays(expected, actual, tol)
+            st = compare_arrays(expected, actual, tol.for_output(name))  # its entry, else the default
             key = st.cosine if st.cosine is not None else -2.0
             if worst is None or key < worst[0]:
                 worst = (key, name, st.cosine, st.max_abs)
