@@ -24,6 +24,7 @@ from rkdet.fleets.sources.connvars import SOC_RE, board_from_vars, check_ssh_val
 from rkdet.fleets.sources.ini_inventory import read_ini
 from rkdet.fleets.sources.model import FleetBoard, Inventory
 from rkdet.fleets.sources.patterns import evaluate
+from rkdet.fleets.sources.source_files import check_source
 from rkdet.fleets.sources.vars_dirs import load_vars_dirs
 from rkdet.fleets.sources.yaml_inventory import read_yaml
 from rkdet.fleets.sources.yamlsafe import read_bounded
@@ -48,7 +49,7 @@ def load_inventory(path: str | Path) -> Inventory:
         raise InputError(f"{p}: a folder of inventory sources is read by ansible-core only (docs/FLEET.md); "
                          "pass one inventory file")
     text = read_bounded(p, MAX_INVENTORY_BYTES, "inventory")
-    if text.startswith("#!") and os.access(p, os.X_OK):
+    if text.startswith("#!") and os.access(p, os.X_OK):  # first: the reader never runs one, even if asked
         raise InputError(f"{p}:1: an executable inventory script: only ansible-core runs it (docs/FLEET.md); "
                          "rkdet's reader never executes an inventory")
     if p.suffix in YAML_SUFFIXES:
@@ -63,6 +64,7 @@ def load_inventory(path: str | Path) -> Inventory:
                 raise
             inv = read_ini(p, text)
     inv.reconcile()
+    check_source(p, programs=True)  # the vars folders beside it, as the ansible-core engine checks them
     load_vars_dirs(inv)
     for host in inv.hosts:
         board_of(inv, host)

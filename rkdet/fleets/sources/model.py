@@ -77,6 +77,11 @@ class Group:
     children: list[str] = field(default_factory=list)  # in the order written
     edges: dict[str, str] = field(default_factory=dict)  # child -> where the edge was written
     parents: list[str] = field(default_factory=list)
+    members: set[str] = field(default_factory=set)  # `hosts` as a set: membership in constant time
+
+
+MAX_HOSTS = 50_000  # every host of every source together; a lab of thousands of boards is far below it
+MAX_GROUPS = 10_000
 
 
 @dataclass
@@ -90,26 +95,44 @@ class Inventory:
     group_files: dict[str, VarMap] = field(default_factory=dict)  # group_vars/ beside the inventory
     host_files: dict[str, VarMap] = field(default_factory=dict)  # host_vars/ beside the inventory
     engine: str = "native"  # "native" | "ansible-core X.Y.Z"
+    host_groups: dict[str, list[str]] = field(default_factory=dict)  # host -> the groups listing it directly
+    links: set[tuple[str, str]] = field(default_factory=set)  # (parent, child) group edges
 
     # -- structure --
 
     def add_group(self, name: str, where: str) -> Group:
         if name not in self.groups:
+            if len(self.groups) >= MAX_GROUPS:
+                from rkdet.errors import InputError
+
+                raise InputError(f"{where}: more than {MAX_GROUPS} groups in the inventory; is this really a lab's "
+                                 "inventory?")
             self.groups[name] = Group(name, where)
         return self.groups[name]
 
     def add_host(self, group: str, host: str, where: str) -> None:
+        """Constant time (sets beside the ordered lists): an inventory's handling is linear in its hosts,
+        and their total is capped (`MAX_HOSTS`), whatever ranges or groups name them."""
         g = self.groups[group]
-        if host not in g.hosts:
+        if host not in self.host_where:
+            if len(self.host_where) >= MAX_HOSTS:
+                from rkdet.errors import InputError
+
+                raise InputError(f"{where}: more than {MAX_HOSTS} hosts in the inventory; is this really a lab's "
+                                 "inventory? (split it, or check its ranges)")
+            self.host_where[host] = where
+        if host not in g.members:
+            g.members.add(host)
             g.hosts.append(host)
-        self.host_where.setdefault(host, where)
+            self.host_groups.setdefault(host, []).append(group)
         self.host_vars.setdefault(host, {})
 
     def add_child(self, parent: str, child: str) -> None:
-        if child not in self.groups[parent].children:
-            self.groups[parent].children.append(child)
-        if parent not in self.groups[child].parents:
-            self.groups[child].parents.append(parent)
+        if (parent, child) in self.links:
+            return
+        self.links.add((parent, child))
+        self.groups[parent].children.append(child)
+        self.groups[child].parents.append(parent)
 
     def reconcile(self) -> None:
         """What Ansible does after parsing: every parentless group under `all`, every host in no
@@ -120,16 +143,18 @@ class Inventory:
             if name != "all" and not self.groups[name].parents:
                 self.add_child("all", name)
         ungrouped = self.groups["ungrouped"]
-        member: dict[str, set[str]] = {h: set() for h in self.host_where}
-        for g in self.groups.values():
-            for h in g.hosts:
-                member[h].add(g.name)
+        leaving = set()
         for host, where in self.host_where.items():
-            others = member[host] - {"all", "ungrouped"}
-            if others and host in ungrouped.hosts:
-                ungrouped.hosts.remove(host)
-            elif not others and host not in ungrouped.hosts:
-                ungrouped.hosts.append(host)
+            others = set(self.host_groups.get(host, ())) - {"all", "ungrouped"}
+            if others and host in ungrouped.members:
+                leaving.add(host)
+            elif not others and host not in ungrouped.members:
+                self.add_host("ungrouped", host, where)
+        if leaving:  # one pass, not one list removal per host
+            ungrouped.hosts[:] = [h for h in ungrouped.hosts if h not in leaving]
+            ungrouped.members -= leaving
+            for host in leaving:
+                self.host_groups[host].remove("ungrouped")
         self.groups = {"all": self.groups["all"], "ungrouped": self.groups["ungrouped"],
                        **{k: v for k, v in self.groups.items() if k not in ("all", "ungrouped")}}
         self.groups["all"].children.sort(key=lambda c: c != "ungrouped")  # ungrouped is all's first child
@@ -181,7 +206,7 @@ class Inventory:
 
     def groups_of(self, host: str) -> set[str]:
         """Every group a host belongs to, directly or through children, including `all`."""
-        stack = [g.name for g in self.groups.values() if host in g.hosts]
+        stack = list(self.host_groups.get(host, ()))
         found: set[str] = set()
         while stack:
             g = stack.pop()
