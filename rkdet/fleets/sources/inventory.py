@@ -12,7 +12,6 @@ fleet's inventory is written with it and read back with `load_inventory`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,10 +47,8 @@ def load_inventory(path: str | Path) -> Inventory:
     if p.is_dir():
         raise InputError(f"{p}: a folder of inventory sources is read by ansible-core only (docs/FLEET.md); "
                          "pass one inventory file")
+    check_source(p)  # the file and the vars folders beside it, as the ansible-core engine checks them
     text = read_bounded(p, MAX_INVENTORY_BYTES, "inventory")
-    if text.startswith("#!") and os.access(p, os.X_OK):  # first: the reader never runs one, even if asked
-        raise InputError(f"{p}:1: an executable inventory script: only ansible-core runs it (docs/FLEET.md); "
-                         "rkdet's reader never executes an inventory")
     if p.suffix in YAML_SUFFIXES:
         inv = read_yaml(p, text)
     elif p.suffix in INI_SUFFIXES:
@@ -64,7 +61,6 @@ def load_inventory(path: str | Path) -> Inventory:
                 raise
             inv = read_ini(p, text)
     inv.reconcile()
-    check_source(p, programs=True)  # the vars folders beside it, as the ansible-core engine checks them
     load_vars_dirs(inv)
     for host in inv.hosts:
         board_of(inv, host)
