@@ -250,6 +250,15 @@ def test_dev_zero_and_sparse_vars_files_are_refused_unread(tmp_path: Path, engin
     assert "group_vars/all.yml: larger than 1024 KiB" in line
 
 
+def assert_memory_refusal(message: str, inv: Path) -> None:
+    """One line from ansible-inventory stopped by its limit: Ansible usually reports the MemoryError,
+    but an allocation can fail inside a plugin that reports only "Failed to parse"; either way its
+    peak memory stayed under the limit (this process's children's peak, the test's own bound)."""
+    assert "\n" not in message and message.startswith(f"{inv}: ansible-inventory refused it ("), message
+    assert "memory limit of 384 MiB" in message or "Failed to parse" in message, message
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < (384 << 20) // 1024, message
+
+
 def test_a_huge_range_stops_at_the_engines_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          ansible_program: Path) -> None:
     inv = tmp_path / "inv.ini"
@@ -259,9 +268,7 @@ def test_a_huge_range_stops_at_the_engines_memory_limit(tmp_path: Path, monkeypa
     monkeypatch.setattr(ansible_engine, "MEMORY_LIMIT", 384 << 20)
     with pytest.raises(InputError) as err:
         ansible_engine.load(ansible_program, inv, None, timeout=100)
-    assert str(err.value) == (f"{inv}: ansible-inventory refused it (it ran out of its memory limit of 384 MiB; "
-                              "is this really a lab's inventory?)")
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < (384 << 20) // 1024 + 1
+    assert_memory_refusal(str(err.value), inv)
 
 
 def test_the_memory_limit_applies_to_whatever_the_engine_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,8 +294,9 @@ def test_six_hundred_bytes_of_ranges_are_refused_by_the_host_cap(tmp_path: Path,
     assert one_line(done) == f"rkdet: {inv}:2: more than 50000 hosts in the inventory; is this really a lab's " \
                              "inventory? (split it, or check its ranges)"
     monkeypatch.setattr(ansible_engine, "MEMORY_LIMIT", 384 << 20)
-    with pytest.raises(InputError, match=r"ran out of its memory limit|more than 50000 hosts"):
+    with pytest.raises(InputError) as err:
         ansible_engine.load(ansible_program, inv, None, timeout=100)
+    assert_memory_refusal(str(err.value), inv)
 
 
 def test_host_handling_is_linear(tmp_path: Path) -> None:

@@ -239,9 +239,17 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 def _why(stderr: list[str], rc: int) -> str:
     """Ansible's reasons, one line: its memory or CPU limit, each plugin's "Failed to parse ..."
     warning, else its ERROR line."""
-    if rc in (-signal.SIGXCPU, -signal.SIGKILL) or any("MemoryError" in ln for ln in stderr):
-        what = "its CPU-time limit" if rc == -signal.SIGXCPU else f"its memory limit of {MEMORY_LIMIT >> 20} MiB"
-        return f"it ran out of {what}; is this really a lab's inventory?"
+    limit = f"memory limit of {MEMORY_LIMIT >> 20} MiB; is this really a lab's inventory?"
+    if rc == -signal.SIGXCPU:
+        return "it ran out of its CPU-time limit; is this really a lab's inventory?"
+    if any("MemoryError" in ln for ln in stderr):
+        return f"it ran out of its {limit}"
+    if rc < 0:  # a C allocation failing unchecked under the limit ends Python by a signal
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"it was ended by {name}, most likely at its {limit}"
     reasons = [m.group(1) + ": " + m.group(2).strip() for ln in stderr
                if (m := re.search(r"Failed to parse inventory with '([\w.]+)' plugin: (.+)$", ln))]
     if reasons:
