@@ -95,6 +95,10 @@ def test_inventory_programs_run_only_when_asked_and_are_named(tmp_path: Path, an
     out = json.loads(done.stdout)
     assert [b["name"] for b in out["boards"]] == ["s1"] and marker.exists()
     assert f"programs run: {script}" in out["engine"] and "inventory programs allowed" in out["engine"]
+    marker.unlink()
+    done = rkdet("fleet", "hosts", "--inventory", str(script), "--inventory-engine", "ansible", "--json",
+                 env={"RKDET_INVENTORY_PROGRAMS": "1"})  # the same opt-in from the environment
+    assert done.returncode == 0 and marker.exists(), done.stderr
     line = one_line(hosts(script, "native", "--inventory-programs"))
     assert "--inventory-programs needs the ansible-core engine" in line
 
@@ -395,6 +399,9 @@ def test_symlink_loops_fifos_and_duplicates_are_refused_alike(tmp_path: Path, en
     os.mkfifo(lab / "group_vars" / "g.yml")
     assert "group_vars/g.yml: not a regular file" in one_line(hosts(lab / "inv.ini", engine))
     (lab / "group_vars" / "g.yml").unlink()
+    (lab / "group_vars" / ".g.yml").symlink_to("/etc/hostname")  # hidden is no hiding place
+    assert "group_vars/.g.yml: a symlink out of the inventory's folder" in one_line(hosts(lab / "inv.ini", engine))
+    (lab / "group_vars" / ".g.yml").unlink()
     dup = lab / "dup.yml"
     dup.write_text("g:\n  hosts:\n    a:\n    a:\n")
     line = one_line(hosts(dup, engine))

@@ -171,7 +171,7 @@ def version(program: Path) -> str:
     return "ansible-core"
 
 
-def _environment(tmp: Path, setup: Setup, inventory: Path) -> dict[str, str]:
+def _environment(tmp: Path, setup: Setup) -> dict[str, str]:
     env = {**os.environ, **_ENV}
     env.setdefault("ANSIBLE_LOCAL_TEMP", str(tmp / "local"))
     empty = tmp / "ansible.cfg"  # an existing file: Ansible passes over an ANSIBLE_CONFIG that is not there
@@ -193,7 +193,7 @@ def _run(program: Path, inventory: Path, limit: str | None, timeout: float,
     argv = [str(program), "-i", str(inventory), "--list"] + (["--limit", limit] if limit else [])
     with tempfile.TemporaryDirectory(prefix="rkdet-ansible-") as tmp_name, \
             tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        env = _environment(Path(tmp_name), setup, inventory)
+        env = _environment(Path(tmp_name), setup)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
                                 start_new_session=True, preexec_fn=_child_limits(MEMORY_LIMIT, timeout))
         try:

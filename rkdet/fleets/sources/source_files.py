@@ -83,8 +83,8 @@ def _walk(folder: Path, base: Path, depth: int, budget: list[int], limit: int, f
     except OSError as err:
         raise InputError(f"{folder}: cannot list the {what} ({err.strerror})") from None
     for entry in entries:
-        if entry.name.startswith("."):
-            continue  # Ansible skips hidden entries, and so does rkdet's reader
+        if entry.name.startswith(".") and what == "inventory folder":
+            continue  # Ansible skips hidden entries of a folder of sources (a .git); a vars file may be `.x.yml`
         budget[0] -= 1
         if budget[0] < 0:
             raise InputError(f"{folder}: more than {MAX_ENTRIES} entries; is this really an inventory's folder?")
