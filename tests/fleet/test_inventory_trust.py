@@ -422,3 +422,21 @@ def test_the_engines_time_out_line_names_the_cause(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         ansible_engine.load(program, inv, None, timeout=0.5, setup=ansible_engine.Setup(programs_allowed=True))
     assert "(an inventory program or plugin waiting on something?)" in str(err.value)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_deep_group_chains_are_refused_alike(tmp_path: Path, engine: str, ansible_program: Path) -> None:
+    """A chain of 900 `[gN:children]` sections (17 KB): one line on both engines, no RecursionError."""
+    inv = tmp_path / "chain.ini"
+    inv.write_text("[g0]\na\n" + "".join(f"[g{i}:children]\ng{i - 1}\n" for i in range(1, 900)))
+    line = one_line(hosts(inv, engine))
+    assert "is nested deeper than 64 groups" in line and "internal error" not in line
+
+
+def test_wide_group_graphs_are_bounded(tmp_path: Path) -> None:
+    """2 000 hosts in a group with 1 001 parents: every record would list 1 002 groups (2 million in all)."""
+    inv = tmp_path / "wide.ini"
+    inv.write_text("[lab]\nh[0:1999]\n" + "".join(f"[p{i}:children]\nlab\n" for i in range(1001)))
+    with pytest.raises(InputError, match=r"group memberships \(inherited ones included\) add up to more than "
+                                         r"2000000"):
+        load_inventory(inv)

@@ -82,6 +82,8 @@ class Group:
 
 MAX_HOSTS = 50_000  # every host of every source together; a lab of thousands of boards is far below it
 MAX_GROUPS = 10_000
+MAX_GROUP_DEPTH = 64  # as the YAML reader's nesting bound
+MAX_GROUP_WORK = 2_000_000  # each host's groups (inherited ones included), summed over the hosts
 
 
 @dataclass
@@ -97,6 +99,9 @@ class Inventory:
     engine: str = "native"  # "native" | "ansible-core X.Y.Z"
     host_groups: dict[str, list[str]] = field(default_factory=dict)  # host -> the groups listing it directly
     links: set[tuple[str, str]] = field(default_factory=set)  # (parent, child) group edges
+    _depths: dict[str, int] | None = field(default=None, repr=False)
+    _layers: dict[frozenset[str], tuple[VarMap, tuple[str, ...]]] = field(default_factory=dict, repr=False)
+    _group_work: int = field(default=0, repr=False)
 
     # -- structure --
 
@@ -217,14 +222,37 @@ class Inventory:
         found.add("all")
         return found
 
-    def depth(self, name: str, _memo: dict[str, int] | None = None) -> int:
-        """Ansible's group depth: `all` 0, a top-level group 1, a child one more than its deepest parent."""
-        memo = {} if _memo is None else _memo
-        if name == "all":
-            return 0
-        if name not in memo:
-            memo[name] = 1 + max((self.depth(p, memo) for p in self.groups[name].parents), default=0)
-        return memo[name]
+    def depths(self) -> dict[str, int]:
+        """Ansible's group depth of every group: `all` 0, a top-level group 1, a child one more than its
+        deepest parent. One pass in topological order (linear; no recursion), made once the inventory
+        is complete; deeper than `MAX_GROUP_DEPTH` or a cycle is refused."""
+        if self._depths is not None:
+            return self._depths
+        from rkdet.errors import InputError
+
+        waiting = {name: len(g.parents) for name, g in self.groups.items()}
+        depth = {"all": 0}
+        ready = [name for name, n in waiting.items() if n == 0]
+        while ready:
+            name = ready.pop()
+            depth.setdefault(name, 1)
+            if depth[name] > MAX_GROUP_DEPTH:
+                raise InputError(f"{self.groups[name].where}: group {name[:60]!r} is nested deeper than "
+                                 f"{MAX_GROUP_DEPTH} groups")
+            for child in self.groups[name].children:
+                depth[child] = max(depth.get(child, 0), depth[name] + 1)
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    ready.append(child)
+        stuck = [name for name, n in waiting.items() if n > 0]
+        if stuck:
+            raise InputError(f"{self.groups[stuck[0]].where}: group {stuck[0][:60]!r} is its own ancestor (a cycle); "
+                             "remove one `children` entry")
+        self._depths = depth
+        return depth
+
+    def depth(self, name: str) -> int:
+        return self.depths()[name]
 
     def priority(self, name: str) -> int:
         var = self.groups[name].vars.get("ansible_group_priority")
@@ -238,17 +266,38 @@ class Inventory:
             raise InputError(f"{var.where}: ansible_group_priority must be a whole number") from None
 
     def merged_vars(self, host: str) -> tuple[VarMap, tuple[str, ...]]:
-        """The host's vars with Ansible's precedence, and its groups (sorted as applied, without `all`)."""
-        memo: dict[str, int] = {}
-        groups = sorted((g for g in self.groups_of(host) if g != "all"),
-                        key=lambda g: (self.depth(g, memo), self.priority(g), g))
-        merged: VarMap = {}
-        merged.update(self.groups["all"].vars)
-        for g in groups:
-            merged.update(self.groups[g].vars)
-        merged.update(self.group_files.get("all", {}))
-        for g in groups:
-            merged.update(self.group_files.get(g, {}))
+        """The host's vars with Ansible's precedence, and its groups (sorted as applied, without `all`).
+
+        Call once the inventory is complete: the group layers are worked out once per set of direct
+        groups (every host of a range shares one), so a lab's hosts cost linear time; the group work
+        of all sets together is capped (`MAX_GROUP_WORK`)."""
+        key = frozenset(self.host_groups.get(host, ()))
+        layer = self._layers.get(key)
+        if layer is None:
+            depths = self.depths()
+            found = self.groups_of(host)
+            self._group_work += len(found)
+            if self._group_work > MAX_GROUP_WORK:
+                from rkdet.errors import InputError
+
+                raise InputError(f"{self.host_where.get(host, self.path)}: hosts belong to more than {MAX_GROUP_WORK} "
+                                 "groups in all (counting inherited ones); is this really a lab's inventory?")
+            groups = tuple(sorted((g for g in found if g != "all"), key=lambda g: (depths[g], self.priority(g), g)))
+            base: VarMap = {}
+            base.update(self.groups["all"].vars)
+            for g in groups:
+                base.update(self.groups[g].vars)
+            base.update(self.group_files.get("all", {}))
+            for g in groups:
+                base.update(self.group_files.get(g, {}))
+            layer = self._layers[key] = (base, groups)
+        self._group_work += len(layer[1]) + 1
+        if self._group_work > MAX_GROUP_WORK:
+            from rkdet.errors import InputError
+
+            raise InputError(f"{self.host_where.get(host, self.path)}: the hosts' group memberships (inherited ones "
+                             f"included) add up to more than {MAX_GROUP_WORK}; is this really a lab's inventory?")
+        merged = dict(layer[0])
         merged.update(self.host_vars.get(host, {}))
         merged.update(self.host_files.get(host, {}))
-        return merged, tuple(groups)
+        return merged, layer[1]
