@@ -11,6 +11,8 @@ Ansible reads beside it. Refused, one line naming the entry:
 - a file larger than the reader takes (its size from `stat`: a sparse 1 GiB file is not read);
 - an executable file (Ansible runs it as a dynamic inventory) unless the user opted in to inventory
   programs (`--inventory-programs`, docs/FLEET.md); rkdet's own reader never runs one.
+Hidden entries of a folder of sources are skipped (Ansible skips them: a `.git`); in the vars folders
+every entry is checked (a group may be named `.x`).
 """
 
 from __future__ import annotations
