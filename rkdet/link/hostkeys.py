@@ -64,7 +64,7 @@ def check_known_hosts(path: Path, writable: bool = False) -> bool:
 
 def _known_hosts_line(raw: bytes) -> bool:
     try:
-        line = raw.decode("ascii").strip()
+        line = raw.decode("utf-8").strip()  # a comment after the key may be any UTF-8
     except UnicodeDecodeError:
         return False
     if not line or line.startswith("#"):
@@ -117,7 +117,7 @@ def record_host_key(path: Path, name: str, key: paramiko.PKey) -> None:
     """Append `name keytype base64` to a known_hosts file (rewritten to a temp name, then renamed)."""
     path = Path(path).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
-    old = path.read_text(encoding="ascii") if check_known_hosts(path, writable=True) else ""
+    old = path.read_text(encoding="utf-8") if check_known_hosts(path, writable=True) else ""
     if old and not old.endswith("\n"):
         old += "\n"
     from rkdet.records.io import write_atomic  # the one atomic writer
