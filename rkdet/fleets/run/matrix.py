@@ -50,7 +50,7 @@ def parse_matrix(specs: tuple[str, ...], default: MatrixCell) -> list[MatrixCell
     backends = axes.get("backend", [default.backend])
     cells: list[MatrixCell] = []
     for backend in backends:
-        for mask in (masks if backend == "rknnlite" else ["auto"]):
+        for mask in (masks if descriptor(backend).takes_core_mask else ["auto"]):
             if MatrixCell(mask, backend) not in cells:
                 cells.append(MatrixCell(mask, backend))
     return cells
@@ -65,7 +65,7 @@ def plan(cells: list[MatrixCell], soc: str | None) -> list[Planned]:
     cores = npu_cores(soc)
     out = []
     for cell in cells:
-        if cell.backend == "rknnlite" and _MASK_NEEDS[cell.core_mask] > cores:
+        if descriptor(cell.backend).takes_core_mask and _MASK_NEEDS[cell.core_mask] > cores:
             out.append(Planned(cell, f"{soc or 'this SoC'} has {cores} NPU core{'s' if cores != 1 else ''}; "
                                      f"core mask {cell.core_mask} needs {_MASK_NEEDS[cell.core_mask]}"))
         else:
