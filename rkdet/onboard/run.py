@@ -36,7 +36,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from .atomic import write_json_atomic
-from .backend_table import DEFAULT_BACKEND, NPU_BACKENDS, facts
+from .backend_table import DEFAULT_BACKEND, NPU_BACKENDS
+from .backend_table import facts as backend_facts
 from .backends import GRAPH_OPT_LEVELS, make_backend
 from .cells import run_cells
 from .contexts import contexts_check
@@ -96,7 +97,7 @@ def parse_args(argv):
     bad = [m for m in args.core_masks if m not in CORE_MASKS]
     if bad or len(set(args.core_masks)) != len(args.core_masks):
         parser.error("--core-mask %s: give distinct masks from %s, comma-separated" % (args.core_mask, ", ".join(CORE_MASKS)))
-    if not facts(args.backend).on_npu and args.core_masks != ["auto"]:
+    if not backend_facts(args.backend).on_npu and args.core_masks != ["auto"]:
         parser.error("--core-mask applies only to --backend %s" % NPU_BACKENDS)
     if args.npu_cores is not None and args.npu_cores < 1:
         parser.error("--npu-cores must be >= 1")

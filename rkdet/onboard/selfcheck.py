@@ -28,7 +28,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .backend_table import BACKENDS, DEFAULT_BACKEND, NPU_BACKENDS, facts
+from .backend_table import BACKENDS, DEFAULT_BACKEND, NPU_BACKENDS
+from .backend_table import facts as backend_facts
 from .backends import make_backend
 from .bounded import visible
 from .bundle import BUNDLE_FILE, Bundle, BundleError, decode_array
@@ -158,9 +159,9 @@ def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend=DEFAULT_BACK
     if backend not in BACKENDS or core_mask not in CORE_MASKS:
         return _fail(EXIT_BAD_BUNDLE, "usage", "backend %r, core mask %r: expected %s and one of %s"
                      % (backend, core_mask, "|".join(BACKENDS), "|".join(CORE_MASKS)), started)
-    if not facts(backend).on_npu and core_mask != "auto":
+    if not backend_facts(backend).on_npu and core_mask != "auto":
         return _fail(EXIT_BAD_BUNDLE, "usage", "--core-mask %s applies only to --backend %s" % (core_mask, NPU_BACKENDS), started)
-    default_name = facts(backend).model_file
+    default_name = backend_facts(backend).model_file
     guess = model if model is not None else os.path.join(os.path.dirname(os.path.abspath(bundle)), default_name)
     hashing = _hash_in_background(guess)  # sha256 runs (GIL released) while the bundle is parsed
     try:
@@ -243,7 +244,7 @@ def _run(spec, runtime, inputs, started, facts):
                      "it); this platform's build has none" % (spec.path, ref, missing[0], runtime.name), started, **facts)
     names = spec.outputs
     for entry, tensor in inputs:
-        feed = [fp32_input(tensor, spec.mean, spec.std) if facts(runtime.name).fp32_input else tensor]
+        feed = [fp32_input(tensor, spec.mean, spec.std) if backend_facts(runtime.name).fp32_input else tensor]
         outputs = runtime.own(runtime.infer(feed))
         expected = entry["expected"][ref]
         if len(outputs) != len(expected):
