@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from rkdet.link.files import BoardLink, FileTransfer
-from rkdet.link.shell import CommandRunner
+from rkdet.link.shell import CommandRunner, remote_command
 from rkdet.link.transfer import TransferStats, _Progress, remote_hashes, sha256_file
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import swap_folder

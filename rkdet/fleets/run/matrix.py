@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rkdet.backends.registry import backend as descriptor
 from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import InputError
 from rkdet.fleets.run.records import MatrixCell
