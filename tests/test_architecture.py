@@ -56,7 +56,10 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
 
 import ast  # noqa: E402
 
+from dataclasses import fields  # noqa: E402
+
 from rkdet.backends.registry import REGISTRY  # noqa: E402
+from rkdet.records.run_info import RunInfo  # noqa: E402
 from rkdet.onboard.backend_table import BACKENDS  # noqa: E402
 
 #: the only places that may compare a backend's name: the registry's descriptors and the on-board table
@@ -105,3 +108,4 @@ def test_every_board_backend_has_one_descriptor() -> None:
     for name, desc in REGISTRY.items():
         assert desc.name == name and desc.model_file.startswith("model.")
         assert desc.reference(emulated=False) in ("simulator", "onnx-fp32")
+        assert set(desc.run_json) <= {f.name for f in fields(RunInfo)}, desc.run_json

@@ -30,7 +30,8 @@ class Backend:
     emulated_double: bool = False  # the rkdet emulator has a test double of this runtime (ask the board whether it runs it)
     embeds_fingerprint: bool = False  # its model file carries rkdet's build fingerprint (`--expect-fingerprint`)
     runner_env: Mapping[str, str] = field(default_factory=dict)  # environment its runner needs on the board
-    run_json: tuple[str, ...] = ("backend", "backend_detail", "emulated", "emulates_npu", "stack", "options")
+    # the run.json keys its runner records about it (rkdet.records.run_info.RunInfo reads them)
+    run_json: tuple[str, ...] = ("backend", "backend_detail", "emulated", "emulates_npu", "stack", "backend_options")
 
     @property
     def name(self) -> str:
