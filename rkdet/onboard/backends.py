@@ -233,7 +233,10 @@ def make_backend(backend, model, core_mask="auto", threads=1, graph_opt="all", i
     # type: (str, str, str, int, str, Optional[Dict[str, Any]]) -> Any
     """The backend named `backend` with `model` loaded; rknnlite takes `<model>.io.json` beside the
     model when there is one, else `io_spec`."""
-    if RUNTIMES[backend] is OnnxRuntimeBackend:
+    runtime = RUNTIMES.get(backend)
+    if runtime is None:  # a backend of the table with a runner of its own (not this program)
+        raise RunnerError("--backend %s is not run by this program" % backend)
+    if runtime is OnnxRuntimeBackend:
         return OnnxRuntimeBackend(model, threads=threads, graph_opt=graph_opt)
     return RknnLiteBackend(model, core_mask=core_mask, io_spec=load_io_spec(model) or io_spec)
 
