@@ -20,11 +20,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.settings import settings_source
 from rkdet.link.connect import ConnectionOptions, open_connection
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rkdet.link.ssh import BoardConnection
 from rkdet.boardinfo.preflight import same_npu
 from rkdet.deploy.request import DeployRequest
 from rkdet.deploy.settings import RunOverrides, RunSettings
@@ -113,7 +116,7 @@ def board_connection(board: FleetBoard, common: DeployCommon) -> Iterator[Any]:
         yield conn
 
 
-def probe_soc(conn: Any, board: FleetBoard, common: DeployCommon) -> str | None:
+def probe_soc(conn: BoardConnection, board: FleetBoard, common: DeployCommon) -> str | None:
     """The SoC the board's probe names (nothing on the board changes)."""
     from rkdet.boardinfo.remote_scripts import probe_board, state_dir_for
     from rkdet.deploy.stage import push_scripts
@@ -126,7 +129,7 @@ def probe_soc(conn: Any, board: FleetBoard, common: DeployCommon) -> str | None:
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
 
-def deploy_cells(conn: Any, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
+def deploy_cells(conn: BoardConnection, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
                  timeout: float, log: Log) -> list[CellResult]:
     """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
     the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
