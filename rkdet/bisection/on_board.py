@@ -23,6 +23,7 @@ from rkdet.boardinfo.remote_scripts import SESSION_ENV, is_emulated_runtime
 from rkdet.link.pull import pull
 from rkdet.link.shell import FILES_S
 from rkdet.link.transfer import push
+from rkdet.records.build_files import stage_golden_inputs
 from rkdet.deploy.settings import RunSettings
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import BoardError
@@ -93,7 +94,9 @@ class BoardRunner:
         with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
             push(conn, Path(program.build(tmp)), f"{self.workdir}/bisect/{program.PROGRAM}")  # type: ignore[arg-type]
         if not self._pushed_inputs:
-            push(conn, self.build / "golden" / "inputs", f"{self.base}/inputs")  # type: ignore[arg-type]
+            with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp:  # the checked copy, never the folder
+                inputs = stage_golden_inputs(self.build, self.manifest, Path(tmp) / "inputs")
+                push(conn, inputs, f"{self.base}/inputs")  # type: ignore[arg-type]
             self._pushed_inputs = True
         push(conn, model_dir / "model.rknn", f"{remote_model}/model.rknn")  # type: ignore[arg-type]
         push(conn, model_dir / "model.io.json", f"{remote_model}/model.io.json")  # type: ignore[arg-type]
