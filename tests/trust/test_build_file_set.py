@@ -277,3 +277,32 @@ def test_deploy_of_a_linked_inputs_folder_sends_nothing(default_build: Path, tmp
                 assert CANARY.encode() not in p.read_bytes(), p
             assert "inputs" not in p.relative_to(board.board_dir).parts or not any(p.glob("*.npy")), p
     assert not any(p.is_file() for p in (tmp_path / "out").rglob("*"))
+
+
+# -- finding 2: `rkdet layers BUILD` never runs a program the build folder names --
+
+@pytest.mark.parametrize("own_config", [False, True])
+def test_layers_never_runs_the_toolkit1_python_a_build_names(default_build: Path, tmp_path: Path,
+                                                             own_config: bool) -> None:
+    from trust_helpers import REPO, rkdet
+
+    build = tmp_path / "build"
+    shutil.copytree(default_build, build)
+    ran = tmp_path / "the-program-ran"
+    prog = tmp_path / "prog"
+    prog.write_text(f"#!/bin/sh\necho ran > {ran}\necho 1.7.5\n")
+    prog.chmod(0o755)
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["platform"] = "rv1126"
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    resolved = json.loads((build / "config.resolved.json").read_text())
+    resolved["target"] = {"platforms": ["rv1126"], "toolkit1_python": str(prog)}
+    (build / "config.resolved.json").write_text(json.dumps(resolved))
+    extra = ["--config", str(REPO / "configs" / "yolov8.yaml")] if own_config else []
+    proc = rkdet(["layers", str(build), *extra, "--out", str(tmp_path / "out")], timeout=300)
+    assert proc.returncode in (2, 4), proc.stderr[-3000:]
+    line = one_line(proc)
+    assert not ran.exists(), line  # the build's program never ran
+    assert str(prog) not in line
+    if own_config:  # the toolkit-1 Python comes from the user's own config only
+        assert "rv1126" in line and "target.toolkit1_python" in line, line
