@@ -20,7 +20,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -104,15 +104,37 @@ def work_folder(key: str) -> Iterator[Path]:
         raise ConversionError(f"{base}: hermetic build folder is not a private directory of this user; "
                               "remove it (another user may have created it)")
     folder = base / key[:24]
-    with open(base / f"{key[:24]}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    fd = _locked(base / f"{key[:24]}.lock")
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        (folder / "home").mkdir()
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with suppress(OSError):  # removed while still held: no empty lock file is left per build
+            os.unlink(base / f"{key[:24]}.lock")
+        os.close(fd)
+
+
+def _locked(path: Path) -> int:
+    """An exclusively locked descriptor of the lock file at `path`. The holder removes the file before it
+    lets go, so a waiter that then gets the lock of a removed file opens the new one again."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            (folder / "home").mkdir()
-            yield folder
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                now = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            held = os.fstat(fd)
+            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 class DeadlineReached(ConversionError):
