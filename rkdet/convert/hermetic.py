@@ -104,37 +104,46 @@ def work_folder(key: str) -> Iterator[Path]:
         raise ConversionError(f"{base}: hermetic build folder is not a private directory of this user; "
                               "remove it (another user may have created it)")
     folder = base / key[:24]
-    fd = _locked(base / f"{key[:24]}.lock")
-    try:
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
-        (folder / "home").mkdir()
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        with suppress(OSError):  # removed while still held: no empty lock file is left per build
-            os.unlink(base / f"{key[:24]}.lock")
-        os.close(fd)
-
-
-def _locked(path: Path) -> int:
-    """An exclusively locked descriptor of the lock file at `path`. The holder removes the file before it
-    lets go, so a waiter that then gets the lock of a removed file opens the new one again."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    sweep_stale_locks(base)
+    with open(base / f"{key[:24]}.lock", "w") as lock:  # "w": every use refreshes its mtime (see the sweep)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                now = os.stat(path, follow_symlinks=False)
-            except FileNotFoundError:
-                now = None
-            held = os.fstat(fd)
-            if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                return fd
-        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            (folder / "home").mkdir()
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+STALE_LOCK_S = 3600  # a lock file nobody opened for this long has no holder and no waiter
+
+
+def sweep_stale_locks(base: Path, now: float | None = None) -> int:
+    """Remove the lock files of earlier builds, so converts do not leave one empty file each. Only a file
+    no one has opened for STALE_LOCK_S (each opener truncates it, refreshing its mtime, before it waits)
+    and that can be locked without waiting is removed, while locked: a waiter always holds a fresh file."""
+    now = time.time() if now is None else now
+    removed = 0
+    for path in base.glob("*.lock"):
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_LOCK_S:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held, again = os.fstat(fd), os.lstat(path)
+            if (held.st_dev, held.st_ino) == (again.st_dev, again.st_ino) and now - again.st_mtime >= STALE_LOCK_S:
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
+        finally:
             os.close(fd)
-            raise
-        os.close(fd)
+    return removed
 
 
 class DeadlineReached(ConversionError):
