@@ -93,7 +93,7 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
                 if chosen is None:
                     chosen = build_deploy_settings(build)
         assert chosen is not None and build is not None
-        log(f"settings (run, board, tolerances) from {chosen.source}")
+        log(f"settings (run, board, tolerances) from {chosen.source}{from_build_note(chosen, config_path)}")
         settings = RunSettings.from_config(chosen, flags)
         deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal,
                                 allow_failed_build=allow_failed_build)
@@ -118,6 +118,16 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
     if as_json:
         click.echo(json.dumps(outcome.record.to_json() if outcome.record else {}, indent=2, sort_keys=True))
     return outcome
+
+
+def from_build_note(chosen: Any, config_path: Path | None) -> str:
+    """What a build folder decides on the board when no --config is given (issue 30 #16): its resolved
+    config's board work dir and sudo are used (documented), so the log line names them."""
+    if config_path is not None or not str(chosen.source).endswith("config.resolved.json"):
+        return ""
+    board = chosen.board
+    return (f" (the build folder's: board work dir {board.workdir or 'the default'}, sudo "
+            f"{'yes' if board.sudo else 'no'}; pass --config FILE to use your own)")
 
 
 def _install_selfcheck(conn: BoardConnection, build: Path, outcome: DeployOutcome, backend: str, log: Log,

@@ -141,10 +141,7 @@ def _inputs(folder: Path, fed: FedSpec, given: Given) -> dict[str, np.ndarray]:
         if p.stem in out:
             raise InputError(f"{p}: another input is also named {p.stem!r}; rename one")
         if p.suffix.lower() == ".npy":
-            try:
-                arr = np.load(p, allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise InputError(f"{p}: not a readable .npy ({exc.__class__.__name__}); save it with numpy.save") from None
+            arr = _load_npy(p, fed.shape)
             if arr.ndim == 3:
                 arr = arr[None]
             if arr.dtype != np.uint8 or tuple(arr.shape) != fed.shape:
@@ -153,6 +150,33 @@ def _inputs(folder: Path, fed: FedSpec, given: Given) -> dict[str, np.ndarray]:
         else:
             out[p.stem] = preprocess(decode_rgb(p), fed.shape[1:3], pp)[0]
     return out
+
+
+def _load_npy(p: Path, shape: tuple[int, ...]) -> np.ndarray:
+    """A golden .npy, its header checked first: a regular file (a FIFO is refused, not waited on) that
+    declares uint8 of the fed shape (or without its batch axis) and holds exactly those bytes, so a header
+    claiming terabytes is one line naming the file, never an allocation."""
+    from rkdet.records.io import open_regular
+
+    want = f"the model is fed uint8 {list(shape)} (NHWC)"
+    try:
+        with open_regular(p) as f:
+            version = np.lib.format.read_magic(f)
+            declared, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                        else np.lib.format.read_array_header_2_0(f))
+            if dtype != np.uint8 or tuple(declared) not in (tuple(shape), tuple(shape[1:])):
+                raise InputError(f"{p}: {dtype} {list(declared)}; {want}")
+            if fortran:
+                raise InputError(f"{p}: a Fortran-order array; save it C-ordered with numpy.save")
+            count = int(np.prod(shape))
+            data = f.read(count + 1)
+    except FileNotFoundError:
+        raise InputError(f"{p}: vanished while it was read") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{p}: not a readable .npy ({exc.__class__.__name__}); save it with numpy.save") from None
+    if len(data) != count:
+        raise InputError(f"{p}: holds {len(data)} data bytes, its header declares {count}; save it again with numpy.save")
+    return np.frombuffer(data, dtype=np.uint8).reshape(declared).copy()
 
 
 def simulator_probe(model: Path, info: RknnFileInfo) -> str:

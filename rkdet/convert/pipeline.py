@@ -29,7 +29,7 @@ from rkdet.convert.identity import ModelIdentity, build_fingerprint, golden_reco
 from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
-from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.records.io import check_may_write, swap_folder, write_json_atomic
 from rkdet.records.manifest import Manifest, read_manifest
 from rkdet.log import Log
 
@@ -167,6 +167,18 @@ def failed_fidelity_path(final: Path) -> Path:
     return final.with_name(f"{final.name}.failed-fidelity.json")
 
 
+def keep_failed_fidelity(path: Path, fid: dict) -> str:
+    """Write a failed build's fidelity.json beside its build folder through the one atomic writer, only
+    where `check_may_write` allows (never through a symlink, never into a FIFO or device); what was done,
+    for the error's details. A refused place never changes the gate's exit code."""
+    try:
+        check_may_write(path, "failed build's fidelity.json")
+        write_json_atomic(str(path), fid)
+    except (InputError, OSError) as why:
+        return f"fidelity.json not kept ({why})"
+    return f"fidelity.json kept: {path}"
+
+
 def _write_failed(stage_dir: Path, doc: Manifest, record: GateRecord) -> None:
     """A failed build's manifest says so (`gates`, rkdet.records.gates): deploy refuses it unless allowed."""
     doc = doc.replace(gates=record)
@@ -240,13 +252,13 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             try:
                 warnings += fidelity.gate(report, platform, fidelity.settings_used(cfg))
             except FidelityGateError as err:  # a failed build kept (--keep-failed, --search) says what it was
-                write_json_atomic(str(failed_fidelity_path(final)), fid)  # kept even without --keep-failed
+                kept = keep_failed_fidelity(failed_fidelity_path(final), fid)  # kept even without --keep-failed
                 doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                               fid, environment, log_report.to_json())
                 _write_failed(stage_dir, doc, GateRecord(False, err.gate or "fidelity", err.subject, str(err)))
                 (stage_dir / "config.resolved.json").write_text(
                     json.dumps(published.config_dict(cfg), indent=2, sort_keys=True) + "\n")
-                err.details = (*err.details, f"{platform}: fidelity.json kept: {failed_fidelity_path(final)}")
+                err.details = (*err.details, f"{platform}: {kept}")
                 raise
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
@@ -283,7 +295,11 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         session.close()
         if keep_failed and stage_dir.exists() and not isinstance(exc, ReplaceRefused):
             failed = out / f"{final.name}.failed"
-            install_build(stage_dir, failed)  # an older .failed folder is replaced whole
+            try:
+                install_build(stage_dir, failed)  # an older .failed folder is replaced whole
+            except (InputError, OSError) as why:  # e.g. a symlink there: the build's own error stays the answer
+                shutil.rmtree(stage_dir, ignore_errors=True)
+                progress(f"{platform}: --keep-failed: the failed build was not kept ({why})")
         else:
             shutil.rmtree(stage_dir, ignore_errors=True)
         raise

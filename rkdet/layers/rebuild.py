@@ -88,11 +88,15 @@ def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first.get("loc", ()))
         raise InputError(f"{folder / 'config.resolved.json'}: key {key!r}: {first.get('msg')}; rebuild with rkdet convert") from None
+    # A program to run is never taken from a build folder (it may be someone else's): the toolkit-1 Python
+    # comes from the user's own --config only; without one, rv1126 is refused before anything runs.
+    own_python = None
     if paths_from is not None:
         located = load_config(paths_from)
         updates = {section: getattr(cfg, section).model_copy(update={key: getattr(getattr(located, section), key)})
                    for section, key in PATH_KEYS if section in ("model", "quantize", "golden")}
         cfg = cfg.model_copy(update=updates)
+        own_python = located.target.toolkit1_python
     else:
         for section, key in (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs")):
             value = getattr(getattr(cfg, section), key)
@@ -100,6 +104,7 @@ def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
                 raise InputError(f"{folder / 'config.resolved.json'}: {section}.{key} is {str(value)!r} without its "
                                  f"location (a published build records no machine paths); pass the config that "
                                  f"built it: rkdet layers {folder} --config FILE")
+    cfg = cfg.model_copy(update={"target": cfg.target.model_copy(update={"toolkit1_python": own_python})})
     return BuildSource(cfg, doc.platform, folder, doc)
 
 
