@@ -30,7 +30,13 @@ from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
 from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.records.fidelity import FILE as FIDELITY
+from rkdet.records.fidelity import write_fidelity
 from rkdet.records.manifest import Manifest, read_manifest
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import ModelIo, write_model_io
+from rkdet.records.resolved_config import FILE as RESOLVED_CONFIG
+from rkdet.records.resolved_config import write_resolved_config
 from rkdet.log import Log
 
 
@@ -207,9 +213,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
-        io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8", "layout": "nhwc"}],
-                   "outputs": list(model.output_names)}  # rkdet-run names outputs from it (RKNNLite cannot)
-        (stage_dir / "model.io.json").write_text(json.dumps(io_spec, indent=2) + "\n")
+        # rkdet-run names outputs from it (RKNNLite cannot)
+        write_model_io(stage_dir / MODEL_IO, ModelIo.image(model.input_name, h, w, model.output_names))
         progress(f"{platform}: golden references (onnxruntime FP32{', RKNN simulator' if sim else ''})")
         gold_inputs = {}
         for f in gold.files:
@@ -235,17 +240,16 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
                                       header.to_json()["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
             fid = report.to_json()
-            (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
+            write_fidelity(stage_dir / FIDELITY, report.record())
             fidelity_line = fidelity.summary_line(report, platform)
             try:
                 warnings += fidelity.gate(report, platform)
             except FidelityGateError as err:  # a failed build kept (--keep-failed, --search) says what it was
-                write_json_atomic(str(failed_fidelity_path(final)), fid)  # kept even without --keep-failed
+                write_fidelity(failed_fidelity_path(final), report.record())  # kept even without --keep-failed
                 doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                               fid, environment, log_report.to_json())
                 _write_failed(stage_dir, doc, GateRecord(False, err.gate or "fidelity", err.subject, str(err)))
-                (stage_dir / "config.resolved.json").write_text(
-                    json.dumps(published.config_dict(cfg), indent=2, sort_keys=True) + "\n")
+                write_resolved_config(stage_dir / RESOLVED_CONFIG, published.config_dict(cfg))
                 err.details = (*err.details, f"{platform}: fidelity.json kept: {failed_fidelity_path(final)}")
                 raise
         else:
@@ -268,8 +272,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
         manifest.write_manifest(stage_dir / "manifest.json", doc)
         write_selfcheck_bundle(stage_dir, doc)  # selfcheck.json: check before you serve (docs/SELFCHECK.md)
-        (stage_dir / "config.resolved.json").write_text(json.dumps(published.config_dict(cfg), indent=2, sort_keys=True)
-                                                        + "\n")
+        write_resolved_config(stage_dir / RESOLVED_CONFIG, published.config_dict(cfg))
         if verify_report and not verify_report["fingerprint_identical"]:
             message = (f"{platform}: --verify: a second identical build has fingerprint "
                        f"{verify_report['second_fingerprint'][:16]} != {doc.fingerprint[:16]}: "

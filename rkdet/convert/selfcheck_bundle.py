@@ -24,7 +24,9 @@ from rkdet import decode
 from rkdet.errors import ConversionError
 from rkdet.onboard import bundle as bundle_format  # the format: its reader's bounds and codec
 from rkdet.onboard.resultset import read_index
-from rkdet.records.io import read_json_object, write_json_atomic
+from rkdet.records.io import write_json_atomic
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import read_model_io
 from rkdet.records.manifest import Manifest
 
 DEFAULT_CAP_BYTES = 8 << 20
@@ -78,7 +80,7 @@ def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_B
     refs = {ref: _reference_outputs(build / "golden" / ref) for ref in bundle_format.REFERENCES
             if (build / "golden" / ref / "index.jsonl").is_file()}
     pages = sorted((build / "golden" / "inputs").glob("*.npy"))
-    io_spec = read_json_object(build / "model.io.json")
+    io_spec = read_model_io(build / MODEL_IO).to_json()  # the one model.io.json reader
     fed = manifest.need_fed_input(build / "manifest.json").to_json()
     doc: dict[str, Any] = {
         "schema": bundle_format.BUNDLE_SCHEMA, "name": manifest.name, "platform": manifest.platform,
