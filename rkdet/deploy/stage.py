@@ -71,12 +71,10 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
                 raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
                                  ".rknn has none")
             if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
-                from rkdet.diff.resultset import quant_steps
-
                 golden = f"{layout.model_dir}/npu-golden"
                 stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
                 prep["npu"] = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
-                               "steps": quant_steps(folder), "output": None}
+                               "steps": build.manifest.quant_steps if build.manifest else {}, "output": None}
             sidecar.write_text(json.dumps(prep))
             stats.add(push(conn, sidecar, f"{layout.model_dir}/model.emu.json"))
     with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:
