@@ -75,9 +75,9 @@ class Deployment:
                  log: Log = lambda msg: None, progress: bool = False, allow_failed_build: bool = False) -> None:
         self.conn = conn
         # the build loaded once (by the CLI: rkdet.records.build); a folder is loaded here
-        self.record = build if isinstance(build, BuildRecord) else load_build(build)
-        self.build = self.record.folder
-        self.info = self.record.info
+        self.build_record = build if isinstance(build, BuildRecord) else load_build(build)
+        self.build = self.build_record.folder
+        self.info = self.build_record.info
         # a build that failed a gate at convert: refused, or (allowed) every verdict line says so
         self.caveat = self.info.refuse_failed("deploy", allow_failed_build)
         self.settings = settings
@@ -195,7 +195,7 @@ class Deployment:
         ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
         try:
-            total = self.settings.repeats * len(self.record.golden_inputs)
+            total = self.settings.repeats * len(self.build_record.golden_inputs)
             code = pinned_run.wait(self.conn, job, layout, self.settings.timeout + self.settings.lock_timeout, total,
                                    self.progress, self.log)
         except KeyboardInterrupt:
@@ -251,7 +251,7 @@ class Deployment:
 
     def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None,
                warnings: list[str]) -> DeployOutcome:
-        j = judge(result_local, self.record, self.settings.tolerances, self.folder, self.conn.target.label)
+        j = judge(result_local, self.build_record, self.settings.tolerances, self.folder, self.conn.target.label)
         if self.caveat:  # the diff marks its own lines from the build's manifest; a multi-cell summary too
             j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
         stack = self._stack(j.run)
