@@ -4,10 +4,9 @@ and a crafted bundle (2), each one line; the identical case on every board varia
 
 from __future__ import annotations
 
-import shutil
-
 import hashlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
