@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import ConfigError
+from rkdet.records.resolved_config import FILE as RESOLVED_CONFIG_FILE
 from rkdet.tolerance import Tolerance
 
 if TYPE_CHECKING:
@@ -432,8 +433,9 @@ def explicit_keys(path: str | Path) -> set[str]:
     return keys
 
 
-# The file inside a build folder that holds the config it was built with (rkdet.convert.published).
-RESOLVED_CONFIG = "config.resolved.json"
+# The file inside a build folder that holds the config it was built with (rkdet.convert.published); its
+# one reader and writer: rkdet.records.resolved_config.
+RESOLVED_CONFIG = RESOLVED_CONFIG_FILE
 
 
 class DeploySettings(BaseModel):
