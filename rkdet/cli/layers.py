@@ -71,9 +71,8 @@ def run_bisection(**kw: Any) -> int:
     from rkdet.bisection.comparison import bisect_on_board, parse_against
     from rkdet.deploy.layout import scripts_dir
     from rkdet.boardinfo.remote_scripts import state_dir_for
-    from rkdet.deploy.settings import RunOverrides, RunSettings
+    from rkdet.deploy.settings import RunOverrides, RunSettings, resolve_build
     from rkdet.deploy.stage import push_scripts
-    from rkdet.deploy.settings import resolve_build
     from rkdet.convert.pipeline import check_writable
     from rkdet.layers.rebuild import from_build
     from rkdet.layers.report import bisection_json, render_bisection_html
