@@ -30,8 +30,11 @@ from rkdet.convert.manifest import SCHEMA, EMBED_KEY, sha256_bytes, sha256_file,
 from rkdet.convert.rknn_file import RknnFileInfo, read_rknn
 from rkdet.errors import InputError
 from rkdet.onboard.hashing import output_hash
-from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.records.io import swap_folder
 from rkdet.records.manifest import FedInput, FileRef, InputRecord, Inputs, Manifest, RknnRecord, write_manifest
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import IoInput, ModelIo, write_model_io
+from rkdet.records.resolved_config import write_resolved_config
 from rkdet.tolerance import Tolerance
 
 ORIGIN = "imported"
@@ -252,10 +255,9 @@ def import_rknn(model: Path, inputs: Path, out: Path | None, given: Given, name:
         for n, t in sorted(tensors.items()):
             np.save(stage / "golden" / "inputs" / f"{n}.npy", t, allow_pickle=False)
             records.append(InputRecord(output_hash(t), name=n))
-        io = {"inputs": [{"name": fed.name, "shape": list(fed.shape), "dtype": "uint8", "layout": "nhwc"}],
-              "outputs": [o.name for o in info.outputs]}
-        write_json_atomic(str(stage / "model.io.json"), io)
-        write_json_atomic(str(stage / RESOLVED_CONFIG), {
+        write_model_io(stage / MODEL_IO, ModelIo((IoInput(fed.name, tuple(fed.shape)),),
+                                                 tuple(o.name for o in info.outputs)))
+        write_resolved_config(stage / RESOLVED_CONFIG, {
             "origin": ORIGIN, "name": name,
             "run": RunSection().model_dump(mode="json"), "board": BoardSection().model_dump(mode="json"),
             "tolerances": Tolerance().model_dump(mode="json")})

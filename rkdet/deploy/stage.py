@@ -97,12 +97,10 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
             fed = build.need_fed_input()
             npu: dict[str, Any] | None = None
             if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
-                from rkdet.diff.resultset import quant_steps
-
                 golden = f"{layout.model_dir}/npu-golden"
                 stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
                 npu = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
-                       "steps": quant_steps(folder), "output": None}
+                       "steps": build.manifest.quant_steps if build.manifest else {}, "output": None}
             stats.add(push_sidecar(conn, fed, layout.model_dir, npu))
         stats.add(push(conn, inputs, layout.inputs, progress=progress))
         keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
