@@ -62,7 +62,7 @@ def main() -> int:
         for cpu in cpus:
             wrapper = root / f"qemu-{cpu}" / "python"
             wrapper.parent.mkdir()
-            blas = "OPENBLAS_CORETYPE=Nehalem " if cpu in PRE_AVX_MODELS else ""  # numpy's OpenBLAS misdetects these
+            blas = "unset OPENBLAS_CORETYPE; " if cpu in PRE_AVX_MODELS else ""  # a forced AVX kernel (CI: Haswell) is a SIGILL
             wrapper.write_text(f"#!/bin/sh\n{blas}exec {shutil.which('qemu-x86_64')} -cpu {cpu} {sys.executable} \"$@\"\n")
             wrapper.chmod(0o755)
             folder, seconds = _convert(cfg, root / f"guest-{cpu}", str(wrapper))
