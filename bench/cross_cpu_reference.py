@@ -12,7 +12,7 @@ The model is the default build's prepared graph (configs/yolov8.yaml: the split-
 golden inputs through rkdet's own transform, or `--tiny` (the conv + relu + matmul model tests make).
 
 Usage: .venv/bin/python bench/cross_cpu_reference.py [--config configs/yolov8.yaml] [--max-inputs 8]
-       [--qemu-inputs 2] [--cpus Haswell,Nehalem] [--out bench/results/cross_cpu_reference.md]
+       [--qemu-inputs 1] [--cpus Haswell,Nehalem] [--out bench/results/cross_cpu_reference.md]
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main() -> int:
     parser.add_argument("--config", default=str(REPO / "configs" / "yolov8.yaml"))
     parser.add_argument("--tiny", action="store_true", help="tests' tiny detector instead of the config's model")
     parser.add_argument("--max-inputs", type=int, default=8)
-    parser.add_argument("--qemu-inputs", type=int, default=2, help="inputs run under qemu (it is ~30x slower)")
+    parser.add_argument("--qemu-inputs", type=int, default=1, help="inputs run under qemu (it is ~30x slower)")
     parser.add_argument("--cpus", default="Haswell,SandyBridge,Nehalem", help="qemu -cpu models")
     parser.add_argument("--out", default=None, help="write the markdown table here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -129,6 +129,12 @@ def main() -> int:
         for model in [c for c in args.cpus.split(",") if c]:
             guest, seconds = _spawn(folder, args.qemu_inputs, model)
             runs.append((f"qemu -cpu {model}", guest, seconds))
+            _report(what, runs, args.out)  # after each CPU: qemu is slow, a partial table is worth keeping
+    return 0
+
+
+def _report(what: str, runs: list, out: str | None) -> None:
+    native = runs[0][1]
     lines = [f"Model: {what}. onnxruntime settings (inter-op 1, ORT_SEQUENTIAL) x CPU; each cell: output tensors "
              "bit-identical to the native run of the same settings / tensors compared.", "",
              "| settings | " + " | ".join(f"{n} ({r['cpu']['class']})" for n, r, _ in runs[1:]) + " |",
@@ -149,10 +155,9 @@ def main() -> int:
               + "; ".join(f"{n}: {r['cpu']['class']} ({', '.join(r['cpu']['features'])}), {s:.0f} s"
                           for n, r, s in runs[1:]) + "."]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-    return 0
+    print(text, flush=True)
+    if out:
+        Path(out).write_text(text)
 
 
 if __name__ == "__main__":
