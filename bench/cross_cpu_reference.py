@@ -87,7 +87,8 @@ def _prepare(folder: Path, config: str | None, max_inputs: int) -> str:
         gold = materialize(list_images(cfg.golden.inputs, "golden.inputs", max_inputs), model, cfg)
         onnx, input_name, tensors = model.onnx_bytes, model.input_name, gold.tensors
         mean, std = list(cfg.preprocess.mean), list(cfg.preprocess.std)
-        what = f"{config}: prepared {Path(cfg.model.onnx).name} ({model.prepare}), {len(tensors)} golden inputs"
+        shown = os.path.relpath(config, REPO) if Path(config).resolve().is_relative_to(REPO) else config
+        what = f"{shown}: prepared {Path(cfg.model.onnx).name} ({model.prepare}), {len(tensors)} golden inputs"
     (folder / "model.onnx").write_bytes(onnx)
     np.savez(folder / "inputs.npz", **tensors)
     (folder / "meta.json").write_text(json.dumps({"input_name": input_name, "mean": mean, "std": std}))
