@@ -3,8 +3,9 @@
 Why its own step: the public index serves torch's CUDA build under the same version, so `pip install
 --require-hashes -r host.lock.txt` on a fresh machine stops in pip's hash report. This installs the
 lock's very wheel (same version, same sha256) from https://download.pytorch.org/whl/cpu first, or from
-`RKDET_TORCH_INDEX` (a mirror of that index, or a folder holding the wheel); the lock's step then finds
-torch installed. Failing, it says so in one line naming the index and the override, never pip's report.
+`RKDET_TORCH_INDEX` (a mirror of that index, or a folder holding the wheel). Without the override the CPU
+index is added to pip's own sources (its configuration may name a mirror or a wheel folder), and the
+lock's sha256 picks the CPU wheel among them. The lock's step then finds torch installed. Failing, it says so in one line naming the index and the override, never pip's report.
 
 Stdlib only, and runnable as a file (`python rkdet/convert/cpu_torch.py PYTHON LOCK`): .ci/setup runs it
 before anything of rkdet's is installed; rkdet/convert/toolkit_env.py imports it for a toolkit's venv.
@@ -47,9 +48,14 @@ def install_cpu_torch(python: str, lock: Path, log: Path | None = None) -> str:
     version, hashes = locked_torch(lock)
     if installed_version(python) == f"{version}+cpu":
         return f"torch {version}+cpu already installed"
-    source = os.environ.get(TORCH_INDEX_ENV, "").strip() or TORCH_CPU_INDEX
-    folder = source[len("file://"):] if source.startswith("file://") else source
-    where = ["--no-index", "--find-links", folder] if os.path.isdir(folder) else ["--index-url", source]
+    chosen = os.environ.get(TORCH_INDEX_ENV, "").strip()
+    folder = chosen[len("file://"):] if chosen.startswith("file://") else chosen
+    if not chosen:  # the CPU index beside pip's own sources (a mirror or wheel folder pip is configured with);
+        source, where = TORCH_CPU_INDEX, ["--extra-index-url", TORCH_CPU_INDEX]  # the hash picks the CPU wheel
+    elif os.path.isdir(folder):
+        source, where = chosen, ["--no-index", "--find-links", folder]
+    else:
+        source, where = chosen, ["--index-url", chosen]
     with tempfile.TemporaryDirectory(prefix="rkdet-torch-") as tmp:
         req = Path(tmp) / "torch.txt"
         req.write_text(f"torch=={version} " + " ".join(f"--hash=sha256:{h}" for h in hashes) + "\n")
@@ -64,7 +70,8 @@ def install_cpu_torch(python: str, lock: Path, log: Path | None = None) -> str:
             f"{source}: set {TORCH_INDEX_ENV} to a mirror of {TORCH_CPU_INDEX} or to a folder holding "
             f"torch-{version}+cpu-cp311-cp311-manylinux_2_28_x86_64.whl, then re-run"
             + (f" (pip's output: {log})" if log is not None else ""))
-    return f"torch {version}+cpu installed from {source}"
+    origin = source if chosen else f"{source} or pip's own sources"
+    return f"torch {version}+cpu installed from {origin}"
 
 
 def main(argv: list[str]) -> int:
