@@ -11,6 +11,6 @@ from rkdet.onboard.resultset import BACKENDS, CORE_MASKS  # NPU core masks, boar
 #: --decoder values: a family forces its recognisers (and says why when the outputs do not fit)
 DECODERS = ("auto", "yolov8", "yolov5", "yolov10", "picodet", "segmentation", "classification", "none")
 #: the --decoder values `rkdet compare-builds` takes (a subset: the decisions it judges between two builds)
-COMPARE_DECODERS = tuple(d for d in DECODERS if d in ("auto", "yolov8", "classification", "none"))
+COMPARE_DECODERS = ("auto", "yolov8", "classification", "none")  # in DECODERS' order
 
 __all__ = ["BACKENDS", "COMPARE_DECODERS", "CORE_MASKS", "DECODERS"]

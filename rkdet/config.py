@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rkdet import socs
 from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import ConfigError
 from rkdet.records.io import read_json
@@ -28,7 +29,7 @@ DEFAULT_CONFIG = Path("configs/yolov8.yaml")
 
 # Platforms rknn-toolkit2 2.5.0 accepts, and the one it rejects (legacy RKNN-Toolkit 1.x only).
 TOOLKIT2_PLATFORMS = ("rk3562", "rk3566", "rk3568", "rk3576", "rk3588", "rv1126b")
-TOOLKIT1_PLATFORMS = ("rv1126", "rv1109")
+TOOLKIT1_PLATFORMS = socs.RKNPU1_SOCS  # ("rv1126", "rv1109"): RKNPU 1 SoCs (rkdet/socs.py)
 PLATFORMS = TOOLKIT2_PLATFORMS + TOOLKIT1_PLATFORMS
 
 

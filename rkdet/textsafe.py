@@ -12,6 +12,11 @@ presenter (rkdet.diff terminal report, board messages, the CLI's error line):
 * `markup_escaped(text)`: `visible(text)` with rich markup escaped, for a string that is placed
   inside markup of ours (a table cell or a line with our own styling).
 
+`plain_value(value)` is how a *value* reads in a report (terminal, HTML, JUnit, a message): "not set" for
+None or an empty string, "yes"/"no" for a bool, a list as `4, 5` ("none" when empty), a string bare (no
+repr quotes): a reader should never see `None`, `True`, `[]` or `'emulated'`. Every presenter renders
+settings, flags and optional numbers through it.
+
 `visible` and the others take an optional `limit`: longer text is cut and ends in `…`, so a name of
 megabytes cannot flood a terminal or a table.
 
@@ -82,4 +87,31 @@ def plot_label(text: Any, limit: int | None = 80) -> str:
     return visible(text, limit).encode("ascii", "backslashreplace").decode("ascii").replace("$", r"\$")
 
 
-__all__ = ["html_text", "literal", "markup_escaped", "plot_label", "visible", "xml_text"]
+NOT_SET = "not set"
+
+
+def plain_value(value: Any, limit: int | None = None) -> str:
+    """`value` as report text, never a Python spelling: None or "" -> "not set", True/False -> "yes"/"no",
+    a list, tuple or set -> its items joined by ", " ("none" when empty), a mapping -> "key value" pairs,
+    a number as `str` gives it (a NumPy scalar as the Python number), a string as it is; then `visible`."""
+    return visible(_plain(value), limit)
+
+
+def _plain(value: Any) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return NOT_SET
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # a NumPy scalar: its Python number
+        return _plain(value.item())
+    if isinstance(value, dict):
+        return ", ".join(f"{_plain(k)} {_plain(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
+        return ", ".join(_plain(v) for v in items) or "none"
+    return str(value)
+
+
+__all__ = ["NOT_SET", "html_text", "literal", "markup_escaped", "plain_value", "plot_label", "visible", "xml_text"]

@@ -50,3 +50,57 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
     assert re.search(r"No import loops.*BROKEN", out), out[-4000:]
     # the real tree is untouched and still clean
     assert "injected" not in (REPO / "rkdet" / "onboard" / "run.py").read_text()
+
+
+# ---- decision tasks: a task name is compared only inside its registry (rkdet/decode/tasks/) ----------------
+
+TASKS_REGISTRY = REPO / "rkdet" / "decode" / "tasks"
+# The on-board program cannot import rkdet.decode (stdlib + numpy only, the "onboard" contract): it reads the
+# self-check bundle's decision records as the wire format they are (tests/convert/test_selfcheck_bundle.py
+# checks it against the classification task's bundle record).
+TASK_NAME_EXEMPT = (REPO / "rkdet" / "onboard",)
+
+
+def task_names() -> frozenset[str]:
+    """Every decision task's name and record kind, from the registry itself."""
+    from rkdet.decode.tasks import TASKS
+
+    return frozenset({t.name for t in TASKS} | {t.record_kind for t in TASKS})
+
+
+def task_name_comparisons(source: str, names: frozenset[str]) -> list[int]:
+    """Lines where a comparison (==, !=, in, not in, is) has a task name as a string literal on either side,
+    alone or inside a tuple, list or set literal."""
+    import ast
+
+    def literal_names(node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(literal_names(e) for e in node.elts)
+        return False
+
+    return sorted({node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Compare)
+                   and any(literal_names(operand) for operand in (node.left, *node.comparators))})
+
+
+def test_no_task_name_is_compared_outside_the_task_registry() -> None:
+    names = task_names()
+    assert {"detection", "segmentation", "classification"} <= names
+    found = []
+    for path in sorted((REPO / "rkdet").rglob("*.py")):
+        if path.is_relative_to(TASKS_REGISTRY) or any(path.is_relative_to(e) for e in TASK_NAME_EXEMPT):
+            continue
+        found += [f"{path.relative_to(REPO)}:{line}" for line in task_name_comparisons(path.read_text(), names)]
+    assert not found, f"a task name compared outside rkdet/decode/tasks/ (ask the registry instead): {found}"
+
+
+def test_the_task_name_check_finds_what_it_forbids() -> None:
+    names = task_names()
+    bad = ('if layout.task in ("detection", "segmentation"):\n    pass\n'
+           'x = d.kind == "classification"\n'
+           'y = "segmentation" != t\n'
+           'z = layout.kind == "yolov8-seg" or {"detection"} == s\n')
+    assert task_name_comparisons(bad, names) == [1, 3, 4, 5]
+    fine = 'r = {"kind": "detection"}\nq = SAME_DECISION["segmentation"]\nw = kind == "none"\n'
+    assert task_name_comparisons(fine, names) == []

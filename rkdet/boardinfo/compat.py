@@ -15,12 +15,12 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from rkdet import socs
+
 Version = tuple[int, int, int]
 _NUMBER = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 # SoCs whose NPU is RKNPU 1 (galcore): the legacy runtime only (librknn_runtime, RKNN-Toolkit 1.x models).
-RKNPU1_SOCS = frozenset({"rv1126", "rv1109"})
-# NPU cores per SoC (RK3588 TRM: 3; RK3576: 2; the others 1); unknown SoCs: 1.
-NPU_CORES = {"rk3588": 3, "rk3576": 2}
+RKNPU1_SOCS = frozenset(socs.RKNPU1_SOCS)
 
 
 def version_of(text: Optional[str]) -> Optional[Version]:
@@ -31,10 +31,6 @@ def version_of(text: Optional[str]) -> Optional[Version]:
 
 def dotted(version: Optional[Version]) -> str:
     return ".".join(map(str, version)) if version else "unknown"
-
-
-def npu_cores(soc: Optional[str]) -> int:
-    return NPU_CORES.get((soc or "").lower(), 1)
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rkdet import socs
 from rkdet.boardinfo import compat
 from rkdet.records.build import BuildInfo
 from rkdet.boardinfo.lock import probe_lock
 from rkdet.records.probe import ProbeReport
 from rkdet.errors import BoardError
 
-# Platforms whose compiled models run on each other's NPU (same NPU IP and runtime target).
-_SAME_NPU = {"rk3566": "rk3568", "rk3568": "rk3568"}
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -32,13 +31,9 @@ class BoardFit:
     warnings: tuple[str, ...]
 
 
-def _npu_family(platform: str) -> str:
-    return _SAME_NPU.get(platform, platform)
-
-
 def same_npu(soc: str, platform: str) -> bool:
-    """Does a model compiled for `platform` run on this SoC's NPU (the rule preflight applies)?"""
-    return _npu_family(soc) == _npu_family(platform)
+    """Does a model compiled for `platform` run on this SoC's NPU (the rule preflight applies: rkdet.socs)?"""
+    return socs.same_npu(soc, platform)
 
 
 def _version(text: str | None) -> tuple[int, int, int] | None:
@@ -59,14 +54,14 @@ def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str
                 need_kb: int) -> BoardFit:
     """Raise BoardError (exit 3) naming the host and the mismatch; return the fit otherwise."""
     platform = build.platform
-    if backend == "rknnlite" and (probe.soc or "").lower() in compat.RKNPU1_SOCS:
+    if backend == "rknnlite" and socs.is_rknpu1(probe.soc):
         for finding in compat.check(stack_facts(probe, build)):  # the legacy-runtime rows say more than
             if finding.decided and finding.row.severity == "block":  # "board is rv1126, build targets ..."
                 raise BoardError(f"{host}: {finding.message}")
     if not probe.soc:
         raise BoardError(f"{host}: cannot tell the SoC (no rockchip compatible string in the device tree); "
                          f"the build targets {platform}")
-    if _npu_family(probe.soc) != _npu_family(platform):
+    if not socs.same_npu(probe.soc, platform):
         raise BoardError(f"{host}: board is {probe.soc} but the build targets {platform}; "
                          f"convert for {probe.soc} (rkdet convert --target {probe.soc}) or pick another board")
     warnings: list[str] = []

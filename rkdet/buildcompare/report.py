@@ -93,12 +93,13 @@ def render_html(c: BuildComparison, diff_pages: dict[str, str]) -> str:
 
 
 def write_html(c: BuildComparison, path: Path) -> Path:
+    from rkdet.buildcompare.names import diff_page_path
     from rkdet.diff.report import write_html as write_diff_html, write_report_file
 
     pages = {}
     for o in c.outputs:
         if o.comparison is not None:
-            page = path.with_name(f"{path.stem}-{o.kind}.html")
+            page = diff_page_path(path, o.kind)
             write_diff_html(o.comparison, page)
             pages[o.kind] = page.name
     return write_report_file(path, render_html(c, pages))

@@ -185,6 +185,7 @@ def _matrix(cfg, config_path: Path, out: Path, targets: tuple[str, ...], version
                                keep_failed=keep_failed, progress=lambda msg: (status.update(msg), console.log(msg)))
         for r in built[v]:
             console.print(f"[green]built[/] {r.folder}  fingerprint {r.fingerprint[:16]}  (rknn-toolkit2 {v})")
+    from rkdet.buildcompare.names import upgrade_report_names
     from rkdet.buildcompare.report import compare_builds, json_text, write_html
     from rkdet.diff.report import write_report_file
 
@@ -196,13 +197,13 @@ def _matrix(cfg, config_path: Path, out: Path, targets: tuple[str, ...], version
             if base is None:
                 continue
             c = compare_builds(base.folder, r.folder)
-            stem = out / f"compare-{versions[0]}-vs-{v}-{r.platform}"
-            write_report_file(stem.with_suffix(".json"), json_text(c))
-            write_html(c, stem.with_suffix(".html"))
+            names = upgrade_report_names(out, versions[0], v, r.platform)
+            write_report_file(names.json, json_text(c))
+            write_html(c, names.html)
             for line in c.lines():
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
             comparisons.append({"platform": r.platform, "a": versions[0], "b": v, "same": c.same,
-                                "verdict": c.verdict(), "report": str(stem.with_suffix(".json"))})
+                                "verdict": c.verdict(), "report": str(names.json)})
             worst = max(worst, c.exit_code)
     summary = {"schema": "rkdet.convert-matrix/1", "toolkits": versions,
                "builds": {v: [{"platform": r.platform, "folder": str(r.folder), "fingerprint": r.fingerprint}

@@ -20,7 +20,7 @@ from rkdet.fleets.run.matrix import parse_matrix
 from rkdet.fleets.run.records import MatrixCell, FleetResult
 from rkdet.fleets.run.scheduler import Schedule
 from rkdet.log import log_console
-from rkdet.textsafe import literal
+from rkdet.textsafe import literal, plain_value
 
 _PRINT = threading.Lock()
 
@@ -120,7 +120,7 @@ def _print_verdict(fleet: FleetResult, folder: Path) -> None:
         console.print(literal(f"  {d.line()}"), soft_wrap=True)
     for b in fleet.boards:
         if b.status != "complete":
-            console.print(literal(f"board {b.board.name}: {b.status}: {b.reason}", "red"), soft_wrap=True)
+            console.print(literal(f"board {b.board.name}: {b.status}: {plain_value(b.reason)}", "red"), soft_wrap=True)
     for n in fleet.drift:
         console.print(literal(f"DRIFT {n.line()}", "yellow"), soft_wrap=True)
     drift = (f"; drift from history: {len(fleet.drift)} board×cell moved from its baseline" if fleet.drift

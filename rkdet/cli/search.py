@@ -67,7 +67,8 @@ def _untried_note(result: SearchResult) -> str:
 def _remedies(result: SearchResult) -> str:
     """What to try next, the fastest measured first; an accumulating loss leads with the labelled float build."""
     parts = []
-    if result.loss is not None and result.loss.accumulates:
+    as_given = next((o.options for o in result.outcomes if not o.variant.changes), {})
+    if result.loss is not None and result.loss.accumulates and not as_given.get("force_fp16"):
         parts.append(f"{result.loss.sentence()}: a float build addresses it (quantize.force_fp16: true, float16, "
                      f"not INT8; slower on the NPU)")
     by_alg: dict[str, list[float]] = {}

@@ -27,6 +27,7 @@ from rkdet.convert.rknn_file import PROVENANCE_SECTIONS, RknnFileInfo, compare_r
 from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import FidelityGateError, InputError
 from rkdet.log import Log
+from rkdet.textsafe import plain_value
 
 REPORT_SCHEMA = "rkdet.check/1"
 _BUILD_ONLY = ("golden", "simulator", "reference", "build")  # sections outside the model and its .rknn content
@@ -127,10 +128,11 @@ def _options(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
         ga, gb = a.get(group) or {}, b.get(group) or {}
         for key in sorted(set(ga) | set(gb)):
             if ga.get(key) != gb.get(key):
-                out.append(Difference("toolkit option", f"{label} {key}: {ga.get(key)!r} vs {gb.get(key)!r}"))
+                out.append(Difference("toolkit option", f"{label} {key}: {plain_value(ga.get(key))} vs "
+                                                        f"{plain_value(gb.get(key))}"))
     for key in ("do_quantization", "float_layers"):
         if a.get(key) != b.get(key):
-            out.append(Difference("toolkit option", f"{key}: {a.get(key)!r} vs {b.get(key)!r}"))
+            out.append(Difference("toolkit option", f"{key}: {plain_value(a.get(key))} vs {plain_value(b.get(key))}"))
     return out
 
 

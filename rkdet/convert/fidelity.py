@@ -5,7 +5,7 @@ reads 0.9995 while INT8 has zeroed every class score (boxes dominate the norm); 
 whose FP32 maximum is 0.12 (no detection anywhere) reads cosine 0.88 although nothing changes; a 2-element
 logit vector reads 0.94 with the same top-1 everywhere. So the primary gate is decision agreement on the
 golden inputs (detectors: the same detections by class, overlap and score within tolerance, decoded by
-rkdet/decode/ for every family it recognises, the overlap as rkdet.decode.SAME_DECISION defines it per task:
+rkdet/decode/ for every family it recognises, judged by the layout's decision task (rkdet/decode/tasks/:
 box IoU >= fidelity.match_iou, mask IoU for segmentation; classifiers: the same top-k). Numeric gates measure only where FP32 carries signal
 (a slice without signal is reported, not failed) and judge the outputs no decision covers. A saturation
 check catches a quantized output pinned at its calibration range while FP32 goes beyond it.
@@ -20,22 +20,13 @@ from typing import Any
 import numpy as np
 
 from rkdet.config import FidelitySection
-from rkdet.decode import (
-    CONF_THRESHOLD,
-    SAME_DECISION,
-    Detections,
-    Layout,
-    class_scores,
-    decode_detections,
-    detect_layout,
-    overlap_matrix,
-)
+from rkdet.decode import CONF_THRESHOLD, DecisionTask, Layout, detect_layout, task_of
+from rkdet.decode.tasks.classification import compare_top_k  # noqa: F401  (the gate's top-k rule, named here too)
 from rkdet.errors import ConversionError, FidelityGateError
 
 SCHEMA = "rkdet.fidelity/2"
 SCORE_HIGH = 0.5  # a confident FP32 class score
 SCORE_KEPT = 0.25  # what a faithful build still shows for it
-_MAX_LISTED = 5  # disagreements listed per input in fidelity.json
 
 
 @dataclass(frozen=True)
@@ -153,118 +144,22 @@ def measure_slices(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[st
     return report
 
 
-def _match_threshold(ref: Detections, cand: Detections, limits: FidelitySection) -> float:
-    """Box IoU: fidelity.match_iou (the config's, default SAME_DECISION's); masks: SAME_DECISION's mask IoU."""
-    mask_iou = SAME_DECISION["segmentation"].min_iou
-    return limits.match_iou if ref.masks is None or cand.masks is None or mask_iou is None else mask_iou
-
-
-def _match(ref: Detections, cand: Detections, match_iou: float) -> list[tuple[int, int, float]]:
-    """Greedy same-class matching, best overlap first (decisions are per class)."""
-    if not len(ref) or not len(cand):
-        return []
-    iou = overlap_matrix(ref, cand)[0]
-    iou[ref.classes[:, None] != cand.classes[None, :]] = -1.0
-    pairs, used_r, used_c = [], set(), set()
-    for flat in np.argsort(-iou, axis=None, kind="stable"):
-        r, c = divmod(int(flat), iou.shape[1])
-        if iou[r, c] < match_iou:
-            break
-        if r not in used_r and c not in used_c:
-            used_r.add(r)
-            used_c.add(c)
-            pairs.append((r, c, float(iou[r, c])))
-    return pairs
-
-
-def compare_detection_decisions(ref: Detections, cand: Detections, limits: FidelitySection,
-                                conf: float = CONF_THRESHOLD) -> dict[str, Any]:
-    """Agreement between FP32 and quantized detections of one input.
-
-    Both sides are decoded down to `conf - score_tolerance`, so a detection that quantization moves just
-    across the confidence threshold (within tolerance) still finds its partner. A detection counts when
-    either side reports it (score >= conf); it agrees when matched by class with IoU >= match_iou and
-    its score within score_tolerance."""
-    tol = limits.score_tolerance
-    pairs = _match(ref, cand, _match_threshold(ref, cand, limits))
-    agree, disagreements, units = 0, [], 0
-    for r, c, iou in pairs:
-        if ref.scores[r] < conf and cand.scores[c] < conf:
-            continue
-        units += 1
-        delta = float(cand.scores[c] - ref.scores[r])
-        if abs(delta) <= tol:
-            agree += 1
-        else:
-            disagreements.append({"what": "score", "class": int(ref.classes[r]), "fp32_score": float(ref.scores[r]),
-                                  "quantized_score": float(cand.scores[c]), "iou": iou})
-    matched_r, matched_c = {r for r, _, _ in pairs}, {c for _, c, _ in pairs}
-    for r in range(len(ref)):
-        if r not in matched_r and ref.scores[r] >= conf:
-            units += 1
-            disagreements.append({"what": "missing", "class": int(ref.classes[r]), "fp32_score": float(ref.scores[r]),
-                                  "box": [float(v) for v in ref.boxes[r]]})
-    for c in range(len(cand)):
-        if c not in matched_c and cand.scores[c] >= conf:
-            units += 1
-            disagreements.append({"what": "extra", "class": int(cand.classes[c]),
-                                  "quantized_score": float(cand.scores[c]), "box": [float(v) for v in cand.boxes[c]]})
-    return {"detections": units, "agree": agree, "disagreements": disagreements[:_MAX_LISTED],
-            "disagreement_count": len(disagreements)}
-
-
-def _probabilities(scores: np.ndarray) -> np.ndarray:
-    """Scores as probabilities: kept when they already are (a Softmax output), else softmax of the logits."""
-    x = scores.astype(np.float64)
-    if x.min() >= 0 and x.max() <= 1 and abs(x.sum() - 1) < 1e-2:
-        return x
-    e = np.exp(x - x.max())
-    return e / e.sum()
-
-
-def compare_top_k(ref: np.ndarray, cand: np.ndarray, limits: FidelitySection) -> dict[str, Any]:
-    """Same top-k classes in order, where a swap between classes whose FP32 probabilities are within
-    score_tolerance of each other (a near tie) is not a decision change."""
-    k = min(limits.top_k, ref.size)
-    rt = np.argsort(-ref, kind="stable")[:k].tolist()
-    ct = np.argsort(-cand, kind="stable")[:k].tolist()
-    p = _probabilities(ref)
-    margins = [float(p[a] - p[b]) for a, b in zip(rt, ct) if a != b]
-    agree = all(m <= limits.score_tolerance for m in margins)
-    return {"fp32_top": rt, "quantized_top": ct, "agree": int(agree), "detections": 1,
-            "fp32_margin": max(margins) if margins else None}
-
-
 def _decide(layout: Layout, sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
-            limits: FidelitySection) -> tuple[dict[str, Any], GateResult]:
+            limits: FidelitySection, task: DecisionTask) -> tuple[dict[str, Any], GateResult]:
+    """The decision gate: the layout's task judges FP32 against the quantized simulator per golden input."""
     threshold = limits.min_decision_agreement
-    per_input: dict[str, Any] = {}
-    if layout.task in ("detection", "segmentation"):
-        low = max(CONF_THRESHOLD - limits.score_tolerance, 1e-6)
-        for name in sorted(ref):
-            per_input[name] = compare_detection_decisions(decode_detections(layout, ref[name], conf=low),
-                                                          decode_detections(layout, sim[name], conf=low), limits)
-        units = sum(v["detections"] for v in per_input.values())
-        agree = sum(v["agree"] for v in per_input.values())
-        what = f"{agree}/{units} detections agree"
-    else:  # classification
-        for name in sorted(ref):
-            r, c = class_scores(layout, ref[name]), class_scores(layout, sim[name])
-            per_input[name] = compare_top_k(r, c, limits)
-        units = len(per_input)
-        agree = sum(v["agree"] for v in per_input.values())
-        what = f"{agree}/{units} golden inputs keep the same top-{limits.top_k}"
-    rule = SAME_DECISION[layout.task]
-    decision = {"kind": layout.kind, "task": layout.task, "overlap": rule.overlap,
-                "match_iou": limits.match_iou if layout.task != "segmentation" else rule.min_iou,
+    count = task.gate(layout, ref, sim, limits)
+    units, agree = count.units, count.agree
+    decision = {"kind": layout.kind, "task": task.name, "overlap": task.same.overlap,
+                "match_iou": task.gate_match_iou(limits),
                 "score_tolerance": limits.score_tolerance, "top_k": limits.top_k, "conf_threshold": CONF_THRESHOLD,
-                "inputs": per_input}
+                "inputs": count.per_input}
     if units == 0:
         return decision, GateResult("decision", "golden inputs", None, threshold, None, True,
                                     "no detection in FP32 or quantized output on any golden input: not judged; "
                                     "add golden inputs the model detects something in")
     rate = agree / units
-    return decision, GateResult("decision", "golden inputs", rate, threshold, rate >= threshold, True, what)
+    return decision, GateResult("decision", "golden inputs", rate, threshold, rate >= threshold, True, count.what)
 
 
 def _saturation(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
@@ -304,15 +199,17 @@ def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.n
     layout = detect_layout(list(zip(output_names, output_shapes)), input_size=input_hw)
     report = FidelityReport(layout=layout.to_json())
     decided: set[str] = set()
-    if layout.kind != "none":
-        report.decision, result = _decide(layout, sim, ref, limits)
+    task = task_of(layout)
+    if task is not None:
+        report.decision, result = _decide(layout, sim, ref, limits, task)
         report.gates.append(result)
         if result.passed is not None:
-            decided = set(output_names) if layout.task in ("detection", "segmentation") else set(layout.roles)
+            decided = task.decided_outputs(layout, output_names)
     if layout.branches and all(layout.roles.get(n) in ("box", "cls", "score_sum") for n in output_names):
         # any split head (rkdet's cut, rknn_model_zoo's, PicoDet's): roles from the decoder
         slices = [Slice(n, "boxes" if layout.roles.get(n) == "box" else "scores", None) for n in output_names]
-    elif layout.kind not in ("none", "classification", "yolov8-single"):  # other families: scores are not one slice
+    elif layout.kind not in ("none", "yolov8-single"):  # other families: scores are not one slice (a classifier's
+        # one output is "all" either way)
         slices = [Slice(n, "all", None) for n in output_names]
     else:
         slices = slices_for(output_names, output_shapes, prepare)
@@ -338,18 +235,54 @@ def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.n
     return report
 
 
-_FIXES = {
-    # Cheapest remedy first: an mmse build can take many times a normal one (hours on a detector).
-    "decision": "check the disagreements in fidelity.json; try quantize.algorithm: kl_divergence, more "
-                "representative calibration images, quantize.algorithm: mmse (much slower to build), or a float "
-                "build, quantize.force_fp16: true (float16, not INT8)",
-    "cosine": "try quantize.algorithm: kl_divergence, more calibration images, quantize.algorithm: mmse (much slower "
-              "to build), or a float build, quantize.force_fp16: true (float16, not INT8)",
-    "score_collapse": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16 "
-                      "(quantize.force_fp16: true)",
-    "score_recall": "quantize class scores apart from boxes (model.prepare: yolov8-split-head) or build FP16",
-    "saturation": "add calibration images like the golden ones (quantize.dataset) so the range covers them",
+@dataclass(frozen=True)
+class Remedy:
+    """One thing to try after a failed gate, and the config setting it means (key, value): a build that
+    already used that setting is not told to try it again (issue 36 §3)."""
+
+    text: str
+    setting: tuple[str, Any] | None = None
+    quantized_only: bool = False  # a quantization option: no remedy for a float build
+
+    def applies(self, used: dict[str, Any]) -> bool:
+        if self.quantized_only and used.get("quantize.force_fp16"):
+            return False
+        return self.setting is None or used.get(self.setting[0]) != self.setting[1]
+
+
+_KL = Remedy("quantize.algorithm: kl_divergence", ("quantize.algorithm", "kl_divergence"), True)
+_MMSE = Remedy("quantize.algorithm: mmse (much slower to build)", ("quantize.algorithm", "mmse"), True)
+_FLOAT = Remedy("a float build, quantize.force_fp16: true (float16, not INT8)", ("quantize.force_fp16", True))
+_SPLIT = Remedy("class scores quantized apart from boxes (model.prepare: yolov8-split-head)",
+                ("model.prepare", "yolov8-split-head"))
+_MORE_IMAGES = Remedy("more representative calibration images")
+
+# Cheapest remedy first: an mmse build can take many times a normal one (hours on a detector).
+# Each gate: what to look at first ("" for nothing), then the remedies in the order to try them.
+_FIXES: dict[str, tuple[str, tuple[Remedy, ...]]] = {
+    "decision": ("check the disagreements in fidelity.json", (_KL, _MORE_IMAGES, _MMSE, _FLOAT)),
+    "cosine": ("", (_KL, _MORE_IMAGES, _MMSE, _FLOAT)),
+    "score_collapse": ("", (_SPLIT, _FLOAT)),
+    "score_recall": ("", (_SPLIT, _FLOAT)),
+    "saturation": ("", (Remedy("calibration images like the golden ones (quantize.dataset), so the range covers "
+                               "them"),)),
 }
+
+
+def settings_used(cfg: Any) -> dict[str, Any]:
+    """The settings of a build that a remedy may name (dotted keys, as the config spells them)."""
+    return {"quantize.algorithm": cfg.quantize.algorithm, "quantize.force_fp16": cfg.quantize.force_fp16,
+            "quantize.method": cfg.quantize.method, "model.prepare": cfg.model.prepare}
+
+
+def remedy_advice(gate_kind: str, used: dict[str, Any] | None = None) -> str:
+    """What to try after `gate_kind` failed, leaving out what the build already used (`used`: settings_used)."""
+    first, remedies = _FIXES[gate_kind]
+    left = [r.text for r in remedies if r.applies(used or {})]
+    tries = ("try " + (", ".join(left[:-1]) + ", or " + left[-1] if len(left) > 1 else left[0])) if left else ""
+    return "; ".join(p for p in (first, tries) if p) or "see fidelity.json and `rkdet layers` for where it is lost"
+
+
 _KEYS = {"decision": "fidelity.min_decision_agreement", "cosine": "fidelity.min_slice_cosine / min_cosine",
          "score_collapse": "", "score_recall": "fidelity.min_score_recall", "saturation": "fidelity.max_saturation"}
 
@@ -415,9 +348,10 @@ def detail_line(report: FidelityReport, platform: str) -> str:
 _ORDER = ("score_collapse", "saturation", "decision", "score_recall", "cosine")
 
 
-def gate(report: FidelityReport, platform: str) -> list[str]:
-    """Raise FidelityGateError (exit 4) on the first failed gate kind, naming its worst result; return
-    what was not judged, as warnings."""
+def gate(report: FidelityReport, platform: str, used: dict[str, Any] | None = None) -> list[str]:
+    """Raise FidelityGateError (exit 4) on the first failed gate kind, naming its worst result and what to
+    try that the build (its settings `used`, see settings_used) did not already use; return what was not
+    judged, as warnings."""
     failed = [g for g in report.gates if g.failed]
     kinds = sorted({g.gate for g in failed}, key=_ORDER.index)
     for g in (_worst([x for x in failed if x.gate == k]) for k in kinds):
@@ -431,7 +365,7 @@ def gate(report: FidelityReport, platform: str) -> list[str]:
                 "saturation": f"{g.subject} saturates: quantized output pinned at its calibration range while "
                               f"FP32 goes {_fmt(g.value)} of the range beyond it ({g.note})"}[g.gate]
         limit = "" if g.gate == "score_collapse" else f", {op} the limit {_fmt(g.threshold)}{key}"
-        raise FidelityGateError(f"{platform}: fidelity gate failed: {what}{limit}; {_FIXES[g.gate]}", gate=g.gate,
+        raise FidelityGateError(f"{platform}: fidelity gate failed: {what}{limit}; {remedy_advice(g.gate, used)}", gate=g.gate,
                                 subject=None if g.gate == "decision" else g.subject,
                                 details=(summary_line(report, platform), detail_line(report, platform)))
     unjudged = [g for g in report.gates if g.passed is None and g.binding]

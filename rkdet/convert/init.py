@@ -208,6 +208,7 @@ def inspect(path: Path) -> ModelFacts:
         final_softmax,
     )
     from rkdet.decode import detect_layout
+    from rkdet.decode.tasks import classification
 
     model = _load(path)
     inputs = _graph_inputs(model)
@@ -270,7 +271,7 @@ def inspect(path: Path) -> ModelFacts:
             facts.kind = "yolov8-split-score-sum" if score_sum else "yolov8-split"
             facts.kind_detail = layout_found.detail + (" (rknn_model_zoo layout)" if score_sum else "")
             facts.prepare_reason = "already split per stride: nothing to cut"
-        elif layout_found.kind == "classification":
+        elif layout_found.kind in classification.TASK.kinds:  # a classifier (rkdet/decode/tasks/classification.py)
             facts.kind, facts.kind_detail = "classifier", layout_found.detail
             if final_softmax(model):
                 facts.prepare = "classifier-logits"

@@ -238,7 +238,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
             try:
-                warnings += fidelity.gate(report, platform)
+                warnings += fidelity.gate(report, platform, fidelity.settings_used(cfg))
             except FidelityGateError as err:  # a failed build kept (--keep-failed, --search) says what it was
                 write_json_atomic(str(failed_fidelity_path(final)), fid)  # kept even without --keep-failed
                 doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,

@@ -56,12 +56,8 @@ def decision_summary(outputs: list[tuple[str, np.ndarray]], input_hw: tuple[int,
     (the same decoder `rkdet diff` judges decisions with)."""
     arrays = dict(outputs)
     layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs], input_size=input_hw)
-    if layout.task in ("detection", "segmentation"):
-        return {"kind": layout.kind, "task": layout.task,
-                "detections": decode.decode_detections(layout, arrays).as_list()}
-    if layout.kind == "classification":
-        return {"kind": "classification", "top1": int(np.argmax(decode.class_scores(layout, arrays)))}
-    return {"kind": "none"}
+    task = decode.task_of(layout)  # its task says what the bundle records (rkdet/decode/tasks/)
+    return {"kind": "none"} if task is None else task.bundle_summary(layout, arrays)
 
 
 def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]]) -> dict[str, Any]:

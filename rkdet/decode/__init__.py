@@ -16,37 +16,37 @@ rkdet/decode/heads.py; detections are in model-input pixels:
 * ``yolov8-seg``: YOLOv8/YOLO11-seg, ``[1, 4+nc+32, N]`` plus prototypes ``[1, 32, H/4, W/4]``.
 * ``classification``: one output ``[C]``, ``[1, C]`` or ``[1, C, 1, 1]``.
 Anything else is ``none``: numeric comparison only, and the detail line says what the outputs were.
-What "the same decision" is per task: `SAME_DECISION` (rkdet/decode/common.py).
+What a model decides, and what "the same decision" is, per task: rkdet/decode/tasks/ (the registry,
+`task_of(layout)`; `SAME_DECISION`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rkdet.decode import layouts
+from rkdet.decode import layouts, tasks
 from rkdet.decode.common import (
     CONF_THRESHOLD,
     IOU_THRESHOLD,
     MASK_THRESHOLD,
     MAX_DETECTIONS,
-    SAME_DECISION,
     Branch,
     Detections,
     Layout,
-    SameDecision,
     iou_matrix,
     mask_iou_matrix,
     nms,
-    overlap_matrix,
 )
+from rkdet.decode.tasks import SAME_DECISION, DecisionTask, SameDecision, overlap_matrix, task_of, task_of_record
+from rkdet.decode.tasks.classification import class_scores
 from rkdet.choices import DECODERS
 from rkdet.decode.heads import decode
 from rkdet.errors import InputError
 
 __all__ = ["CONF_THRESHOLD", "DECODERS", "IOU_THRESHOLD", "KINDS", "MASK_THRESHOLD", "MAX_DETECTIONS", "REG_MAX",
-           "SAME_DECISION", "Branch", "Detections", "Layout", "SameDecision", "class_scores", "decode",
+           "SAME_DECISION", "Branch", "DecisionTask", "Detections", "Layout", "SameDecision", "class_scores", "decode",
            "decode_detections", "decode_yolov8", "detect_layout", "input_hw", "iou_matrix", "mask_iou_matrix", "nms",
-           "overlap_matrix"]
+           "overlap_matrix", "task_of", "task_of_record"]
 
 KINDS = ("yolov8-single", "yolov8-split", "ppyoloe-split", "picodet", "yolov5-single", "yolov5-split", "yolov10",
          "yolov8-seg", "classification", "none")
@@ -78,7 +78,8 @@ def input_hw(shape: tuple[int, ...] | list[int] | None) -> tuple[int, int] | Non
 
 def _recognise(outputs: layouts.Outputs, hw: tuple[int, int] | None) -> Layout | None:
     return (layouts.segmentation(outputs, hw) or layouts.single_output(outputs, hw) or layouts.yolov5_split(outputs, hw)
-            or layouts.split_head(outputs, hw) or layouts.picodet_flat(outputs, hw) or layouts.classification(outputs))
+            or layouts.split_head(outputs, hw) or layouts.picodet_flat(outputs, hw) or layouts.classification(outputs)
+            or next((found for task in tasks.TASKS if (found := task.recognise(outputs, hw)) is not None), None))
 
 
 def detect_layout(outputs: list[tuple[str, tuple[int, ...]]], requested: str = "auto",
@@ -98,6 +99,9 @@ def detect_layout(outputs: list[tuple[str, tuple[int, ...]]], requested: str = "
         if found is None or found.kind not in kinds:
             raise InputError(f"--decoder {requested}: outputs {layouts.shapes_text(outputs)} do not match {expected}")
     if found is not None:
+        task = task_of(found)  # the layout carries its task's name and rule (records and reports show them)
+        if task is not None:
+            found.task, found.same_decision = task.name, task.same.rule
         return found
     return Layout("none", f"no known layout recognised from the output shapes ({layouts.shapes_text(outputs)[:200]}); "
                   "numeric comparison only")
@@ -111,8 +115,3 @@ def decode_detections(layout: Layout, arrays: dict[str, np.ndarray], conf: float
 
 decode_yolov8 = decode_detections  # the name the YOLOv8-only decoder had
 
-
-def class_scores(layout: Layout, arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """The flat score vector of a classification output."""
-    (name,) = layout.roles
-    return np.asarray(arrays[name], dtype=np.float64).ravel()

@@ -1,9 +1,6 @@
-"""The records every decoder returns and the one definition of "the same decision" per task.
+"""The records every decoder returns (layouts, detections) and the geometry they share (NMS, IoU).
 
-Why one place: convert's decision gate (rkdet/convert/fidelity.py), `rkdet diff` (rkdet/diff/decision.py),
-the fleet's "decision differs" (through the diff) and the self-check bundle all judge decisions; a
-threshold defined twice drifts. `SAME_DECISION` is that definition; nothing here is tuned to one model
-(0.5 is the IoU at which detection benchmarks, COCO's AP50 and PASCAL VOC, count a box as found).
+What "the same decision" is per task lives with each task (rkdet/decode/tasks/, `SAME_DECISION`).
 """
 
 from __future__ import annotations
@@ -16,25 +13,6 @@ CONF_THRESHOLD = 0.25  # a detection counts from this score (Ultralytics' and rk
 IOU_THRESHOLD = 0.45  # NMS (both, too)
 MAX_DETECTIONS = 300
 MASK_THRESHOLD = 0.5  # a mask pixel is set where sigmoid(coefficients . prototypes) > this
-
-
-@dataclass(frozen=True)
-class SameDecision:
-    """What "the same decision" means for one task: how two outputs' decisions are paired."""
-
-    task: str  # detection | segmentation | classification
-    overlap: str  # "box IoU" | "mask IoU" | "top-k"
-    min_iou: float | None  # a pair is the same object from this overlap on (None: no overlap)
-    rule: str  # one phrase for reports and docs
-
-
-SAME_DECISION: dict[str, SameDecision] = {
-    "detection": SameDecision("detection", "box IoU", 0.5,
-                              "same class and box IoU >= 0.5 (pairs best overlap first, each box once)"),
-    "segmentation": SameDecision("segmentation", "mask IoU", 0.5,
-                                 "same class and mask IoU >= 0.5 (pairs best overlap first, each mask once)"),
-    "classification": SameDecision("classification", "top-k", None, "same top-1 (the diff also reports the top-5 set)"),
-}
 
 
 @dataclass
@@ -66,20 +44,13 @@ class Layout:
     anchors: tuple[tuple[tuple[float, float], ...], ...] = ()  # YOLOv5: per stride, (w, h) in input pixels
     mask_coefs: int = 0  # segmentation: coefficients per detection (= prototype channels)
 
-    @property
-    def task(self) -> str:
-        """detection | segmentation | classification | none: which SAME_DECISION rule applies."""
-        if self.kind == "none":
-            return "none"
-        if self.kind == "classification":
-            return "classification"
-        return "segmentation" if self.mask_coefs else "detection"
+    task: str = "none"  # the decision task these outputs carry (rkdet/decode/tasks/), set by detect_layout
+    same_decision: str | None = None  # that task's rule, in words
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "task": self.task, "detail": self.detail, "roles": self.roles,
                 "classes": self.nc or None, "input_size": list(self.input_size) if self.input_size else None,
-                "slices": {o: sorted(s) for o, s in self.slices.items()},
-                "same_decision": SAME_DECISION[self.task].rule if self.task in SAME_DECISION else None}
+                "slices": {o: sorted(s) for o, s in self.slices.items()}, "same_decision": self.same_decision}
 
 
 @dataclass
@@ -161,19 +132,6 @@ def mask_iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     inter = fa @ fb.T
     union = fa.sum(axis=1)[:, None] + fb.sum(axis=1)[None, :] - inter
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-
-
-def overlap_matrix(ref: Detections, cand: Detections) -> tuple[np.ndarray, SameDecision]:
-    """The overlap SAME_DECISION pairs by (mask IoU when both sides carry masks, else box IoU), and the rule."""
-    if ref.masks is not None and cand.masks is not None:
-        rule = SAME_DECISION["segmentation"]
-        if not len(ref) or not len(cand):
-            return np.zeros((len(ref), len(cand))), rule
-        return mask_iou_matrix(ref.masks, cand.masks), rule
-    rule = SAME_DECISION["detection"]
-    if not len(ref) or not len(cand):
-        return np.zeros((len(ref), len(cand))), rule
-    return iou_matrix(ref.boxes, cand.boxes), rule
 
 
 def finish(boxes: np.ndarray, cls_scores: np.ndarray, conf: float, iou: float,

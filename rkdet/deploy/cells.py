@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rkdet import socs
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
 from rkdet.records.cell import Cell, read_cells
@@ -246,7 +247,5 @@ def not_applicable_line(reason: str) -> str:
 def cell_args(core_mask: str, soc: str | None, contexts: int) -> list[str]:
     """rkdet-run's cell flags: the SoC's NPU core count with several masks (masks it lacks are skipped and
     said in cells.json), and `--contexts N`."""
-    from rkdet.boardinfo.compat import npu_cores
-
-    args = ["--npu-cores", str(npu_cores(soc))] if "," in core_mask else []
+    args = ["--npu-cores", str(socs.npu_cores(soc))] if "," in core_mask else []
     return args + (["--contexts", str(contexts)] if contexts > 1 else [])

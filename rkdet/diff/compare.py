@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from rkdet.decode import Detections, Layout, class_scores, decode_detections, detect_layout, input_hw
+from rkdet.decode import Layout, detect_layout, input_hw
+from rkdet.decode.tasks import DecisionTask, decision_changed, task_of, task_of_record
 from rkdet.diff.correlate import correlate, run_setting_differences
-from rkdet.diff.decision import compare_classification, compare_detections
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
 from rkdet.diff.resultset import OutputRef, Record, ResultSource
+from rkdet.textsafe import plain_value
 from rkdet.tolerance import Tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
 
@@ -180,36 +181,20 @@ def _where(element: int | None, shape: tuple[int, ...]) -> str:
     return f"{element} {list(int(i) for i in np.unravel_index(element, shape))}"
 
 
-def _decide(layout: Layout, arrays: dict[str, np.ndarray]) -> Detections | np.ndarray | None:
-    if layout.task in ("detection", "segmentation"):
-        return decode_detections(layout, arrays)
-    if layout.task == "classification":
-        return class_scores(layout, arrays)
-    return None
-
-
 def _input_hw(src: ResultSource) -> tuple[int, int] | None:
     """The model input's H, W as the result set's run.json records its inputs (a flattened grid needs it)."""
     shape = src.run_info.first_input_shape  # integers (the run.json reader checked them)
     return None if shape is None else input_hw(list(shape))
 
 
-def _decision_delta(ref: Detections | np.ndarray | None, cand: Detections | np.ndarray | None) -> dict[str, Any] | None:
-    if isinstance(ref, Detections) and isinstance(cand, Detections):
-        return compare_detections(ref, cand)
-    if isinstance(ref, np.ndarray) and isinstance(cand, np.ndarray):
-        return compare_classification(ref, cand)
-    return None
+def _decision_delta(task: DecisionTask | None, ref: Any, cand: Any) -> dict[str, Any] | None:
+    if task is None or ref is None or cand is None:
+        return None
+    return task.compare(ref, cand)
 
 
-def _decision_summary(dec: Detections | np.ndarray | None) -> dict[str, Any] | None:
-    if isinstance(dec, Detections):
-        return {"kind": "detection", "task": "segmentation" if dec.masks is not None else "detection",
-                "detections": dec.as_list()}
-    if isinstance(dec, np.ndarray):
-        top = np.argsort(-dec, kind="stable")[:5]
-        return {"kind": "classification", "top5": [int(i) for i in top], "scores": [float(dec[i]) for i in top]}
-    return None
+def _decision_summary(task: DecisionTask | None, dec: Any) -> dict[str, Any] | None:
+    return None if task is None or dec is None else task.summary(dec)
 
 
 class _Engine:
@@ -252,13 +237,18 @@ class _Engine:
         self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
         return stats, slices
 
-    def decisions(self, src: ResultSource, record: Record, *, pin: bool = False) -> Detections | np.ndarray | None:
-        """Decode a record; `pin` marks it as a reference whose arrays stay loaded (one run's worth)."""
+    @property
+    def task(self) -> DecisionTask | None:
+        """The decision task of the layout (None: no decoder, numeric comparison only)."""
+        return None if self.layout is None else task_of(self.layout)
+
+    def decisions(self, src: ResultSource, record: Record, *, pin: bool = False) -> Any:
+        """Decode a record (its task's decision); `pin` marks it as a reference whose arrays stay loaded
+        (one run's worth)."""
         assert self.layout is not None
         arrays = {o.name: src.load(o, pin=pin) for o in record.outputs}
-        if self.layout.kind == "none":
-            return None
-        return _decide(self.layout, arrays)
+        task = self.task
+        return None if task is None else task.decide(self.layout, arrays)
 
     # -- one set -----------------------------------------------------------------------------
     def analyse(self, analysis: SetAnalysis, reference: dict[str, tuple[ResultSource, Record]] | None) -> None:
@@ -293,7 +283,7 @@ class _Engine:
                 first_decisions[rec.input] = self.decisions(src, rec, pin=True)
                 if ref_rec is not None and ref_src is not None:
                     ref_decisions[rec.input] = self.decisions(ref_src, ref_rec, pin=True)
-                ia.reference_decision = _decision_summary(ref_decisions.get(rec.input, first_decisions[rec.input]))
+                ia.reference_decision = _decision_summary(self.task, ref_decisions.get(rec.input, first_decisions[rec.input]))
             first = firsts[rec.input]
             if [o.name for o in rec.outputs] != [o.name for o in first.outputs]:
                 raise InputError(f"{src.label}: run {rec.run} input {rec.input!r} has outputs "
@@ -367,13 +357,13 @@ class _Engine:
             return
         cand = self.decisions(src, rec)
         if changed_vs_first:
-            group.decision_vs_first = _decision_delta(first_dec, cand)
+            group.decision_vs_first = _decision_delta(self.task, first_dec, cand)
         if changed_vs_ref:
-            group.decision_vs_reference = _decision_delta(ref_dec, cand)
+            group.decision_vs_reference = _decision_delta(self.task, ref_dec, cand)
         delta = group.decision_vs_reference or group.decision_vs_first
-        if isinstance(cand, Detections) and delta is not None:
+        score = None if self.task is None or delta is None else self.task.plot_score(delta)
+        if score is not None:
             ref_det = ref_dec if changed_vs_ref else first_dec
-            score = len(delta["class_flips"]) + len(delta["missing"]) + len(delta["extra"])
             if self.overlay is None or score > self.overlay["score"]:
                 self.overlay = {"score": score, "set": analysis.role, "input": rec.input, "run": rec.run,
                                 "reference": ref_det, "candidate": cand,
@@ -469,7 +459,7 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
         status = src.run_info.status if src is not None else None
         if status not in (None, "complete"):
             error = src.run_info.error if src is not None else None
-            notes.append(f"{role} run status is {status!r}{f' ({error})' if error else ''}: only its completed "
+            notes.append(f"{role} run status is {plain_value(status)}{f' ({error})' if error else ''}: only its completed "
                          f"inferences are compared")
     engine.analyse(a_analysis, reference)
     if b_analysis is not None:
@@ -503,9 +493,11 @@ def _finish_overlay(overlay: dict[str, Any] | None, a: SetAnalysis, b: SetAnalys
     if overlay is None:
         ia = next(iter(a.inputs.values()), None)
         ref = ia.reference_decision if ia else None
-        if not ref or ref.get("kind") != "detection":
+        task = task_of_record(ref)
+        drawn = None if task is None or not ref else task.plotted(ref)
+        if drawn is None:
             return None
-        overlay = {"score": 0, "set": "A", "input": ia.name, "run": 0, "reference": _dets(ref["detections"]),
+        overlay = {"score": 0, "set": "A", "input": ia.name, "run": 0, "reference": drawn,
                    "candidate": None, "reference_label": "B" if b is not None else "run 0",
                    "image_sources": [s.source for s in (b, a) if s is not None]}
     image = None
@@ -517,16 +509,9 @@ def _finish_overlay(overlay: dict[str, Any] | None, a: SetAnalysis, b: SetAnalys
     return overlay
 
 
-def _dets(items: list[dict[str, Any]]) -> Detections:
-    boxes = np.array([d["box"] for d in items], dtype=np.float64).reshape(-1, 4)
-    return Detections(boxes, np.array([d["score"] for d in items]), np.array([d["class"] for d in items], dtype=np.int64))
-
-
 def _decision_changed(delta: dict[str, Any] | None) -> bool:
-    """Same detections / same top-1: a class flip, a missing or extra box, or a top-1 flip."""
-    if not delta:
-        return False
-    return bool(delta.get("top1_flip")) if delta.get("kind") == "classification" else bool(delta.get("changed"))
+    """Same detections / same top-1: a class flip, a missing or extra box, or a top-1 flip (the task says)."""
+    return decision_changed(delta)
 
 
 def _distance(v: Verdict, stats: list[NumericStats]) -> Verdict:

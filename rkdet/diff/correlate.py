@@ -15,6 +15,7 @@ import numpy as np
 
 from rkdet.records.run_info import RunInfo
 from rkdet.snapshots import Snapshot, SnapshotError, parse_snapshot
+from rkdet.textsafe import plain_value
 
 # Temperature thresholds (millicelsius) that vendor thermal tables commonly throttle at.
 TEMP_THRESHOLDS_MC = (60000, 70000, 75000, 80000, 85000, 90000, 95000)
@@ -104,5 +105,5 @@ def run_setting_differences(a: RunInfo, b: RunInfo) -> list[str]:
     out = []
     for key in ("core_mask", "affinity", "backend", "emulated"):
         if key in a.recorded and key in b.recorded and a.setting(key) != b.setting(key):
-            out.append(f"{key} differs: A {a.setting(key)!r} vs B {b.setting(key)!r}")
+            out.append(f"{key} differs: A {plain_value(a.setting(key))} vs B {plain_value(b.setting(key))}")
     return out

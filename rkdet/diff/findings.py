@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rkdet.decode.tasks import DecisionFinding, decision_finding
 from rkdet.diff.compare import Comparison, InputAnalysis, OutputAnalysis, SetAnalysis
 from rkdet.diff.metrics import NumericStats
 
@@ -32,32 +33,7 @@ def run_ranges(runs: list[int]) -> list[list[int]]:
     return out
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What a difference did to the model's decision (one distinct result against its reference)."""
-
-    kind: str  # "detection" | "classification"
-    changed: bool
-    reference_count: int = 0  # detection
-    matched: int = 0
-    class_flips: int = 0
-    missing: int = 0
-    extra: int = 0
-    min_iou: float | None = None
-    max_abs_score_delta: float | None = None
-    reference_top1: int | None = None  # classification
-    candidate_top1: int | None = None
-    top1_flip: bool = False
-    topk_changed: bool = False
-
-    @classmethod
-    def from_delta(cls, d: dict[str, Any]) -> Decision:
-        if d["kind"] == "detection":
-            return cls("detection", bool(d["changed"]), d["reference_count"], d["matched"], len(d["class_flips"]),
-                       len(d["missing"]), len(d["extra"]), d["min_iou"], d["max_abs_score_delta"])
-        return cls("classification", bool(d["changed"]), reference_top1=d["reference_top1"],
-                   candidate_top1=d["candidate_top1"], top1_flip=bool(d["top1_flip"]),
-                   topk_changed=bool(d["topk_changed"]))
+Decision = DecisionFinding  # what a difference did to the decision: its task's typed finding (rkdet/decode/tasks/)
 
 
 @dataclass(frozen=True)
@@ -148,7 +124,7 @@ def _input(ia: InputAnalysis, attr: str) -> InputFinding:
         differing = sorted(r for v in oa.variants.values() if getattr(v, attr) is not None for r in v.runs)
         outputs.append(OutputFinding(oa.name, oa.role, len(oa.variants), differing, worst[0] if worst else None,
                                      [SliceFinding(k, s) for k, s in worst[1].items()] if worst else []))
-    decisions = [Decision.from_delta(getattr(g, dec_attr)) for g in ia.groups.values() if getattr(g, dec_attr)]
+    decisions = [decision_finding(getattr(g, dec_attr)) for g in ia.groups.values() if getattr(g, dec_attr)]
     return InputFinding(ia.name, len(ia.groups), ia.runs, outputs, decisions)
 
 

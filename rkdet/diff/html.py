@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rkdet.diff import plots
 from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
+from rkdet.textsafe import plain_value
 from rkdet.diff.compare import Comparison, SetAnalysis
 from rkdet.diff.findings import (
     SCHEMA,
@@ -57,7 +58,7 @@ def _source(s: SetAnalysis, base: Path | None) -> str:
     detail = info.backend_detail or info.backend or s.source.kind
     return (f"<li><b>{s.role}</b>: <code>{escape(shown_path(s.source.path, base))}</code> — {escape(str(detail))}{emu}; "
             f"{s.records} inferences, {len(s.inputs)} input(s), {s.runs} run(s); core_mask "
-            f"{escape(str(info.core_mask))}, affinity {escape(str(info.setting('affinity')))}</li>")
+            f"{escape(plain_value(info.core_mask))}, affinity {escape(plain_value(info.setting('affinity')))}</li>")
 
 
 def _stat_cells(st: NumericStats | None) -> str:
@@ -69,16 +70,7 @@ def _stat_cells(st: NumericStats | None) -> str:
 
 
 def _decision(d: Decision) -> str:
-    if d.kind == "detection":
-        if not d.changed and not d.matched:
-            return "no boxes either side"
-        if not d.changed:
-            return f"same {d.matched} boxes, min IoU {_num(d.min_iou, '.3f')}, |Δscore| ≤ {_num(d.max_abs_score_delta)}"
-        return (f'<span class="bad">{d.class_flips} class flip(s), {d.missing} missing, '
-                f'{d.extra} extra</span> of {d.reference_count}')
-    if d.top1_flip:
-        return f'<span class="bad">top-1 flip {d.reference_top1} → {d.candidate_top1}</span>'
-    return "top-k changed" if d.topk_changed else "same top-k"
+    return d.html()  # the task's line (rkdet/decode/tasks/)
 
 
 _STATUS = {"same": '<span class="ok">same</span>', "within": '<span class="ok">within</span>',
@@ -161,8 +153,8 @@ def render_html(c: Comparison, base: Path | None = None) -> str:
     """The whole report as one HTML string (result-set paths relative to `base`, the report's folder)."""
     tree = findings(c)
     cls = "same" if c.exit_code == 0 else "different"
-    latency = {f"{s.role} {ia.name}": ia.latencies for s in (c.a, c.b) if s is not None for ia in s.inputs.values()}
-    figs = [_img(plots.latency_plot(latency), "latency over runs"),
+    latency = {s.role: {ia.name: ia.latencies for ia in s.inputs.values()} for s in (c.a, c.b) if s is not None}
+    figs = [_img(plots.latency_plot(latency), "latency over runs: median, IQR and min-max per run; a box per input"),
             _img(plots.board_plot(c.a.snapshots, c.a.runs), "temperature and NPU frequency over runs"),
             _img(plots.histogram_plot(c.abs_hist), "histogram of absolute differences")]
     if c.overlay is not None:
@@ -180,7 +172,7 @@ def render_html(c: Comparison, base: Path | None = None) -> str:
 {_verdicts(c)}
 <h2>Inputs × outputs</h2>{_grid(c)}
 <p>Exit code <b>{c.exit_code}</b> · tolerance <code>{escape(c.tolerance.describe())}</code>
-({escape(", ".join(f"{k}={v}" for k, v in c.tolerance.to_json().items()))}) · mode {c.mode} · report schema {SCHEMA}</p>
+({escape(", ".join(f"{k}={plain_value(v)}" for k, v in c.tolerance.to_json().items()))}) · mode {c.mode} · report schema {SCHEMA}</p>
 <h2>Compared</h2><ul>{sources}</ul>
 <ul class="muted">{notes}</ul>
 <details><summary>Per input and output: every record's distance ({sum(len(ia.outputs) for ia in c.a.inputs.values())} rows for set A)</summary>{_table(tree)}</details>

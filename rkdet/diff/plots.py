@@ -5,6 +5,7 @@ report stays one offline file). Uses the object API with the Agg canvas: no pypl
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,9 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from rkdet.decode import Detections
 from rkdet.diff.metrics import HIST_EDGES
 from rkdet.textsafe import plot_label
+
+#: inputs drawn as boxes beside the per-run plot (more would not be readable; the table lists every input)
+MAX_LATENCY_BOXES = 24
 
 
 def _png(fig: Figure) -> bytes:
@@ -31,26 +35,78 @@ def _empty(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
-def latency_plot(series: dict[str, list[tuple[int, float]]]) -> bytes:
-    """Latency (ms) over runs, one line per set/input."""
-    fig = Figure(figsize=(9, 3.2))
-    ax = fig.add_subplot()
-    drawn = False
-    for label, points in series.items():
-        if points:
-            runs, ms = zip(*points)
-            ax.plot(runs, ms, lw=0.8, marker="." if len(points) < 60 else None, label=plot_label(label))
-            drawn = True
-    if drawn:
-        ax.set_xlabel("run")
-        ax.set_ylabel("latency (ms)")
-        ax.set_title("Inference latency over runs")
-        ax.grid(alpha=0.3)
-        if len(series) <= 12:
-            ax.legend(fontsize=7, ncol=2)
-    else:
-        _empty(ax, "no latency recorded")
-    return _png(fig)
+@dataclass(frozen=True)
+class RunLatency:
+    """One run of one set: its inputs' latencies as a distribution (ms)."""
+
+    run: int
+    inputs: int
+    low: float
+    q1: float
+    median: float
+    q3: float
+    high: float
+
+
+def latency_per_run(points: list[tuple[int, float]]) -> list[RunLatency]:
+    """Per run (in run order): the median, quartiles and min/max of that run's latencies over its inputs.
+    Why: one line per input over runs drew eight crossing lines for the demo; a drift moves the median, an
+    outlier input pulls the max away from the band."""
+    by_run: dict[int, list[float]] = {}
+    for run, ms in points:
+        by_run.setdefault(int(run), []).append(float(ms))
+    out = []
+    for run in sorted(by_run):
+        v = np.asarray(by_run[run])
+        q1, median, q3 = (float(x) for x in np.percentile(v, [25, 50, 75]))
+        out.append(RunLatency(run, len(v), float(v.min()), q1, median, q3, float(v.max())))
+    return out
+
+
+def latency_figure(sets: dict[str, dict[str, list[tuple[int, float]]]]) -> Figure:
+    """Left: per set, the median latency of each run (line) with its inputs' interquartile range (dark
+    band) and min-max (light band). Right: one box per set and input over its runs (whiskers min-max),
+    so an input that is slow, or slow in some runs, stands out. `sets`: {set label: {input: [(run, ms)]}}."""
+    fig = Figure(figsize=(11, 3.4))
+    over_runs, per_input = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    boxes: list[tuple[str, list[float]]] = []
+    for k, (label, inputs) in enumerate(sets.items()):
+        stats = latency_per_run([p for pts in inputs.values() for p in pts])
+        if not stats:
+            continue
+        colour = f"C{k % 10}"
+        runs = [s.run for s in stats]
+        over_runs.fill_between(runs, [s.low for s in stats], [s.high for s in stats], color=colour, alpha=0.15,
+                               step="mid", lw=0, label=f"{plot_label(label)} min-max")
+        over_runs.fill_between(runs, [s.q1 for s in stats], [s.q3 for s in stats], color=colour, alpha=0.35,
+                               step="mid", lw=0, label=f"{plot_label(label)} IQR")
+        over_runs.plot(runs, [s.median for s in stats], color=colour, lw=1.2, marker="." if len(stats) < 60 else None,
+                       drawstyle="steps-mid", label=f"{plot_label(label)} median")
+        boxes += [(f"{label} {name}", [ms for _, ms in pts]) for name, pts in inputs.items() if pts]
+    if not boxes:
+        _empty(over_runs, "no latency recorded")
+        per_input.set_axis_off()
+        return fig
+    over_runs.set_xlabel("run")
+    over_runs.set_ylabel("latency (ms)")
+    over_runs.set_title("Latency per run over the inputs: median, IQR, min-max")
+    over_runs.grid(alpha=0.3)
+    over_runs.legend(fontsize=7, ncol=2)
+    shown = boxes[:MAX_LATENCY_BOXES]
+    per_input.boxplot([ms for _, ms in shown], whis=(0, 100), vert=False, widths=0.6)
+    per_input.set_yticks(range(1, len(shown) + 1))
+    per_input.set_yticklabels([plot_label(name, 40) for name, _ in shown], fontsize=7)
+    per_input.invert_yaxis()
+    per_input.set_xlabel("latency (ms)")
+    more = f" (first {len(shown)} of {len(boxes)})" if len(boxes) > len(shown) else ""
+    per_input.set_title(f"Per input over runs{more}")
+    per_input.grid(alpha=0.3, axis="x")
+    return fig
+
+
+def latency_plot(sets: dict[str, dict[str, list[tuple[int, float]]]]) -> bytes:
+    """`latency_figure` as PNG bytes."""
+    return _png(latency_figure(sets))
 
 
 def board_plot(snapshots: list[dict[str, Any]], n_runs: int) -> bytes:

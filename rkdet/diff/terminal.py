@@ -24,18 +24,7 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 def _decision_text(decisions: list[Decision]) -> str:
-    parts = []
-    for d in decisions:
-        if d.kind == "detection":
-            if d.changed:
-                parts.append(f"{d.class_flips} flip/{d.missing} miss/{d.extra} extra")
-            elif d.matched:
-                parts.append(f"same {d.matched} boxes (IoU>={_fmt(d.min_iou, '.3f')})")
-            else:
-                parts.append("no boxes either side")
-        else:
-            parts.append("top-1 flip" if d.top1_flip else ("top-k changed" if d.topk_changed else "same top-k"))
-    return "; ".join(dict.fromkeys(parts)) or "-"
+    return "; ".join(dict.fromkeys(d.terminal_text() for d in decisions)) or "-"
 
 
 def _rows(table: Table, section: Section, inp: InputFinding) -> None:

@@ -4,7 +4,8 @@ One source of truth for every emulated board: the plain fake tree (`fake_tree.py
 filesystem and the tests all read these profiles. Every value carries its source in the profile's
 ``sources`` (file and node of Rockchip's BSP kernel, a board dump, or "emulator choice: ..." for
 the few values no source fixes); `missing_sources` lists values without one and a test keeps it
-empty. The citations themselves live in `rkdet.emulator.soc_sources`.
+empty. The citations themselves live in `rkdet.emulator.soc_sources`; the NPU's facts (cores, devfreq
+node name) are read from `rkdet.socs`, where config, preflight and the fleet read them too.
 
 Variants are built by the factory functions (`rk3588` with its speed bin, kernel and image
 options; `rk3568`; `rv1126`), so tests can run every board script on every variant.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from rkdet import socs as facts
 from rkdet.emulator import soc_sources as src
 
 
@@ -193,7 +195,7 @@ def rk3588(speed_bin: int = 2256000, kernel: str = "5.10.160-rockchip-rk3588", c
             CpuPolicy("policy6", (6, 7), big, "interactive", _CPU_GOVERNORS_510),
         ),
         devfreq=(
-            DevfreqNode("fdab0000.npu", "npu", _RK3588_NPU, "rknpu_ondemand", boot_hz=1000000000),
+            DevfreqNode(_npu("rk3588"), "npu", _RK3588_NPU, "rknpu_ondemand", boot_hz=1000000000),
             DevfreqNode("fb000000.gpu", "gpu", _RK3588_GPU_DESC, "simple_ondemand"),
             DevfreqNode("dmc", "ddr", (528000000, 1068000000, 1560000000, 2112000000), "dmc_ondemand"),
         ),
@@ -206,7 +208,7 @@ def rk3588(speed_bin: int = 2256000, kernel: str = "5.10.160-rockchip-rk3588", c
         ),
         thermal_caps=(
             ThermalCap("fb000000.gpu", "soc-thermal", 85000, 800000000, 5000),
-            ThermalCap("fdab0000.npu", "soc-thermal", 85000, 800000000, 5000),
+            ThermalCap(_npu("rk3588"), "soc-thermal", 85000, 800000000, 5000),
             ThermalCap("policy0", "soc-thermal", 85000, 1608000 * 1000, 5000),
             ThermalCap("policy4", "soc-thermal", 85000, 2208000 * 1000, 5000),
             ThermalCap("policy6", "soc-thermal", 85000, 2208000 * 1000, 5000),
@@ -215,7 +217,7 @@ def rk3588(speed_bin: int = 2256000, kernel: str = "5.10.160-rockchip-rk3588", c
         cooling_numbered=numbered,
         has_compaction_proactiveness=compaction,
         thp_enabled="always [madvise] never" if thp else None,
-        npu_cores=3,
+        npu_cores=facts.npu_cores("rk3588"),
         cpuidle_states=("WFI", "cpu-sleep"),
         variant=variant,
         sources=sources,
@@ -227,6 +229,13 @@ def rk3588_variants() -> tuple[SocProfile, ...]:
     compaction and without THP."""
     bins = tuple(rk3588(speed_bin=b) for b in RK3588_SPEED_BINS)
     return bins + (rk3588(kernel="5.10.66"), rk3588(compaction=False), rk3588(compaction=False, thp=False))
+
+
+def _npu(soc: str) -> str:
+    """The NPU's devfreq node name (rkdet.socs: one definition)."""
+    node = facts.SOCS[soc].npu_devfreq
+    assert node is not None, soc
+    return node
 
 
 # ---- RK3568 / RV1126 ----------------------------------------------------------------------------
@@ -245,7 +254,7 @@ def rk3568(compaction: bool = True, thp: bool = True) -> SocProfile:
                       "interactive", _CPU_GOVERNORS_510),
         ),
         devfreq=(
-            DevfreqNode("fde40000.npu", "npu", tuple(f * 1000000 for f in (200, 297, 400, 600, 700, 800, 900)),
+            DevfreqNode(_npu("rk3568"), "npu", tuple(f * 1000000 for f in (200, 297, 400, 600, 700, 800, 900)),
                         "rknpu_ondemand"),
             DevfreqNode("fde60000.gpu", "gpu", tuple(f * 1000000 for f in (800, 700, 600, 400, 300, 200)),
                         "simple_ondemand"),
@@ -256,6 +265,7 @@ def rk3568(compaction: bool = True, thp: bool = True) -> SocProfile:
         thermal_caps=(),
         has_compaction_proactiveness=compaction,
         thp_enabled="always [madvise] never" if thp else None,
+        npu_cores=facts.npu_cores("rk3568"),
         variant=",".join(v for v in ("" if compaction else "no-compaction", "" if thp else "no-thp") if v),
         sources=sources,
     )
@@ -273,7 +283,7 @@ def rv1126() -> SocProfile:
                       "ondemand", ("ondemand", "userspace", "performance")),
         ),
         devfreq=(
-            DevfreqNode("ffbc0000.npu", "npu", tuple(f * 1000000 for f in (200, 300, 396, 500, 600, 700, 800, 934)),
+            DevfreqNode(_npu("rv1126"), "npu", tuple(f * 1000000 for f in (200, 300, 396, 500, 600, 700, 800, 934)),
                         "userspace"),
         ),
         devfreq_governors=("userspace",),
@@ -286,6 +296,7 @@ def rv1126() -> SocProfile:
         rknpu_version_nodes=(),
         runtime_library="usr/lib/librknn_runtime.so",
         runtime_version="librknn_runtime version 1.7.3 (2c0f4c5 build: 2022-08-05 10:22:34 base: 1131)",
+        npu_cores=facts.npu_cores("rv1126"),
         cpuidle_states=("WFI", "cpu-sleep"),
         sources=dict(src.RV1126),
     )

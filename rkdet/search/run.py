@@ -352,7 +352,9 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
                 except (ConversionError, InputError) as err:
                     layers_error = str(err)
                     measured = 0
-                if loss is not None and loss.accumulates:
+                if loss is not None and loss.accumulates and cfg.quantize.force_fp16:
+                    stage = []  # the config is already the float build: nothing left to try that it did not use
+                elif loss is not None and loss.accumulates:
                     progress(f"{loss.sentence()}: trying a float16 build instead of single-layer hybrids")
                     stage = [float_variant(start, bool(cfg.quantize.float_layers))]
                 else:

@@ -145,11 +145,18 @@ def hybrid_ks(space: Space, measured_layers: int, ranked: int) -> list[int]:
 
 
 def hybrid_variants(start: int, ks: list[int], worst: list[str], existing: list[str]) -> list[SearchVariant]:
-    """Stage 3: the k worst single-error layers in float16 (added to any the config already names)."""
-    out = []
-    for i, k in enumerate(ks):
-        layers = list(dict.fromkeys([*existing, *worst[:k]]))
-        out.append(SearchVariant(start + i, "hybrid", {"quantize.float_layers": layers}))
+    """Stage 3: the k worst single-error layers in float16 (added to any the config already names). The
+    config's own float layers are not counted among the k: a variant that adds no layer would be the build
+    that just failed, so none is proposed (issue 36 §3)."""
+    fresh = [w for w in dict.fromkeys(worst) if w not in existing]
+    out: list[SearchVariant] = []
+    seen: set[int] = set()
+    for k in ks:
+        added = fresh[:k]
+        if not added or len(added) in seen:
+            continue
+        seen.add(len(added))
+        out.append(SearchVariant(start + len(out), "hybrid", {"quantize.float_layers": [*existing, *added]}))
     return out
 
 

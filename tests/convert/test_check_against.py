@@ -218,7 +218,7 @@ def test_a_changed_toolkit_option_is_named(build_here, tiny_assets, tmp_path):
                        quantize={"dataset": str(tiny_assets["cal"]), "algorithm": "mmse"})
     proc = _check(cfg, here)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "vs here: toolkit option quantized_algorithm: 'normal' vs 'mmse'" in proc.stdout.splitlines()[0]
+    assert "vs here: toolkit option quantized_algorithm: normal vs mmse" in proc.stdout.splitlines()[0]  # no repr quotes
 
 
 def test_another_rknn_for_the_same_inputs_is_named_by_section(build_here, tmp_path):

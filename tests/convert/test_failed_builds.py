@@ -6,6 +6,7 @@ decoder), and a build folder of another fingerprint never replaced without --for
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,9 @@ from convert_helpers import run_rkdet
 from tiny_models import conv_model, image_folder, write_config
 
 from rkdet.records.gates import from_manifest, read
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from plain_words import html_visible_text, python_spellings  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +33,11 @@ def assets(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def failed(assets) -> dict[str, object]:
-    """`rkdet convert --keep-failed` of a config whose cosine gate cannot pass."""
+    """`rkdet convert --keep-failed` of a config whose cosine gate cannot pass (built with mmse: the advice
+    must not tell it to try mmse, issue 36 §3)."""
     root = assets["root"]
-    cfg = write_config(root / "strict.yaml", assets["onnx"], assets["cal"], assets["gold"], fidelity=STRICT)
+    cfg = write_config(root / "strict.yaml", assets["onnx"], assets["cal"], assets["gold"], fidelity=STRICT,
+                       quantize={"algorithm": "mmse"})
     proc = run_rkdet("convert", "--config", str(cfg), "--out", str(root / "out"), "--keep-failed")
     return {"proc": proc, "folder": root / "out" / "tiny-rk3588.failed", "out": root / "out", "cfg": cfg}
 
@@ -59,6 +65,11 @@ def test_failed_gate_prints_the_whole_fidelity_line_and_keeps_fidelity_json(fail
     kept = out / "tiny-rk3588.failed-fidelity.json"
     assert f"fidelity.json kept: {kept}" in " ".join(err.split())
     assert json.loads(kept.read_text())["gates"] == json.loads((failed["folder"] / "fidelity.json").read_text())["gates"]
+    # the advice: what the build did not use (it used mmse), in words, not Python spellings (issue 36 §2, §3)
+    [line] = [ln for ln in err.splitlines() if ln.startswith("rkdet: ")]
+    assert "quantize.algorithm: kl_divergence" in line and "quantize.force_fp16: true" in line, line
+    assert "quantize.algorithm: mmse" not in line, line
+    assert python_spellings(err) == [], python_spellings(err)
 
 
 def test_fidelity_json_is_kept_without_keep_failed(assets, tmp_path):
@@ -90,6 +101,8 @@ def test_diff_against_a_failed_build_says_so_and_judges_no_decision(failed, tmp_
     assert "FAILED its gates" in rep["verdict"] and "FAILED its gates" in rep["agrees"]["caveat"]
     text = html.read_text()
     assert "FAILED its gates" in text and "decisions not judged" in text and "decision(s) changed" not in text
+    for shown in (proc.stdout, proc.stderr, html_visible_text(text)):  # issue 36 §2
+        assert python_spellings(shown) == [], python_spellings(shown)
 
 
 def test_a_build_of_another_fingerprint_is_not_replaced_without_force(assets, tmp_path):

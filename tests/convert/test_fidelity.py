@@ -174,3 +174,38 @@ def test_classifier_near_tie_swap_is_not_a_decision_change():
     assert clear["agree"] == 0 and clear["fp32_margin"] == pytest.approx(0.6)
     logits = fidelity.compare_top_k(np.array([0.0, 4.0]), np.array([1.0, 0.0]), limits)  # softmax: 0.018 vs 0.982
     assert logits["agree"] == 0
+
+
+def _failed_gate_message(report, used=None) -> str:
+    with pytest.raises(ConversionError) as err:
+        fidelity.gate(report, "rk3588", used)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("algorithm", ["normal", "mmse", "kl_divergence"])
+def test_the_advice_leaves_out_what_the_build_already_used(algorithm):
+    """Issue 36 §3: a build with quantize.algorithm: mmse that fails is not told to try mmse."""
+    rng = np.random.default_rng(2)
+    ref = _split_outputs(rng, 0.9)
+    sim = {k: v.copy() for k, v in ref.items()}
+    sim["cls0"][0, 1, 10, 10] = 0.05
+    report = _measure({"p": sim}, {"p": ref}, *_names_shapes(ref), prepare="yolov8-split-head")
+    used = {"quantize.algorithm": algorithm, "quantize.force_fp16": False, "model.prepare": "yolov8-split-head"}
+    message = _failed_gate_message(report, used)
+    advice = message.split("; ", 1)[1]
+    assert f"quantize.algorithm: {algorithm}" not in advice, advice
+    others = {"mmse", "kl_divergence"} - {algorithm}
+    assert all(f"quantize.algorithm: {a}" in advice for a in others), advice
+    assert "quantize.force_fp16: true" in advice and "more representative calibration images" in advice
+    assert "quantize.algorithm: mmse" in _failed_gate_message(report)  # nothing known: every remedy
+
+
+def test_a_float_build_is_not_told_to_quantize_differently_or_build_float():
+    used = {"quantize.algorithm": "normal", "quantize.force_fp16": True, "model.prepare": "yolov8-split-head"}
+    for kind in ("decision", "cosine", "score_collapse", "score_recall", "saturation"):
+        advice = fidelity.remedy_advice(kind, used)
+        assert "quantize.algorithm" not in advice and "force_fp16" not in advice and "split-head" not in advice
+        assert advice  # still says where to look
+    split = fidelity.remedy_advice("score_collapse", {"model.prepare": "yolov8-split-head"})
+    assert "model.prepare" not in split and "quantize.force_fp16: true" in split
+    assert "model.prepare: yolov8-split-head" in fidelity.remedy_advice("score_collapse", {"model.prepare": "none"})

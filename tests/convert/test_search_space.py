@@ -57,6 +57,33 @@ def test_hybrid_k_doubles_below_the_layer_count():
         (19, "hybrid", {"quantize.float_layers": ["kept", "c2", "r1"]})]
 
 
+def test_no_hybrid_variant_repeats_the_configs_own_float_layers():
+    """Issue 36 §3: the worst layers the config already runs in float16 are not proposed again; a variant
+    that would add no layer (the build that just failed) is not in the table."""
+    variants = hybrid_variants(5, [1, 2, 4], ["c2", "r1", "y"], ["c2"])
+    assert [(v.index, v.changes) for v in variants] == [
+        (5, {"quantize.float_layers": ["c2", "r1"]}), (6, {"quantize.float_layers": ["c2", "r1", "y"]})]
+    assert hybrid_variants(5, [1, 2], ["c2", "r1"], ["r1", "c2"]) == []
+    for v in hybrid_variants(0, [1, 2, 4, 8], ["a", "b", "a", "c"], ["b"]):
+        assert v.changes["quantize.float_layers"] != ["b"] and len(set(v.changes["quantize.float_layers"])) == len(
+            v.changes["quantize.float_layers"])
+
+
+def test_the_search_advice_does_not_propose_the_float_build_a_float_config_is():
+    from rkdet.cli.search import _remedies
+    from rkdet.search.run import LossShape, Outcome, SearchResult
+    from rkdet.search.space import SearchVariant
+
+    loss = LossShape(True, 0.98, 0.99, "conv3", 0.9, 0.9)
+
+    def result(force_fp16: bool) -> SearchResult:
+        given = Outcome(SearchVariant(0, "config"), "fail", {"algorithm": "normal", "force_fp16": force_fp16})
+        return SearchResult("rk3588", Space(), False, [given], None, None, None, loss=loss)
+
+    assert "quantize.force_fp16: true" in _remedies(result(False))
+    assert "force_fp16" not in _remedies(result(True))
+
+
 def test_search_space_narrows_a_dimension():
     space = parse_space(("algorithm=mmse,normal", "calibration=1", "hybrid=none"))
     assert space.algorithms == ("mmse", "normal") and space.methods == ("channel", "layer")

@@ -21,6 +21,9 @@ from deploy_helpers import REPO, board_args, error_line, run_folders
 
 from rkdet.emulator.sshd import EmulatedBoard
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from plain_words import html_visible_text, python_spellings  # noqa: E402
+
 MESSAGE = "rk3588: fidelity gate failed: decision agreement 0.14 (11/77 detections agree), below the limit 0.9"
 
 
@@ -87,6 +90,9 @@ def test_allowed_failed_build_says_so_on_every_verdict_line(board: EmulatedBoard
     assert caveat in report["agrees"]["caveat"] and caveat in report["repeatable"]["caveat"]
     html = (folder / "report.html").read_text()
     assert html.count("FAILED its gates") >= 3
+    # what a reader sees of a failed build's deploy says no None/True/False/[]/'repr' (issue 36 §2)
+    for text in (proc.stderr, html_visible_text(html)):
+        assert python_spellings(text) == [], python_spellings(text)
 
 
 def test_fleet_deploy_of_an_allowed_failed_build_says_so(board: EmulatedBoard, failed_build: Path,

@@ -4,12 +4,16 @@ repeat deploy that sends nothing; then `rkdet board info|pin|restore` by hand on
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from deploy_helpers import assert_untouched, board_args, deploy, rkdet, run_folders
 
 from rkdet.emulator.sshd import EmulatedBoard
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from plain_words import html_visible_text, python_spellings  # noqa: E402
 from rkdet.emulator.fake_tree import tree_digest
 
 
@@ -45,6 +49,9 @@ def test_deploy_happy_path_then_repeat_sends_nothing(board: EmulatedBoard, defau
         for output in entry["outputs"]:  # every output of every run equals the ONNX FP32 golden bit for bit
             assert output["distinct"] == 1 and output["first_hash"] == output["reference_hash"]
     assert "<html" in (folder / "report.html").read_text()[:2000].lower()
+    # the demo's reports say "not set", "yes"/"no", never None/True/False/[]/'repr' (issue 36 §2)
+    for text in (proc.stderr, html_visible_text((folder / "report.html").read_text())):
+        assert python_spellings(text) == [], python_spellings(text)
     probe = json.loads((folder / "board.json").read_text())["records"]
     assert [r["soc"] for r in probe if r.get("record") == "soc"] == ["rk3588"]
     pin = json.loads((folder / "pin.json").read_text())

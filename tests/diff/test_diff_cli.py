@@ -154,7 +154,7 @@ def test_torn_last_index_line_is_ignored(tmp_path: Path) -> None:
     (tmp_path / "torn" / "run.json").write_text(json.dumps({"status": "failed", "error": "interrupted: SIGINT"}))
     c = compare(tmp_path / "torn")
     assert c.exit_code == 0 and c.a.records == 4
-    assert any("status is 'failed' (interrupted: SIGINT)" in n for n in c.notes)
+    assert any("status is failed (interrupted: SIGINT)" in n for n in c.notes)
 
 
 def test_npy_and_npz_files(tmp_path: Path) -> None:

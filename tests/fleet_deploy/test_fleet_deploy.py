@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from fleet_helpers import Lab, fleet_deploy, lab, rkdet
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from plain_words import html_visible_text, junit_text, python_spellings  # noqa: E402
 
 MATRIX = ("--matrix", "core_mask=0,0_1_2")
 FAULT = {"occurrence": 0, "input_sha256": None, "output": 0, "index": 5, "bit": 1}
@@ -105,6 +109,8 @@ def test_boards_that_agree_are_one_class_exit_0(first_run, lab3: Lab) -> None:  
     assert "/cells/core-0_1_2/report.html" in page  # a cell of a session links its own report
     with sqlite3.connect(out / "rkdet.db") as db:  # every completed cell recorded in the history
         assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 5
+    for text in (proc.stderr, junit_text(junit.read_text()), html_visible_text(page)):  # issue 36 §2
+        assert python_spellings(text) == [], python_spellings(text)
 
 
 def test_a_flipped_bit_is_a_second_class_exit_1_and_drift(first_run, lab3: Lab, build_args: list[str]) -> None:  # type: ignore[no-untyped-def]
@@ -139,6 +145,10 @@ def test_a_flipped_bit_is_a_second_class_exit_1_and_drift(first_run, lab3: Lab, 
     assert f"first difference input {first_input} output {diff['output']} element" in message
     hist = rkdet(["history", "drift", "--results", out])  # the same story from the history command
     assert hist.returncode == 1 and "DRIFT" in hist.stdout, hist.stdout + hist.stderr
+    _, folder = _fleet_json(out)
+    for text in (proc.stderr, junit_text(junit.read_text()), html_visible_text((folder / "report.html").read_text()),
+                 hist.stdout):  # a failing fleet's reports read as prose too (issue 36 §2)
+        assert python_spellings(text) == [], python_spellings(text)
 
 
 def test_an_unreachable_board_is_exit_3_and_the_others_complete(lab3: Lab, build_args: list[str], tmp_path: Path) -> None:

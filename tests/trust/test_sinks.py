@@ -31,7 +31,7 @@ def test_plot_labels_from_a_board_draw_without_glyph_warnings() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Glyph 27 (\x1b) missing" was a UserWarning on stderr
         png = plots.board_plot(snapshots, 3)
-        latency = plots.latency_plot({HOSTILE: [(0, 1.0), (1, 1.1)]})
+        latency = plots.latency_plot({HOSTILE: {HOSTILE: [(0, 1.0), (1, 1.1)]}})
     assert png.startswith(b"\x89PNG") and latency.startswith(b"\x89PNG")
     assert plot_label("a$b") == "a\\$b"  # no mathtext parse of a board's name
 

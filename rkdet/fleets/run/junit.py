@@ -14,7 +14,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from rkdet.fleets.run.records import COMPLETE, SKIPPED, CellResult, FleetResult
-from rkdet.textsafe import xml_text
+from rkdet.textsafe import plain_value, xml_text
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
@@ -49,11 +49,11 @@ def render_junit(fleet: FleetResult) -> bytes:
                              name=_text(c.cell.name, 200), time=f"{c.seconds:.3f}")
         if c.status == SKIPPED:
             skipped += 1
-            ET.SubElement(case, "skipped", message=_text(c.reason))
+            ET.SubElement(case, "skipped", message=_text(plain_value(c.reason)))
         elif c.status != COMPLETE:
             errors += 1
             el = ET.SubElement(case, "error", message=_text(c.reason or b.reason or c.status), type=c.status)
-            el.text = _text(f"board {b.board.name} ({b.board.address}): {b.reason or c.reason}", 8000)
+            el.text = _text(f"board {b.board.name} ({b.board.address}): {plain_value(b.reason or c.reason)}", 8000)
         else:
             why = _failure(fleet, c)
             if why is not None:
@@ -61,7 +61,7 @@ def render_junit(fleet: FleetResult) -> bytes:
                 el = ET.SubElement(case, "failure", message=_text(why), type="determinism")
                 el.text = _text(f"{why}\nrun folder: {c.folder}", 8000)
         if c.folder:
-            ET.SubElement(case, "system-out").text = _text(f"run folder: {c.folder}\nclass: {c.klass}", 4000)
+            ET.SubElement(case, "system-out").text = _text(f"run folder: {c.folder}\nclass: {plain_value(c.klass)}", 4000)
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rkdet import socs
 from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import InputError
 from rkdet.fleets.run.records import MatrixCell
 
 AXES = ("core_mask", "backend")
 
-# NPU cores per SoC (Rockchip datasheets; RKNN_NPU_CORE_* of librknnrt); SoCs not named have one
-NPU_CORES = {"rk3588": 3, "rk3588s": 3, "rk3576": 2}
-# the highest core index each mask uses (auto: whatever the runtime picks)
-_MASK_NEEDS = {"auto": 1, "0": 1, "1": 2, "2": 3, "0_1": 2, "0_1_2": 3}
 
 
 @dataclass(frozen=True)
@@ -56,18 +53,14 @@ def parse_matrix(specs: tuple[str, ...], default: MatrixCell) -> list[MatrixCell
     return cells
 
 
-def npu_cores(soc: str | None) -> int:
-    return NPU_CORES.get((soc or "").lower(), 1)
-
-
 def plan(cells: list[MatrixCell], soc: str | None) -> list[Planned]:
     """Each cell, with the reason it is skipped on this SoC (a core it lacks)."""
-    cores = npu_cores(soc)
+    cores = socs.npu_cores(soc)
     out = []
     for cell in cells:
-        if cell.backend == "rknnlite" and _MASK_NEEDS[cell.core_mask] > cores:
+        if cell.backend == "rknnlite" and socs.mask_needs(cell.core_mask) > cores:
             out.append(Planned(cell, f"{soc or 'this SoC'} has {cores} NPU core{'s' if cores != 1 else ''}; "
-                                     f"core mask {cell.core_mask} needs {_MASK_NEEDS[cell.core_mask]}"))
+                                     f"core mask {cell.core_mask} needs {socs.mask_needs(cell.core_mask)}"))
         else:
             out.append(Planned(cell))
     return out

@@ -12,6 +12,7 @@ from typing import Any
 
 from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.history.ingest import RunRecord
+from rkdet.textsafe import plain_value
 
 SCHEMA = "rkdet.fleet/1"
 
@@ -132,7 +133,8 @@ class Difference:
             return f"{self.b} vs {self.a}: {self.note or 'no element-level difference'}"
         decided = {True: "the decision differs", False: "same decision", None: "decision unknown"}[self.decision_differs]
         return (f"{self.b} vs {self.a}: first difference input {self.input} output {self.output} element "
-                f"{self.position or self.index}: {self.value_a!r} vs {self.value_b!r} ({self.max_ulp} ULP); "
+                f"{plain_value(self.position or self.index)}: {plain_value(self.value_a)} vs {plain_value(self.value_b)} "
+                f"({plain_value(self.max_ulp)} ULP); "
                 f"{self.outputs_differing} output(s) differ; {decided}")
 
     def to_json(self) -> dict[str, Any]:
