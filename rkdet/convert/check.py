@@ -351,7 +351,7 @@ def check_against(cfg: RkdetConfig, folder: Path, progress: Log = lambda msg: No
         theirs_cpu, ours_cpu = cpu_class_of(build.manifest), cpu_class_of(doc)
         if differences and theirs_cpu != ours_cpu:  # the toolkit's own float work ran on another CPU class
             differences = [Difference(d.section, f"{d.detail} (BUILD made on CPU class {theirs_cpu!r}, here "
-                                                  f"{ours_cpu!r}: docs/RKNN_FORMAT.md \"across CPUs\")")
+                                                  f"{ours_cpu!r}: docs/RKNN_FORMAT.md \"Across CPUs\")")
                            if d.section in (".rknn", "simulator", "build") else d for d in differences]
         ref_differences, ref_notes = reference_differences(build, doc, rebuilt)
         differences += ref_differences
