@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from rkdet.convert.cpu_torch import TorchInstallError, install_cpu_torch
 from rkdet.errors import ConversionError, InputError
 
 CACHE_ENV = "RKDET_TOOLKIT_CACHE"
@@ -254,6 +255,10 @@ def ensure(version: str, progress: Callable[[str], None] | None = None) -> Toolk
             venv = stage / "venv"
             _run([sys.executable, "-m", "venv", str(venv)], "python -m venv")
             pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            try:  # the lock's CPU torch from PyTorch's CPU index first: the public index serves the CUDA build
+                install_cpu_torch(str(venv / "bin" / "python"), lock_file())
+            except TorchInstallError as exc:
+                raise ConversionError(f"creating the rknn-toolkit2 {version} environment: {exc}") from None
             _run([*pip, "--require-hashes", "-r", str(lock_file())], f"installing rkdet's lock into the {version} environment")
             _run([*pip, "--no-deps", str(wheel)], f"installing {wheel.name}")
             _write_stamp(venv, _record(venv, version))
