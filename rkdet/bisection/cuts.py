@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 
 from rkdet.bisection.plan import CutPoint
-from rkdet.convert import golden, manifest
+from rkdet.convert import golden, int8emu, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import list_images
 from rkdet.convert.toolkits import find_toolkit
@@ -94,6 +94,20 @@ class CutBuilder:
             self._prepared = (tk, key, model, cal, gold)
         return self._prepared
 
+    def _int8_cut(self, folder: Path, frontier: tuple[str, ...]) -> None:
+        """`folder/model.int8emu.onnx`: the same cut of the build's INT8 emulation (rkdet.convert.int8emu keeps
+        the ONNX's tensor names, so the cut ends at the fake-quantized tensors), what the emulated NPU runs."""
+        full = self.build / int8emu.FILE
+        if not full.is_file() or (folder / int8emu.FILE).is_file():
+            return
+        import onnx
+        from onnx.utils import Extractor
+
+        model = onnx.load_from_string(full.read_bytes())
+        inputs = [i.name for i in model.graph.input]
+        cut = Extractor(model).extract_model(inputs, list(frontier)).SerializeToString()
+        write_atomic(str(folder / int8emu.FILE), cut)
+
     def get(self, point: CutPoint) -> CutModel:
         folder = self.root / cut_key(point)
         if (folder / "cut.json").is_file():
@@ -102,6 +116,7 @@ class CutBuilder:
             except InputError:
                 doc = {}  # a damaged cache entry is made again
             if tuple(doc.get("outputs", ())) == point.frontier and doc.get("build_fingerprint") == self.fingerprint:
+                self._int8_cut(folder, point.frontier)  # an entry cached before the build had one
                 return CutModel(folder, point.frontier, True, 0.0, len(doc.get("quant", {}).get("changed", [])))
         return self._make(point, folder)
 
@@ -137,6 +152,7 @@ class CutBuilder:
                 try:
                     shutil.copyfile(work / "model.rknn", stage / "model.rknn")
                     (stage / "model.onnx").write_bytes(cut_onnx)
+                    self._int8_cut(stage, point.frontier)
                     _, _, h, w = model.input_shape_nchw
                     io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8",
                                            "layout": "nhwc"}], "outputs": list(point.frontier)}

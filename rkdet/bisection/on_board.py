@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from rkdet.boardinfo.remote_scripts import SESSION_ENV, is_emulated_runtime
+from rkdet.convert import int8emu
 from rkdet.link.pull import pull
 from rkdet.link.shell import FILES_S
 from rkdet.link.transfer import push
@@ -102,7 +103,12 @@ class BoardRunner:
             fed = self.manifest.need_fed_input(self.build / "manifest.json")
             with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp:
                 sidecar = Path(tmp) / "model.emu.json"
-                sidecar.write_text(json.dumps({"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}))
+                prep: dict = {"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw",
+                              "cut": (model_dir / "cut.json").is_file()}  # a fault past a cut's end is no error
+                if (model_dir / int8emu.FILE).is_file():  # the INT8 emulation (of the cut): what the NPU computes
+                    push(conn, model_dir / int8emu.FILE, f"{remote_model}/{int8emu.FILE}")  # type: ignore[arg-type]
+                    prep["int8emu"] = int8emu.FILE
+                sidecar.write_text(json.dumps(prep))
                 push(conn, sidecar, f"{remote_model}/model.emu.json")  # type: ignore[arg-type]
         out = f"{self.base}/runs/{tag}-{core_mask}"
         conn.run(["rm", "-rf", "--", out], timeout=FILES_S)  # type: ignore[attr-defined]

@@ -375,6 +375,8 @@ class RKNNLite(object):
         self._fault_calls = {}
         self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
         self.rkdet_emulates_npu = False
+        self.rkdet_npu_detail = None  # what stands for the NPU's computation (backend_detail says it)
+        self._cut = False  # a bisection's cut model (model.emu.json "cut"): a fault tensor past its end is fine
         self._drifts = []  # TEST CONTROL (image): [(output, index)] flipped on every call
         self._heat = None  # TEST CONTROL (image): {"control_dir", "millicelsius"} applied at the first inference
         self._library_version = None
@@ -411,6 +413,23 @@ class RKNNLite(object):
                 _log("load_rknn: emulated NPU mode: %s" % err)
                 return -1
             self.rkdet_emulates_npu = True
+            self.rkdet_npu_detail = "EMULATED NPU mode: the RKNN simulator's outputs, not onnxruntime"
+        else:
+            compute = os.environ.get("RKDET_EMU_COMPUTE") or prep.get("compute") or "int8"
+            if compute not in ("int8", "fp32"):
+                _log("load_rknn: compute %r: expected int8 or fp32" % (compute,))
+                return -1
+            int8emu = prep.get("int8emu")
+            if compute == "int8" and int8emu:
+                int8emu = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(str(int8emu)))
+                if not os.path.isfile(int8emu):
+                    _log("load_rknn: %s (the INT8 emulation model.emu.json names) not found" % int8emu)
+                    return -1
+                onnx_path = int8emu
+                self.rkdet_emulates_npu = True
+                self.rkdet_npu_detail = ("INT8 emulation: the build's quantization computed by onnxruntime "
+                                         "(close to the RKNN simulator, not bitwise)")
+        self._cut = bool(prep.get("cut"))
         self._onnx = onnx_path
         self._prep = prep
         self._format = _container_version(path)
@@ -447,14 +466,16 @@ class RKNNLite(object):
             options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             self._session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
             fault = _fault_tensor()
-            if fault is not None:
-                faulted = _faulted_model(self._onnx, fault[0])
-                if faulted is not None:
-                    self._fault_session = ort.InferenceSession(faulted, options, providers=["CPUExecutionProvider"])
-                    self._fault_run = fault[1]
+            faulted = None if fault is None else _faulted_model(self._onnx, fault[0])
+            if faulted is not None:
+                self._fault_session = ort.InferenceSession(faulted, options, providers=["CPUExecutionProvider"])
+                self._fault_run = fault[1]
         except Exception as err:  # the real runtime returns a code, so does the double
             _log("init_runtime: %s" % err)
             return -1
+        if fault is not None and faulted is None and not self._cut:  # never a run that silently computes unchanged
+            raise ValueError("TEST CONTROL RKDET_EMU_FAULT_TENSOR names tensor %r, which model %s does not have"
+                             % (fault[0], os.path.basename(self._onnx)))
         self._inputs = self._session.get_inputs()
         self.core_mask = core_mask
         self._instance = _INSTANCES[0]
@@ -543,6 +564,10 @@ class RKNNLite(object):
                 _log("inference: emulated NPU mode answers golden inputs only; this input is not one")
                 return None
             outputs = [np.array(golden[o.name], copy=True) for o in self._session.get_outputs()]
+            session = self._session_for(inputs)
+            if session is not self._session:  # a fault at a named tensor: what it moves, added to the answer
+                moved = [f - c for f, c in zip(session.run(None, feed), self._session.run(None, feed))]
+                outputs = [(o.astype(np.float64) + d).astype(o.dtype) for o, d in zip(outputs, moved)]
         else:
             outputs = self._session_for(inputs).run(None, feed)
         try:
