@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -110,6 +111,11 @@ class EmulatedBoard:
             self.profile = soc if isinstance(soc, SocProfile) else soc_profile(soc)
         except KeyError as err:
             raise InputError(f"emulator: {err.args[0]}") from None
+        compute = os.environ.get("RKDET_EMU_COMPUTE")  # TEST CONTROL: "fp32" makes the runtime double compute the
+        if compute:  # FP32 ONNX instead of the build's INT8 emulation; in the image, so it holds under sudo
+            control = json.loads(self.profile.runtime_control or "{}")
+            self.profile = dataclasses.replace(self.profile, runtime_control=json.dumps({**control, "compute": compute},
+                                                                                       sort_keys=True))
         if isinstance(variant, str):
             if variant not in VARIANTS:
                 raise InputError(f"emulator: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")

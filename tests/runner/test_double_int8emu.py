@@ -31,7 +31,7 @@ TABLE = {
 def board(tmp_path_factory):
     root = tmp_path_factory.mktemp("int8board")
     model = make_rknn_dir(root / "model", MEAN, STD)
-    emulation = int8emu.fake_quantize(model.with_suffix(".onnx").read_bytes(), TABLE)
+    emulation = int8emu.fake_quantize(model.with_suffix(".onnx").read_bytes(), TABLE, weights=True)
     (root / "model" / int8emu.FILE).write_bytes(emulation.onnx_bytes)
     prep = json.loads((root / "model" / "model.emu.json").read_text())
     (root / "model" / "model.emu.json").write_text(json.dumps({**prep, "int8emu": int8emu.FILE}))
@@ -63,7 +63,8 @@ def test_every_tensor_lands_on_the_grid_the_build_keeps(board, tmp_path):
 def test_the_emulated_npu_computes_the_int8_emulation_for_any_input(board, tmp_path):
     model, inputs, emulation = board
     (tmp_path / "emu.onnx").write_bytes(emulation.onnx_bytes)
-    proc = run_cli(["--model", model, "--inputs", inputs, "--repeats", "2", "--out", tmp_path / "out"], env=with_double())
+    proc = run_cli(["--model", model, "--inputs", inputs, "--repeats", "2", "--out", tmp_path / "out"],
+                   env=with_double(RKDET_EMU_COMPUTE="int8"))
     assert proc.returncode == 0, proc.stderr
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["emulated"] is True and run["emulates_npu"] is True and "INT8 emulation" in run["backend_detail"]
@@ -83,9 +84,11 @@ def _outputs(out):
 
 def test_a_fault_at_a_named_tensor_moves_the_int8_emulation(board, tmp_path):
     model, inputs, _ = board
-    clean = run_cli(["--model", model, "--inputs", inputs, "--repeats", "1", "--out", tmp_path / "a"], env=with_double())
+    clean = run_cli(["--model", model, "--inputs", inputs, "--repeats", "1", "--out", tmp_path / "a"],
+                    env=with_double(RKDET_EMU_COMPUTE="int8"))
     faulted = run_cli(["--model", model, "--inputs", inputs, "--repeats", "1", "--out", tmp_path / "b"],
-                      env=with_double(RKDET_EMU_FAULT_TENSOR="c"))
+                      env=with_double(RKDET_EMU_FAULT_TENSOR="c", RKDET_EMU_COMPUTE="int8"))
+    assert json.loads((tmp_path / "b" / "run.json").read_text())["emulates_npu"] is True
     assert clean.returncode == 0 and faulted.returncode == 0, faulted.stderr
     assert _outputs(tmp_path / "a") != _outputs(tmp_path / "b")
 

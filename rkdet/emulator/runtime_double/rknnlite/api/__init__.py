@@ -376,6 +376,8 @@ class RKNNLite(object):
         self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
         self.rkdet_emulates_npu = False
         self.rkdet_npu_detail = None  # what stands for the NPU's computation (backend_detail says it)
+        self._fp32 = None  # the prepared FP32 ONNX beside the model
+        self._int8emu = None  # the build's INT8 emulation (model.emu.json "int8emu"), the default computation
         self._cut = False  # a bisection's cut model (model.emu.json "cut"): a fault tensor past its end is fine
         self._drifts = []  # TEST CONTROL (image): [(output, index)] flipped on every call
         self._heat = None  # TEST CONTROL (image): {"control_dir", "millicelsius"} applied at the first inference
@@ -414,23 +416,13 @@ class RKNNLite(object):
                 return -1
             self.rkdet_emulates_npu = True
             self.rkdet_npu_detail = "EMULATED NPU mode: the RKNN simulator's outputs, not onnxruntime"
-        else:
-            compute = os.environ.get("RKDET_EMU_COMPUTE") or prep.get("compute") or "int8"
-            if compute not in ("int8", "fp32"):
-                _log("load_rknn: compute %r: expected int8 or fp32" % (compute,))
+        elif prep.get("int8emu"):  # the build's INT8 emulation; init_runtime decides (test control: fp32)
+            self._int8emu = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(str(prep["int8emu"])))
+            if not os.path.isfile(self._int8emu):
+                _log("load_rknn: %s (the INT8 emulation model.emu.json names) not found" % self._int8emu)
                 return -1
-            int8emu = prep.get("int8emu")
-            if compute == "int8" and int8emu:
-                int8emu = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(str(int8emu)))
-                if not os.path.isfile(int8emu):
-                    _log("load_rknn: %s (the INT8 emulation model.emu.json names) not found" % int8emu)
-                    return -1
-                onnx_path = int8emu
-                self.rkdet_emulates_npu = True
-                self.rkdet_npu_detail = ("INT8 emulation: the build's quantization computed by onnxruntime "
-                                         "(close to the RKNN simulator, not bitwise)")
         self._cut = bool(prep.get("cut"))
-        self._onnx = onnx_path
+        self._onnx = self._fp32 = onnx_path
         self._prep = prep
         self._format = _container_version(path)
         return 0
@@ -458,6 +450,20 @@ class RKNNLite(object):
             _log("Invalid RKNN model version %d" % self._format)
             _log("rknn_init, load model failed!")
             return -1
+        try:
+            control = _read_image_control()
+        except (OSError, IOError, ValueError) as err:
+            _log("init_runtime: bad image test control %s (%s)" % (IMAGE_CONTROL, err))
+            return -1
+        compute = os.environ.get("RKDET_EMU_COMPUTE") or control.get("compute") or self._prep.get("compute") or "int8"
+        if compute not in ("int8", "fp32"):
+            _log("init_runtime: RKDET_EMU_COMPUTE %r: expected int8 or fp32" % (compute,))
+            return -1
+        if self._npu is None:
+            self._onnx = self._int8emu if compute == "int8" and self._int8emu else self._fp32
+            self.rkdet_emulates_npu = self._onnx == self._int8emu
+            self.rkdet_npu_detail = ("INT8 emulation: the build's quantization computed by onnxruntime "
+                                     "(close to the RKNN simulator, not bitwise)") if self.rkdet_emulates_npu else None
         try:
             import onnxruntime as ort
             options = ort.SessionOptions()
