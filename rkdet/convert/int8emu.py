@@ -5,8 +5,8 @@ gives outputs no INT8 NPU gives (and a bitwise "agreement" with the FP32 referen
 never shows); replaying the simulator's stored outputs answers golden inputs only and ignores a fault
 planted mid-graph. This model computes like the NPU for any input: every tensor the build keeps in
 int8 is rounded to its int8 grid (QuantizeLinear / DequantizeLinear with the toolkit's scale and zero
-point), every tensor it keeps in float16 to float16, biases to their int32 grids (the table's
-per-channel scales); weights only on request (WEIGHTS below says why).
+point), every tensor it keeps in float16 to float16, and the weights and biases the table lists to
+their per-channel grids (weights asymmetric int8 with a zero point per channel, biases int32).
 It is close to the simulator, not bitwise (docs/EMULATOR.md has the measured distance).
 
 The table is the toolkit's own (toolkit2_worker.py writes `quantization.json`); the tensor names are
@@ -28,10 +28,7 @@ import numpy as np
 FILE = "model.int8emu.onnx"
 TABLE = "quantization.json"  # the toolkit's choice as the worker wrote it, kept in the build folder
 SUFFIX = "__rkdet_q"  # names this module adds end so, never clashing with the model's own
-# rknn-toolkit2 2.5.0's table names no weight parameters (only int32 bias scales), and rounding the weights to
-# max|w|/127 per output channel measured FARTHER from the simulator than float weights (docs/EMULATOR.md:
-# default model, cosine 0.950-0.988 with, 0.960-0.991 without), so by default weights stay as the ONNX has them.
-WEIGHTS = False
+WEIGHTS = True  # round weights and biases the table lists (off: a control, to see what weight rounding adds)
 WEIGHTED = {"Conv": 0, "ConvTranspose": 1, "Gemm": None, "MatMul": None}  # op -> the weight's output-channel axis
 
 
@@ -45,8 +42,7 @@ class Emulation:
     int8_weights: int
 
     def record(self, sha256: str, toolkit: str) -> dict[str, Any]:
-        return {"file": FILE, "sha256": sha256, "int8_tensors": self.int8_tensors, "weights": "int8 per channel"
-                if self.int8_weights else "as in the ONNX (the toolkit's table names no weight parameters)",
+        return {"file": FILE, "sha256": sha256, "int8_tensors": self.int8_tensors,
                 "float16_tensors": self.float16_tensors, "int8_weights": self.int8_weights,
                 "source": f"{toolkit}: the quantizer's table after build (quantization.json)",
                 "exact": False}
@@ -65,7 +61,7 @@ def _int8_params(entry: Mapping[str, Any] | None) -> tuple[float, int] | None:
 
 def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, weights: bool = WEIGHTS) -> Emulation:
     """`onnx_bytes` with every tensor of `table` rounded as the build keeps it (see the module doc);
-    `weights`: also round Conv/Gemm/MatMul weights to a per-channel int8 grid (max|w| / 127)."""
+    `weights`: also round the Conv/Gemm/MatMul weights and biases the table lists to their grids."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -108,37 +104,37 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
         return half(name + SUFFIX, name) if kind == "float16" else qdq(name + SUFFIX, name, params)
 
     def weight(node: Any) -> None:
-        """Round the node's initializer weight (and bias) to the int8 (int32) per-channel grid in place."""
-        if not weights or node.op_type not in WEIGHTED or len(node.input) < 2 or node.input[1] not in inits:
+        """Round the node's initializer weight and bias to the grids the table gives them, in place: weights
+        per output channel, asymmetric (rknn-toolkit2 2.5.0: scale (max - min) / 255 and a zero point per
+        channel), biases int32 with their per-channel scales."""
+        if not weights or node.op_type not in WEIGHTED:
             return
-        out = table.get(node.output[0]) or {}
-        w_init = inits[node.input[1]]
-        w = numpy_helper.to_array(w_init).astype(np.float32)
-        if out.get("dtype") == "float16":  # a float16 layer keeps float16 weights
-            w_init.CopyFrom(numpy_helper.from_array(w.astype(np.float16).astype(np.float32), w_init.name))
-            return
-        if w.ndim < 2:
-            return
-        axis = WEIGHTED[node.op_type]
-        if axis is None:  # Gemm/MatMul: per-tensor
-            scale = np.array([np.abs(w).max() / 127.0 or 1.0], np.float32)
+        for k in (1, 2):
+            if len(node.input) <= k or node.input[k] not in inits:
+                continue
+            init, entry = inits[node.input[k]], table.get(node.input[k])
+            if not entry:
+                continue
+            w = numpy_helper.to_array(init).astype(np.float64)
+            if entry.get("dtype") == "float16":
+                init.CopyFrom(numpy_helper.from_array(w.astype(np.float16).astype(np.float32), init.name))
+                counts["weights"] += 1
+                continue
+            bits = {"int8": (-128, 127), "int16": (-32768, 32767), "int32": (-(2 ** 31), 2 ** 31 - 1)}.get(entry.get("dtype"))
+            scale = np.asarray(entry.get("scale") or [], np.float64)
+            zero = np.asarray(entry.get("zero_point") or [0] * scale.size, np.float64)
+            if bits is None or not scale.size or not (scale > 0).all() or zero.size != scale.size:
+                continue
+            axis = WEIGHTED[node.op_type] if k == 1 and w.ndim > 1 else 0
+            if axis is None or scale.size not in (1, w.shape[axis] if w.ndim else 1):
+                continue
             shape = [1] * w.ndim
-        else:
-            moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
-            scale = (np.abs(moved).max(axis=1) / 127.0).astype(np.float32)
-            scale[~(scale > 0)] = 1.0
-            shape = [1] * w.ndim
-            shape[axis] = -1
-        q = np.clip(np.round(w / scale.reshape(shape)), -127, 127)
-        w_init.CopyFrom(numpy_helper.from_array((q * scale.reshape(shape)).astype(np.float32), w_init.name))
-        counts["weights"] += 1
-        if len(node.input) > 2 and node.input[2] in inits and table.get(node.input[2]):
-            b_init = inits[node.input[2]]
-            b = numpy_helper.to_array(b_init).astype(np.float64)
-            b_scale = np.asarray(table[node.input[2]].get("scale") or [], np.float64)
-            if b_scale.size == b.size and (b_scale > 0).all():
-                b_init.CopyFrom(numpy_helper.from_array((np.round(b / b_scale) * b_scale).astype(np.float32),
-                                                        b_init.name))
+            if scale.size > 1:
+                shape[axis] = -1
+            s_, z_ = scale.reshape(shape), zero.reshape(shape)
+            q = np.clip(np.round(w / s_) + z_, *bits)
+            init.CopyFrom(numpy_helper.from_array(((q - z_) * s_).astype(np.float32), init.name))
+            counts["weights"] += 1
 
     outputs = {o.name for o in graph.output}
     for i in graph.input:  # the fed input as the NPU takes it: `<input>_int8`
