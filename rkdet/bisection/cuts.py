@@ -94,19 +94,16 @@ class CutBuilder:
             self._prepared = (tk, key, model, cal, gold)
         return self._prepared
 
-    def _int8_cut(self, folder: Path, frontier: tuple[str, ...]) -> None:
-        """`folder/model.int8emu.onnx`: the same cut of the build's INT8 emulation (rkdet.convert.int8emu keeps
-        the ONNX's tensor names, so the cut ends at the fake-quantized tensors), what the emulated NPU runs."""
-        full = self.build / int8emu.FILE
-        if not full.is_file() or (folder / int8emu.FILE).is_file():
+    def _int8_cut(self, folder: Path, own: dict | None) -> None:
+        """`folder/model.int8emu.onnx`: the cut model (folder/model.onnx) fake-quantized with the full build's
+        table (rkdet.convert.int8emu) plus the cut's own int8 copies behind its outputs (cut_worker's
+        `own_params`), what the emulated NPU runs for this cut. Nothing when the build has no table."""
+        table_path = self.build / int8emu.TABLE
+        if not table_path.is_file() or (folder / int8emu.FILE).is_file():
             return
-        import onnx
-        from onnx.utils import Extractor
-
-        model = onnx.load_from_string(full.read_bytes())
-        inputs = [i.name for i in model.graph.input]
-        cut = Extractor(model).extract_model(inputs, list(frontier)).SerializeToString()
-        write_atomic(str(folder / int8emu.FILE), cut)
+        table = {**read_json_object(table_path), **(own or {})}
+        emulation = int8emu.fake_quantize((folder / "model.onnx").read_bytes(), table)
+        write_atomic(str(folder / int8emu.FILE), emulation.onnx_bytes)
 
     def get(self, point: CutPoint) -> CutModel:
         folder = self.root / cut_key(point)
@@ -116,7 +113,7 @@ class CutBuilder:
             except InputError:
                 doc = {}  # a damaged cache entry is made again
             if tuple(doc.get("outputs", ())) == point.frontier and doc.get("build_fingerprint") == self.fingerprint:
-                self._int8_cut(folder, point.frontier)  # an entry cached before the build had one
+                self._int8_cut(folder, doc.get("quant", {}).get("own_params"))  # cached before the build had one
                 return CutModel(folder, point.frontier, True, 0.0, len(doc.get("quant", {}).get("changed", [])))
         return self._make(point, folder)
 
@@ -152,7 +149,7 @@ class CutBuilder:
                 try:
                     shutil.copyfile(work / "model.rknn", stage / "model.rknn")
                     (stage / "model.onnx").write_bytes(cut_onnx)
-                    self._int8_cut(stage, point.frontier)
+                    self._int8_cut(stage, result["quant"].get("own_params"))
                     _, _, h, w = model.input_shape_nchw
                     io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8",
                                            "layout": "nhwc"}], "outputs": list(point.frontier)}
