@@ -312,6 +312,18 @@ def with_stack(prof: SocProfile, runtime: str | None = None, driver: str | None 
     return replace(prof, **changes, sources=sources, variant=",".join(labels))
 
 
+def with_multicore_split(prof: SocProfile, cores: int = 3, core_masks: tuple[int, ...] = (7,)) -> SocProfile:
+    """TEST CONTROL, opt-in multi-core numerics: the board's runtime double computes every Conv of a model run
+    with one of `core_masks` (default NPU_CORE_0_1_2) as `cores` NPU cores would split it, per-core partial
+    sums added in another order (docs/EMULATOR.md), so a core-mask sweep finds a real difference (#228)."""
+    import json
+
+    control = json.loads(prof.runtime_control or "{}")
+    control["multicore_split"] = {"cores": int(cores), "core_masks": [int(m) for m in core_masks]}
+    return replace(prof, runtime_control=json.dumps(control, sort_keys=True),
+                   variant=",".join([v for v in (prof.variant,) if v] + [f"multicore-split-{cores}"]))
+
+
 def all_variants() -> tuple[SocProfile, ...]:
     """The default profiles plus every variant (what 'board scripts pass on every variant' runs)."""
     return (RK3588,) + rk3588_variants()[1:] + (RK3568, rk3568(compaction=False, thp=False), RV1126)

@@ -24,6 +24,8 @@ TABLE = {
     "prob": {"dtype": "float32", "scale": [], "zero_point": []},
     "prob_int8": {"dtype": "int8", "scale": [PROB_SCALE], "zero_point": [PROB_ZERO]},
     "mean": {"dtype": "float16"},
+    "W": {"dtype": "int8", "qmethod": "channel", "qtype": "asym", "scale": [0.03] * 4, "zero_point": [0, 1, -1, 2]},
+    "B": {"dtype": "int32", "qmethod": "channel", "qtype": "sym", "scale": [1e-3] * 4, "zero_point": [0] * 4},
 }
 
 
@@ -46,7 +48,13 @@ def _fed(nhwc: np.ndarray) -> np.ndarray:
 
 def test_every_tensor_lands_on_the_grid_the_build_keeps(board, tmp_path):
     model, inputs, emulation = board
-    assert (emulation.int8_tensors, emulation.float16_tensors, emulation.int8_weights) == (3, 1, 1)
+    assert (emulation.int8_tensors, emulation.float16_tensors, emulation.int8_weights) == (3, 1, 2)
+    from onnx import numpy_helper
+
+    weights = {i.name: numpy_helper.to_array(i) for i in onnx.load_from_string(emulation.onnx_bytes).graph.initializer}
+    zero = np.array([0, 1, -1, 2]).reshape(4, 1, 1, 1)
+    levels = weights["W"] / 0.03 + zero  # the toolkit's per-channel asymmetric grid
+    assert np.allclose(levels, np.round(levels), atol=1e-3) and levels.min() >= -128 and levels.max() <= 127
     path = tmp_path / "emu.onnx"
     path.write_bytes(emulation.onnx_bytes)
     fed = _fed(np.load(inputs / "page-0000.npy"))
@@ -102,3 +110,25 @@ def test_a_fault_at_a_tensor_the_model_lacks_is_one_line(board, tmp_path, comput
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert "no_such_tensor" in lines[0] and (int8emu.FILE if compute == "int8" else "model.onnx") in lines[0]
+
+
+@pytest.mark.parametrize("compute", ["int8", "fp32"])
+def test_multicore_split_makes_core_0_1_2_differ_for_real(board, tmp_path, compute):
+    """The opt-in profile setting (socs.with_multicore_split): NPU_CORE_0_1_2 adds per-core partial sums in
+    another order, so each mask repeats itself bit for bit and, computed in float, 0_1_2 differs from core 0
+    (in the INT8 emulation only where a value sits at a rounding boundary: not on this tiny model)."""
+    from rkdet.emulator.socs import RK3588, with_multicore_split
+
+    model, inputs, _ = board
+    root = tmp_path / "root"
+    (root / "etc" / "rkdet-emulator").mkdir(parents=True)
+    (root / "etc" / "rkdet-emulator" / "runtime.json").write_text(with_multicore_split(RK3588).runtime_control)
+    runs = {}
+    for mask in ("0", "0_1_2"):
+        out = tmp_path / mask
+        proc = run_cli(["--model", model, "--inputs", inputs, "--repeats", "2", "--core-mask", mask, "--out", out],
+                       env=with_double(RKDET_ROOT=str(root), RKDET_EMU_COMPUTE=compute))
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads((out / "summary.json").read_text())["deterministic"]
+        runs[mask] = _outputs(out)
+    assert (runs["0"] != runs["0_1_2"]) == (compute == "fp32")

@@ -9,7 +9,12 @@ independent arrays, as 2.5.0 does). Every result it produces is emulated: the mo
 `RKDET_EMULATED`, which rkdet-run records as `"emulated": true` in run.json.
 
 What the deploy puts beside `<stem>.rknn` for it:
-  * `<stem>.onnx`: the model it really computes (else the path in env `RKDET_EMU_ONNX`);
+  * `<stem>.onnx`: the prepared FP32 model (else the path in env `RKDET_EMU_ONNX`);
+  * the build's INT8 emulation (`model.int8emu.onnx`, rkdet.convert.int8emu), named by `"int8emu"` in
+    `<stem>.emu.json`: what it computes by default, as the emulated NPU. The instance then says
+    `rkdet_emulates_npu = True` (run.json `"emulates_npu": true`: judged against the simulator). TEST
+    CONTROL `RKDET_EMU_COMPUTE=fp32` (env; else `"compute"` in the board image's control below, else in
+    `<stem>.emu.json`) computes the FP32 model instead; `int8` is the default;
   * `<stem>.emu.json` (optional): `{"mean": [..], "std": [..], "input_layout": "nchw"}`, the
     normalisation the real .rknn has baked in. Inputs arrive as the board gets them (uint8 NHWC)
     and become the ONNX's float input as `(x - mean) / std` per channel, transposed to NCHW when
@@ -59,7 +64,8 @@ TEST CONTROL, per-board image (never present on a real board): the emulated boar
 `$RKDET_ROOT/etc/rkdet-emulator/runtime.json` (written by the emulator from `SocProfile.runtime_control`,
 so it is the board's own setting, whatever the deploy's flags or sudo's env_reset):
 `{"library_version": V, "drift": {"output": K, "index": I}, "core_drift": {"core_masks": [M..], "output": K,
-"index": I}, "signal_dir": DIR, "heat": {"control_dir": DIR, "millicelsius": T}}` (every key optional). `library_version` is the librknnrt this board's
+"index": I}, "signal_dir": DIR, "heat": {"control_dir": DIR, "millicelsius": T}, "compute": "int8"|"fp32",
+"multicore_split": {"core_masks": [M..], "cores": N}}` (every key optional). `library_version` is the librknnrt this board's
 runtime reports (get_sdk_version). `drift` flips the lowest bit of flat element I of output K on every call
 (another runtime build: one element differs, the same on every call); `core_drift` does so only when
 init_runtime was given one of the core masks (numeric, e.g. 7 = NPU_CORE_0_1_2), the rknn-toolkit2 #228
@@ -67,15 +73,22 @@ pattern. `signal_dir`: after a successful init_runtime the double writes `DIR/ru
 "PID PGID" (the emulated fleet's watcher drops the board's link, or notes the heat). `heat`: the first
 inference call of the process writes T to `DIR/forced_millicelsius` (the emulated sysfs' thermal test
 control: every zone at T, the SoC's thermal caps engage), removed when the process exits: a board that
-throttles during the run, after the runner's "before" snapshot.
+throttles during the run, after the runner's "before" snapshot. `multicore_split` (opt-in multi-core
+numerics): an instance initialised with one of the core masks (default [7], NPU_CORE_0_1_2) computes every
+Conv as N cores would split it (default 3): per-core partial sums over slices of the input channels, added
+in another order than one core adds them (`_split_accumulation`), so that mask's results differ from a
+single core's for real, in the computation (rknn-toolkit2 #228), not as one flipped bit.
 
 
 TEST CONTROL, a fault at a named tensor (never present on a real board): env `RKDET_EMU_FAULT_TENSOR`,
 `NAME` or `NAME:run=K` (set by `rkdet emulator start --fault-tensor`), makes the double compute a copy of
 the model in which tensor NAME is perturbed before anything reads it, so the error propagates downstream
 like a real one: its largest element moves up by one int8 step of the tensor's range (max|x| / 127, the
-smallest step an INT8 NPU tensor of that range has; up, so a following Relu or MaxPool passes it on). A model without NAME (a cut
-model that ends before it) computes unchanged. With `:run=K` only the K-th (0-based) call for each
+smallest step an INT8 NPU tensor of that range has; up, so a following Relu or MaxPool passes it on). It
+applies in every mode (the INT8 emulation, FP32, and the NPU replay mode, where the change it makes to the
+FP32 model is added to the stored answer). A model without NAME makes init_runtime raise ValueError naming
+tensor and model (the runner reports it in one line), except a bisection's cut model (`"cut": true` in
+`<stem>.emu.json`) that ends before NAME, which computes unchanged. With `:run=K` only the K-th (0-based) call for each
 distinct input is perturbed (rkdet-run with --warmup 0: measured run K), else every call.
 """
 
@@ -287,13 +300,62 @@ def _fault_tensor():
     return name, int(rest)
 
 
+def _split_accumulation(model_bytes_or_path, cores):
+    """Serialized copy of the model in which every Conv (group 1, weights an initializer, at least `cores`
+    input channels) accumulates as `cores` NPU cores would split it: one partial Conv per slice of the
+    input channels, the partial sums added last core first ((P[n-1] + P[n-2]) + ...) + P[0], the bias on
+    the last. Float addition is not associative, so results differ from one core's in the last bits, and
+    after the INT8 emulation's rounding by whole LSBs where a value sits at a rounding boundary."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if isinstance(model_bytes_or_path, bytes):
+        model = onnx.load_from_string(model_bytes_or_path)
+    else:
+        model = onnx.load(model_bytes_or_path)
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes = []
+    for node in graph.node:
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        weight = inits.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
+        if weight is None or group != 1 or len(weight.dims) < 3 or weight.dims[1] < cores:
+            nodes.append(node)
+            continue
+        w = numpy_helper.to_array(weight)
+        bounds = np.linspace(0, w.shape[1], cores + 1).astype(np.int64)
+        t = lambda what, k: "%s__rkdet_core%d_%s" % (node.output[0], k, what)  # noqa: E731
+        partial = []
+        for k in range(cores):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            graph.initializer.extend([
+                numpy_helper.from_array(np.ascontiguousarray(w[:, lo:hi]), t("w", k)),
+                helper.make_tensor(t("starts", k), TensorProto.INT64, [1], [lo]),
+                helper.make_tensor(t("ends", k), TensorProto.INT64, [1], [hi]),
+                helper.make_tensor(t("axes", k), TensorProto.INT64, [1], [1])])
+            nodes.append(helper.make_node("Slice", [node.input[0], t("starts", k), t("ends", k), t("axes", k)], [t("x", k)]))
+            inputs = [t("x", k), t("w", k)] + ([node.input[2]] if k == cores - 1 and len(node.input) > 2 else [])
+            conv = helper.make_node("Conv", inputs, [t("p", k)])
+            conv.attribute.extend(node.attribute)
+            nodes.append(conv)
+            partial.append(t("p", k))
+        total = partial[-1]
+        for k in range(cores - 2, -1, -1):
+            out = node.output[0] if k == 0 else t("sum", k)
+            nodes.append(helper.make_node("Add", [total, partial[k]], [out]))
+            total = out
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model.SerializeToString()
+
+
 def _faulted_model(onnx_path, name):
     """Serialized copy of the ONNX at `onnx_path` whose tensor `name` is perturbed (see the module doc),
     or None when the model has no node producing `name`."""
     import onnx
     from onnx import TensorProto, helper
 
-    model = onnx.load(onnx_path)
+    model = onnx.load_from_string(onnx_path) if isinstance(onnx_path, bytes) else onnx.load(onnx_path)
     graph = model.graph
     nodes = list(graph.node)
     at = next((i for i, n in enumerate(nodes) if name in n.output), None)
@@ -464,15 +526,19 @@ class RKNNLite(object):
             self.rkdet_emulates_npu = self._onnx == self._int8emu
             self.rkdet_npu_detail = ("INT8 emulation: the build's quantization computed by onnxruntime "
                                      "(close to the RKNN simulator, not bitwise)") if self.rkdet_emulates_npu else None
+        split = control.get("multicore_split")  # TEST CONTROL (image): per-core partial sums, see the doc
         try:
+            model = self._onnx
+            if split and core_mask in [int(m) for m in split.get("core_masks", [7])]:
+                model = _split_accumulation(self._onnx, int(split.get("cores", 3)))
             import onnxruntime as ort
             options = ort.SessionOptions()
             options.intra_op_num_threads = 1
             options.inter_op_num_threads = 1
             options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            self._session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
             fault = _fault_tensor()
-            faulted = None if fault is None else _faulted_model(self._onnx, fault[0])
+            faulted = None if fault is None else _faulted_model(model, fault[0])
             if faulted is not None:
                 self._fault_session = ort.InferenceSession(faulted, options, providers=["CPUExecutionProvider"])
                 self._fault_run = fault[1]
