@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from rkdet.boardinfo.remote_scripts import SESSION_ENV, is_emulated_runtime
-from rkdet.convert import int8emu
+from rkdet.records.manifest import INT8_EMULATION_FILE
 from rkdet.link.pull import pull
 from rkdet.link.shell import FILES_S
 from rkdet.link.transfer import push
@@ -105,9 +105,9 @@ class BoardRunner:
                 sidecar = Path(tmp) / "model.emu.json"
                 prep: dict = {"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw",
                               "cut": (model_dir / "cut.json").is_file()}  # a fault past a cut's end is no error
-                if (model_dir / int8emu.FILE).is_file():  # the INT8 emulation (of the cut): what the NPU computes
-                    push(conn, model_dir / int8emu.FILE, f"{remote_model}/{int8emu.FILE}")  # type: ignore[arg-type]
-                    prep["int8emu"] = int8emu.FILE
+                if (model_dir / INT8_EMULATION_FILE).is_file():  # the INT8 emulation (of the cut): what the NPU computes
+                    push(conn, model_dir / INT8_EMULATION_FILE, f"{remote_model}/{INT8_EMULATION_FILE}")  # type: ignore[arg-type]
+                    prep["int8emu"] = INT8_EMULATION_FILE
                 sidecar.write_text(json.dumps(prep))
                 push(conn, sidecar, f"{remote_model}/model.emu.json")  # type: ignore[arg-type]
         out = f"{self.base}/runs/{tag}-{core_mask}"

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-FILE = "model.int8emu.onnx"
+from rkdet.records.manifest import INT8_EMULATION_FILE as FILE  # the one name (deploy reads it from there)
+
 TABLE = "quantization.json"  # the toolkit's choice as the worker wrote it, kept in the build folder
 SUFFIX = "__rkdet_q"  # names this module adds end so, never clashing with the model's own
 WEIGHTS = True  # round weights and biases the table lists (off: a control, to see what weight rounding adds)

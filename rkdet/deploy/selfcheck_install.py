@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rkdet.choices import BACKENDS
-from rkdet.convert import int8emu
+from rkdet.records.manifest import INT8_EMULATION_FILE
 from rkdet.link.shell import remote_command
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
@@ -81,9 +81,9 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
         with tempfile.TemporaryDirectory(prefix="rkdet-selfcheck-") as tmp:
             sidecar = Path(tmp) / "model.emu.json"
             prep: dict = {"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}
-            if backend == "rknnlite" and (build_dir / int8emu.FILE).is_file():  # the emulated NPU's computation
-                stats.add(push(conn, build_dir / int8emu.FILE, f"{remote_dir}/{int8emu.FILE}"))
-                prep["int8emu"] = int8emu.FILE
+            if backend == "rknnlite" and (build_dir / INT8_EMULATION_FILE).is_file():  # the emulated NPU's computation
+                stats.add(push(conn, build_dir / INT8_EMULATION_FILE, f"{remote_dir}/{INT8_EMULATION_FILE}"))
+                prep["int8emu"] = INT8_EMULATION_FILE
             sidecar.write_text(json.dumps(prep))
             stats.add(push(conn, sidecar, f"{remote_dir}/model.emu.json"))
     model = f"{remote_dir}/model.rknn" if backend == "rknnlite" else f"{remote_dir}/model.onnx"

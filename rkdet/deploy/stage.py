@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.boardinfo import scripts as board_scripts
-from rkdet.convert import int8emu
+from rkdet.records.manifest import INT8_EMULATION_FILE
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.link.shell import FILES_S
@@ -71,10 +71,10 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
             if emulate_npu is not None and build.origin == "imported":
                 raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
                                  ".rknn has none")
-            int8 = build.folder / int8emu.FILE
+            int8 = build.folder / INT8_EMULATION_FILE
             if build.origin != "imported" and int8.is_file():  # what the emulated NPU computes by default
-                stats.add(push(conn, int8, f"{layout.model_dir}/{int8emu.FILE}", progress=progress))
-                prep["int8emu"] = int8emu.FILE
+                stats.add(push(conn, int8, f"{layout.model_dir}/{INT8_EMULATION_FILE}", progress=progress))
+                prep["int8emu"] = INT8_EMULATION_FILE
             if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
                 from rkdet.diff.resultset import quant_steps
 

@@ -260,6 +260,9 @@ class RknnRecord:
                 "custom_string": self.custom_string}
 
 
+INT8_EMULATION_FILE = "model.int8emu.onnx"  # a build's INT8 emulation (rkdet.convert.int8emu), for emulated boards
+
+
 @dataclass(frozen=True)
 class Manifest:
     """A build folder's `manifest.json` (schema rkdet.manifest/2; converted or imported)."""
@@ -336,9 +339,7 @@ class Manifest:
             doc.update(model_fingerprint=self.model_fingerprint, model_identity=self.model_identity,
                        environment=self.environment,
                        float_layers=None if self.float_layers is None else list(self.float_layers),
-                       toolkit_log=self.toolkit_log)
-        if self.int8_emulation is not None:
-            doc["int8_emulation"] = self.int8_emulation
+                       toolkit_log=self.toolkit_log, int8_emulation=self.int8_emulation)
         if self.gates is not None:
             doc["gates"] = self.gates.to_json()
         if self.created_unix is not None:
