@@ -165,11 +165,14 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
 
 def write(folder: Path, onnx_bytes: bytes, toolkit: str) -> dict[str, Any] | None:
     """Write `folder/model.int8emu.onnx` from `folder/quantization.json`; its manifest record, or None
-    when the build has no table (a float16 build, another toolkit): the emulated board then computes FP32."""
+    when the build has no table (a float16 build, another toolkit): the emulated board then computes FP32
+    (as it does when the model cannot be made: the record then says why, `file` null)."""
     table_path = folder / TABLE
     if not table_path.is_file():
         return None
-    table = json.loads(table_path.read_text())
-    emulation = fake_quantize(onnx_bytes, table)
+    try:
+        emulation = fake_quantize(onnx_bytes, json.loads(table_path.read_text()))
+    except Exception as exc:  # noqa: BLE001  the emulation is for emulated boards: never a reason to fail a build
+        return {"file": None, "error": f"{exc.__class__.__name__}: {str(exc)[:300]}", "exact": False}
     (folder / FILE).write_bytes(emulation.onnx_bytes)
     return emulation.record(hashlib.sha256(emulation.onnx_bytes).hexdigest(), toolkit)
