@@ -95,17 +95,14 @@ def test_verdicts_on_other_board_kinds(variant: str, flags: tuple[str, ...], tol
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tolerances,agrees", [
-    (None, False),                                        # bitwise: NO, with the distance said
-    ("tolerances:\n  min_cosine: 0.9\n", True),           # within a declared tolerance at the measured distance
-])
-def test_int8_emulation_verdicts(fast_build: Path, tmp_path: Path, tolerances: str | None, agrees: bool) -> None:
+def test_int8_emulation_verdicts(fast_build: Path, tmp_path: Path) -> None:
     """The emulated NPU's default computation, the build's INT8 emulation: repeatable bit for bit, judged
-    against the simulator; it is close to the simulator, not equal (docs/EMULATOR.md), and the agrees line
-    says by how much."""
+    against the simulator; on the default model it is close to the simulator, not equal (docs/EMULATOR.md:
+    up to 217 LSB on a few class scores, a decision changed), and the agrees line says by how much."""
+    agrees = False
     with EmulatedBoard("rk3588", tmp_path / "board", env={"RKDET_EMU_COMPUTE": "int8"}) as board:
-        proc, report, record, run = _deploy(board, fast_build, tmp_path, tolerances=tolerances)
-    assert proc.returncode == (0 if agrees else 1), proc.stderr[-3000:]
+        proc, report, record, run = _deploy(board, fast_build, tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
     assert run["emulated"] is True and run["emulates_npu"] is True and "INT8 emulation" in run["backend_detail"]
     assert report["repeatable"]["ok"] is True and report["agrees"]["reference"] == "simulator"
     assert report["agrees"]["ok"] is agrees and 0 < report["agrees"]["min_cosine"] < 1
