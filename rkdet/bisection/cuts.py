@@ -101,8 +101,12 @@ class CutBuilder:
         table_path = self.build / int8emu.TABLE
         if not table_path.is_file() or (folder / int8emu.FILE).is_file():
             return
-        table = {**read_json_object(table_path), **(own or {})}
-        emulation = int8emu.fake_quantize((folder / "model.onnx").read_bytes(), table)
+        table = {**read_json_object(table_path), **(own or {})}  # bounded: a build folder is input
+        try:
+            emulation = int8emu.fake_quantize((folder / "model.onnx").read_bytes(), table)
+        except Exception as exc:  # a crafted or damaged table: one line, never a traceback
+            raise InputError(f"{table_path}: not a quantization table rkdet can apply to the cut model "
+                             f"({exc.__class__.__name__}: {str(exc)[:200]}); re-run rkdet convert") from None
         write_atomic(str(folder / int8emu.FILE), emulation.onnx_bytes)
 
     def get(self, point: CutPoint) -> CutModel:
