@@ -31,7 +31,7 @@ from typing import Any
 
 from rkdet.emulator import hostile, lifeline, users
 from rkdet.emulator.fake_tree import build_fake_tree
-from rkdet.emulator.socs import SocProfile
+from rkdet.emulator.socs import SocProfile, with_compute
 from rkdet.emulator.socs import profile as soc_profile
 from rkdet.errors import BoardError, InputError
 
@@ -112,10 +112,11 @@ class EmulatedBoard:
         except KeyError as err:
             raise InputError(f"emulator: {err.args[0]}") from None
         compute = os.environ.get("RKDET_EMU_COMPUTE")  # TEST CONTROL: "fp32" makes the runtime double compute the
-        if compute:  # FP32 ONNX instead of the build's INT8 emulation; in the image, so it holds under sudo
-            control = json.loads(self.profile.runtime_control or "{}")
-            self.profile = dataclasses.replace(self.profile, runtime_control=json.dumps({**control, "compute": compute},
-                                                                                       sort_keys=True))
+        if compute and "compute" not in json.loads(self.profile.runtime_control or "{}"):  # FP32 ONNX, not the
+            try:  # build's INT8 emulation; in the image (socs.with_compute), so it holds under sudo
+                self.profile = with_compute(self.profile, compute)
+            except ValueError as err:
+                raise InputError(f"emulator: RKDET_EMU_COMPUTE: {err}") from None
         if isinstance(variant, str):
             if variant not in VARIANTS:
                 raise InputError(f"emulator: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
