@@ -346,6 +346,10 @@ def _split_accumulation(model_bytes_or_path, cores):
             total = out
     del graph.node[:]
     graph.node.extend(nodes)
+    used = set(i for n in graph.node for i in n.input) | set(o.name for o in graph.output)
+    kept = [i for i in graph.initializer if i.name in used]  # the split weights' originals: unused now
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
     return model.SerializeToString()
 
 
