@@ -58,17 +58,19 @@ def patch_params(cut: dict, full: dict) -> dict:
     model's parameters; return what was compared. The int8 copy `<t>_int8` the toolkit adds behind a cut
     output keeps its own parameters (step 2 refuses to change them): where the full model fuses the cut
     tensor away (a Conv output before its Relu), that tensor never exists in INT8 in the full build."""
-    changed, own = [], []
+    changed, own, own_params = [], [], {}
     for name, entry in cut.items():
         source = full.get(name)
         if source is None or source.get("dtype") != entry.get("dtype"):
             if entry.get("dtype") not in ("float32", "float16"):
                 own.append(name)
+                own_params[name] = {k: entry[k] for k in ("dtype", "qmethod", "qtype", "scale", "zero_point")
+                                    if k in entry}  # the INT8 emulation of the cut rounds its outputs so
             continue
         if source != entry:
             changed.append(name)
             cut[name] = dict(source)
-    return {"tensors": len(cut), "changed": changed, "own": own}
+    return {"tensors": len(cut), "changed": changed, "own": own, "own_params": own_params}
 
 
 def run_job(job: dict) -> int:

@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 import numpy as np
 
 from rkdet.bisection.plan import CutPoint
-from rkdet.convert import golden, manifest
+from rkdet.convert import golden, int8emu, manifest
 from rkdet.convert.hermetic import ToolkitSession
 from rkdet.convert.images import list_images
 from rkdet.convert.toolkits import find_toolkit
@@ -96,6 +96,21 @@ class CutBuilder:
             self._prepared = (tk, key, model, cal, gold)
         return self._prepared
 
+    def _int8_cut(self, folder: Path, own: dict | None) -> None:
+        """`folder/model.int8emu.onnx`: the cut model (folder/model.onnx) fake-quantized with the full build's
+        table (rkdet.convert.int8emu) plus the cut's own int8 copies behind its outputs (cut_worker's
+        `own_params`), what the emulated NPU runs for this cut. Nothing when the build has no table."""
+        table_path = self.build / int8emu.TABLE
+        if not table_path.is_file() or (folder / int8emu.FILE).is_file():
+            return
+        table = {**read_json_object(table_path), **(own or {})}  # bounded: a build folder is input
+        try:
+            emulation = int8emu.fake_quantize((folder / "model.onnx").read_bytes(), table)
+        except Exception as exc:  # a crafted or damaged table: one line, never a traceback
+            raise InputError(f"{table_path}: not a quantization table rkdet can apply to the cut model "
+                             f"({exc.__class__.__name__}: {str(exc)[:200]}); re-run rkdet convert") from None
+        write_atomic(str(folder / int8emu.FILE), emulation.onnx_bytes)
+
     def get(self, point: CutPoint) -> CutModel:
         folder = self.root / cut_key(point)
         if (folder / "cut.json").is_file():
@@ -104,6 +119,7 @@ class CutBuilder:
             except InputError:
                 doc = {}  # a damaged cache entry is made again
             if tuple(doc.get("outputs", ())) == point.frontier and doc.get("build_fingerprint") == self.fingerprint:
+                self._int8_cut(folder, doc.get("quant", {}).get("own_params"))  # cached before the build had one
                 return CutModel(folder, point.frontier, True, 0.0, len(doc.get("quant", {}).get("changed", [])))
         return self._make(point, folder)
 
@@ -139,6 +155,7 @@ class CutBuilder:
                 try:
                     shutil.copyfile(work / "model.rknn", stage / "model.rknn")
                     (stage / "model.onnx").write_bytes(cut_onnx)
+                    self._int8_cut(stage, result["quant"].get("own_params"))
                     _, _, h, w = model.input_shape_nchw
                     write_model_io(stage / MODEL_IO, ModelIo.image(model.input_name, h, w, point.frontier))
                     for name, files in result["simulator_outputs"].items():

@@ -23,6 +23,7 @@ from rkdet.backends.descriptor import Backend
 from rkdet.backends.emulator_stage import push_sidecar
 from rkdet.backends.registry import REGISTRY, backend, default
 from rkdet.boardinfo.remote_scripts import SESSION_ENV, is_emulated_runtime
+from rkdet.backends.emulator_stage import push_int8_emulation
 from rkdet.deploy.pinned_run import pinned_command, pinned_env
 from rkdet.link.pull import pull
 from rkdet.link.shell import FILES_S
@@ -119,7 +120,9 @@ class BoardRunner:
         push(conn, model_dir / "model.io.json", f"{remote_model}/model.io.json")
         if emulated:  # the emulated runtime double computes the cut's ONNX; a real board never gets it
             push(conn, model_dir / "model.onnx", f"{remote_model}/model.onnx")
-            push_sidecar(conn, self.manifest.need_fed_input(self.build / "manifest.json"), remote_model)
+            _, int8emu = push_int8_emulation(conn, model_dir, remote_model)  # the INT8 emulation (of the cut)
+            push_sidecar(conn, self.manifest.need_fed_input(self.build / "manifest.json"), remote_model,
+                         int8emu=int8emu, cut=(model_dir / "cut.json").is_file())  # a fault past a cut's end: no error
         out = f"{self.base}/runs/{tag}-{core_mask}"
         conn.run(["rm", "-rf", "--", out], timeout=FILES_S)
         conn.run(["mkdir", "-p", f"{self.base}/runs"], timeout=FILES_S)

@@ -67,8 +67,13 @@ def demo_config(config_path: Path | None, data: Path | None) -> Path:
 @click.option("--soc", default=None, help="Emulated SoC (default: the config's first platform).")
 @click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Override run.repeats.")
+@click.option("--compute", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True,
+              help="What the emulated runtime computes: fp32 (TEST CONTROL), the prepared FP32 ONNX, judged "
+                   "bitwise against the build's onnx-fp32 golden; int8, the build's INT8 emulation (the emulated "
+                   "NPU), judged against the simulator (docs/EMULATOR.md: on the default model not yet within "
+                   "its bitwise tolerance, so the verdict is NO with the distance).")
 def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, out: Path, soc: str | None, sysfs: str,
-                 repeats: int | None) -> None:
+                 repeats: int | None, compute: str) -> None:
     """Convert the default model, deploy it to an emulated board, print the verdict.
 
     Exit codes as `rkdet deploy`: 0 deterministic and within tolerance, 1 divergence, 2 bad input, 3 board
@@ -90,9 +95,17 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
     settings = RunSettings.from_config(deploy_settings(cfg, config_path), RunOverrides(repeats=repeats))
     # Like a real board, the emulated sysfs lets only root write its knobs: log in as a normal user and
     # pin through `sudo -n`, as a non-root deploy to a real board does.
-    with EmulatedBoard(soc, variant="sudo", sysfs=sysfs) as board:
+    from rkdet.emulator.socs import profile, with_compute
+
+    try:
+        board_profile = with_compute(profile(soc), compute)  # an image setting: holds under sudo
+    except KeyError:
+        raise InputError(f"--soc {soc}: no emulated board for it") from None
+    with EmulatedBoard(board_profile, variant="sudo", sysfs=sysfs) as board:
         backend = board.sysfs.backend if board.sysfs is not None else "plain"
-        console.log(f"emulated {soc} board on {board.target} (sysfs: {backend})")
+        console.log(f"emulated {soc} board on {board.target} (sysfs: {backend}); its runtime computes "
+                    + ("the build's INT8 emulation (the emulated NPU)" if compute == "int8"
+                       else "the FP32 ONNX (TEST CONTROL; --compute int8 for the emulated NPU)"))
         with open_connection(ConnectionOptions(board.target, board.user, identity=board.identity_file,
                                                known_hosts=board.known_hosts_file,
                                                ssh_config=Path("/dev/null"))) as conn:

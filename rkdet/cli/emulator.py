@@ -64,19 +64,24 @@ def emulator() -> None:
 @click.option("--fault-tensor", default=None, metavar="NAME[:run=K]",
               help="TEST CONTROL: the emulated runtime perturbs ONNX tensor NAME (one element, one int8 step of its "
                    "range) so the error propagates downstream; with :run=K only in measured run K of each input.")
+@click.option("--test-compute", "test_compute", type=click.Choice(["int8", "fp32"]), default="int8", show_default=True,
+              help="What the emulated runtime computes: int8, the build's INT8 emulation (the emulated NPU); fp32 "
+                   "(TEST CONTROL), the prepared FP32 ONNX, bitwise comparable with the build's onnx-fp32 golden.")
 @click.option("--test-librknnrt", "test_librknnrt", default=None, metavar="VERSION",
               help="TEST CONTROL: the board's librknnrt reports this version (e.g. 1.4.0), to see preflight's "
                    "known incompatibilities.")
 @click.option("--test-rknpu-driver", "test_driver", default=None, metavar="VERSION",
               help="TEST CONTROL: the board's rknpu driver reports this version (e.g. 0.8.2).")
 def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: str | None, no_compaction: bool,
-          no_thp: bool, fault_tensor: str | None, test_librknnrt: str | None, test_driver: str | None) -> None:
+          no_thp: bool, fault_tensor: str | None, test_compute: str, test_librknnrt: str | None,
+          test_driver: str | None) -> None:
     """Start the board, print how to reach it, and stop cleanly on Ctrl-C (or SIGTERM)."""
     for flag, value in (("--test-librknnrt", test_librknnrt), ("--test-rknpu-driver", test_driver)):
         if value is not None and not re.fullmatch(r"v?\d+\.\d+\.\d+", value):
             raise InputError(f"emulator: {flag} {value!r}: give a version like 1.4.0")
     profile = socs.with_stack(board_profile(soc, speed_bin, not no_compaction, not no_thp), test_librknnrt,
                               test_driver)
+    profile = socs.with_compute(profile, test_compute) if test_compute != "int8" else profile
     env = {FAULT_TENSOR_ENV: fault_tensor_value(fault_tensor)} if fault_tensor is not None else None
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -86,6 +91,8 @@ def start(soc: str, workdir: Path | None, variant: str, sysfs: str, speed_bin: s
             click.echo(f"emulated {soc}{image} board ({variant}) listening on {board.target} as user {board.user}")
             backend = board.sysfs.backend if board.sysfs is not None else "plain"
             click.echo(f"  emulated sysfs ({backend}): RKDET_ROOT={board.root}")
+            if test_compute == "fp32":
+                click.echo("  TEST CONTROL: the emulated runtime computes the FP32 ONNX, not the build's INT8 emulation")
             if fault_tensor is not None:
                 click.echo(f"  TEST CONTROL: the emulated runtime perturbs tensor {fault_tensor} "
                            "(find it with: rkdet layers BUILD --config F --board ...)")

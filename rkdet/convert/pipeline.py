@@ -19,7 +19,7 @@ import numpy as np
 
 from rkdet.records.gates import PASSED, GateRecord
 from rkdet.config import RkdetConfig
-from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
+from rkdet.convert import fidelity, golden, int8emu, manifest, published, toolkit_log
 from rkdet.convert.hermetic import BuildWatch, ToolkitSession
 from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images,
                                   non_images, preprocess)
@@ -125,6 +125,8 @@ def _run_toolkit(tk: Toolkit, cfg: RkdetConfig, platform: str, model: PreparedMo
             raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where}{hint} "
                                   "(rerun with --keep-failed to keep the folder with toolkit.log)")
         shutil.copyfile(folder / "model.rknn", stage_dir / "model.rknn")
+        if result.get("quantization"):  # the quantization the toolkit chose: the INT8 emulation follows it
+            shutil.copyfile(folder / result["quantization"], stage_dir / int8emu.TABLE)
         sim: dict[str, dict[str, np.ndarray]] = {}
         for name, files in result["simulator_outputs"].items():
             sim[name] = {out: np.load(folder / f, allow_pickle=False) for out, f in zip(model.output_names, files)}
@@ -268,7 +270,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
         doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                       fid, environment, log_report.to_json())
-        doc = doc.replace(gates=PASSED)
+        doc = doc.replace(gates=PASSED, int8_emulation=int8emu.write(stage_dir, model.onnx_bytes, f"{tk.name} {tk.version}"))
         try:  # a layer named in quantize.float_layers that produces an output leaves that output float16, on purpose
             fidelity.quantization_gate(doc.rknn.header.to_json(), cfg.quantize.dtype,
                                        cfg.quantize.enabled and not cfg.quantize.force_fp16, platform,

@@ -118,6 +118,41 @@ def _hybrid_build(rknn, rknn_class, job: dict) -> tuple:
     return rknn, None
 
 
+QUANTIZATION_FILE = "quantization.json"
+
+
+def _write_quantization(rknn, job: dict) -> str | None:
+    """The quantization the toolkit chose, as JSON: {tensor: {dtype, qmethod, qtype, scale, zero_point, min,
+    max, ...}}, per tensor the ONNX names (activations, `<input>_int8`, `<output>_int8`, biases per channel).
+    rknn-toolkit2 2.5.0 keeps it in the quantizer's table after build() (the table hybrid step 1 saves as
+    `.quantization.cfg`); a hybrid build's float16 layers come from its cfg. None when neither exists
+    (a float build, another toolkit version): the build then has no INT8 emulation."""
+    if not job.get("do_quantization"):
+        return None
+    table = {}
+    try:
+        table = dict(rknn.rknn_base.quantizer.quant_tab or {})
+    except AttributeError:
+        table = {}
+    stem = Path(job["onnx"]).stem
+    cfg = Path(f"{stem}.quantization.cfg")
+    if cfg.is_file():  # hybrid quantization: step 1's table, the layers made float16 marked so
+        import yaml
+
+        doc = yaml.safe_load(cfg.read_text()) or {}
+        for name, entry in (doc.get("quantize_parameters") or {}).items():
+            table.setdefault(name, entry)
+        for name in (doc.get("custom_quantize_layers") or {}):
+            if name in table:
+                table[name] = {**table[name], "dtype": "float16"}
+    if not table:
+        return None
+    keys = ("dtype", "qmethod", "qtype", "scale", "zero_point", "min", "max", "shape", "qmode", "qmode_dtype")
+    clean = {str(name): {k: entry[k] for k in keys if k in entry} for name, entry in table.items() if isinstance(entry, dict)}
+    Path(QUANTIZATION_FILE).write_text(json.dumps(clean, sort_keys=True, default=float))
+    return QUANTIZATION_FILE
+
+
 # config() options newer than some toolkits (2.3.2 lacks them), with rknn-toolkit2 2.5.0's defaults
 # (inspect.signature(RKNN.config) of 2.5.0). A toolkit without the option is given the job without it
 # only when the job asks for exactly that default (recorded in result.json "options_absent").
@@ -175,6 +210,11 @@ def run_job(job: dict) -> int:
             ret = rknn.build(do_quantization=job["do_quantization"], dataset=job.get("dataset"), **job["build"])
             if ret != 0:
                 return _fail(stage, f"rknn.build returned {ret} (see toolkit.log)")
+        try:  # what the INT8 emulation (convert/int8emu.py) follows; never a reason to fail the build
+            quantization = _write_quantization(rknn, job)
+        except Exception as exc:  # the toolkit's internals: a version without this table builds on without one
+            print(f"rkdet: no quantization table for the INT8 emulation ({exc.__class__.__name__}: {exc})", file=sys.stderr)
+            quantization = None
         stage = "export_rknn"
         ret = rknn.export_rknn(job["export"])
         if ret != 0:
@@ -201,7 +241,8 @@ def run_job(job: dict) -> int:
                     np.save(target, np.ascontiguousarray(array), allow_pickle=False)
                     files.append(str(target))
                 outputs[name] = files
-        result = {"ok": True, "rknn": job["export"], "simulator_outputs": outputs, "options_absent": dropped}
+        result = {"ok": True, "rknn": job["export"], "simulator_outputs": outputs, "options_absent": dropped,
+                  "quantization": quantization}
         if job.get("analyse"):  # rkdet layers: per-layer accuracy of this very build
             timings["golden_s"] = time.monotonic() - started
             started = time.monotonic()

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkdet.backends.emulator_stage import push_sidecar
+from rkdet.backends.emulator_stage import push_int8_emulation, push_sidecar
 from rkdet.backends.registry import backend as descriptor
 from rkdet.link.shell import remote_command
 from rkdet.link.ssh import BoardConnection
@@ -72,7 +72,11 @@ def install_selfcheck(conn: BoardConnection, build: Path | BuildRecord, remote_d
     for local, name in files:
         stats.add(push(conn, local, f"{remote_dir}/{name}"))
     if emulated:  # the normalisation the real .rknn has baked in, for the test double
-        stats.add(push_sidecar(conn, fed, remote_dir))
+        int8emu = None
+        if desc.emulated_double:  # the emulated NPU's computation: the build's INT8 emulation
+            pushed, int8emu = push_int8_emulation(conn, build_dir, remote_dir)
+            stats.add(pushed)
+        stats.add(push_sidecar(conn, fed, remote_dir, int8emu=int8emu))
     model = f"{remote_dir}/{desc.model_file}"
     command = program.argv(f"{remote_dir}/{program.PROGRAM}", "selfcheck",
                            [f"{remote_dir}/{BUNDLE}", "--model", model, "--backend", backend])

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rkdet.backends.emulator_stage import push_sidecar
+from rkdet.backends.emulator_stage import push_int8_emulation, push_sidecar
 from rkdet.backends.registry import backend as descriptor
 from rkdet.boardinfo import scripts as board_scripts
 from rkdet.records import build_files
@@ -101,7 +101,11 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
                 stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
                 npu = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
                        "steps": build.manifest.quant_steps if build.manifest else {}, "output": None}
-            stats.add(push_sidecar(conn, fed, layout.model_dir, npu))
+            int8emu = None
+            if build.origin != "imported":  # what the emulated NPU computes by default
+                pushed, int8emu = push_int8_emulation(conn, folder, layout.model_dir, progress)
+                stats.add(pushed)
+            stats.add(push_sidecar(conn, fed, layout.model_dir, npu, int8emu=int8emu))
         stats.add(push(conn, inputs, layout.inputs, progress=progress))
         keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
     prune_remote(conn, layout.inputs, keep)

@@ -323,6 +323,31 @@ def with_stack(prof: SocProfile, runtime: str | None = None, driver: str | None 
     return replace(prof, **changes, sources=sources, variant=",".join(labels))
 
 
+def with_compute(prof: SocProfile, compute: str) -> SocProfile:
+    """TEST CONTROL: what the board's runtime double computes, "int8" (the build's INT8 emulation, its
+    default) or "fp32" (the prepared FP32 ONNX, bitwise comparable with golden/onnx-fp32). A setting of
+    the image (`"compute"` in its runtime control), so it holds under sudo's env_reset."""
+    import json
+
+    if compute not in ("int8", "fp32"):
+        raise ValueError(f"compute {compute!r}: expected int8 or fp32")
+    control = json.loads(prof.runtime_control or "{}")
+    control["compute"] = compute
+    return replace(prof, runtime_control=json.dumps(control, sort_keys=True))
+
+
+def with_multicore_split(prof: SocProfile, cores: int = 3, core_masks: tuple[int, ...] = (7,)) -> SocProfile:
+    """TEST CONTROL, opt-in multi-core numerics: the board's runtime double computes every Conv of a model run
+    with one of `core_masks` (default NPU_CORE_0_1_2) as `cores` NPU cores would split it, per-core partial
+    sums added in another order (docs/EMULATOR.md), so a core-mask sweep finds a real difference (#228)."""
+    import json
+
+    control = json.loads(prof.runtime_control or "{}")
+    control["multicore_split"] = {"cores": int(cores), "core_masks": [int(m) for m in core_masks]}
+    return replace(prof, runtime_control=json.dumps(control, sort_keys=True),
+                   variant=",".join([v for v in (prof.variant,) if v] + [f"multicore-split-{cores}"]))
+
+
 def all_variants() -> tuple[SocProfile, ...]:
     """The default profiles plus every variant (what 'board scripts pass on every variant' runs)."""
     return (RK3588,) + rk3588_variants()[1:] + (RK3568, rk3568(compaction=False, thp=False), RV1126)

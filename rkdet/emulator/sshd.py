@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -30,7 +31,7 @@ from typing import Any
 
 from rkdet.emulator import hostile, lifeline, users
 from rkdet.emulator.fake_tree import build_fake_tree
-from rkdet.emulator.socs import SocProfile
+from rkdet.emulator.socs import SocProfile, with_compute
 from rkdet.emulator.socs import profile as soc_profile
 from rkdet.errors import BoardError, InputError
 
@@ -110,6 +111,12 @@ class EmulatedBoard:
             self.profile = soc if isinstance(soc, SocProfile) else soc_profile(soc)
         except KeyError as err:
             raise InputError(f"emulator: {err.args[0]}") from None
+        compute = os.environ.get("RKDET_EMU_COMPUTE")  # TEST CONTROL: "fp32" makes the runtime double compute the
+        if compute and "compute" not in json.loads(self.profile.runtime_control or "{}"):  # FP32 ONNX, not the
+            try:  # build's INT8 emulation; in the image (socs.with_compute), so it holds under sudo
+                self.profile = with_compute(self.profile, compute)
+            except ValueError as err:
+                raise InputError(f"emulator: RKDET_EMU_COMPUTE: {err}") from None
         if isinstance(variant, str):
             if variant not in VARIANTS:
                 raise InputError(f"emulator: unknown variant {variant!r}; known: {', '.join(VARIANTS)}")

@@ -139,7 +139,8 @@ class RknnLiteBackend(object):
         # Only rkdet's emulated runtime says this (its test-control NPU mode: the simulator's outputs).
         self.emulates_npu = bool(emulation) and getattr(self._lite, "rkdet_emulates_npu", False) is True
         if self.emulates_npu:
-            emulation = "%s; EMULATED NPU mode: the RKNN simulator's outputs, not onnxruntime" % emulation
+            emulation = "%s; %s" % (emulation, getattr(self._lite, "rkdet_npu_detail", None)
+                                     or "EMULATED NPU mode: the RKNN simulator's outputs, not onnxruntime")
         self.detail = "rknnlite %s%s%s" % (version, " (legacy v1 API, no core_mask)" if self._legacy else "",
                                             " (EMULATED: %s)" % emulation if emulation else "")
         io_spec = io_spec or {}

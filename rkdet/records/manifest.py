@@ -260,6 +260,9 @@ class RknnRecord:
                 "custom_string": self.custom_string}
 
 
+INT8_EMULATION_FILE = "model.int8emu.onnx"  # a build's INT8 emulation (rkdet.convert.int8emu), for emulated boards
+
+
 @dataclass(frozen=True)
 class Manifest:
     """A build folder's `manifest.json` (schema rkdet.manifest/2; converted or imported)."""
@@ -287,6 +290,8 @@ class Manifest:
     toolchain: Mapping[str, Any] | None = None
     reference: Mapping[str, Any] | None = None  # {agrees, reason, simulator}: why no reference
     emulator_stand_in: Mapping[str, Any] | None = None  # TEST CONTROL: the emulated runtime double's stand-in
+    # the INT8 emulation the emulated board computes (rkdet.convert.int8emu): {file, sha256, ...}; None: none
+    int8_emulation: Mapping[str, Any] | None = None
 
     # -- the one reader ------------------------------------------------------------------------
     @classmethod
@@ -316,7 +321,8 @@ class Manifest:
             float_layers=floats, toolkit_log=f.mapping(doc, "toolkit_log", at), gates=gates,
             created_unix=f.integer(doc, "created_unix", at), input_fingerprint=f.text(doc, "input_fingerprint", at),
             toolchain=f.mapping(doc, "toolchain", at), reference=f.mapping(doc, "reference", at),
-            emulator_stand_in=f.mapping(doc, "emulator_stand_in", at))
+            emulator_stand_in=f.mapping(doc, "emulator_stand_in", at),
+            int8_emulation=f.mapping(doc, "int8_emulation", at))
 
     # -- the one writer ------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -333,7 +339,7 @@ class Manifest:
             doc.update(model_fingerprint=self.model_fingerprint, model_identity=self.model_identity,
                        environment=self.environment,
                        float_layers=None if self.float_layers is None else list(self.float_layers),
-                       toolkit_log=self.toolkit_log)
+                       toolkit_log=self.toolkit_log, int8_emulation=self.int8_emulation)
         if self.gates is not None:
             doc["gates"] = self.gates.to_json()
         if self.created_unix is not None:

@@ -133,3 +133,23 @@ def test_cells_contexts_and_stack_on_sudo_and_busybox_boards(variant: str, fast_
             run = json.loads((folder / "result" / cell / "run.json").read_text())
             assert run["model_check"]["by"] == "embedded-fingerprint" and run["contexts"] == 2
         assert tree_digest(b.root) == before
+
+
+@pytest.mark.slow
+def test_multicore_numerics_make_core_0_1_2_differ_in_the_int8_emulation(fast_build: Path, tmp_path: Path) -> None:
+    """The opt-in profile setting (socs.with_multicore_split): the emulated NPU computes the build's INT8
+    emulation with NPU_CORE_0_1_2's partial sums added in another order, so the core-mask sweep finds a real
+    difference in the outputs (many elements, not one flipped bit), while each mask repeats itself."""
+    from rkdet.emulator.socs import RK3588, with_compute, with_multicore_split
+
+    profile = with_compute(with_multicore_split(RK3588), "int8")
+    with EmulatedBoard(profile, tmp_path / "board") as board:
+        proc = deploy(board, fast_build, tmp_path / "r", "--core-mask", "0,0_1_2", repeats=2)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    said = _said(proc)
+    assert "repeatable: NO [bitwise]: core-0_1_2 differs from core-0" in said
+    [folder] = run_folders(tmp_path / "r")
+    cells = json.loads((folder / "deploy.json").read_text())["cells"]
+    assert [c["cell"] for c in cells["cells"]] == ["core-0", "core-0_1_2"]
+    assert all(c["repeatable"]["ok"] for c in cells["cells"])  # each mask bit-identical run to run
+    assert cells["cells"][1]["same_as_first"] is False

@@ -49,8 +49,8 @@ def _one_line(res: CommandResult, stream: str) -> str:
 def test_the_default_bundle_is_identical_on_the_board(conn: BoardConnection, installed: SelfcheckInstall,
                                                      default_build: Path) -> None:
     listing = _run(conn, ["ls", installed.remote_dir]).out.split()
-    assert sorted(listing) == ["model.emu.json", "model.io.json", "model.onnx", "model.rknn", "rkdet-onboard.pyz",
-                               "selfcheck.json"]  # the on-board program is one file
+    assert sorted(listing) == ["model.emu.json", "model.int8emu.onnx", "model.io.json", "model.onnx", "model.rknn",
+                               "rkdet-onboard.pyz", "selfcheck.json"]  # the on-board program is one file
     assert installed.command[:3] == ["python3", f"{installed.remote_dir}/rkdet-onboard.pyz", "selfcheck"]
     res = _run(conn, installed.command)
     assert res.rc == 0, res.err
@@ -63,7 +63,7 @@ def test_the_default_bundle_is_identical_on_the_board(conn: BoardConnection, ins
     assert res.rc == 0, res.err
     # a second install sends nothing: every file is already there with its sha256
     again = install_selfcheck(conn, default_build, installed.remote_dir, emulated=True)
-    assert again.transfer.files_sent == 0 and again.transfer.files_skipped == 6  # the zipapp too: same bytes
+    assert again.transfer.files_sent == 0 and again.transfer.files_skipped == 7  # the zipapp too: same bytes
 
 
 def test_a_flipped_output_bit_is_caught_and_located(conn: BoardConnection, installed: SelfcheckInstall,

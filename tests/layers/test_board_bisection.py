@@ -57,7 +57,9 @@ def _bisect(board: EmulatedBoard, build: Path, cache: Path, out: Path, *extra: s
 
 @pytest.fixture(scope="module")
 def faulted_board(tmp_path_factory):
-    with EmulatedBoard("rk3588", tmp_path_factory.mktemp("fault-board"), env={"RKDET_EMU_FAULT_TENSOR": "c3"}) as b:
+    # the emulated NPU computes the build's INT8 emulation (and each cut's), judged against the simulator
+    with EmulatedBoard("rk3588", tmp_path_factory.mktemp("fault-board"),
+                       env={"RKDET_EMU_FAULT_TENSOR": "c3", "RKDET_EMU_COMPUTE": "int8"}) as b:
         yield b
 
 
@@ -66,6 +68,9 @@ def test_fault_in_the_middle_is_named_then_cached(faulted_board, chain_build, ca
     assert proc.returncode == 1, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["mode"] == "board" and doc["verdict"] == "departs" and doc["layers"] == 2 * DEPTH + 2
+    assert doc["against"] == "simulator"
+    pushed = sorted(p.parent.name for p in Path(faulted_board.home).rglob("model.int8emu.onnx"))
+    assert "full" in pushed and any(name.startswith("cut-") for name in pushed)  # the build's and each cut's
     assert doc["pinned"] is True  # every run through run-pinned.sh, as deploy's
     assert doc["first_departing"]["tensors"] == ["c3"] and doc["op_between"] == "conv3 (Conv)"
     assert doc["last_agreeing"]["tensors"] == ["r2"]
@@ -89,8 +94,11 @@ def test_run_to_run_fault_found_against_run0(tmp_path, chain_build, cache):
     assert doc["against"] == "run0" and doc["first_departing"]["tensors"] == ["r5"]
 
 
-def test_no_fault_no_departure(tmp_path, chain_build, cache):
-    with EmulatedBoard("rk3588", tmp_path / "board") as board:
+@pytest.mark.parametrize("compute", ["int8", "fp32"])
+def test_no_fault_no_departure(tmp_path, chain_build, cache, compute):
+    """Without a fault the build's own model agrees: the INT8 emulation with the simulator (bitwise on this
+    chain, docs/EMULATOR.md), the FP32 control with the FP32 reference."""
+    with EmulatedBoard("rk3588", tmp_path / "board", env={"RKDET_EMU_COMPUTE": compute}) as board:
         proc = _bisect(board, chain_build, cache, tmp_path / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)

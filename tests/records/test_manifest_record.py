@@ -31,7 +31,7 @@ CONVERTED = {
     "fed_input": {"layout": "NHWC", "dtype": "uint8", "shape": [1, 8, 8, 3], "channel_order": "rgb",
                   "mean": [0.0, 0.0, 0.0], "std": [255.0, 255.0, 255.0]},
     "environment": {"python": "3.11.2"}, "rknn": RKNN, "golden_outputs": {"simulator": {"g": {"out0": "7" * 64}}},
-    "fidelity": None, "float_layers": [], "toolkit_log": None,
+    "fidelity": None, "float_layers": [], "toolkit_log": None, "int8_emulation": None,
     "gates": {"schema": "rkdet.gates/1", "passed": True, "failed_gate": None, "subject": None, "message": None},
 }
 IMPORTED = {

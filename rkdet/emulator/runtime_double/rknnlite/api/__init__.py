@@ -9,7 +9,12 @@ independent arrays, as 2.5.0 does). Every result it produces is emulated: the mo
 `RKDET_EMULATED`, which rkdet-run records as `"emulated": true` in run.json.
 
 What the deploy puts beside `<stem>.rknn` for it:
-  * `<stem>.onnx`: the model it really computes (else the path in env `RKDET_EMU_ONNX`);
+  * `<stem>.onnx`: the prepared FP32 model (else the path in env `RKDET_EMU_ONNX`);
+  * the build's INT8 emulation (`model.int8emu.onnx`, rkdet.convert.int8emu), named by `"int8emu"` in
+    `<stem>.emu.json`: what it computes by default, as the emulated NPU. The instance then says
+    `rkdet_emulates_npu = True` (run.json `"emulates_npu": true`: judged against the simulator). TEST
+    CONTROL `RKDET_EMU_COMPUTE=fp32` (env; else `"compute"` in the board image's control below, else in
+    `<stem>.emu.json`) computes the FP32 model instead; `int8` is the default;
   * `<stem>.emu.json` (optional): `{"mean": [..], "std": [..], "input_layout": "nchw"}`, the
     normalisation the real .rknn has baked in. Inputs arrive as the board gets them (uint8 NHWC)
     and become the ONNX's float input as `(x - mean) / std` per channel, transposed to NCHW when
@@ -59,7 +64,8 @@ TEST CONTROL, per-board image (never present on a real board): the emulated boar
 `$RKDET_ROOT/etc/rkdet-emulator/runtime.json` (written by the emulator from `SocProfile.runtime_control`,
 so it is the board's own setting, whatever the deploy's flags or sudo's env_reset):
 `{"library_version": V, "drift": {"output": K, "index": I}, "core_drift": {"core_masks": [M..], "output": K,
-"index": I}, "signal_dir": DIR, "heat": {"control_dir": DIR, "millicelsius": T}}` (every key optional). `library_version` is the librknnrt this board's
+"index": I}, "signal_dir": DIR, "heat": {"control_dir": DIR, "millicelsius": T}, "compute": "int8"|"fp32",
+"multicore_split": {"core_masks": [M..], "cores": N}}` (every key optional). `library_version` is the librknnrt this board's
 runtime reports (get_sdk_version). `drift` flips the lowest bit of flat element I of output K on every call
 (another runtime build: one element differs, the same on every call); `core_drift` does so only when
 init_runtime was given one of the core masks (numeric, e.g. 7 = NPU_CORE_0_1_2), the rknn-toolkit2 #228
@@ -67,15 +73,22 @@ pattern. `signal_dir`: after a successful init_runtime the double writes `DIR/ru
 "PID PGID" (the emulated fleet's watcher drops the board's link, or notes the heat). `heat`: the first
 inference call of the process writes T to `DIR/forced_millicelsius` (the emulated sysfs' thermal test
 control: every zone at T, the SoC's thermal caps engage), removed when the process exits: a board that
-throttles during the run, after the runner's "before" snapshot.
+throttles during the run, after the runner's "before" snapshot. `multicore_split` (opt-in multi-core
+numerics): an instance initialised with one of the core masks (default [7], NPU_CORE_0_1_2) computes every
+Conv as N cores would split it (default 3): per-core partial sums over slices of the input channels, added
+in another order than one core adds them (`_split_accumulation`), so that mask's results differ from a
+single core's for real, in the computation (rknn-toolkit2 #228), not as one flipped bit.
 
 
 TEST CONTROL, a fault at a named tensor (never present on a real board): env `RKDET_EMU_FAULT_TENSOR`,
 `NAME` or `NAME:run=K` (set by `rkdet emulator start --fault-tensor`), makes the double compute a copy of
 the model in which tensor NAME is perturbed before anything reads it, so the error propagates downstream
 like a real one: its largest element moves up by one int8 step of the tensor's range (max|x| / 127, the
-smallest step an INT8 NPU tensor of that range has; up, so a following Relu or MaxPool passes it on). A model without NAME (a cut
-model that ends before it) computes unchanged. With `:run=K` only the K-th (0-based) call for each
+smallest step an INT8 NPU tensor of that range has; up, so a following Relu or MaxPool passes it on). It
+applies in every mode (the INT8 emulation, FP32, and the NPU replay mode, where the change it makes to the
+FP32 model is added to the stored answer). A model without NAME makes init_runtime raise ValueError naming
+tensor and model (the runner reports it in one line), except a bisection's cut model (`"cut": true` in
+`<stem>.emu.json`) that ends before NAME, which computes unchanged. With `:run=K` only the K-th (0-based) call for each
 distinct input is perturbed (rkdet-run with --warmup 0: measured run K), else every call.
 """
 
@@ -287,13 +300,66 @@ def _fault_tensor():
     return name, int(rest)
 
 
+def _split_accumulation(model_bytes_or_path, cores):
+    """Serialized copy of the model in which every Conv (group 1, weights an initializer, at least `cores`
+    input channels) accumulates as `cores` NPU cores would split it: one partial Conv per slice of the
+    input channels, the partial sums added last core first ((P[n-1] + P[n-2]) + ...) + P[0], the bias on
+    the last. Float addition is not associative, so results differ from one core's in the last bits, and
+    after the INT8 emulation's rounding by whole LSBs where a value sits at a rounding boundary."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if isinstance(model_bytes_or_path, bytes):
+        model = onnx.load_from_string(model_bytes_or_path)
+    else:
+        model = onnx.load(model_bytes_or_path)
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes = []
+    for node in graph.node:
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        weight = inits.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
+        if weight is None or group != 1 or len(weight.dims) < 3 or weight.dims[1] < cores:
+            nodes.append(node)
+            continue
+        w = numpy_helper.to_array(weight)
+        bounds = np.linspace(0, w.shape[1], cores + 1).astype(np.int64)
+        t = lambda what, k: "%s__rkdet_core%d_%s" % (node.output[0], k, what)  # noqa: E731
+        partial = []
+        for k in range(cores):
+            lo, hi = int(bounds[k]), int(bounds[k + 1])
+            graph.initializer.extend([
+                numpy_helper.from_array(np.ascontiguousarray(w[:, lo:hi]), t("w", k)),
+                helper.make_tensor(t("starts", k), TensorProto.INT64, [1], [lo]),
+                helper.make_tensor(t("ends", k), TensorProto.INT64, [1], [hi]),
+                helper.make_tensor(t("axes", k), TensorProto.INT64, [1], [1])])
+            nodes.append(helper.make_node("Slice", [node.input[0], t("starts", k), t("ends", k), t("axes", k)], [t("x", k)]))
+            inputs = [t("x", k), t("w", k)] + ([node.input[2]] if k == cores - 1 and len(node.input) > 2 else [])
+            conv = helper.make_node("Conv", inputs, [t("p", k)])
+            conv.attribute.extend(node.attribute)
+            nodes.append(conv)
+            partial.append(t("p", k))
+        total = partial[-1]
+        for k in range(cores - 2, -1, -1):
+            out = node.output[0] if k == 0 else t("sum", k)
+            nodes.append(helper.make_node("Add", [total, partial[k]], [out]))
+            total = out
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = set(i for n in graph.node for i in n.input) | set(o.name for o in graph.output)
+    kept = [i for i in graph.initializer if i.name in used]  # the split weights' originals: unused now
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    return model.SerializeToString()
+
+
 def _faulted_model(onnx_path, name):
     """Serialized copy of the ONNX at `onnx_path` whose tensor `name` is perturbed (see the module doc),
     or None when the model has no node producing `name`."""
     import onnx
     from onnx import TensorProto, helper
 
-    model = onnx.load(onnx_path)
+    model = onnx.load_from_string(onnx_path) if isinstance(onnx_path, bytes) else onnx.load(onnx_path)
     graph = model.graph
     nodes = list(graph.node)
     at = next((i for i, n in enumerate(nodes) if name in n.output), None)
@@ -375,6 +441,10 @@ class RKNNLite(object):
         self._fault_calls = {}
         self._npu = None  # emulated NPU mode: {input sha256: {output name: array}}, see the module doc
         self.rkdet_emulates_npu = False
+        self.rkdet_npu_detail = None  # what stands for the NPU's computation (backend_detail says it)
+        self._fp32 = None  # the prepared FP32 ONNX beside the model
+        self._int8emu = None  # the build's INT8 emulation (model.emu.json "int8emu"), the default computation
+        self._cut = False  # a bisection's cut model (model.emu.json "cut"): a fault tensor past its end is fine
         self._drifts = []  # TEST CONTROL (image): [(output, index)] flipped on every call
         self._heat = None  # TEST CONTROL (image): {"control_dir", "millicelsius"} applied at the first inference
         self._library_version = None
@@ -411,7 +481,14 @@ class RKNNLite(object):
                 _log("load_rknn: emulated NPU mode: %s" % err)
                 return -1
             self.rkdet_emulates_npu = True
-        self._onnx = onnx_path
+            self.rkdet_npu_detail = "EMULATED NPU mode: the RKNN simulator's outputs, not onnxruntime"
+        elif prep.get("int8emu"):  # the build's INT8 emulation; init_runtime decides (test control: fp32)
+            self._int8emu = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(str(prep["int8emu"])))
+            if not os.path.isfile(self._int8emu):
+                _log("load_rknn: %s (the INT8 emulation model.emu.json names) not found" % self._int8emu)
+                return -1
+        self._cut = bool(prep.get("cut"))
+        self._onnx = self._fp32 = onnx_path
         self._prep = prep
         self._format = _container_version(path)
         return 0
@@ -440,21 +517,41 @@ class RKNNLite(object):
             _log("rknn_init, load model failed!")
             return -1
         try:
+            control = _read_image_control()
+        except (OSError, IOError, ValueError) as err:
+            _log("init_runtime: bad image test control %s (%s)" % (IMAGE_CONTROL, err))
+            return -1
+        compute = os.environ.get("RKDET_EMU_COMPUTE") or control.get("compute") or self._prep.get("compute") or "int8"
+        if compute not in ("int8", "fp32"):
+            _log("init_runtime: RKDET_EMU_COMPUTE %r: expected int8 or fp32" % (compute,))
+            return -1
+        if self._npu is None:
+            self._onnx = self._int8emu if compute == "int8" and self._int8emu else self._fp32
+            self.rkdet_emulates_npu = self._onnx == self._int8emu
+            self.rkdet_npu_detail = ("INT8 emulation: the build's quantization computed by onnxruntime "
+                                     "(close to the RKNN simulator, not bitwise)") if self.rkdet_emulates_npu else None
+        split = control.get("multicore_split")  # TEST CONTROL (image): per-core partial sums, see the doc
+        try:
+            model = self._onnx
+            if split and core_mask in [int(m) for m in split.get("core_masks", [7])]:
+                model = _split_accumulation(self._onnx, int(split.get("cores", 3)))
             import onnxruntime as ort
             # the onnx-fp32 reference's session, so the double computes the reference's bits on this CPU
             # class (rkdet-run and rkdet-selfcheck load the double from rkdet-onboard.pyz, which holds it)
             from rkdet.onboard.reference import session_options
             options = session_options(ort)
-            self._session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
             fault = _fault_tensor()
-            if fault is not None:
-                faulted = _faulted_model(self._onnx, fault[0])
-                if faulted is not None:
-                    self._fault_session = ort.InferenceSession(faulted, options, providers=["CPUExecutionProvider"])
-                    self._fault_run = fault[1]
+            faulted = None if fault is None else _faulted_model(model, fault[0])
+            if faulted is not None:
+                self._fault_session = ort.InferenceSession(faulted, options, providers=["CPUExecutionProvider"])
+                self._fault_run = fault[1]
         except Exception as err:  # the real runtime returns a code, so does the double
             _log("init_runtime: %s" % err)
             return -1
+        if fault is not None and faulted is None and not self._cut:  # never a run that silently computes unchanged
+            raise ValueError("TEST CONTROL RKDET_EMU_FAULT_TENSOR names tensor %r, which model %s does not have"
+                             % (fault[0], os.path.basename(self._onnx)))
         self._inputs = self._session.get_inputs()
         self.core_mask = core_mask
         self._instance = _INSTANCES[0]
@@ -543,6 +640,10 @@ class RKNNLite(object):
                 _log("inference: emulated NPU mode answers golden inputs only; this input is not one")
                 return None
             outputs = [np.array(golden[o.name], copy=True) for o in self._session.get_outputs()]
+            session = self._session_for(inputs)
+            if session is not self._session:  # a fault at a named tensor: what it moves, added to the answer
+                moved = [f - c for f, c in zip(session.run(None, feed), self._session.run(None, feed))]
+                outputs = [(o.astype(np.float64) + d).astype(o.dtype) for o, d in zip(outputs, moved)]
         else:
             outputs = self._session_for(inputs).run(None, feed)
         try:
