@@ -115,8 +115,10 @@ def test_a_fault_at_a_tensor_the_model_lacks_is_one_line(board, tmp_path, comput
 @pytest.mark.parametrize("compute", ["int8", "fp32"])
 def test_multicore_split_makes_core_0_1_2_differ_for_real(board, tmp_path, compute):
     """The opt-in profile setting (socs.with_multicore_split): NPU_CORE_0_1_2 adds per-core partial sums in
-    another order, so each mask repeats itself bit for bit and, computed in float, 0_1_2 differs from core 0
-    (in the INT8 emulation only where a value sits at a rounding boundary: not on this tiny model)."""
+    another order, so each mask repeats itself bit for bit and, computed in float, 0_1_2 differs from core 0.
+    In the INT8 emulation the requantization absorbs most of the reordering: whether a value of this tiny
+    model sits at a rounding boundary depends on the session's graph optimizations, so only repeatability is
+    asserted there (the default model's 116k differing elements are in docs/EMULATOR.md)."""
     from rkdet.emulator.socs import RK3588, with_multicore_split
 
     model, inputs, _ = board
@@ -131,4 +133,5 @@ def test_multicore_split_makes_core_0_1_2_differ_for_real(board, tmp_path, compu
         assert proc.returncode == 0, proc.stderr
         assert json.loads((out / "summary.json").read_text())["deterministic"]
         runs[mask] = _outputs(out)
-    assert (runs["0"] != runs["0_1_2"]) == (compute == "fp32")
+    if compute == "fp32":
+        assert runs["0"] != runs["0_1_2"]
