@@ -15,6 +15,8 @@ rkdet/decode/heads.py; detections are in model-input pixels:
 * ``yolov10``: the NMS-free end-to-end output ``[1, K, 6]`` (K = max_det, 300 by default).
 * ``yolov8-seg``: YOLOv8/YOLO11-seg, ``[1, 4+nc+32, N]`` plus prototypes ``[1, 32, H/4, W/4]``.
 * ``classification``: one output ``[C]``, ``[1, C]`` or ``[1, C, 1, 1]``.
+* ``semantic-seg``: one class-score map ``[1, C, H, W]`` (or ``[1, H, W, C]``) at the input's H, W whose name
+  says segmentation (or any such map with ``--decoder semantic``): a label per pixel (rkdet/decode/tasks/semantic.py).
 Anything else is ``none``: numeric comparison only, and the detail line says what the outputs were.
 What a model decides, and what "the same decision" is, per task: rkdet/decode/tasks/ (the registry,
 `task_of(layout)`; `SAME_DECISION`).
@@ -49,7 +51,7 @@ __all__ = ["CONF_THRESHOLD", "DECODERS", "IOU_THRESHOLD", "KINDS", "MASK_THRESHO
            "overlap_matrix", "task_of", "task_of_record"]
 
 KINDS = ("yolov8-single", "yolov8-split", "ppyoloe-split", "picodet", "yolov5-single", "yolov5-split", "yolov10",
-         "yolov8-seg", "classification", "none")
+         "yolov8-seg", "classification", "semantic-seg", "none")
 REG_MAX = 16  # YOLOv8's DFL bins (kept for callers that name it)
 _FAMILY = {  # --decoder -> the kinds it accepts, and what it expects
     "yolov8": (("yolov8-single", "yolov8-split"), "the Ultralytics single output [1,4+nc,N] or the split head "
@@ -61,6 +63,7 @@ _FAMILY = {  # --decoder -> the kinds it accepts, and what it expects
                 "or maps of them"),
     "segmentation": (("yolov8-seg",), "[1,4+nc+M,N] detections plus [1,M,H/4,W/4] prototypes"),
     "classification": (("classification",), "one output shaped [C], [1,C] or [1,C,1,1]"),
+    "semantic": (("semantic-seg",), "one class-score map [1,C,H,W] or [1,H,W,C] with 2 or more classes"),
 }
 
 
@@ -92,6 +95,9 @@ def detect_layout(outputs: list[tuple[str, tuple[int, ...]]], requested: str = "
         return Layout("none", "decoder disabled (--decoder none)")
     outputs = [(n, tuple(int(d) for d in s)) for n, s in outputs]
     found = _recognise(outputs, input_size)
+    forcing = next((t for t in tasks.TASKS if t.decoder is not None and t.decoder == requested), None)
+    if forcing is not None:  # a task's own --decoder value: its layouts by shape alone (e.g. any class-score map)
+        found = forcing.forced_layout(outputs, input_size)
     if found is None and input_size is not None:  # the input size may not be the decoder's (e.g. NHWC misread)
         found = _recognise(outputs, None)
     if requested != "auto":
