@@ -302,6 +302,33 @@ class FidelitySection(_Strict):
     min_layer_cosine: float = Field(0.9, ge=-1, le=1)
 
 
+class DecisionRule(_Strict):
+    """The rule a user's app applies to one output (rkdet/decode/tasks/declared.py reads it).
+
+    `axis` is the class/channel axis (1: NCHW or [1, C]; -1: channels last, e.g. a [1, H, W, 2] map).
+    argmax / pixel-argmax: the label per position (a tie to the lower index; top_k for a vector);
+    threshold / pixel-threshold: output[channel] > threshold per position."""
+
+    rule: Literal["argmax", "threshold", "pixel-argmax", "pixel-threshold"]
+    axis: int = 1
+    channel: Optional[int] = Field(None, ge=0)
+    threshold: Optional[float] = None
+    top_k: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _threshold_needs_its_channel(self) -> "DecisionRule":
+        if self.rule.endswith("threshold") and (self.channel is None or self.threshold is None):
+            raise ValueError(f"rule {self.rule} needs `channel` and `threshold` (the app's: output[channel] > threshold)")
+        return self
+
+
+class DecisionSection(_Strict):
+    """`decision:` the rules a user's app applies, per output name: the decision gate, `rkdet diff --config`
+    and their verdicts judge what the app decides (docs/CONFIG.md)."""
+
+    outputs: dict[str, DecisionRule] = Field(min_length=1)
+
+
 class RkdetConfig(_Strict):
     """The whole config file."""
 
@@ -316,10 +343,15 @@ class RkdetConfig(_Strict):
     board: BoardSection = BoardSection()
     tolerances: Tolerance = Tolerance()  # the one tolerance value (rkdet.tolerance), validated here at load
     fidelity: FidelitySection = FidelitySection()
+    decision: Optional[DecisionSection] = None  # declared decisions (None: recognised from the output layout)
 
     def resolved_dict(self) -> dict[str, Any]:
-        """Canonical JSON-able form with every default filled in (what the manifest hashes)."""
-        return json.loads(self.model_dump_json())
+        """Canonical JSON-able form with every default filled in (what the manifest hashes); an absent
+        `decision` is left out, so configs without one resolve as before."""
+        doc = json.loads(self.model_dump_json())
+        if doc.get("decision") is None:
+            doc.pop("decision", None)
+        return doc
 
 
 PATH_KEYS = (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs"), ("target", "toolkit1_python"))
@@ -400,6 +432,21 @@ def load_tolerances(path: str | Path) -> Tolerance:
     except ValidationError as exc:
         first = dict(exc.errors()[0])
         first["loc"] = ("tolerances", *first.get("loc", ()))
+        raise ConfigError(_format_error(path, first)) from None
+
+
+def load_decision(path: str | Path) -> Optional[DecisionSection]:
+    """Only the `decision` section of a config file (`rkdet diff --config`), validated as load_config
+    does; absent: None (decisions from the recognised layout)."""
+    path = Path(path)
+    section = _read_yaml(path).get("decision")
+    if section is None:
+        return None
+    try:
+        return DecisionSection.model_validate(section)
+    except ValidationError as exc:
+        first = dict(exc.errors()[0])
+        first["loc"] = ("decision", *first.get("loc", ()))
         raise ConfigError(_format_error(path, first)) from None
 
 

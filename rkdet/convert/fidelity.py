@@ -15,7 +15,7 @@ Every gate's result and threshold goes to fidelity.json and to one summary line.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -193,10 +193,11 @@ def _saturation(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, 
 def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
             output_names: tuple[str, ...], output_shapes: tuple[tuple[int, ...], ...], prepare: str,
             limits: FidelitySection, header_outputs: list[dict[str, Any]] | None = None,
-            input_hw: tuple[int, int] | None = None) -> FidelityReport:
+            input_hw: tuple[int, int] | None = None, declared: Mapping[str, Any] | None = None) -> FidelityReport:
     """Every gate on the golden inputs: decision, per-slice signal cosine, score collapse/recall, saturation.
-    `input_hw` (the model input's H, W) lets the decoder read flattened or non-square grids."""
-    layout = detect_layout(list(zip(output_names, output_shapes)), input_size=input_hw)
+    `input_hw` (the model input's H, W) lets the decoder read flattened or non-square grids; `declared`
+    (the config's `decision.outputs`) is the app's own rule per output."""
+    layout = detect_layout(list(zip(output_names, output_shapes)), input_size=input_hw, declared=declared)
     report = FidelityReport(layout=layout.to_json())
     decided: set[str] = set()
     task = task_of(layout)

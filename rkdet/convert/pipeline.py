@@ -202,7 +202,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir,
                                                  identity.fingerprint, watch)
             ref, ref_detail = reference.result()
-        decided = detect_layout(list(zip(model.output_names, model.output_shapes))).kind != "none"
+        declared = cfg.decision.outputs if cfg.decision else None
+        decided = detect_layout(list(zip(model.output_names, model.output_shapes)), declared=declared).kind != "none"
         log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors, decisions=decided)
         toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
@@ -233,7 +234,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
             header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
-                                      header.to_json()["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
+                                      header.to_json()["outputs"], input_hw=tuple(model.input_shape_nchw[2:]),
+                                      declared=declared)
             fid = report.to_json()
             (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
             fidelity_line = fidelity.summary_line(report, platform)
