@@ -49,6 +49,7 @@ class ModelFacts:
     notes: list[str] = field(default_factory=list)
     producer: str = ""  # the ONNX producer_name (e.g. "PaddlePaddle" for a Paddle2ONNX export, "pytorch")
     names_source: str = "metadata names"  # which metadata key the class names came from
+    decision: list[tuple[str, str, str]] = field(default_factory=list)  # proposed rules: (output, rule, why)
 
     @property
     def paddle(self) -> bool:
@@ -286,7 +287,38 @@ def inspect(path: Path) -> ModelFacts:
     if facts.kind == "unknown":
         facts.kind_detail = "no layout rkdet decodes: the build is judged on numeric gates only"
         facts.prepare_reason = "nothing rkdet knows to prepare"
+        facts.decision = propose_decision(static_outs)
+        if facts.decision:
+            facts.kind_detail = ("no layout rkdet decodes: a `decision:` section is proposed below (# CHECK it "
+                                 "against your app's rule), else the build is judged on numeric gates only")
     return facts
+
+
+def propose_decision(outputs: list[tuple[str, tuple[int, ...]]]) -> list[tuple[str, str, str]]:
+    """A guess at the app's rule per output (output, YAML flow mapping, why), for `rkdet init` to propose
+    marked `# CHECK`: a score vector [1, C] -> argmax (C = 2: threshold on channel 1), a map [1, C, H, W]
+    or [1, H, W, C] -> per-pixel argmax (C = 2 or 1: threshold); box regression (a name saying box, bbox,
+    reg, loc or landmark) and other shapes get no rule (their numeric gates judge them)."""
+    proposed = []
+    for name, shape in outputs:
+        if re.search(r"box|reg|loc|landmark", name, re.IGNORECASE):
+            continue
+        if len(shape) == 2 and shape[0] == 1 and shape[1] >= 2:
+            if shape[1] == 2:
+                proposed.append((name, "{rule: threshold, channel: 1, threshold: 0.5}",
+                                 "two scores: yes if channel 1 > 0.5 (your app's threshold?)"))
+            else:
+                proposed.append((name, "{rule: argmax, top_k: 1}", f"{shape[1]} scores: the top-1 class"))
+        elif len(shape) == 4 and shape[0] == 1:
+            axis = -1 if shape[3] < shape[1] and shape[3] <= 4 else 1
+            channels = shape[axis]
+            what = f"a map {list(shape)}, channels {'last' if axis == -1 else 'first'}"
+            if channels <= 2:
+                proposed.append((name, f"{{rule: pixel-threshold, axis: {axis}, channel: {channels - 1}, threshold: 0.5}}",
+                                 f"{what}: yes per pixel if channel {channels - 1} > 0.5"))
+            else:
+                proposed.append((name, f"{{rule: pixel-argmax, axis: {axis}}}", f"{what}: the label per pixel"))
+    return proposed
 
 
 def _yaml_str(value: str) -> str:
@@ -348,6 +380,14 @@ def render(facts: ModelFacts, config_path: Path) -> str:
               "  inputs: golden                 # CHECK: a few held-out images (not in calibration) the model "
               "decides something on", "",
               "# fidelity: the defaults gate on decision agreement with ONNX FP32 (`rkdet config show` lists them)", ""]
+    if facts.decision:
+        lines += ["decision:  # CHECK: the rule your app applies to each output (rkdet judges what the app decides);",
+                  "  outputs:  # rules: argmax, threshold, pixel-argmax, pixel-threshold (README: Configuration)"]
+        lines += [f"    {_yaml_str(n)}: {rule}  # CHECK: {why}" for n, rule, why in facts.decision]
+        ruled = {n for n, _, _ in facts.decision}
+        lines += [f"    # {n} {s}: no rule proposed (numeric gates judge it; add your app's if it decides on it)"
+                  for n, s in facts.outputs if n not in ruled]
+        lines.append("")
     return "\n".join(lines)
 
 

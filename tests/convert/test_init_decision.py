@@ -1,0 +1,38 @@
+"""`rkdet init` on models whose outputs rkdet recognises no layout of: it proposes a `decision:` section,
+every rule marked `# CHECK`, that loads and judges (tiny models made here; no toolkit run)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+from rkdet.config import load_config
+from rkdet.convert.init import write_config
+from rkdet.decode import detect_layout
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "decode"))
+from decision_models import S, dense_map_model, two_head_model  # noqa: E402
+
+
+def test_init_proposes_a_checked_decision_for_a_two_head_classifier(tmp_path: Path) -> None:
+    out, facts = write_config(two_head_model(tmp_path / "face.onnx"), tmp_path / "face.yaml")
+    text = out.read_text()
+    assert facts.kind == "unknown" and "a `decision:` section is proposed" in text
+    lines = {ln.split(":")[0].strip(): ln for ln in text.splitlines() if ln.startswith("    ")}
+    assert "# CHECK" in lines["prob"] and "rule: threshold, channel: 1, threshold: 0.5" in lines["prob"]
+    assert "# box [1, 4]: no rule proposed" in text  # a box head is judged numerically
+    cfg = load_config(out)
+    assert cfg.decision is not None and set(cfg.decision.outputs) == {"prob"}
+    layout = detect_layout([("prob", (1, 2)), ("box", (1, 4))], declared=cfg.decision.outputs)
+    assert layout.kind == "declared" and layout.roles == {"prob": "threshold"}
+
+
+def test_init_proposes_a_per_pixel_rule_for_a_dense_map(tmp_path: Path) -> None:
+    out, _ = write_config(dense_map_model(tmp_path / "pnet.onnx"), tmp_path / "pnet.yaml")
+    doc = yaml.safe_load(out.read_text())
+    assert doc["decision"]["outputs"]["map"] == {"rule": "pixel-threshold", "axis": -1, "channel": 1, "threshold": 0.5}
+    cfg = load_config(out)
+    assert cfg.decision is not None
+    assert detect_layout([("map", (1, S, S, 2))], declared=cfg.decision.outputs).kind == "declared"
