@@ -439,7 +439,9 @@ def _reference_records(b: ResultSource) -> dict[str, tuple[ResultSource, Record]
 def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance, decoder: str = "auto",
                    declared: Mapping[str, Any] | None = None) -> Comparison:
     """Analyse `a` (run-to-run, and against `b`'s run 0 when given) and `b` (run-to-run); `declared`: the
-    app's decision rule per output (config `decision.outputs`)."""
+    app's decision rule per output (config `decision.outputs`; absent: a build's own, from its manifest)."""
+    if declared is None:
+        declared = next((s.declared for s in (b, a) if s is not None and s.declared), None)
     engine = _Engine(tolerance, decoder, declared)
     notes = [s.note for s in (a, b) if s is not None and s.note]
     a_analysis = SetAnalysis("A", a)

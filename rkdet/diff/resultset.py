@@ -182,6 +182,7 @@ class ResultSource:
     cache: ArrayCache = field(default_factory=ArrayCache)
     quant_steps: dict[str, float] = field(default_factory=dict)  # output -> int8 scale (LSB), from a build
     build_caveat: str | None = None  # a build's golden set whose build failed its gates at convert (rkdet.records.gates)
+    declared: dict[str, Any] | None = None  # a build's declared decisions (its config's decision.outputs)
 
     # -- overridden by the concrete kinds -------------------------------------------------
     def records(self) -> Iterator[Record]:
@@ -360,7 +361,20 @@ def _golden_set(path: Path, note: str | None = None) -> ResultSetDir:
         src.quant_steps = quant_steps(path.parent.parent)
         gates = read_gates(path.parent.parent)
         src.build_caveat = None if gates.passed else gates.caveat(path.parent.parent)
+        src.declared = declared_decisions(path.parent.parent)
     return src
+
+
+def declared_decisions(build: Path) -> dict[str, Any] | None:
+    """The build's declared decision rules (manifest `inputs.config.resolved.decision.outputs`), or None:
+    none declared, or no readable manifest (the layout is then recognised, as before)."""
+    try:
+        config = read_manifest(Path(build) / "manifest.json").inputs.config
+    except (OSError, InputError):
+        return None
+    section = (config.resolved or {}).get("decision") if config is not None else None
+    outputs = section.get("outputs") if isinstance(section, dict) else None
+    return dict(outputs) if isinstance(outputs, dict) and outputs else None
 
 
 def _run_folder_result(p: Path) -> Path | None:

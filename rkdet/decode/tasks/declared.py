@@ -63,11 +63,25 @@ class Rule:
         return f"{self.rule} over axis {self.axis}" + (f", top-{self.top_k}" if self.top_k > 1 else "")
 
 
-def rules_of(declared: Mapping[str, RuleSource]) -> dict[str, Rule]:
-    return {name: Rule(r.rule, r.axis, r.channel, r.threshold, r.top_k) for name, r in declared.items()}
+def _rule(name: str, r: RuleSource | Mapping[str, Any]) -> Rule:
+    """A rule from the config model or from its JSON (a build manifest's resolved config)."""
+    if not isinstance(r, Mapping):
+        return Rule(r.rule, r.axis, r.channel, r.threshold, r.top_k)
+    try:
+        rule = Rule(str(r["rule"]), int(r.get("axis", 1)), None if r.get("channel") is None else int(r["channel"]),
+                    None if r.get("threshold") is None else float(r["threshold"]), int(r.get("top_k", 1)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"decision.outputs.{name}: not a rule ({exc.__class__.__name__}: {exc})") from None
+    if rule.is_threshold and (rule.channel is None or rule.threshold is None):
+        raise InputError(f"decision.outputs.{name}: rule {rule.rule} needs channel and threshold")
+    return rule
 
 
-def layout_of(outputs: list[tuple[str, tuple[int, ...]]], declared: Mapping[str, RuleSource]) -> Layout:
+def rules_of(declared: Mapping[str, RuleSource | Mapping[str, Any]]) -> dict[str, Rule]:
+    return {str(name): _rule(str(name), r) for name, r in declared.items()}
+
+
+def layout_of(outputs: list[tuple[str, tuple[int, ...]]], declared: Mapping[str, Any]) -> Layout:
     """The declared layout; a rule naming no output, or an axis or channel the output lacks, is one line."""
     shapes = dict(outputs)
     rules = rules_of(declared)
