@@ -307,18 +307,23 @@ class DecisionRule(_Strict):
 
     `axis` is the class/channel axis (1: NCHW or [1, C]; -1: channels last, e.g. a [1, H, W, 2] map).
     argmax / pixel-argmax: the label per position (a tie to the lower index; top_k for a vector);
-    threshold / pixel-threshold: output[channel] > threshold per position."""
+    threshold / pixel-threshold: output[channel] > threshold per position; boxes: this output's scores
+    [1, N, C] (class axis `axis`) with the box output `boxes` [1, N, 4], a detection per candidate whose
+    best score > threshold."""
 
-    rule: Literal["argmax", "threshold", "pixel-argmax", "pixel-threshold"]
+    rule: Literal["argmax", "threshold", "pixel-argmax", "pixel-threshold", "boxes"]
     axis: int = 1
     channel: Optional[int] = Field(None, ge=0)
     threshold: Optional[float] = None
     top_k: int = Field(1, ge=1)
+    boxes: Optional[str] = None  # rule boxes: the output with the candidates' boxes [1, N, 4] (x1, y1, x2, y2)
 
     @model_validator(mode="after")
     def _threshold_needs_its_channel(self) -> "DecisionRule":
         if self.rule.endswith("threshold") and (self.channel is None or self.threshold is None):
             raise ValueError(f"rule {self.rule} needs `channel` and `threshold` (the app's: output[channel] > threshold)")
+        if self.rule == "boxes" and (self.boxes is None or self.threshold is None):
+            raise ValueError("rule boxes needs `boxes` (the box output's name) and `threshold` (the app's score threshold)")
         return self
 
 

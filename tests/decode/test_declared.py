@@ -50,7 +50,8 @@ def test_declared_rules_are_checked_against_the_outputs() -> None:
     outputs = [("prob", (1, 2)), ("box", (1, 4))]
     layout = detect_layout(outputs, declared=FACE)
     assert (layout.kind, layout.task) == ("declared", "declared") and task_of(layout) is declared.TASK
-    assert layout.to_json()["rules"]["prob"] == {"rule": "threshold", "axis": 1, "channel": 1, "threshold": 0.7, "top_k": 1}
+    assert layout.to_json()["rules"]["prob"] == {"rule": "threshold", "axis": 1, "channel": 1, "threshold": 0.7, "top_k": 1,
+                                                 "boxes": None}
     assert detect_layout(outputs).kind == "none"  # without the declaration: numeric only
     with pytest.raises(InputError, match=r"decision.outputs.score: the model has no output 'score'"):
         detect_layout(outputs, declared={"score": FACE["prob"]})
@@ -127,3 +128,33 @@ def test_config_section_is_validated(tmp_path: Path) -> None:
     none = tmp_path / "none.yaml"
     none.write_text("name: x\n")
     assert load_decision(none) is None
+
+
+BOXES = {"scores": DecisionRule(rule="boxes", boxes="boxes", threshold=0.5, axis=-1)}
+
+
+def _box_head(n: int = 6, seed: int = 9) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 100, (n, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(10, 30, (n, 2))], axis=1)[None].astype(np.float32)
+    scores = np.zeros((1, n, 2), np.float32)
+    scores[0, :, 0] = rng.uniform(0, 0.2, n)
+    scores[0, :3, 1] = [0.9, 0.85, 0.95]  # three candidates of class 1 clearly above 0.5
+    return {"scores": scores, "boxes": boxes}
+
+
+def test_a_box_and_score_head_is_judged_as_detections() -> None:
+    head = _box_head()
+    layout = detect_layout([("scores", (1, 6, 2)), ("boxes", (1, 6, 4))], declared=BOXES)
+    assert layout.rules["scores"].boxes == "boxes"
+    ref = {"g0": head, "g1": _box_head(seed=10)}
+    _, gate = _gate(ref, ref, ("scores", "boxes"), BOXES)
+    assert gate.passed and gate.value == 1.0
+    dropped = {k: {n: a.copy() for n, a in v.items()} for k, v in ref.items()}
+    dropped["g0"]["scores"][0, 0, 1] = 0.05  # one detection the app made is gone
+    report, gate = _gate(dropped, ref, ("scores", "boxes"), BOXES)
+    assert gate.passed is False and report.decision["inputs"]["g0"]["outputs"]["scores"]["disagreements"][0]["what"] == "missing"
+    delta = declared.TASK.compare(declared.TASK.decide(layout, head), declared.TASK.decide(layout, dropped["g0"]))
+    assert decision_changed(delta) and delta["outputs"]["scores"]["detections"]["missing"]
+    with pytest.raises(InputError, match="decision.outputs.scores.boxes"):
+        detect_layout([("scores", (1, 6, 2)), ("boxes", (1, 5, 4))], declared=BOXES)
