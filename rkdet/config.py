@@ -232,7 +232,9 @@ class RunSection(_Strict):
 
     repeats: int = Field(10, ge=1)
     warmup: int = Field(2, ge=0)
-    core_mask: str = "auto"  # one mask, or a comma list: each a cell of one pinned session (docs/FORMATS.md)
+    # one mask, or a comma list: each a cell of one pinned session (docs/FORMATS.md). Core 0 by default, not
+    # auto: rknn_api.h documents RKNN_NPU_CORE_AUTO as "run on NPU core randomly"; every NPU has core 0
+    core_mask: str = "0"
     contexts: int = Field(1, ge=1, le=16)  # > 1: that many runtime contexts in threads, checked against the sequential run
     backend: Literal[BACKENDS] = "rknnlite"  # type: ignore[valid-type]  # one tuple, rkdet.choices
     snapshot_every: int = Field(5, ge=1)

@@ -379,6 +379,10 @@ def render(facts: ModelFacts, config_path: Path) -> str:
               "golden:",
               "  inputs: golden                 # CHECK: a few held-out images (not in calibration) the model "
               "decides something on", "",
+              "run:",
+              "  # NPU core 0, not auto: rknn_api.h documents RKNN_NPU_CORE_AUTO as \"run on NPU core randomly\", so",
+              "  # a first proof runs where it can be repeated (every NPU has core 0). `0,1,2,0_1_2` sweeps masks.",
+              "  core_mask: \"0\"", "",
               "# fidelity: the defaults gate on decision agreement with ONNX FP32 (`rkdet config show` lists them)", ""]
     if facts.decision:
         lines += ["decision:  # CHECK: the rule your app applies to each output (rkdet judges what the app decides);",

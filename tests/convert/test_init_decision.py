@@ -36,3 +36,21 @@ def test_init_proposes_a_per_pixel_rule_for_a_dense_map(tmp_path: Path) -> None:
     cfg = load_config(out)
     assert cfg.decision is not None
     assert detect_layout([("map", (1, S, S, 2))], declared=cfg.decision.outputs).kind == "declared"
+
+
+def test_init_writes_core_0_and_a_config_without_it_gets_core_0(tmp_path: Path) -> None:
+    from rkdet.deploy.settings import AUTO_WARNING, DeploySettings, RunSettings
+
+    out, _ = write_config(two_head_model(tmp_path / "face.onnx"), tmp_path / "face.yaml")
+    text = out.read_text()
+    assert 'core_mask: "0"' in text and "run on NPU core randomly" in text
+    assert load_config(out).run.core_mask == "0"
+    doc = yaml.safe_load(text)
+    del doc["run"]
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(doc))
+    cfg = load_config(bare)
+    assert cfg.run.core_mask == "0"
+    assert RunSettings.from_config(DeploySettings(run=cfg.run, board=cfg.board, tolerances=cfg.tolerances, source="x")).core_mask == "0"
+    assert RunSettings().core_mask == "0"
+    assert "run on NPU core randomly" in AUTO_WARNING
