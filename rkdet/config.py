@@ -46,6 +46,9 @@ class ModelSection(_Strict):
     prepare: Literal["none", "yolov8-split-head", "classifier-logits"] = "none"
     input_size: Optional[tuple[int, int]] = None  # (H, W) to re-shape a fully convolutional graph to
     inputs: Optional[dict[str, list[int]]] = None  # static NCHW shapes for ONNX with dynamic dims
+    # nhwc: the ONNX input is [N, H, W, 3] (a Keras/TF export); rkdet prepends a Transpose so the prepared
+    # model takes [N, 3, H, W] (model.inputs then gives that NCHW shape)
+    input_layout: Literal["nchw", "nhwc"] = "nchw"
 
     @field_validator("input_size")
     @classmethod

@@ -226,9 +226,10 @@ def inspect(path: Path) -> ModelFacts:
                          "models with one [1, 3, H, W] input")
     layout = "NCHW" if dims[1] == 3 else "NHWC" if dims[3] == 3 else "?"
     dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int) or d <= 0]
-    hw_static = 2 not in dynamic and 3 not in dynamic
+    hw_at = (1, 2) if layout == "NHWC" else (2, 3)  # an NHWC input: rkdet prepends a Transpose (model.input_layout)
+    hw_static = hw_at[0] not in dynamic and hw_at[1] not in dynamic
     if hw_static:
-        h, w = int(dims[2]), int(dims[3])
+        h, w = int(dims[hw_at[0]]), int(dims[hw_at[1]])
         source, check = "the model's fixed input dims", False
     elif imgsz:
         (h, w), source, check = imgsz, "the model's metadata imgsz (its input H/W are dynamic)", False
@@ -241,7 +242,7 @@ def inspect(path: Path) -> ModelFacts:
         notes.append("dynamic batch: built with batch 1")
     out_shapes = [(o.name, _dims(o)) for o in model.graph.output]
     if dynamic or any(not isinstance(d, int) or d <= 0 for _, s in out_shapes for d in s):
-        out_shapes = _static_output_shapes(model, graph_input.name, shape)
+        out_shapes = _static_output_shapes(model, graph_input.name, [1, h, w, 3] if layout == "NHWC" else shape)
     names, names_source = _names(metadata.get("names")), "metadata names"
     if not names and metadata.get("character"):
         names, names_source = _character(metadata.get("character")), "metadata character (Paddle-style)"
@@ -251,9 +252,9 @@ def inspect(path: Path) -> ModelFacts:
                        prepare_reason="", shape=shape, shape_source=source, shape_check=check,
                        needs_inputs=bool(dynamic), notes=notes, producer=model.producer_name or "",
                        names_source=names_source)
-    if layout != "NCHW":
-        raise InputError(f"{path}: input {graph_input.name!r} is {dims}, not NCHW with 3 channels; rkdet feeds "
-                         "[1, 3, H, W] (the toolkit takes NHWC uint8 on the board and transposes itself)")
+    if layout == "?":
+        raise InputError(f"{path}: input {graph_input.name!r} is {dims}, neither NCHW nor NHWC with 3 channels; rkdet "
+                         "feeds [1, 3, H, W] images (model.input_layout: nhwc takes [1, H, W, 3])")
     declared = [(o.name, _dims(o)) for o in model.graph.output]
     if 0 in dynamic and all(len(s) >= 2 and all(isinstance(d, int) and d > 0 for d in s[1:]) for _, s in declared):
         out_shapes = [(n, [1, *s[1:]]) for n, s in declared]  # only the batch is dynamic: it is 1
@@ -353,6 +354,10 @@ def render(facts: ModelFacts, config_path: Path) -> str:
         lines.append("# Classes: no names in the metadata  # CHECK: keep your class list next to this file")
     lines += [f"name: {name}", "", "model:", f"  onnx: {_yaml_str(onnx_rel)}"]
     lines.append(f"  prepare: {facts.prepare}   # {facts.prepare_reason}")
+    if facts.layout == "NHWC":
+        lines.append(f"  input_layout: nhwc      # input {facts.input_name} is {facts.input_dims} (NHWC, e.g. a Keras/TF "
+                     "export): rkdet prepends a Transpose, a step the prepared ONNX's hash records; below, shapes "
+                     "are the NCHW it then takes")
     shape_note = f"from {facts.shape_source}" + (f"; {'; '.join(facts.notes)}" if facts.notes else "")
     check = "  # CHECK: the size you will feed on the board" if facts.shape_check else ""
     if facts.needs_inputs:

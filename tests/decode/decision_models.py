@@ -41,3 +41,16 @@ def dense_map_model(path: Path) -> Path:
     return _save(helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, S, S])],
                                    [helper.make_tensor_value_info("map", TensorProto.FLOAT, [1, S, S, 2])],
                                    [numpy_helper.from_array(w, "w")]), path)
+
+
+def nhwc_classifier(path: Path, *, side: int = 16, classes: int = 3) -> Path:
+    """A Keras/TF-style export: input [1, side, side, 3] (NHWC), a Transpose to NCHW, then a 1x1 conv,
+    average pool and flatten to [1, classes] logits."""
+    w = np.random.default_rng(6).normal(0, 1, (classes, 3, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["input_1"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["t", "w"], ["c"]), helper.make_node("GlobalAveragePool", ["c"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["logits"])]
+    return _save(helper.make_graph(nodes, "nhwc", [helper.make_tensor_value_info("input_1", TensorProto.FLOAT,
+                                                                                 [1, side, side, 3])],
+                                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
+                                   [numpy_helper.from_array(w, "w")]), path)
