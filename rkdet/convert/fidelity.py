@@ -390,7 +390,9 @@ def quantization_gate(header: dict, dtype: str, quantized: bool, platform: str,
         floating = [f"{t['name']} ({t['dtype']})" for t in tensors if t["dtype"] not in wanted]
         if floating:
             outs = [t["name"] for t in tensors if t["dtype"] not in wanted and t in header.get("outputs", [])]
-            hint = (f"; a final Softmax stays float16 in rknn-toolkit2: cut it (model.prepare: classifier-logits) or "
+            # classifier-logits applies to a one-output model only (onnx_graph._classifier_logits refuses others)
+            cut = "cut it (model.prepare: classifier-logits) or " if len(header.get("outputs", [])) == 1 else ""
+            hint = (f"; a final Softmax stays float16 in rknn-toolkit2: {cut}"
                     f"accept it (quantize.float_outputs: [{', '.join(outs)}])" if outs else "")
             raise ConversionError(f"{platform}: the toolkit left tensors unquantized: {', '.join(floating)}; "
                                   f"expected {'/'.join(wanted)} for quantize.dtype {dtype} (force_fp16 is false){hint}")

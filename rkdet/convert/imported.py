@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rkdet.config import TOOLKIT2_PLATFORMS, PreprocessSection, RESOLVED_CONFIG, BoardSection, RunSection
-from rkdet.convert.images import IMAGE_SUFFIXES, decode_rgb, preprocess
+from rkdet.convert.images import IMAGE_SUFFIXES, decode_rgb, min_side_for, preprocess
 from rkdet.convert.manifest import SCHEMA, EMBED_KEY, sha256_bytes, sha256_file, rknn_header
 from rkdet.convert.rknn_file import RknnFileInfo, read_rknn
 from rkdet.errors import InputError
@@ -151,7 +151,7 @@ def _inputs(folder: Path, fed: FedSpec, given: Given) -> dict[str, np.ndarray]:
                 raise InputError(f"{p}: {arr.dtype} {list(arr.shape)}; the model is fed uint8 {list(fed.shape)} (NHWC)")
             out[p.stem] = np.ascontiguousarray(arr)
         else:
-            out[p.stem] = preprocess(decode_rgb(p), fed.shape[1:3], pp)[0]
+            out[p.stem] = preprocess(decode_rgb(p, min_side_for(tuple(fed.shape[1:3]))), fed.shape[1:3], pp)[0]
     return out
 
 

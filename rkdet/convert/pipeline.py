@@ -21,7 +21,7 @@ from rkdet.records.gates import PASSED, GateRecord
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, manifest, published, toolkit_log
 from rkdet.convert.hermetic import BuildWatch, ToolkitSession
-from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images,
+from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images, min_side_for,
                                   non_images, preprocess)
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
@@ -52,7 +52,7 @@ def materialize(files: list[ImageFile], model: PreparedModel, cfg: RkdetConfig) 
     _, _, h, w = model.input_shape_nchw
     tensors, boxes = {}, {}
     for f in files:
-        tensors[f.name], boxes[f.name] = preprocess(decode_rgb(f.path), (h, w), cfg.preprocess)
+        tensors[f.name], boxes[f.name] = preprocess(decode_rgb(f.path, min_side_for((h, w))), (h, w), cfg.preprocess)
     return Materialized(files, tensors, boxes)
 
 
@@ -193,6 +193,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
     umask = os.umask(0)
     os.umask(umask)
     stage_dir.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the build folder is for everyone the umask allows
+    warnings: list[str] = list(model.warnings)  # a failed build carries them too (ConversionError.warnings)
     try:
         progress(f"{platform}: building with {tk.name} {tk.version} (hermetic subprocess)")
         # The build is pinned to one CPU; the FP32 reference needs none of it, so it runs meanwhile.
@@ -205,6 +206,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         declared = cfg.decision.outputs if cfg.decision else None
         decided = detect_layout(list(zip(model.output_names, model.output_shapes)), declared=declared).kind != "none"
         log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors, decisions=decided)
+        warnings += [line] if (line := log_report.summary()) else []
         toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
@@ -223,7 +225,6 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             stage_dir / "golden" / "onnx-fp32", backend="onnxruntime", backend_detail=ref_detail,
             model_path="model.onnx", model_sha256=onnx_sha, inputs=gold_inputs, outputs=ref,
             output_names=model.output_names)}
-        warnings: list[str] = list(model.warnings) + ([line] if (line := log_report.summary()) else [])
         fid, fidelity_line = None, None
         if sim:
             golden_hashes["simulator"] = golden.write_result_set(
@@ -283,6 +284,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         return BuildResult(platform, final, doc.fingerprint, rknn_sha, warnings, verify_report, fidelity_line)
     except BaseException as exc:
         session.close()
+        if isinstance(exc, ConversionError) and not exc.warnings:
+            exc.warnings = tuple(warnings)
         if keep_failed and stage_dir.exists() and not isinstance(exc, ReplaceRefused):
             failed = out / f"{final.name}.failed"
             install_build(stage_dir, failed)  # an older .failed folder is replaced whole

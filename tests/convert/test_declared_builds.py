@@ -41,3 +41,24 @@ def test_a_declared_decision_is_gated_recorded_and_judged_by_diff(tmp_path: Path
     report = json.loads(proc.stdout)
     assert report["layout"]["kind"] == "declared", proc.stderr
     assert report["agrees"]["decisions_judged"] is True
+
+
+def test_the_softmax_refusal_offers_what_works_for_a_two_output_model_and_keeps_the_warnings(tmp_path: Path) -> None:
+    """The two-head model's Softmax output stays float16: the refusal must not offer classifier-logits
+    (convert refuses it for a model with two outputs); the remedy offered converts; and the failed build
+    prints the warnings a passing build prints (here toolkit.log's unknown-op-target line)."""
+    onnx_path = two_head_model(tmp_path / "face.onnx")
+    cfg = write_config(tmp_path / "face.yaml", onnx_path, image_folder(tmp_path / "cal", 6, seed=1),
+                       image_folder(tmp_path / "gold", 3, seed=2),
+                       fidelity={"min_cosine": -1.0, "min_slice_cosine": -1.0})
+    proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "quantize.float_outputs: [prob]" in last and "classifier-logits" not in last
+    warned = [ln for ln in proc.stderr.splitlines() if ln.startswith("warning:")]
+    ok = run_rkdet("convert", "--config", str(write_config(tmp_path / "ok.yaml", onnx_path, tmp_path / "cal",
+                                                           tmp_path / "gold", quantize={"float_outputs": ["prob"]},
+                                                           fidelity={"min_cosine": -1.0, "min_slice_cosine": -1.0})),
+                   "--out", str(tmp_path / "ok"))
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert warned and warned == [ln for ln in ok.stderr.splitlines() if ln.startswith("warning:")]
