@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rkdet.diff.compare import Comparison, run_comparison
-from rkdet.diff.resultset import open_source
+from rkdet.diff.resultset import declared_decisions, open_source
 from rkdet.tolerance import Tolerance
 
-__all__ = ["Comparison", "Tolerance", "compare"]
+__all__ = ["Comparison", "Tolerance", "compare", "declared_decisions"]
 
 
 def compare(a_path: str | Path, b_path: str | Path | None = None, tolerance: Tolerance | None = None,

@@ -158,3 +158,16 @@ def test_a_box_and_score_head_is_judged_as_detections() -> None:
     assert decision_changed(delta) and delta["outputs"]["scores"]["detections"]["missing"]
     with pytest.raises(InputError, match="decision.outputs.scores.boxes"):
         detect_layout([("scores", (1, 6, 2)), ("boxes", (1, 5, 4))], declared=BOXES)
+
+
+def test_the_fleet_says_decision_differs_by_the_declared_rule(tmp_path: Path) -> None:
+    from rkdet.fleets.run.classes import _difference
+
+    ref = _run(two_head_model(tmp_path / "m.onnx"), 2)
+    board = {k: {n: a.copy() for n, a in v.items()} for k, v in ref.items()}
+    board["g1"]["prob"][0] = [0.05, 0.95] if ref["g1"]["prob"][0, 1] <= 0.7 else [0.95, 0.05]
+    a = _result_set(tmp_path / "a", ref, ["prob", "box"])
+    b = _result_set(tmp_path / "b", board, ["prob", "box"])
+    judged = _difference("A", "B", a, b, Tolerance(), FACE)
+    assert judged.decision_differs is True and judged.outputs_differing >= 1
+    assert _difference("A", "B", a, b, Tolerance()).decision_differs is None  # undeclared: not judged
