@@ -354,6 +354,8 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
         if unknown:
             raise InputError(f"quantize.float_outputs names {', '.join(map(repr, unknown))}, not an output of the "
                              f"prepared model (outputs: {', '.join(model.output_names)})")
+        if cfg.decision:  # a rule naming no output, or an axis/channel it lacks: one line before the toolkit runs
+            detect_layout(list(zip(model.output_names, model.output_shapes)), declared=cfg.decision.outputs)
         progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
         cal = materialize(cal_files, model, cfg)
         gold = materialize(gold_files, model, cfg)

@@ -54,3 +54,15 @@ def test_init_writes_core_0_and_a_config_without_it_gets_core_0(tmp_path: Path) 
     assert RunSettings.from_config(DeploySettings(run=cfg.run, board=cfg.board, tolerances=cfg.tolerances, source="x")).core_mask == "0"
     assert RunSettings().core_mask == "0"
     assert "run on NPU core randomly" in AUTO_WARNING
+
+
+def test_a_rule_naming_no_output_is_one_line_before_any_build(tmp_path: Path) -> None:
+    from convert_helpers import run_rkdet
+    from tiny_models import image_folder, write_config as tiny_config
+
+    cfg = tiny_config(tmp_path / "bad.yaml", two_head_model(tmp_path / "m.onnx"), image_folder(tmp_path / "cal", 2, seed=1),
+                      image_folder(tmp_path / "gold", 1, seed=2),
+                      decision={"outputs": {"score": {"rule": "threshold", "channel": 1, "threshold": 0.7}}})
+    proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "decision.outputs.score: the model has no output 'score'" in proc.stderr
+    assert "building with" not in proc.stderr and not list((tmp_path / "out").glob("*"))
