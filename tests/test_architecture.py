@@ -52,6 +52,65 @@ def test_an_injected_forbidden_import_or_loop_fails(tmp_path: Path) -> None:
     assert "injected" not in (REPO / "rkdet" / "onboard" / "run.py").read_text()
 
 
+# --- backends: a backend is a descriptor (rkdet/backends/), never a string compared in place ---------------
+
+import ast  # noqa: E402
+
+from dataclasses import fields  # noqa: E402
+
+from rkdet.backends.registry import REGISTRY  # noqa: E402
+from rkdet.records.run_info import RunInfo  # noqa: E402
+from rkdet.onboard.backend_table import BACKENDS  # noqa: E402
+
+#: the only places that may compare a backend's name: the registry's descriptors and the on-board table
+BACKEND_HOMES = ("rkdet/backends/", "rkdet/onboard/backend_table.py")
+
+
+def backend_name_comparisons(source: str, names: tuple[str, ...] = BACKENDS) -> list[int]:
+    """Lines where a backend name is compared as a string literal (`== "rknnlite"`, `!= ...`,
+    `in ("rknnlite", ...)`, `match` cases): what only the registry may do."""
+    def literal_names(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(isinstance(e, ast.Constant) and e.value in names for e in node.elts)
+        return False
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(literal_names(n) for n in [node.left, *node.comparators]):
+            found.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and literal_names(node.value):
+            found.append(node.lineno)
+    return found
+
+
+def test_no_backend_name_is_compared_outside_the_registry() -> None:
+    broken = []
+    for path in sorted((REPO / "rkdet").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel.startswith(BACKEND_HOMES):
+            continue
+        broken += [f"{rel}:{line}" for line in backend_name_comparisons(path.read_text(encoding="utf-8"))]
+    assert not broken, "a backend name compared outside rkdet/backends/ (ask the descriptor instead):\n" + "\n".join(broken)
+
+
+def test_the_backend_check_catches_each_form_of_comparison() -> None:
+    assert backend_name_comparisons('if backend == "rknnlite": pass') == [1]
+    assert backend_name_comparisons('x = "onnxruntime" != name') == [1]
+    assert backend_name_comparisons('ok = b in ("rknnlite", "onnxruntime")') == [1]
+    assert backend_name_comparisons('match b:\n    case "rknnlite": pass') == [2]
+    assert backend_name_comparisons('make(backend="rknnlite"); d = {"rknnlite": 1}') == []  # naming, not comparing
+
+
+def test_every_board_backend_has_one_descriptor() -> None:
+    assert tuple(REGISTRY) == BACKENDS
+    for name, desc in REGISTRY.items():
+        assert desc.name == name and desc.model_file.startswith("model.")
+        assert desc.reference(emulated=False) in ("simulator", "onnx-fp32")
+        assert set(desc.run_json) <= {f.name for f in fields(RunInfo)}, desc.run_json
+
+
 # ---- decision tasks: a task name is compared only inside its registry (rkdet/decode/tasks/) ----------------
 
 TASKS_REGISTRY = REPO / "rkdet" / "decode" / "tasks"

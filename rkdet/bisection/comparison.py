@@ -1,7 +1,7 @@
 """The board bisection: run the build, then cut models, on the board; compare each with its reference.
 
 `--against simulator`: each model's outputs against the reference the rule picks for the board
-(`rkdet.onboard.reference.reference_for`: the toolkit simulator of that very cut for an NPU, the FP32 ONNX cut for
+(the backend's reference rule, rkdet.backends: the toolkit simulator of that very cut for an NPU, the FP32 ONNX cut for
 the emulated CPU runtime), by the build's tolerances. `run0`: every run against the board's own run 0,
 bitwise. `core-mask=M`: the run with the build's core mask against a run with mask M, by the tolerances.
 """
@@ -23,7 +23,7 @@ from rkdet.diff.metrics import compare_arrays
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import InputError
 from rkdet.layers.report import BisectionReport, BisectStep
-from rkdet.onboard.reference import reference_for
+from rkdet.backends.registry import backend
 from rkdet.tolerance import Tolerance
 
 
@@ -74,7 +74,7 @@ def judge(pairs: list[tuple[str, dict[str, np.ndarray], dict[str, np.ndarray]]],
                                  f"the reference {list(expected.shape)}")
             if actual.dtype != expected.dtype:
                 actual, expected = actual.astype(np.float32), expected.astype(np.float32)
-            st = compare_arrays(expected, actual, tol)
+            st = compare_arrays(expected, actual, tol.for_output(name))  # its entry, else the default
             key = st.cosine if st.cosine is not None else -2.0
             if worst is None or key < worst[0]:
                 worst = (key, name, st.cosine, st.max_abs)
@@ -152,7 +152,7 @@ def _pairs(result: BoardResult, against: Against, builder: CutBuilder, point: Cu
            runner: BoardRunner, folder: Path, tag: str) -> list[tuple[str, dict, dict]]:
     pairs = []
     if against.kind == "simulator":
-        kind = reference_for("rknnlite", result.emulated, result.emulates_npu)
+        kind = backend(result.backend).reference(result.emulated, result.emulates_npu)
         if last:
             refs = _golden(builder.build, kind)
         else:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rkdet.backends.descriptor import ROW_LEGACY_NPU, ROW_NPU_STACK, ROW_RUNTIME_IMPORT
+from rkdet.backends.registry import backend as descriptor
 from rkdet import socs
 from rkdet.boardinfo import compat
 from rkdet.records.build import BuildInfo
@@ -54,7 +56,8 @@ def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str
                 need_kb: int) -> BoardFit:
     """Raise BoardError (exit 3) naming the host and the mismatch; return the fit otherwise."""
     platform = build.platform
-    if backend == "rknnlite" and socs.is_rknpu1(probe.soc):
+    rows = descriptor(backend).preflight_rows
+    if ROW_LEGACY_NPU in rows and socs.is_rknpu1(probe.soc):
         for finding in compat.check(stack_facts(probe, build)):  # the legacy-runtime rows say more than
             if finding.decided and finding.row.severity == "block":  # "board is rv1126, build targets ..."
                 raise BoardError(f"{host}: {finding.message}")
@@ -65,7 +68,7 @@ def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str
         raise BoardError(f"{host}: board is {probe.soc} but the build targets {platform}; "
                          f"convert for {probe.soc} (rkdet convert --target {probe.soc}) or pick another board")
     warnings: list[str] = []
-    if backend == "rknnlite":
+    if ROW_NPU_STACK in rows:
         runtime = _version(probe.runtime_version)
         toolkit = _version(build.toolkit_version)
         if runtime is None:
@@ -78,9 +81,9 @@ def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str
         if toolkit and runtime[:2] < toolkit[:2]:
             warnings.append(f"librknnrt {'.'.join(map(str, runtime))} is older than the toolkit "
                             f"{'.'.join(map(str, toolkit))} that built the model; Rockchip recommends matching versions")
-        if not probe.rknnlite:
-            raise BoardError(f"{host}: python3 cannot import rknnlite; install rknn-toolkit-lite2 on the board "
-                             "(or run with --backend onnxruntime)")
+    if ROW_RUNTIME_IMPORT in rows and not probe.rknnlite:
+        raise BoardError(f"{host}: python3 cannot import rknnlite; install rknn-toolkit-lite2 on the board "
+                         "(or run with --backend onnxruntime)")
     if not probe.python_version:
         raise BoardError(f"{host}: no python3 on the board; the runner needs Python >= 3.6 with numpy")
     if probe.work_dir_free_kb is not None and probe.work_dir_free_kb < need_kb:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from rkdet.backends.registry import backend as descriptor
 from rkdet.records.build import BuildInfo
 from rkdet.records.probe import ProbeReport
 from rkdet.records.run_info import RunInfo
@@ -64,7 +65,7 @@ def model_expectations(build: BuildInfo, backend: str) -> list[str]:
     """rkdet-run's identity flags for the model deploy pushes: the fingerprint the `.rknn` carries
     (`--expect-fingerprint`, checked first) and the file's sha256 (`--expect-sha256`, checked when the
     model carries no fingerprint: older builds, or the ONNX for --backend onnxruntime)."""
-    if backend == "onnxruntime":
+    if not descriptor(backend).embeds_fingerprint:  # the ONNX: its sha256 only
         return ["--expect-sha256", build.onnx_sha256] if build.onnx_sha256 else []
     args: list[str] = []
     if build.embedded_fingerprint:

@@ -28,6 +28,7 @@ from rkdet.textsafe import literal
 
 if TYPE_CHECKING:
     from rkdet.deploy.flow import DeployOutcome
+    from rkdet.link.ssh import BoardConnection
 
 
 @click.command("deploy")
@@ -119,7 +120,7 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
     return outcome
 
 
-def _install_selfcheck(conn: Any, build: Path, outcome: DeployOutcome, backend: str, log: Log,
+def _install_selfcheck(conn: BoardConnection, build: Path, outcome: DeployOutcome, backend: str, log: Log,
                        allow_failed_build: bool = False) -> None:
     """--install-selfcheck: after a passing deploy, the build's self-check into <workdir>/selfcheck, run once."""
     from rkdet.deploy.selfcheck_install import install_selfcheck

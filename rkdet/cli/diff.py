@@ -25,13 +25,14 @@ def _config_tolerance(path: Path | None) -> Tolerance:
 @click.command("diff")
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path), required=False)
-@click.option("--tolerance", "tolerances", multiple=True, metavar="KEY=VALUE",
-              help="max_abs, max_ulp, max_lsb, min_cosine or max_rel_l2; repeatable; overrides --config. Default: bitwise.")
+@click.option("--tolerance", "tolerances", multiple=True, metavar="[OUTPUT:]KEY=VALUE",
+              help="max_abs, max_ulp, max_lsb, min_cosine or max_rel_l2, for every output or (OUTPUT:KEY=VALUE) "
+                   "for that output only; repeatable; overrides --config. Default: bitwise.")
 @click.option("--config", "config", type=click.Path(path_type=Path, dir_okay=False),
               help="YAML config whose `tolerances` section declares the tolerance (and `decision`, the app's rules).")
 @click.option("--decoder", type=click.Choice(DECODERS), default="auto", show_default=True,
               help="How to judge decisions: auto-detect from output shapes, or force one.")
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON report (rkdet.diff/2) instead of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report (rkdet.diff/3) instead of the table.")
 @click.option("--json-out", type=click.Path(path_type=Path),
               help="Write the JSON report here (a file, replaced atomically; or /dev/stdout, a FIFO).")
 @click.option("--html", "html_out", type=click.Path(path_type=Path),

@@ -20,7 +20,7 @@ from rkdet.log import output_console
 
 
 SOURCE_OPTIONS = ("inventory", "limit", "boards", "boards_file", "labgrid", "tags", "reserve_timeout",
-                  "inventory_engine")  # the parameters `source_options` adds, as `resolve_boards` takes them
+                  "inventory_engine", "inventory_programs")  # the parameters `source_options` adds, as `resolve_boards` takes them
 
 
 def source_options(func):  # type: ignore[no-untyped-def]
@@ -34,6 +34,9 @@ def source_options(func):  # type: ignore[no-untyped-def]
         click.option("--inventory-engine", type=click.Choice(ansible_engine.ENGINES), default=None,
                      help="Who reads --inventory: auto (ansible-core's ansible-inventory when installed, else "
                           f"rkdet's reader; ${ansible_engine.ENGINE_ENV}), ansible, native."),
+        click.option("--inventory-programs", "inventory_programs", is_flag=True, default=None,
+                     help="Let ansible-core run an executable inventory and load ansible.cfg (./, ~, /etc) with its "
+                          f"plugins (off by default; ${ansible_engine.PROGRAMS_ENV}=1). docs/FLEET.md."),
         click.option("--board", "boards", multiple=True, help="A board (~/.ssh/config Host or HOST[:PORT]); repeatable."),
         click.option("--boards-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
                      help="A file of board names, one per line (# comments)."),
@@ -52,7 +55,8 @@ def source_options(func):  # type: ignore[no-untyped-def]
 @contextlib.contextmanager
 def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str, ...],
                    boards_file: Path | None, labgrid: str | None = None, tags: tuple[str, ...] = (),
-                   reserve_timeout: float = 300.0, inventory_engine: str | None = None) -> Iterator[list[FleetBoard]]:
+                   reserve_timeout: float = 300.0, inventory_engine: str | None = None,
+                   inventory_programs: bool | None = None) -> Iterator[list[FleetBoard]]:
     """The selected boards from exactly one source (InputError, exit 2, on a usage mistake).
 
     A context manager because a labgrid source holds its places while the block runs and releases
@@ -65,6 +69,8 @@ def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str,
                          f"{' (got ' + ', '.join(given) + ')' if given else ''}")
     if limit and not inventory:
         raise InputError("--limit selects from an inventory; use it with --inventory")
+    if inventory_programs and not inventory:
+        raise InputError("--inventory-programs lets an inventory run programs; use it with --inventory")
     if tags and not labgrid:
         raise InputError("--tags selects labgrid places; use it with --labgrid HOST:PORT")
     if labgrid:
@@ -72,7 +78,7 @@ def resolve_boards(inventory: Path | None, limit: str | None, boards: tuple[str,
             yield held
         return
     if inventory:
-        yield select_from_inventory(inventory, limit, inventory_engine)
+        yield select_from_inventory(inventory, limit, inventory_engine, inventory_programs)
     elif boards_file:
         yield boards_from_names(read_boards_file(boards_file))
     else:
@@ -85,16 +91,23 @@ class Selected(list[FleetBoard]):
     engine: str = ""
 
 
-def select_from_inventory(inventory: Path, limit: str | None, engine: str | None) -> Selected:
-    """The inventory's selected boards, read by ansible-core's ansible-inventory or natively (`engine`)."""
+def select_from_inventory(inventory: Path, limit: str | None, engine: str | None,
+                          programs: bool | None = None) -> Selected:
+    """The inventory's selected boards, read by ansible-core's ansible-inventory or natively (`engine`);
+    the engine line says which, and (ansible-core) which config file and programs were used."""
     _check_source(inventory)
+    allowed = ansible_engine.programs_wanted(programs)
     program = ansible_engine.choose(engine)
     if program is None:
+        if allowed:
+            raise InputError("--inventory-programs needs the ansible-core engine (rkdet's own reader never runs an "
+                             "inventory program); install it (docs/FLEET.md) or drop the flag")
         out = Selected(select(load_inventory(inventory), limit))
         out.engine = "native (rkdet's reader; ansible-core not used)"
         return out
-    out = Selected(select(ansible_engine.load(program, inventory, limit), None))
-    out.engine = f"{ansible_engine.version(program)} ({program})"
+    setup = ansible_engine.Setup(programs_allowed=allowed)
+    out = Selected(select(ansible_engine.load(program, inventory, limit, setup=setup), None))
+    out.engine = f"{ansible_engine.version(program)} ({program}; {setup.describe()})"
     return out
 
 
@@ -133,7 +146,7 @@ def fleet_group() -> None:
 @click.option("--hold", is_flag=True, help="With --labgrid: keep the places acquired until Ctrl-C (for manual use).")
 def hosts_command(inventory: Path | None, limit: str | None, boards: tuple[str, ...], boards_file: Path | None,
                   labgrid: str | None, tags: tuple[str, ...], reserve_timeout: float, inventory_engine: str | None,
-                  as_json: bool, hold: bool) -> None:
+                  inventory_programs: bool | None, as_json: bool, hold: bool) -> None:
     """List the boards a source selects, with the values a deploy would use ("-": ssh_config/config decide).
 
     With --labgrid the places are reserved and acquired to read their NetworkService, then released
@@ -141,7 +154,7 @@ def hosts_command(inventory: Path | None, limit: str | None, boards: tuple[str, 
     if hold and not labgrid:
         raise InputError("--hold keeps labgrid places; use it with --labgrid HOST:PORT --tags K=V")
     with resolve_boards(inventory, limit, boards, boards_file, labgrid, tags, reserve_timeout,
-                        inventory_engine) as selected:
+                        inventory_engine, inventory_programs) as selected:
         _print_boards(selected, as_json, getattr(selected, "engine", "") or None)
         if hold:
             hold_until_interrupted(selected)

@@ -66,6 +66,7 @@ def layers_command(ctx: click.Context, **kw: Any) -> None:
 
 
 def run_bisection(**kw: Any) -> int:
+    from rkdet.backends.registry import default as default_backend
     from rkdet.bisection.on_board import BoardRunner
     from rkdet.bisection.cuts import CutBuilder, default_cache
     from rkdet.bisection.comparison import bisect_on_board, parse_against
@@ -107,9 +108,9 @@ def run_bisection(**kw: Any) -> int:
     with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp, \
             open_connection(ConnectionOptions.from_options(kw)) as conn:
         workdir = conn.abspath(flags.workdir) if flags.workdir else conn.default_workdir()
-        # the cut models run on rknnlite (rkdet-run's NPU runtime); work dir resolved here, never the config's
+        # the cut models run on the NPU backend (rkdet.backends); work dir resolved here, never the config's
         run = RunSettings.from_config(settings, replace(flags, repeats=repeats, core_mask=core_mask,
-                                                        backend="rknnlite", workdir=workdir))
+                                                        backend=default_backend().name, workdir=workdir))
         if run.pin:
             push_scripts(conn, scripts_dir(workdir))
             run = replace(run, state_dir=state_dir_for(conn, workdir, run.sudo))

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rkdet import decode
+from rkdet.onboard.backend_table import TABLE as BACKEND_TABLE
 from rkdet.errors import ConversionError
 from rkdet.onboard import bundle as bundle_format  # the format: its reader's bounds and codec
 from rkdet.onboard.resultset import read_index
@@ -81,11 +82,11 @@ def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_B
     declared = section.get("outputs") if isinstance(section, dict) else None  # the app's rules, when declared
     io_spec = read_json_object(build / "model.io.json")
     fed = manifest.need_fed_input(build / "manifest.json").to_json()
+    model_sha = {"model.rknn": manifest.rknn.sha256, "model.onnx": manifest.onnx_sha256}  # each backend's model file
     doc: dict[str, Any] = {
         "schema": bundle_format.BUNDLE_SCHEMA, "name": manifest.name, "platform": manifest.platform,
         "fingerprint": manifest.fingerprint,
-        "models": {"rknnlite": {"file": "model.rknn", "sha256": manifest.rknn.sha256},
-                   "onnxruntime": {"file": "model.onnx", "sha256": manifest.onnx_sha256}},
+        "models": {f.name: {"file": f.model_file, "sha256": model_sha[f.model_file]} for f in BACKEND_TABLE.values()},
         "fed_input": {k: fed[k] for k in ("layout", "dtype", "shape", "mean", "std")},
         "io": io_spec, "references": {ref: {"result_set": f"golden/{ref}",
                                             "judges": "rknnlite on an NPU" if ref == "simulator"

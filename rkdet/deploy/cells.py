@@ -21,7 +21,9 @@ from rkdet import socs
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
 from rkdet.records.cell import Cell, read_cells
-from rkdet.records.deploy_record import ContextsRecord, JsonObject
+from rkdet.records.deploy_record import ContextsRecord
+from rkdet.records.verdict import (NOT_APPLICABLE, AnyVerdict, CellsRecord, CellVerdict, NotApplicable, VerdictRecord,
+                                   VerdictSummary)
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.records.run_info import RunInfo, read_run_info
 from rkdet.tolerance import Tolerance
@@ -131,16 +133,17 @@ class CellsJudgement:
             out.append(f"{worst.line()} [cells: {per}]")
         return out
 
-    def to_json(self) -> JsonObject:
-        return {"cells": [{"cell": c.name, "core_mask": c.core_mask, "status": c.status, "reason": c.reason,
-                           "verdict": self.comparisons[c.name].verdict if c.name in self.comparisons else None,
-                           "repeatable": self.comparisons[c.name].repeatable.to_json() if c.name in self.comparisons else None,
-                           "agrees": (self.comparisons[c.name].agrees.to_json()
-                                      if c.name in self.comparisons and self.comparisons[c.name].agrees else None),
-                           "same_as_first": (self.across[c.name].agrees.ok if c.name in self.across
-                                             and self.across[c.name].agrees else None)}
-                          for c in self.cells],
-                "first": self.first, "repeatable": self.repeatable, "agrees": self.agrees}
+    def record(self) -> CellsRecord:
+        """Every cell with its own two verdicts, as deploy.json keeps them (rkdet/records/verdict.py)."""
+        def one(c: Cell) -> CellVerdict:
+            comp, across = self.comparisons.get(c.name), self.across.get(c.name)
+            return CellVerdict(cell=c.name, core_mask=c.core_mask, status=c.status, reason=c.reason,
+                               verdict=comp.verdict if comp else None,
+                               repeatable=comp.repeatable.record() if comp else None,
+                               agrees=comp.agrees.record() if comp and comp.agrees else None,
+                               same_as_first=across.agrees.ok if across and across.agrees else None)
+        return CellsRecord(cells=tuple(one(c) for c in self.cells), first=self.first, repeatable=self.repeatable,
+                           agrees=self.agrees)
 
 
 def judge_cells(result: Path, cells: list[Cell], reference: Path | None, tolerance: Tolerance) -> CellsJudgement:
@@ -167,10 +170,10 @@ class RunJudgement:
     verdict: str
     diff_exit: int  # 0 same, 1 different
     reference: Path | None  # None: the build has none (an imported .rknn; `agrees` says why)
-    repeatable: JsonObject  # Verdict.to_json(), or {"ok", "cells"} over cells
-    agrees: JsonObject | None
+    repeatable: VerdictRecord | VerdictSummary  # one set's Verdict.record(), or the summary over cells
+    agrees: AnyVerdict | None  # None: no B (never for deploy); NotApplicable: the build has no reference
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
-    cells: JsonObject | None = None  # CellsJudgement.to_json() for a multi-mask run
+    cells: CellsRecord | None = None  # CellsJudgement.record() for a multi-mask run
     contexts: ContextsRecord | None = None  # a single set with --contexts: whether the contexts agreed
 
 
@@ -208,8 +211,8 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
         lines = [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None]
         if no_reference is not None:
             lines.append(not_applicable_line(no_reference))
-        return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.to_json(),
-                            comparison.agrees.to_json() if comparison.agrees is not None else not_applicable(no_reference),
+        return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.record(),
+                            comparison.agrees.record() if comparison.agrees is not None else not_applicable(no_reference),
                             lines, contexts=None if check is None else ContextsRecord(contexts=check.contexts, agree=check.agree))
     judged = judge_cells(result, cells, reference, tolerance)
     for n, (name, comparison) in enumerate(judged.comparisons.items()):
@@ -227,17 +230,14 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
         failing = "a cell did not complete: " + "; ".join(f"{c.name} ({c.reason})" for c in judged.failed)
     names = ", ".join(c.name for c in judged.ran)
     verdict = f"SAME ({tolerance.describe()}) across {len(judged.ran)} cell(s) ({names})" if ok else f"DIFFERENT: {failing}"
-    rep = {"ok": judged.repeatable, "cells": [c.name for c in judged.ran]}
-    agrees = not_applicable(no_reference) if judged.agrees is None else {"ok": judged.agrees}
-    return RunJudgement(verdict, 0 if ok else 1, reference, rep, agrees, lines, cells=judged.to_json())
+    rep = VerdictSummary(ok=judged.repeatable, cells=tuple(c.name for c in judged.ran))
+    agrees = not_applicable(no_reference) if judged.agrees is None else VerdictSummary(ok=judged.agrees)
+    return RunJudgement(verdict, 0 if ok else 1, reference, rep, agrees, lines, cells=judged.record())
 
 
-NOT_APPLICABLE = "not applicable"
-
-
-def not_applicable(reason: str | None) -> JsonObject | None:
+def not_applicable(reason: str | None) -> NotApplicable | None:
     """The agrees verdict of a build without a reference (typed as such, never a pass): ok None."""
-    return None if reason is None else {"ok": None, "applicable": False, "verdict": NOT_APPLICABLE, "reason": reason}
+    return None if reason is None else NotApplicable(reason)
 
 
 def not_applicable_line(reason: str) -> str:

@@ -32,6 +32,7 @@ from rkdet.link.jobs import DetachedJob, attach, exit_code
 from rkdet.deploy.judge import judge
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.preflight import BoardFit, check_board
+from rkdet.backends.registry import backend as descriptor
 from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
 from rkdet.deploy.settings import AUTO_WARNING, RunSettings
 from rkdet.link.shell import FILES_S
@@ -141,7 +142,8 @@ class Deployment:
         lock = board_lock.probe_lock(probe.records, conn.target.label)
         self.state.lock_names |= board_lock.private_names([lock.holder])
         write_probe(self.folder / "board.json", parse_probe(self.scrub(list(probe.records))))
-        emulated = is_emulated_runtime(conn) if s.backend == "rknnlite" else False
+        desc = descriptor(s.backend)
+        emulated = desc.emulated_double and is_emulated_runtime(conn)
         fit = check_board(probe, self.info, host=conn.target.label, backend=s.backend, emulated=emulated,
                           need_kb=stage.need_kb(self.info, s.backend))
         if s.fault and not emulated:
@@ -153,7 +155,7 @@ class Deployment:
         if s.backend == "rknnlite" and "auto" in s.core_mask.split(","):
             self.log(AUTO_WARNING)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
-        transfer.add(stage.push_build(conn, self.info, layout, emulated or s.backend == "onnxruntime",
+        transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
                                       self.progress, s.emulate_npu if emulated else None))
         self.state.advance(DeployStatus.RUNNING, emulated=emulated,
                            warnings=tuple(self._with_caveat(list(fit.warnings))),

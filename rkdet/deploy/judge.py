@@ -9,26 +9,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError
-from rkdet.records.deploy_record import ContextsRecord, JsonObject
+from rkdet.records.deploy_record import ContextsRecord
+from rkdet.records.verdict import AnyVerdict, CellsRecord, VerdictRecord, VerdictSummary
 from rkdet.records.run_info import RunInfo, read_run_info
 from rkdet.tolerance import Tolerance
 
 
 @dataclass(frozen=True)
 class Judgement:
-    """What the diff said: the verdict, exit codes, the reference, both verdicts (as deploy.json records
-    them: the diff's `to_json`, JSON) and lines."""
+    """What the diff said: the verdict, exit codes, the reference, both verdicts (the typed records
+    deploy.json keeps: rkdet/records/verdict.py) and lines."""
 
     verdict: str
     exit_code: int  # the deploy's: EXIT_OK or EXIT_DIFFERENT
     diff_exit: int
     reference: Path | None  # None: the build has no reference (imported .rknn)
     emulated: bool
-    repeatable: JsonObject  # Verdict.to_json() (rkdet/diff), or {"ok", "cells"} over cells
-    agrees: JsonObject | None  # Verdict.to_json(), or not_applicable(...) (rkdet/deploy/cells.py)
+    repeatable: VerdictRecord | VerdictSummary  # one set's verdict, or the summary over cells
+    agrees: AnyVerdict | None  # one set's verdict, the summary over cells, or NotApplicable (no reference)
     lines: list[str]  # "repeatable: …", "agrees with the reference: …"
     run: RunInfo | None = None  # the (first cell's) run.json: the stack rkdet-run saw
-    cells: JsonObject | None = None  # several core masks: CellsJudgement.to_json() (rkdet/deploy/cells.py)
+    cells: CellsRecord | None = None  # several core masks: CellsJudgement.record() (rkdet/deploy/cells.py)
     contexts: ContextsRecord | None = None  # --contexts N: whether the threaded contexts agreed
 
 

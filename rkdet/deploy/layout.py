@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from rkdet.backends.registry import backend as descriptor
+from rkdet.onboard.backend_table import DEFAULT_BACKEND
 from rkdet.errors import InputError
 from rkdet.onboard.program import PROGRAM
 from rkdet.records.io import identifier
@@ -35,11 +37,11 @@ class RemoteLayout:
     logfile: str
 
     @classmethod
-    def for_run(cls, workdir: str, fingerprint: str, run_id: str, backend: str = "rknnlite") -> RemoteLayout:
+    def for_run(cls, workdir: str, fingerprint: str, run_id: str, backend: str = DEFAULT_BACKEND) -> RemoteLayout:
         fp = identifier(fingerprint, "build", "fingerprint")[:16]  # type: ignore[index]  # a path on the board
         if not re.fullmatch(r"[0-9A-Za-z-]{1,64}", run_id):
             raise InputError(f"run id {run_id[:40]!r} is not one rkdet deploy makes")
-        fed = "" if backend == "rknnlite" else "-fp32"  # onnxruntime takes the model's float input, not the NPU's
+        fed = "-fp32" if descriptor(backend).fp32_input else ""  # a CPU backend takes the model's float input, not the NPU's
         run_dir = f"{workdir}/runs/{run_id}"
         return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/{PROGRAM}",
                    model_dir=f"{workdir}/models/{fp}", inputs=f"{workdir}/inputs/{fp}{fed}", run_dir=run_dir,
@@ -47,12 +49,12 @@ class RemoteLayout:
 
     @property
     def fp32_inputs(self) -> bool:
-        """True when the inputs are the model's float input (the onnxruntime backend), not the NPU's."""
+        """True when the inputs are the model's float input (a backend with `fp32_input`), not the NPU's."""
         return self.inputs.endswith("-fp32")
 
     def model(self, backend: str) -> str:
         """The model file the runner loads for `backend`."""
-        return f"{self.model_dir}/model.onnx" if backend == "onnxruntime" else f"{self.model_dir}/model.rknn"
+        return f"{self.model_dir}/{descriptor(backend).model_file}"
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)

@@ -13,6 +13,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
+from rkdet.backends.registry import backend
 from rkdet.link import jobs
 from rkdet.link.jobs import DetachedJob
 from rkdet.deploy.layout import RemoteLayout
@@ -23,29 +24,45 @@ from rkdet.log import Log, ProgressThrottle
 
 
 
-def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:
-    """rkdet-run's command line for this run (inside run-pinned.sh when pinning); `extra`: the model's
-    identity and the cell flags (`stack.model_expectations`, `cells.cell_args`)."""
-    argv = ["python3", layout.runner, "run", "--model", layout.model(settings.backend), "--inputs", layout.inputs,
-            "--repeats", str(settings.repeats), "--warmup", str(settings.warmup),
-            "--core-mask", settings.core_mask, "--backend", settings.backend,
-            "--snapshot-every", str(settings.snapshot_every), "--out", layout.result]
-    if settings.cpu_affinity:
-        argv += ["--cpu-affinity", ",".join(map(str, settings.cpu_affinity))]
-    argv += list(extra)
+def pinned_command(program: str, scripts_dir: str, settings: RunSettings, model: str, inputs: str, out: str, *,
+                   core_mask: str, warmup: int, snapshot_every: int, affinity: bool = True,
+                   extra: Sequence[str] = ()) -> list[str]:
+    """THE recipe "run the on-board program pinned" (deploy's runs and the bisection's): the backend's
+    runner command (rkdet.backends) for one run of `model`, inside run-pinned.sh when `settings.pin`
+    (pin, run, restore: also on a dropped link). `extra`: the model's identity and the cell flags."""
+    desc = backend(settings.backend)
+    args = desc.runner_args(model, inputs, out, repeats=settings.repeats, warmup=warmup, core_mask=core_mask,
+                            snapshot_every=snapshot_every)
+    if affinity and settings.cpu_affinity:
+        args += ["--cpu-affinity", ",".join(map(str, settings.cpu_affinity))]
+    argv = desc.runner_command(program, [*args, *extra])
     if settings.pin:
-        argv = ["sh", f"{layout.scripts}/run-pinned.sh", "--", *argv]
+        argv = ["sh", f"{scripts_dir}/run-pinned.sh", "--", *argv]
     return argv
+
+
+def pinned_env(settings: RunSettings, workdir: str, state_dir: str) -> dict[str, str]:
+    """THE run's environment (deploy's and the bisection's): the backend's runner environment, the pin
+    settings, where pin keeps state, the work dir, a test fault of the emulated runtime."""
+    env = {**backend(settings.backend).runner_env, **settings.pin_env}
+    env["RKDET_STATE_DIR"] = state_dir
+    env["RKDET_WORK_DIR"] = workdir
+    if settings.fault:
+        env["RKDET_EMU_FAULT"] = settings.fault
+    return env
+
+
+def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:
+    """rkdet-run's command line for this run (the recipe, `pinned_command`); `extra`: the model's
+    identity and the cell flags (`stack.model_expectations`, `cells.cell_args`)."""
+    return pinned_command(layout.runner, layout.scripts, settings, layout.model(settings.backend), layout.inputs,
+                          layout.result, core_mask=settings.core_mask, warmup=settings.warmup,
+                          snapshot_every=settings.snapshot_every, extra=extra)
 
 
 def job_env(settings: RunSettings, layout: RemoteLayout, state_dir: str) -> dict[str, str]:
     """The job's environment: pin settings, where pin keeps state, the work dir, a test fault."""
-    env = dict(settings.pin_env)
-    env["RKDET_STATE_DIR"] = state_dir
-    env["RKDET_WORK_DIR"] = layout.workdir
-    if settings.fault:
-        env["RKDET_EMU_FAULT"] = settings.fault
-    return env
+    return pinned_env(settings, layout.workdir, state_dir)
 
 
 def start(conn: CommandRunner, layout: RemoteLayout, settings: RunSettings, env: dict[str, str],

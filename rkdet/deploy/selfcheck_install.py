@@ -8,18 +8,19 @@ need the same few files in one folder, verified by sha256 like every push, so th
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkdet.choices import BACKENDS
+from rkdet.backends.emulator_stage import push_sidecar
+from rkdet.backends.registry import backend as descriptor
 from rkdet.link.shell import remote_command
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
 from rkdet.records.gates import read as read_gates
 from rkdet.errors import InputError
 from rkdet.onboard import program
+from rkdet.onboard.backend_table import DEFAULT_BACKEND
 from rkdet.records.manifest import read_manifest
 
 BUNDLE = "selfcheck.json"
@@ -42,7 +43,7 @@ class SelfcheckInstall:
 
 
 def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *, emulated: bool = False,
-                      backend: str = "rknnlite", allow_failed_build: bool = False) -> SelfcheckInstall:
+                      backend: str = DEFAULT_BACKEND, allow_failed_build: bool = False) -> SelfcheckInstall:
     """Push the self-check files of `build_dir` into `remote_dir` (created; unchanged files skipped).
 
     `emulated`: the board's rknnlite is rkdet's test double, which computes the prepared ONNX: it gets
@@ -50,8 +51,7 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     pushes model.onnx to check with onnxruntime instead of the NPU runtime. A build that failed a gate at
     convert (rkdet.records.gates) is refused unless `allow_failed_build`.
     """
-    if backend not in BACKENDS:
-        raise InputError(f"--backend {backend!r}: expected rknnlite or onnxruntime")
+    desc = descriptor(backend)  # InputError naming the known backends otherwise
     gates = read_gates(build_dir)
     if not gates.passed and not allow_failed_build:
         raise InputError(gates.refusal(build_dir, "self-check install"))
@@ -64,10 +64,7 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
         raise InputError(f"{build_dir}/manifest.json: unreadable ({exc.strerror or exc}); re-run rkdet convert") from None
     remote_dir = remote_dir.rstrip("/") or "/"
     files = [(bundle, BUNDLE), (build_dir / "model.io.json", "model.io.json")]
-    if backend == "rknnlite":
-        files.append((build_dir / "model.rknn", "model.rknn"))
-    if emulated or backend == "onnxruntime":
-        files.append((build_dir / "model.onnx", "model.onnx"))
+    files += [(build_dir / name, name) for name in desc.staged_models(emulated)]
     for local, name in files:
         if not local.is_file():
             raise InputError(f"{build_dir}: {local.name} missing; the build folder is incomplete, re-run rkdet convert")
@@ -77,11 +74,8 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     for local, name in files:
         stats.add(push(conn, local, f"{remote_dir}/{name}"))
     if emulated:  # the normalisation the real .rknn has baked in, for the test double
-        with tempfile.TemporaryDirectory(prefix="rkdet-selfcheck-") as tmp:
-            sidecar = Path(tmp) / "model.emu.json"
-            sidecar.write_text(json.dumps({"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}))
-            stats.add(push(conn, sidecar, f"{remote_dir}/model.emu.json"))
-    model = f"{remote_dir}/model.rknn" if backend == "rknnlite" else f"{remote_dir}/model.onnx"
+        stats.add(push_sidecar(conn, fed, remote_dir))
+    model = f"{remote_dir}/{desc.model_file}"
     command = program.argv(f"{remote_dir}/{program.PROGRAM}", "selfcheck",
                            [f"{remote_dir}/{BUNDLE}", "--model", model, "--backend", backend])
     return SelfcheckInstall(remote_dir, f"{remote_dir}/{BUNDLE}", model, command, stats)

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+from rkdet.backends.registry import backend as descriptor
+from rkdet.onboard.backend_table import DEFAULT_BACKEND
 from rkdet.config import DEFAULT_CONFIG, DeploySettings, build_deploy_settings, deploy_settings, load_config
 from rkdet.errors import InputError
 from rkdet.tolerance import Tolerance
@@ -80,7 +82,7 @@ class RunSettings:
     warmup: int = 2
     core_mask: str = "0"  # one mask, or a comma list (cells of one pinned session); core 0 unless asked (config.RunSection)
     contexts: int = 1  # > 1: threaded runtime contexts checked against the sequential run
-    backend: str = "rknnlite"
+    backend: str = DEFAULT_BACKEND
     snapshot_every: int = 5
     cpu_affinity: tuple[int, ...] | None = None
     pin: bool = True
@@ -104,7 +106,7 @@ class RunSettings:
         chosen = o.backend or run.backend
         # the config's NPU core mask is the NPU's: `--backend onnxruntime` runs on the CPU, which has none
         # (a --core-mask given with it is still passed on, and refused by rkdet-run in one line)
-        config_mask = run.core_mask if chosen == "rknnlite" else "auto"
+        config_mask = run.core_mask if descriptor(chosen).takes_core_mask else "auto"
         return cls(repeats=o.repeats or run.repeats, warmup=run.warmup if o.warmup is None else o.warmup,
                    core_mask=o.core_mask or config_mask, contexts=o.contexts or run.contexts,
                    backend=chosen,

@@ -7,11 +7,12 @@ the build's inputs, since the runner runs every file there.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from rkdet.backends.emulator_stage import push_sidecar
+from rkdet.backends.registry import backend as descriptor
 from rkdet.boardinfo import scripts as board_scripts
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.layout import RemoteLayout
@@ -64,21 +65,18 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
     if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
         stats.add(push(conn, emulated_model(build), f"{layout.model_dir}/model.onnx", progress=progress))
         fed = build.need_fed_input()
-        with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
-            sidecar = Path(tmp) / "model.emu.json"
-            prep: dict[str, Any] = {"mean": list(fed.mean), "std": list(fed.std), "input_layout": "nchw"}
-            if emulate_npu is not None and build.origin == "imported":
-                raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
-                                 ".rknn has none")
-            if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
-                from rkdet.diff.resultset import quant_steps
+        npu: dict[str, Any] | None = None
+        if emulate_npu is not None and build.origin == "imported":
+            raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
+                             ".rknn has none")
+        if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
+            from rkdet.diff.resultset import quant_steps
 
-                golden = f"{layout.model_dir}/npu-golden"
-                stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
-                prep["npu"] = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
-                               "steps": quant_steps(folder), "output": None}
-            sidecar.write_text(json.dumps(prep))
-            stats.add(push(conn, sidecar, f"{layout.model_dir}/model.emu.json"))
+            golden = f"{layout.model_dir}/npu-golden"
+            stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
+            npu = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
+                   "steps": quant_steps(folder), "output": None}
+        stats.add(push_sidecar(conn, fed, layout.model_dir, npu))
     with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:
         inputs = folder / "golden" / "inputs"
         if layout.fp32_inputs:
@@ -132,7 +130,7 @@ def need_kb(build: BuildInfo, backend: str) -> int:
     """Disk the board needs for this deploy (generous: model files, inputs, every output distinct)."""
     folder = build.folder
     sizes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and "golden" not in p.parts)
-    widen = 4 if backend == "onnxruntime" else 1  # uint8 pixels become float32
+    widen = 4 if descriptor(backend).fp32_input else 1  # uint8 pixels become float32
     sizes += widen * sum(p.stat().st_size for p in (folder / "golden" / "inputs").glob("*") if p.is_file())
     outputs = 0
     for shape in build.output_shapes:

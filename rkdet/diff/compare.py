@@ -20,6 +20,7 @@ from rkdet.decode.tasks import DecisionTask, decision_changed, task_of, task_of_
 from rkdet.diff.correlate import correlate, run_setting_differences
 from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, reference_norm2
 from rkdet.diff.resultset import OutputRef, Record, ResultSource
+from rkdet.records.verdict import VerdictRecord
 from rkdet.textsafe import plain_value
 from rkdet.tolerance import Tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
@@ -129,11 +130,16 @@ class Verdict:
     def decisions_judged(self) -> bool:
         return self.decisions_changed is not None
 
+    def record(self) -> VerdictRecord:
+        """The verdict as deploy.json keeps it and the fleet reads it (rkdet/records/verdict.py)."""
+        return VerdictRecord(ok=self.ok, reference=self.reference, tolerance=self.tolerance,
+                             outputs_differing=self.outputs_differing, outputs_outside=self.outputs_outside,
+                             decisions_changed=self.decisions_changed, decisions_judged=self.decisions_judged,
+                             max_abs=self.max_abs, max_ulp=self.max_ulp, max_lsb=self.max_lsb,
+                             min_cosine=self.min_cosine, reason=self.reason, caveat=self.caveat or None)
+
     def to_json(self) -> dict[str, Any]:
-        return {**{k: getattr(self, k) for k in ("ok", "reference", "tolerance", "outputs_differing",
-                                                 "outputs_outside", "decisions_changed", "decisions_judged", "max_abs",
-                                                 "max_ulp", "max_lsb", "min_cosine", "reason")},
-                "caveat": self.caveat or None}
+        return self.record().to_json()
 
     def line(self) -> str:
         """`repeatable: YES (…)` / `agrees with the reference: NO (…)`: one line for terminals and logs."""
@@ -231,11 +237,12 @@ class _Engine:
         if key not in self.norms:
             self.norms[key] = reference_norm2(r)
         lsb = ref_src.quant_steps.get(ref.name) or cand_src.quant_steps.get(cand.name)
-        stats = compare_arrays(r, c, self.tolerance, ref_norm2=self.norms[key], lsb=lsb)
+        tolerance = self.tolerance.for_output(cand.name)  # its own entry, else the default
+        stats = compare_arrays(r, c, tolerance, ref_norm2=self.norms[key], lsb=lsb)
         slices = {}
         assert self.layout is not None
         for slice_name, index in self.layout.slices.get(cand.name, {}).items():
-            slices[slice_name] = compare_arrays(r[index], c[index], self.tolerance, lsb=lsb)
+            slices[slice_name] = compare_arrays(r[index], c[index], tolerance, lsb=lsb)
         self.hist += np.asarray(stats.abs_hist, dtype=np.int64)
         return stats, slices
 
@@ -473,6 +480,11 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
         if b is not None and any(f.against == "B" for f in engine.failures):
             a_analysis.correlation += [f"A differs from B, and {d}" for d in run_setting_differences(a.run_info, b.run_info)]
     layout = engine.layout or detect_layout([], "none")
+    seen = {name for s in (a_analysis, b_analysis) if s is not None for ia in s.inputs.values() for name in ia.outputs}
+    unmatched = [name for name in tolerance.outputs if name not in seen]
+    if unmatched:  # a typo in a per-output tolerance would otherwise silently judge by the default
+        notes.append(f"the tolerance names output(s) these result sets lack: {', '.join(unmatched)} "
+                     f"(outputs: {', '.join(sorted(seen))})")
     notes.append(f"decoder: {layout.detail}")
     comparison = Comparison(a_analysis, b_analysis, tolerance, layout, engine.failures, notes + engine.notes,
                             engine.hist.tolist())

@@ -1,5 +1,8 @@
 """One self-contained, offline HTML report: the verdict and the two named verdicts (repeatable, agrees)
 first, a compact inputs × outputs grid, the per-input table folded (<details>), board-state findings and the plots (PNG as data: URIs). No external URL, script or stylesheet is referenced.
+
+A presenter of the findings tree (rkdet.diff.findings): it reads only `Findings`, as the terminal and
+report.json do.
 """
 
 from __future__ import annotations
@@ -10,12 +13,11 @@ from pathlib import Path
 from rkdet.diff import plots
 from rkdet.textsafe import html_text as escape  # controls/bidi made visible, then HTML-escaped
 from rkdet.textsafe import plain_value
-from rkdet.diff.compare import Comparison, SetAnalysis
 from rkdet.diff.findings import (
     SCHEMA,
     Decision,
     Findings,
-    findings,
+    SetFinding,
     run_ranges,
     shown_path,
 )
@@ -52,11 +54,11 @@ def _runs_text(runs: list[int], limit: int = 6) -> str:
     return ", ".join(parts) + (f", … ({len(ranges) - limit} more)" if len(ranges) > limit else "")
 
 
-def _source(s: SetAnalysis, base: Path | None) -> str:
-    info = s.source.run_info
+def _source(s: SetFinding, base: Path | None) -> str:
+    info = s.run_info
     emu = ' <span class="emulated">EMULATED</span>' if info.emulated else ""
-    detail = info.backend_detail or info.backend or s.source.kind
-    return (f"<li><b>{s.role}</b>: <code>{escape(shown_path(s.source.path, base))}</code> — {escape(str(detail))}{emu}; "
+    detail = info.backend_detail or info.backend or s.kind
+    return (f"<li><b>{s.role}</b>: <code>{escape(shown_path(s.path, base))}</code> — {escape(str(detail))}{emu}; "
             f"{s.records} inferences, {len(s.inputs)} input(s), {s.runs} run(s); core_mask "
             f"{escape(plain_value(info.core_mask))}, affinity {escape(plain_value(info.setting('affinity')))}</li>")
 
@@ -110,26 +112,30 @@ def _findings(f: Findings) -> str:
                      f"{escape(repr(loc.candidate))} (max {loc.max_ulp} ULP)</li>")
     for role, text in f.board_state:
         items.append(f"<li><b>{role} board state</b>: {escape(text)}</li>")
+    for section in f.sections:
+        for req in section.requirements:
+            items.append(f"<li><b>minimum tolerance, {section.set} vs {section.against}</b>, output "
+                         f"<code>{escape(req.output)}</code>: {escape(req.line())}</li>")
     return "<ul>" + "".join(items) + "</ul>" if items else "<p class='muted'>No divergence to locate.</p>"
 
 
-def _verdicts(c: Comparison) -> str:
+def _verdicts(f: Findings) -> str:
     """The two named verdicts, side by side, each with its measured distance."""
     boxes = []
-    for v in (c.repeatable, c.agrees):
+    for v in (f.repeatable, f.agrees):
         if v is not None:
             boxes.append(f'<div class="{"same" if v.ok else "different"}">{escape(v.line())}</div>')
     return f'<div class="verdicts">{"".join(boxes)}</div>'
 
 
-def _grid(c: Comparison) -> str:
+def _grid(tree: Findings) -> str:
     """Inputs × outputs of set A: repeatable (● all runs bit-identical, ✗ they vary) and, against the
     reference, = bit-identical, ≈ within tolerance, ✗ outside it."""
-    failed = {(f.input, f.output, f.against) for f in c.failures if f.set == "A"}
-    outputs = list(dict.fromkeys(o for ia in c.a.inputs.values() for o in ia.outputs))
+    failed = {(f.input, f.output, f.against) for f in tree.failures if f.set == "A"}
+    outputs = list(dict.fromkeys(o for ia in tree.a.inputs for o in ia.outputs))
     head = "<tr><th>input</th>" + "".join(f"<th>{escape(o)}</th>" for o in outputs) + "</tr>"
     rows = [head]
-    for ia in c.a.inputs.values():
+    for ia in tree.a.inputs:
         cells = []
         for name in outputs:
             oa = ia.outputs.get(name)
@@ -138,44 +144,44 @@ def _grid(c: Comparison) -> str:
                 continue
             rep = "●" if len(oa.variants) == 1 else '<span class="bad">✗</span>'
             mark = ""
-            if c.b is not None:
+            if tree.b is not None:
                 differs = any(v.vs_reference is not None for v in oa.variants.values())
                 mark = (" " + ('<span class="bad">✗</span>' if (ia.name, name, "B") in failed else
                                "≈" if differs else "="))
             cells.append(f"<td>{rep}{mark}</td>")
         rows.append(f"<tr><td>{escape(ia.name)}</td>{''.join(cells)}</tr>")
     legend = ("● repeatable (all runs bit-identical), ✗ runs differ" +
-              ("; vs the reference: = bit-identical, ≈ within tolerance, ✗ outside" if c.b is not None else ""))
+              ("; vs the reference: = bit-identical, ≈ within tolerance, ✗ outside" if tree.b is not None else ""))
     return f'<table class="grid">{"".join(rows)}</table><p class="muted">{legend}</p>'
 
 
-def render_html(c: Comparison, base: Path | None = None) -> str:
+def render_html(tree: Findings, base: Path | None = None) -> str:
     """The whole report as one HTML string (result-set paths relative to `base`, the report's folder)."""
-    tree = findings(c)
-    cls = "same" if c.exit_code == 0 else "different"
-    latency = {s.role: {ia.name: ia.latencies for ia in s.inputs.values()} for s in (c.a, c.b) if s is not None}
+    cls = "same" if tree.exit_code == 0 else "different"
+    latency = {s.role: {ia.name: ia.latencies for ia in s.inputs} for s in tree.sets}
     figs = [_img(plots.latency_plot(latency), "latency over runs: median, IQR and min-max per run; a box per input"),
-            _img(plots.board_plot(c.a.snapshots, c.a.runs), "temperature and NPU frequency over runs"),
-            _img(plots.histogram_plot(c.abs_hist), "histogram of absolute differences")]
-    if c.overlay is not None:
-        o = c.overlay
+            _img(plots.board_plot(tree.a.snapshots, tree.a.runs), "temperature and NPU frequency over runs"),
+            _img(plots.histogram_plot(tree.abs_hist), "histogram of absolute differences")]
+    if tree.overlay is not None:
+        o = tree.overlay
         figs.append(f"<h3>Detections on input <code>{escape(o['input'])}</code> (set {o['set']} run {o['run']} vs "
                     f"{escape(o['reference_label'])})</h3>" + _img(plots.detection_plot(
-                        o.get("image"), o["reference"], o["candidate"], c.layout.input_size,
+                        o.get("image"), o["reference"], o["candidate"], tree.layout.input_size,
                         f"reference ({o['reference_label']})", f"set {o['set']} run {o['run']}"), "detections"))
     notes = "".join(f"<li>{escape(n)}</li>" for n in tree.notes)
-    sources = "".join(_source(s, base) for s in (c.a, c.b) if s is not None)
+    sources = "".join(_source(s, base) for s in tree.sets)
+    bounds = tree.bounds
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>rkdet diff: {escape(c.verdict[:80])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>rkdet diff: {escape(tree.verdict[:80])}</title>
 <style>{_CSS}</style></head><body>
-<div class="verdict {cls}">{escape(c.verdict)}</div>
-{_verdicts(c)}
-<h2>Inputs × outputs</h2>{_grid(c)}
-<p>Exit code <b>{c.exit_code}</b> · tolerance <code>{escape(c.tolerance.describe())}</code>
-({escape(", ".join(f"{k}={plain_value(v)}" for k, v in c.tolerance.to_json().items()))}) · mode {c.mode} · report schema {SCHEMA}</p>
+<div class="verdict {cls}">{escape(tree.verdict)}</div>
+{_verdicts(tree)}
+<h2>Inputs × outputs</h2>{_grid(tree)}
+<p>Exit code <b>{tree.exit_code}</b> · tolerance <code>{escape(tree.tolerance)}</code>
+({escape(", ".join(f"{k}={plain_value(v)}" for k, v in bounds.to_json().items()))}) · mode {tree.mode} · report schema {SCHEMA}</p>
 <h2>Compared</h2><ul>{sources}</ul>
 <ul class="muted">{notes}</ul>
-<details><summary>Per input and output: every record's distance ({sum(len(ia.outputs) for ia in c.a.inputs.values())} rows for set A)</summary>{_table(tree)}</details>
+<details><summary>Per input and output: every record's distance ({sum(len(ia.outputs) for ia in tree.a.inputs)} rows for set A)</summary>{_table(tree)}</details>
 <h2>Where and why</h2>{_findings(tree)}
 <h2>Plots</h2>{"".join(figs)}
 </body></html>

@@ -153,6 +153,7 @@ def compare_arrays(reference: np.ndarray, candidate: np.ndarray, tolerance: Tole
     |c|^2 = |r|^2 + sum_d(c^2 - r^2) and r.c = |r|^2 + sum_d r(c - r); when those come out small
     against |r|^2 (cancellation), both are recomputed over the full arrays.
     `lsb`: the quantization step of a dequantized int8 output (its scale), for `max_lsb`.
+    `tolerance`: ONE output's bounds (the caller resolves a per-output map with `Tolerance.for_output`).
     """
     tolerance = tolerance or Tolerance()
     ref = np.asarray(reference)

@@ -1,5 +1,8 @@
-"""Machine-readable report (schema ``rkdet.diff/2``, documented in docs/DIFF_REPORT.md) and
+"""Machine-readable report (schema ``rkdet.diff/3``, documented in docs/DIFF_REPORT.md) and
 `write_reports`, the one call deploy makes to leave report.json and report.html beside a result set.
+
+`report_json` is a presenter like the terminal and the HTML: it takes only the findings tree
+(rkdet.diff.findings), never the Comparison; the Comparison-taking calls below build the tree once.
 """
 
 from __future__ import annotations
@@ -10,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rkdet.diff.compare import Comparison, Failure, SetAnalysis, OutputVariant
-from rkdet.diff.findings import SCHEMA, report_base, run_ranges, shown_path
+from rkdet.diff.compare import Comparison, Failure, OutputVariant
+from rkdet.diff.findings import SCHEMA, Findings, SetFinding, findings, report_base, run_ranges, shown_path
 from rkdet.diff.metrics import HIST_EDGES, NumericStats
 from rkdet.errors import InputError
 from rkdet.records.io import write_atomic
@@ -34,12 +37,12 @@ def _latency(values: list[tuple[int, float]]) -> dict[str, float] | None:
     return {"min": ms[0], "median": ms[len(ms) // 2], "max": ms[-1]}
 
 
-def _set(s: SetAnalysis | None, base: Path | None) -> dict[str, Any] | None:
+def _set(s: SetFinding | None, base: Path | None) -> dict[str, Any] | None:
     if s is None:
         return None
-    info = s.source.run_info
+    info = s.run_info
     return {
-        "path": shown_path(s.source.path, base), "kind": s.source.kind, "note": s.source.note,
+        "path": shown_path(s.path, base), "kind": s.kind, "note": s.note,
         "backend": info.backend, "backend_detail": info.backend_detail,
         "emulated": info.emulated, "core_mask": info.core_mask, "affinity": info.setting("affinity"),
         "status": info.status, "records": s.records, "runs": s.runs,
@@ -55,7 +58,7 @@ def _set(s: SetAnalysis | None, base: Path | None) -> dict[str, Any] | None:
                          "first_hash": oa.first_hash, "reference_hash": oa.reference_hash,
                          "distinct": len(oa.variants), "variants": [_variant(v) for v in oa.variants.values()]}
                         for oa in ia.outputs.values()],
-        } for ia in s.inputs.values()],
+        } for ia in s.inputs],
     }
 
 
@@ -65,27 +68,35 @@ def _failure(f: Failure) -> dict[str, Any]:
             "slice_reasons": f.slice_reasons, "stats": f.stats.to_json()}
 
 
-def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
-    """The whole comparison as plain JSON types with stable field names (paths relative to `base`)."""
-    first = min(c.failures, key=lambda x: (x.set, x.first_run)) if c.failures else None
+def report_json(tree: Findings, base: Path | None = None) -> dict[str, Any]:
+    """The findings as plain JSON types with stable field names (paths relative to `base`): report.json."""
+    first = tree.first_failure
+    bounds = tree.bounds
     return {
         "schema": SCHEMA,
-        "verdict": c.verdict,
-        "exit_code": c.exit_code,
-        "same": c.exit_code == 0,
-        "repeatable": c.repeatable.to_json(),
-        "agrees": c.agrees.to_json() if c.agrees is not None else None,
-        "mode": c.mode,
-        "tolerance": {**c.tolerance.to_json(), "bitwise": c.tolerance.bitwise, "description": c.tolerance.describe()},
-        "layout": c.layout.to_json(),
-        "notes": c.notes,
-        "build_failed_gates": c.caveat,  # null, or: the reference build failed its gates at convert
+        "verdict": tree.verdict,
+        "exit_code": tree.exit_code,
+        "same": tree.exit_code == 0,
+        "repeatable": tree.repeatable.to_json(),
+        "agrees": tree.agrees.to_json() if tree.agrees is not None else None,
+        "mode": tree.mode,
+        "tolerance": {**bounds.to_json(), "bitwise": bounds.bitwise, "description": tree.tolerance},
+        "layout": tree.layout.to_json(),
+        "notes": tree.notes,
+        "build_failed_gates": tree.caveat,  # null, or: the reference build failed its gates at convert
         "first_failure": _failure(first) if first else None,
-        "failures": [_failure(f) for f in c.failures],
-        "abs_diff_histogram": {"edges": list(HIST_EDGES), "counts": c.abs_hist,
+        "failures": [_failure(f) for f in tree.failures],
+        "abs_diff_histogram": {"edges": list(HIST_EDGES), "counts": tree.abs_hist,
                                "counted": "differing elements, once per distinct output"},
-        "sets": {"A": _set(c.a, base), "B": _set(c.b, base)},
+        "sets": {"A": _set(tree.a, base), "B": _set(tree.b, base)},
+        "minimum_tolerance": [{"set": sec.set, "against": sec.against, **req.to_json()}
+                              for sec in tree.sections for req in sec.requirements],
     }
+
+
+def to_json(c: Comparison, base: Path | None = None) -> dict[str, Any]:
+    """`report_json` of a comparison's findings."""
+    return report_json(findings(c), base)
 
 
 def write_report_file(path: Path, data: str | bytes) -> Path:
@@ -113,8 +124,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def report_text(tree: Findings, base: Path | None = None) -> str:
+    """report.json's text: sorted keys, two-space indent, non-finite numbers as null."""
+    return json.dumps(_finite(report_json(tree, base)), indent=2, sort_keys=True, allow_nan=False,
+                      default=_json_default) + "\n"
+
+
 def json_text(c: Comparison, base: Path | None = None) -> str:
-    return json.dumps(_finite(to_json(c, base)), indent=2, sort_keys=True, allow_nan=False, default=_json_default) + "\n"
+    return report_text(findings(c), base)
 
 
 def _json_default(value: Any) -> Any:
@@ -123,17 +140,20 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def write_json(c: Comparison, path: Path) -> Path:
-    return write_report_file(path, json_text(c, report_base(path)))
+def write_json(c: Comparison | Findings, path: Path) -> Path:
+    tree = c if isinstance(c, Findings) else findings(c)
+    return write_report_file(path, report_text(tree, report_base(path)))
 
 
-def write_html(c: Comparison, path: Path) -> Path:
+def write_html(c: Comparison | Findings, path: Path) -> Path:
     from rkdet.diff.html import render_html  # matplotlib only when HTML is asked for (html never imports report)
 
-    return write_report_file(path, render_html(c, report_base(path)))
+    tree = c if isinstance(c, Findings) else findings(c)
+    return write_report_file(path, render_html(tree, report_base(path)))
 
 
 def write_reports(comparison: Comparison, out_dir: str | Path) -> dict[str, Path]:
-    """Write report.json and report.html into `out_dir`; returns {"json": path, "html": path}."""
+    """Write report.json and report.html into `out_dir` from one findings tree; returns {"json": path, "html": path}."""
     out = Path(out_dir)
-    return {"json": write_json(comparison, out / "report.json"), "html": write_html(comparison, out / "report.html")}
+    tree = findings(comparison)
+    return {"json": write_json(tree, out / "report.json"), "html": write_html(tree, out / "report.html")}

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rkdet.diff.compare import Comparison
-from rkdet.diff.findings import Decision, InputFinding, Section, findings
+from rkdet.diff.findings import Decision, Findings, InputFinding, Section, findings
 from rkdet.textsafe import literal
 from rkdet.log import output_console
 
@@ -49,9 +49,14 @@ def _rows(table: Table, section: Section, inp: InputFinding) -> None:
 
 
 def render_terminal(c: Comparison, console: Console | None = None) -> None:
-    """Print notes, the tolerance, the table, where the first difference is, board state, the verdict."""
+    """`render_findings` of a comparison's findings tree."""
+    render_findings(findings(c), console)
+
+
+def render_findings(f: Findings, console: Console | None = None) -> None:
+    """Print notes, the tolerance, the table, where the first difference is, board state, the minimum
+    tolerance per differing output, the two verdicts and the verdict line: from the findings tree only."""
     console = console or output_console()
-    f = findings(c)
     console.print(Text.assemble(("tolerance", "bold"), f": {f.tolerance}  ", ("mode", "bold"), f": {f.mode}"))
     for note in f.notes:
         console.print(literal(f"note: {note}", "dim"))
@@ -68,7 +73,11 @@ def render_terminal(c: Comparison, console: Console | None = None) -> None:
                               f"element {loc.index} {loc.position}: {loc.reference!r} -> {loc.candidate!r}"))
     for role, finding in f.board_state:
         console.print(literal(f"{role} board state: {finding}"))
-    for v in (c.repeatable, c.agrees):
+    for section in f.sections:  # Polygraphy's "minimum required tolerance", per output that differs
+        for req in section.requirements:
+            console.print(literal(f"minimum tolerance, {section.set} vs {section.against}, output {req.output}: "
+                                  f"{req.line()}"), soft_wrap=True)
+    for v in (f.repeatable, f.agrees):
         if v is not None:
             console.print(literal(v.line(), "green" if v.ok else "red"), soft_wrap=True)
     console.print(literal(f.verdict, "bold green" if f.exit_code == 0 else "bold red"), soft_wrap=True)

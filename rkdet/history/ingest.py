@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rkdet.onboard.backend_table import DEFAULT_BACKEND
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import InputError, RkdetError
 from rkdet.records.cell import read_cells
@@ -261,7 +262,7 @@ def _read_set(relative: str, run_id: str, board: BoardIdentity, state: BoardStat
     if mask is not None and core_mask != mask:
         raise InputError(f"{run_json}: core_mask {core_mask[:40]!r}, but cells.json names this cell {mask!r}")
     backend = _text(run_json, "backend", run.backend) or \
-        _text(deploy_json, "settings.backend", settings.backend if settings else None) or "rknnlite"
+        _text(deploy_json, "settings.backend", settings.backend if settings else None) or DEFAULT_BACKEND
     status = _text(run_json, "status", run.status) or "unknown"
     started = run.started_unix  # a finite number or None (the run.json reader checked it)
     emulated = run.emulated

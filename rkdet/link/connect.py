@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rkdet.link.ssh import BoardConnection
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class ConnectionOptions:
                        proxy_jump=proxy_jump)
 
 
-def open_connection(options: ConnectionOptions):  # type: ignore[no-untyped-def]
+def open_connection(options: ConnectionOptions) -> BoardConnection:
     """Open the one SSH connection a command uses (strict host keys; BoardError, exit 3, on trouble)."""
     from rkdet.link.hostkeys import DEFAULT_RKDET_KNOWN_HOSTS
     from rkdet.link.ssh import BoardConnection, Timeouts

@@ -18,7 +18,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import stat
 import tempfile
 import time
@@ -26,17 +25,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
-import paramiko
-
-from rkdet.link.shell import remote_command
-from rkdet.link.transfer import TransferStats, _Progress, remote_hashes, request_size, sha256_file
+from rkdet.link.files import BoardLink, FileTransfer
+from rkdet.link.shell import CommandRunner, remote_command
+from rkdet.link.transfer import TransferStats, _Progress, remote_hashes, sha256_file
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import swap_folder
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rkdet.link.ssh import BoardConnection
 
 # what the remote path is: d (folder), f (regular file, not a symlink), - (anything else or missing)
 _KIND = 'if [ -d "$1" ]; then echo d; elif [ -f "$1" ] && [ ! -h "$1" ]; then echo f; else echo -; fi'
@@ -62,7 +57,7 @@ class _Entry:
     size: int
 
 
-def _refuse(conn: BoardConnection, remote: str, shown: str, why: str) -> BoardError:
+def _refuse(conn: CommandRunner, remote: str, shown: str, why: str) -> BoardError:
     return BoardError(f"{conn.target.label}: refusing to pull {shown} from {remote}: {why} "
                       f"(a broken or hostile board?)")
 
@@ -85,7 +80,7 @@ def name_problem(rel: str) -> str | None:
     return None
 
 
-def _listing(conn: BoardConnection, remote: str) -> list[str]:
+def _listing(conn: CommandRunner, remote: str) -> list[str]:
     """The checked relative names of the regular files under a remote folder."""
     out, err = bytearray(), bytearray()
     rc = conn.stream(remote_command(["sh", "-c", _LIST, "sh", remote]), stdout=conn.capped(out, "list files"),
@@ -121,7 +116,7 @@ def _listing(conn: BoardConnection, remote: str) -> list[str]:
     return sorted(names)
 
 
-def _sizes(conn: BoardConnection, folder: str, names: Sequence[str], shown: Callable[[str], str],
+def _sizes(conn: CommandRunner, folder: str, names: Sequence[str], shown: Callable[[str], str],
            remote: str) -> list[int]:
     """The board's sizes of `names` (relative to `folder`), each checked to be a regular file."""
     out = bytearray()
@@ -139,7 +134,7 @@ def _sizes(conn: BoardConnection, folder: str, names: Sequence[str], shown: Call
     return sizes
 
 
-def _check_room(conn: BoardConnection, remote: str, entries: Sequence[_Entry], local: Path) -> None:
+def _check_room(conn: CommandRunner, remote: str, entries: Sequence[_Entry], local: Path) -> None:
     """Caps first (per file, in all), then the host's free disk: all before a byte is written."""
     lim = conn.limits
     for e in entries:
@@ -183,7 +178,7 @@ def _create(path: Path) -> BinaryIO:
     return os.fdopen(os.open(path, _OPEN_NEW, 0o644), "wb")
 
 
-def pull(conn: BoardConnection, remote: str, local: Path, *, progress: bool = False) -> TransferStats:
+def pull(conn: BoardLink, remote: str, local: Path, *, progress: bool = False) -> TransferStats:
     """Copy the remote file or folder `remote` to exactly `local` (see the module docstring).
 
     Files of an existing local folder whose sha256 matches the board's are kept (hard-linked into
@@ -226,11 +221,11 @@ def pull(conn: BoardConnection, remote: str, local: Path, *, progress: bool = Fa
     return stats
 
 
-def _fetch(conn: BoardConnection, remote: str, entries: Sequence[_Entry], local: Path, work: Path, folder: bool,
+def _fetch(conn: BoardLink, remote: str, entries: Sequence[_Entry], local: Path, work: Path, folder: bool,
            progress: bool) -> TransferStats:
     """Download (or keep) every entry into `work`, then check each against the board's sha256."""
-    sftp = conn.sftp()
-    stats = TransferStats(method="sftp" if sftp else "exec")
+    channel = conn.files()
+    stats = TransferStats(method=channel.method)
     bars = _Progress(progress)
     real_work = os.path.realpath(work) if folder else ""
     got: dict[int, str] = {}
@@ -264,11 +259,11 @@ def _fetch(conn: BoardConnection, remote: str, entries: Sequence[_Entry], local:
                     h.update(data)
                     f.write(data)
 
-                size = _download(conn, sftp, e, sink, bars, remote)
+                size = _download(conn, channel, e, sink, bars, remote)
             got[index] = h.hexdigest()
             stats.files_sent += 1
             stats.bytes_sent += size
-            sftp = conn.sftp()  # None once a stalled SFTP was dropped
+            channel = conn.files()  # exec once a stalled SFTP was dropped
         hashes = future.result()
     for index, digest in got.items():
         if hashes[index] != digest:
@@ -277,12 +272,12 @@ def _fetch(conn: BoardConnection, remote: str, entries: Sequence[_Entry], local:
     return stats
 
 
-def _too_much(conn: BoardConnection, remote: str, e: _Entry) -> BoardError:
+def _too_much(conn: CommandRunner, remote: str, e: _Entry) -> BoardError:
     return _refuse(conn, remote, repr(e.rel or PurePosixPath(e.src).name),
                    f"it sent more than the {e.size} bytes it declared")
 
 
-def _download(conn: BoardConnection, sftp: paramiko.SFTPClient | None, e: _Entry, sink: Callable[[bytes], None],
+def _download(conn: CommandRunner, channel: FileTransfer, e: _Entry, sink: Callable[[bytes], None],
               bars: _Progress, remote: str) -> int:
     """Stream one remote file into `sink`, at most its declared size; returns the bytes received."""
     total = 0
@@ -295,43 +290,8 @@ def _download(conn: BoardConnection, sftp: paramiko.SFTPClient | None, e: _Entry
         sink(data)
 
     with bars.task(f"pull {PurePosixPath(e.src).name}", e.size) as advance:
-        if sftp is not None:
-            _sftp_get(conn, sftp, e, counted, advance)
-            return total
-        err = bytearray()
-        rc = conn.stream(remote_command(["cat", e.src]), stdout=counted, stderr=conn.capped(err, "cat"),
-                         what=f"download {PurePosixPath(e.src).name}")
-        if rc != 0:
-            raise BoardError(f"{conn.target.label}: download of {e.src!r} failed: "
-                             f"{err.decode('utf-8', 'replace').strip()[-200:]!r}")
+        channel.get(e.src, e.size, counted, advance)
     return total
-
-
-def _sftp_get(conn: BoardConnection, sftp: paramiko.SFTPClient, e: _Entry, sink: Callable[[bytes], None],
-              advance: Callable[[int], None]) -> None:
-    """paramiko's prefetching get of exactly the declared (capped) size, with the server's largest
-    read size; every answer waits at most `Timeouts.sftp` (the SFTP channel's timeout)."""
-    try:
-        src = sftp.open(e.src, "rb")
-        src.MAX_REQUEST_SIZE = request_size(sftp)
-        if e.size:
-            src.prefetch(e.size)
-        while True:
-            data = src.read(1 << 20)
-            if not data:
-                break
-            sink(data)
-            advance(len(data))
-        src.close()
-    except socket.timeout:
-        conn.drop_sftp()
-        raise BoardError(f"{conn.target.label}: the board's SFTP server gave no answer within "
-                         f"{conn.timeouts.sftp:g} s while sending {e.src!r} (stalled)") from None
-    except BoardError:
-        conn.drop_sftp()  # a file cut off mid-prefetch leaves answers in flight
-        raise
-    except (OSError, EOFError, paramiko.SSHException) as err:
-        raise BoardError(f"{conn.target.label}: download of {e.src!r} failed ({err})") from None
 
 
 __all__ = ["name_problem", "pull"]

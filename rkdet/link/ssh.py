@@ -22,7 +22,9 @@ from typing import IO
 import paramiko
 
 from rkdet.link import hostkeys
+from rkdet.link.files import ExecFiles, FileTransfer
 from rkdet.link.hostkeys import DEFAULT_RKDET_KNOWN_HOSTS
+from rkdet.link.sftp import SftpFiles
 from rkdet.link.shell import CommandResult, build_command, check_env_name, remote_command
 from rkdet.link.target import DEFAULT_SSH_CONFIG, DEFAULT_SYSTEM_KNOWN_HOSTS, Target, resolve_target
 from rkdet.errors import BoardError
@@ -431,6 +433,20 @@ class BoardConnection:
                     chan.close()
                 self._sftp = None
         return self._sftp
+
+    def files(self) -> FileTransfer:
+        """The FileTransfer to use now (rkdet.link.files): the SFTP session, or `cat` over exec channels
+        when the board has no SFTP subsystem or its session was dropped."""
+        sftp = self.sftp()
+        return SftpFiles(self, sftp) if sftp is not None else ExecFiles(self)
+
+    @property
+    def command_timeout(self) -> float:
+        return self.timeouts.command
+
+    @property
+    def sftp_timeout(self) -> float:
+        return self.timeouts.sftp
 
     def drop_sftp(self) -> None:
         """Forget an SFTP session that timed out or broke (its request ids are out of step):

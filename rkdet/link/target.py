@@ -97,8 +97,7 @@ def resolve_target(board: str, *, user: str | None = None, port: int | None = No
         given = [identity] if isinstance(identity, (str, Path)) else list(identity)
         ids = [Path(p).expanduser() for p in given]
         for p in ids:
-            if not p.is_file():
-                raise InputError(f"identity file {p} not found; pass an existing private key")
+            check_identity(p)
     if "userknownhostsfile" in conf:
         raw = conf["userknownhostsfile"]  # paramiko has stripped quotes: a whole existing path wins
         parts = [raw] if Path(raw).expanduser().exists() else raw.split()
@@ -112,6 +111,32 @@ def resolve_target(board: str, *, user: str | None = None, port: int | None = No
     return Target(name=board, hostname=hostname, port=final_port, user=final_user, identities=tuple(ids),
                   identities_only=str(conf.get("identitiesonly", "no")).lower() == "yes" or identity is not None,
                   proxy_jump=proxy, known_hosts=known, accept_new=accept_new)
+
+
+def check_identity(path: Path) -> None:
+    """A private key rkdet is told to use (--identity, ansible_ssh_private_key_file): an existing
+    regular file that begins like a private key and, as OpenSSH requires, that only its owner can
+    read. Refused in one line naming the file, never quoting it (an inventory may name any path)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"identity file {path} not found; pass an existing private key") from None
+    except OSError as err:
+        raise InputError(f"identity file {path}: cannot read it ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"identity file {path}: not a regular file (a FIFO, socket, device or folder)")
+        if st.st_mode & 0o077:
+            raise InputError(f"identity file {path}: readable or writable by others (mode {st.st_mode & 0o777:o}); "
+                             "a private key must be yours alone, as OpenSSH requires: chmod 600 it")
+        head = handle.read(64)
+    if not (head.startswith(b"-----BEGIN ") and b"PRIVATE KEY-----" in head):
+        raise InputError(f"identity file {path}: not a private key (no -----BEGIN ... PRIVATE KEY----- line); "
+                         "its content is not shown")
 
 
 def _local_user() -> str:

@@ -1,11 +1,12 @@
-"""Verified, resumable-by-skipping file transfer between host and board over one SSH connection.
+"""Verified, resumable-by-skipping file transfer between host and board over one `BoardLink` (rkdet.link.files).
 
 Why: a deploy pushes models of tens of MB again and again, so a file already on the board with
 the right sha256 is not sent twice; a half-sent file must never be mistaken for a whole one, so
 each file goes to a temporary name, is hashed on the receiving side, and only then renamed. SFTP
 (paramiko's pipelined put / prefetching get, as fast as OpenSSH scp on loopback) is used when the
 board has it; boards without an SFTP subsystem (Dropbear on Buildroot) get the same guarantees by
-streaming through `cat` over an exec channel. Remote helpers are POSIX sh + busybox applets only.
+streaming through `cat` over an exec channel (both are `FileTransfer`s: rkdet.link.sftp, rkdet.link.files).
+Remote helpers are POSIX sh + busybox applets only.
 
 Big pushes (>= STREAM_VERIFY_MIN_BYTES) are hashed once per side while the bytes stream: the host
 while reading the file, the board in the receiving pipeline (`tee tmp | sha256`) instead of
@@ -24,22 +25,17 @@ import os
 import secrets
 import stat
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, BinaryIO, Callable
+from typing import BinaryIO, Callable
 
-import paramiko
-from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
-
-from rkdet.link.shell import remote_command
+from rkdet.link.files import BoardLink
+from rkdet.link.sftp import request_size
+from rkdet.link.shell import CommandRunner, remote_command
 from rkdet.errors import BoardError, InputError
 from rkdet.onboard.hashing import file_sha256
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rkdet.link.ssh import BoardConnection
 
 PROGRESS_MIN_BYTES = 8 << 20  # progress bars only for files at least this big
 STREAM_VERIFY_MIN_BYTES = 4 << 20  # pushed through _RECEIVE (hashed by the board as they arrive)
@@ -116,7 +112,7 @@ def _tmp_name(path: str) -> str:
     return str(p.parent / f".{p.name}.rkdet-{secrets.token_hex(4)}.tmp")
 
 
-def remote_hashes(conn: BoardConnection, paths: Sequence[str], mkdirs: Sequence[str] = ()) -> list[str | None]:
+def remote_hashes(conn: CommandRunner, paths: Sequence[str], mkdirs: Sequence[str] = ()) -> list[str | None]:
     """sha256 of each remote path (None when missing), one round trip; creates `mkdirs` first."""
     if not paths and not mkdirs:
         return []
@@ -163,7 +159,7 @@ class _HashingReader:
         return data
 
 
-def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = False) -> TransferStats:
+def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -> TransferStats:
     """Copy `local` (file or directory) to exactly the remote path `remote`; skip identical files.
 
     Files absent on the board are hashed while they are read for upload (no extra pass); a file
@@ -173,8 +169,8 @@ def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = Fa
     start = time.monotonic()
     remote = conn.abspath(remote)
     files = _local_files(Path(local))
-    sftp = conn.sftp()
-    stats = TransferStats(method="sftp" if sftp else "exec")
+    channel = conn.files()
+    stats = TransferStats(method=channel.method)
     targets = [_join(remote, rel) for _, rel in files]
     dirs = sorted({str(PurePosixPath(t).parent) for t in targets} | ({remote} if Path(local).is_dir() else set()))
     have = remote_hashes(conn, targets, mkdirs=dirs)
@@ -192,18 +188,8 @@ def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = Fa
             f = _HashingReader(raw)
             if streamed:
                 _stream_verified(conn, f, size, tmp, advance, path, target, pending[0::4])
-            elif sftp is not None:
-                try:
-                    _sftp_put(sftp, f, tmp, advance)
-                except (OSError, EOFError) as err:
-                    raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed ({err})") from None
             else:
-                out = bytearray()
-                rc = conn.stream(remote_command(["sh", "-c", 'cat > "$1"', "sh", tmp]), stdin=f, stderr=out.extend,
-                                 on_send=advance, what=f"upload {path.name}")
-                if rc != 0:
-                    raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: "
-                                     f"{out.decode('utf-8', 'replace').strip()}")
+                channel.put(f, tmp, advance, shown=f"{path} to {target}", name=path.name)
         mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
         pending += [tmp, target, mode, "-" if streamed else f.sha.hexdigest()]
         stats.files_sent += 1
@@ -218,7 +204,7 @@ def push(conn: BoardConnection, local: Path, remote: str, *, progress: bool = Fa
     return stats
 
 
-def _stream_verified(conn: BoardConnection, reader: _HashingReader, size: int, tmp: str,
+def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: str,
                      advance: Callable[[int], None], path: Path, target: str, earlier_tmps: Sequence[str]) -> None:
     """Send one file into `tmp` through _RECEIVE; the board's hash of the bytes it received must be
     the host's hash of the bytes it read. On any failure the temp files of this push are removed."""
@@ -226,7 +212,7 @@ def _stream_verified(conn: BoardConnection, reader: _HashingReader, size: int, t
     try:
         rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp]), stdin=reader, stdout=out.extend,
                          stderr=err.extend, on_send=advance, what=f"upload {path.name}",
-                         timeout=conn.timeouts.command + size / STALLED_BYTES_PER_S)
+                         timeout=conn.command_timeout + size / STALLED_BYTES_PER_S)
         words = out.split()
         board_sha = words[0].decode("ascii", "replace") if words else ""
         if rc != 0:
@@ -239,42 +225,6 @@ def _stream_verified(conn: BoardConnection, reader: _HashingReader, size: int, t
         with suppress(BoardError):  # the connection may be gone: the first error is the one to report
             conn.run(["rm", "-f", tmp, *earlier_tmps], check=False)
         raise
-
-
-_PARAMIKO_REQUEST = 32768
-_request_sizes: weakref.WeakKeyDictionary[paramiko.SFTPClient, int] = weakref.WeakKeyDictionary()
-
-
-def request_size(sftp: paramiko.SFTPClient) -> int:
-    """The largest SFTP read/write the server takes: its `limits@openssh.com` answer (OpenSSH
-    >= 8.6: 255 KiB), else paramiko's 32 KiB. Bigger requests mean fewer SFTP round trips and
-    packets to parse in Python (64 MiB get, loaded 2-CPU loopback: median 66 -> 98 MiB/s)."""
-    if sftp not in _request_sizes:
-        size = _PARAMIKO_REQUEST
-        try:  # paramiko has no public call for extended requests; any failure keeps the default
-            kind, msg = sftp._request(CMD_EXTENDED, "limits@openssh.com")  # noqa: SLF001
-            if kind == CMD_EXTENDED_REPLY:
-                msg.get_int64()  # max packet length
-                max_read, max_write = msg.get_int64(), msg.get_int64()
-                size = max(_PARAMIKO_REQUEST, min(max_read, max_write, 1 << 18))
-        except Exception:
-            pass
-        _request_sizes[sftp] = size
-    return _request_sizes[sftp]
-
-
-def _sftp_put(sftp: paramiko.SFTPClient, reader: _HashingReader, remote: str, advance: Callable[[int], None]) -> None:
-    """paramiko's pipelined put (as putfo), with the server's largest write size."""
-    chunk = request_size(sftp)
-    with sftp.open(remote, "wb") as out:
-        out.MAX_REQUEST_SIZE = chunk  # per file: shadows paramiko's class default
-        out.set_pipelined(True)  # acks are collected at close(), which raises on any failed write
-        while True:
-            data = reader.read(chunk)
-            if not data:
-                return
-            out.write(data)
-            advance(len(data))
 
 
 __all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "push", "remote_hashes", "request_size", "sha256_file"]

@@ -10,6 +10,7 @@ import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from .backend_table import ONNXRUNTIME, RKNNLITE
 from .bounded import loads_bounded, read_regular
 from .exits import EXIT_BOARD, RunnerError
 from .numpy_or_none import np
@@ -19,7 +20,7 @@ GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 class OnnxRuntimeBackend(object):
     """onnxruntime on CPU with a deterministic session (fixed threads, sequential execution)."""
 
-    name = "onnxruntime"
+    name = ONNXRUNTIME.name
 
     def __init__(self, model, threads=1, graph_opt="all"):
         # type: (str, int, str) -> None
@@ -111,7 +112,7 @@ class RknnLiteBackend(object):
     is checked; its output buffers may be reused by the next call, so outputs are copied.
     """
 
-    name = "rknnlite"
+    name = RKNNLITE.name
 
     def __init__(self, model, core_mask="auto", io_spec=None):
         # type: (str, str, Optional[Dict[str, Any]]) -> None
@@ -232,6 +233,12 @@ def make_backend(backend, model, core_mask="auto", threads=1, graph_opt="all", i
     # type: (str, str, str, int, str, Optional[Dict[str, Any]]) -> Any
     """The backend named `backend` with `model` loaded; rknnlite takes `<model>.io.json` beside the
     model when there is one, else `io_spec`."""
-    if backend == "onnxruntime":
+    runtime = RUNTIMES.get(backend)
+    if runtime is None:  # a backend of the table with a runner of its own (not this program)
+        raise RunnerError("--backend %s is not run by this program" % backend)
+    if runtime is OnnxRuntimeBackend:
         return OnnxRuntimeBackend(model, threads=threads, graph_opt=graph_opt)
     return RknnLiteBackend(model, core_mask=core_mask, io_spec=load_io_spec(model) or io_spec)
+
+
+RUNTIMES = {ONNXRUNTIME.name: OnnxRuntimeBackend, RKNNLITE.name: RknnLiteBackend}  # the table's backends, implemented

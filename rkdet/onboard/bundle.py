@@ -11,6 +11,7 @@ import re
 import zlib
 from typing import Any, Dict, List, Tuple
 
+from .backend_table import BACKENDS
 from .bounded import loads_bounded, read_regular
 from .hashing import output_hash
 from .identity import HEX64
@@ -130,7 +131,7 @@ class Bundle(object):
         models = doc.get("models")
         _need(isinstance(models, dict), path + ": models", "expected an object")
         self.models = {}  # type: Dict[str, Dict[str, str]]
-        for backend in ("rknnlite", "onnxruntime"):
+        for backend in BACKENDS:
             if backend in models:
                 m = models[backend]
                 _need(isinstance(m, dict), path + ": models." + backend, "expected an object")

@@ -6,26 +6,26 @@ self-check must feed the FP32 model the same tensor; one definition each, import
 """
 from typing import Any, Optional, Sequence
 
+from .backend_table import BACKENDS, REFERENCE_FP32, REFERENCE_NPU, facts, reference
 from .numpy_or_none import np
 
-REFERENCES = ("simulator", "onnx-fp32")  # the golden result sets a build holds (golden/<reference>/)
+REFERENCES = (REFERENCE_NPU, REFERENCE_FP32)  # the golden result sets a build holds (golden/<reference>/)
 
 def reference_for(backend_name, emulated, emulates_npu=False):
     # type: (str, bool, bool) -> str
     """THE rule (deploy, `rkdet diff` and this self-check all call it): the golden set a board's outputs
-    are judged against. The simulator for rknnlite on an NPU, and for an emulated rknnlite that emulates
-    an NPU's INT8 outputs (its test-control NPU mode; run.json `emulates_npu`); onnx-fp32 for onnxruntime
-    and for the emulated rknnlite's default mode (it computes with onnxruntime FP32)."""
-    if backend_name != "rknnlite":
-        return "onnx-fp32"
-    return "simulator" if (not emulated or emulates_npu) else "onnx-fp32"
+    are judged against, by the backend's facts (rkdet.onboard.backend_table.reference): the simulator for
+    an NPU backend on an NPU, and for an emulated NPU backend that emulates an NPU's INT8 outputs (its
+    test-control NPU mode; run.json `emulates_npu`); onnx-fp32 for a CPU backend and for the emulated
+    double's default mode (it computes with onnxruntime FP32)."""
+    return reference(facts(backend_name), emulated, emulates_npu)
 
 
 def reference_for_run(run_info):
     # type: (Any) -> Optional[str]
     """The rule applied to a result set's run.json; None when it names no board backend (a golden set,
     an array file): then nothing can be picked."""
-    if not isinstance(run_info, dict) or run_info.get("backend") not in ("rknnlite", "onnxruntime"):
+    if not isinstance(run_info, dict) or run_info.get("backend") not in BACKENDS:
         return None
     return reference_for(run_info["backend"], run_info.get("emulated") is True, run_info.get("emulates_npu") is True)
 

@@ -14,13 +14,13 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .atomic import save_array_atomic, write_atomic, write_json_atomic
+from .backend_table import BACKENDS  # run.json "backend": the board runtimes rkdet-run drives (the registry)
 from .exits import RunnerError
 
 RUN_SCHEMA = "rkdet.run/1"
 SUMMARY_SCHEMA = "rkdet.summary/1"
 CELLS_SCHEMA = "rkdet.cells/1"
 CONTEXTS_SCHEMA = "rkdet.contexts/1"
-BACKENDS = ("rknnlite", "onnxruntime")  # run.json "backend": the board runtimes rkdet-run drives
 CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")  # run.json "core_mask": rknnlite's NPU core masks
 
 class JsonlAppender(object):

@@ -36,6 +36,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from .atomic import write_json_atomic
+from .backend_table import DEFAULT_BACKEND, NPU_BACKENDS
+from .backend_table import facts as backend_facts
 from .backends import GRAPH_OPT_LEVELS, make_backend
 from .cells import run_cells
 from .contexts import contexts_check
@@ -82,7 +84,7 @@ def parse_args(argv):
                         help="refuse (exit 5) a model whose embedded rkdet build fingerprint differs")
     parser.add_argument("--expect-sha256", default=None,
                         help="refuse (exit 5) a model without an embedded fingerprint whose sha256 differs")
-    parser.add_argument("--backend", default="rknnlite", choices=BACKENDS)
+    parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (default 1)")
     parser.add_argument("--graph-opt", default="all", choices=GRAPH_OPT_LEVELS, help="onnxruntime graph optimization level (default all)")
     parser.add_argument("--cpu-affinity", default=None, help="pin this process to these CPUs, e.g. 4,5")
@@ -95,8 +97,8 @@ def parse_args(argv):
     bad = [m for m in args.core_masks if m not in CORE_MASKS]
     if bad or len(set(args.core_masks)) != len(args.core_masks):
         parser.error("--core-mask %s: give distinct masks from %s, comma-separated" % (args.core_mask, ", ".join(CORE_MASKS)))
-    if args.backend == "onnxruntime" and args.core_masks != ["auto"]:
-        parser.error("--core-mask applies only to --backend rknnlite")
+    if not backend_facts(args.backend).on_npu and args.core_masks != ["auto"]:
+        parser.error("--core-mask applies only to --backend %s" % NPU_BACKENDS)
     if args.npu_cores is not None and args.npu_cores < 1:
         parser.error("--npu-cores must be >= 1")
     for flag, value in (("--expect-fingerprint", args.expect_fingerprint), ("--expect-sha256", args.expect_sha256)):

@@ -28,6 +28,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .backend_table import BACKENDS, DEFAULT_BACKEND, NPU_BACKENDS
+from .backend_table import facts as backend_facts
 from .backends import make_backend
 from .bounded import visible
 from .bundle import BUNDLE_FILE, Bundle, BundleError, decode_array
@@ -35,7 +37,7 @@ from .exits import RunnerError
 from .hashing import file_sha256, output_hash
 from .numpy_or_none import np
 from .reference import fp32_input, reference_for
-from .resultset import BACKENDS, CORE_MASKS
+from .resultset import CORE_MASKS
 
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
@@ -147,7 +149,7 @@ def _fail(code, status, line, started, **facts):
     return Result(code, status, " ".join(line.split()), seconds=time.time() - started, **facts)
 
 
-def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend="rknnlite"):
+def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend=DEFAULT_BACKEND):
     # type: (Optional[str], str, str, str) -> Result
     """Run the bundle on `model` with the runtime of `backend`; never raises for a bad bundle, a
     missing runtime or a wrong model: the Result says which (exit_code 2 or 3)."""
@@ -155,11 +157,11 @@ def check(model=None, bundle=BUNDLE_FILE, core_mask="auto", backend="rknnlite"):
     if np is None:
         return _fail(EXIT_RUNTIME, "runtime", "numpy is not installed for %s; install python3-numpy" % sys.executable, started)
     if backend not in BACKENDS or core_mask not in CORE_MASKS:
-        return _fail(EXIT_BAD_BUNDLE, "usage", "backend %r, core mask %r: expected rknnlite|onnxruntime and one of %s"
-                     % (backend, core_mask, "|".join(CORE_MASKS)), started)
-    if backend == "onnxruntime" and core_mask != "auto":
-        return _fail(EXIT_BAD_BUNDLE, "usage", "--core-mask %s applies only to --backend rknnlite" % core_mask, started)
-    default_name = "model.rknn" if backend == "rknnlite" else "model.onnx"
+        return _fail(EXIT_BAD_BUNDLE, "usage", "backend %r, core mask %r: expected %s and one of %s"
+                     % (backend, core_mask, "|".join(BACKENDS), "|".join(CORE_MASKS)), started)
+    if not backend_facts(backend).on_npu and core_mask != "auto":
+        return _fail(EXIT_BAD_BUNDLE, "usage", "--core-mask %s applies only to --backend %s" % (core_mask, NPU_BACKENDS), started)
+    default_name = backend_facts(backend).model_file
     guess = model if model is not None else os.path.join(os.path.dirname(os.path.abspath(bundle)), default_name)
     hashing = _hash_in_background(guess)  # sha256 runs (GIL released) while the bundle is parsed
     try:
@@ -242,7 +244,7 @@ def _run(spec, runtime, inputs, started, facts):
                      "it); this platform's build has none" % (spec.path, ref, missing[0], runtime.name), started, **facts)
     names = spec.outputs
     for entry, tensor in inputs:
-        feed = [fp32_input(tensor, spec.mean, spec.std) if runtime.name == "onnxruntime" else tensor]
+        feed = [fp32_input(tensor, spec.mean, spec.std) if backend_facts(runtime.name).fp32_input else tensor]
         outputs = runtime.own(runtime.infer(feed))
         expected = entry["expected"][ref]
         if len(outputs) != len(expected):
@@ -274,7 +276,7 @@ def parse_args(argv):
     parser.add_argument("bundle", metavar="BUNDLE", help="selfcheck.json from the build folder")
     parser.add_argument("--model", default=None, help="the model to check (default: the bundle's model file beside it)")
     parser.add_argument("--core-mask", default="auto", choices=CORE_MASKS, help="NPU cores (rknnlite only)")
-    parser.add_argument("--backend", default="rknnlite", choices=BACKENDS)
+    parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     return parser.parse_args(argv)
 
 

@@ -3,9 +3,11 @@
 Why here, at the bottom of the layers: deploy writes the record (through `DeployState`), `--resume`,
 `rkdet history` and a fleet run read it; those readers live in rooms that may not import each other,
 so the record, its status machine (`DeployStatus`, `ALLOWED`) and the bounded, strict reader live in
-records (stdlib only). The on-disk format is `rkdet.deploy/1` (docs/FORMATS.md), unchanged: a fact not
+records (stdlib only). The on-disk format is `rkdet.deploy/2` (docs/FORMATS.md): a fact not
 recorded yet is absent from the file, not null, except the judged and collected facts, which are
-written together (null included) once their step ran.
+written together (null included) once their step ran. The verdicts (`repeatable`, `agrees`, `cells`)
+are typed records (rkdet/records/verdict.py), read strictly; a `rkdet.deploy/1` file (same shapes,
+written before the verdicts were typed) is read as /2, any other schema is refused.
 
 A deploy.json may come from someone else (a shared results folder): every field is type-checked, an
 unknown field or status is refused, and every refusal is one line naming the file and the field.
@@ -24,13 +26,17 @@ from typing import Any, Union
 from rkdet.errors import InputError, RkdetError
 from rkdet.records import io as records_io
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
+from rkdet.records.verdict import (AnyVerdict, CellsRecord, NotApplicable, VerdictRecord, VerdictSummary,
+                                   cells_from_json, verdict_from_json)
 
-DEPLOY_SCHEMA = "rkdet.deploy/1"
+DEPLOY_SCHEMA = "rkdet.deploy/2"
+# /1 wrote the same verdict objects untyped (JSON): read as /2, written back as /2
+READABLE_SCHEMAS = ("rkdet.deploy/1", DEPLOY_SCHEMA)
 PRIVATE_SCHEMA = "rkdet.deploy-private/1"
 # What a published run folder must not hold but --resume needs: kept in the deployer's private record.
 PRIVATE_KEYS = ("board", "build", "remote", "job_env", "reference", "run_settings")
 
-# A JSON value as the diff's verdicts hold it (rkdet.diff's `to_json`): typed as JSON, checked as JSON.
+# A JSON value (the run settings and tolerances as deploy's settings hold them): typed as JSON, checked as JSON.
 Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]
 JsonObject = dict[str, Json]
 
@@ -187,10 +193,10 @@ class DeployRecord:
     verdict: str | None = None
     diff_exit: int | None = None
     reference: str | None = None
-    repeatable: JsonObject | None = None
-    agrees: JsonObject | None = None
+    repeatable: AnyVerdict | None = None  # rkdet/records/verdict.py
+    agrees: AnyVerdict | None = None
     stack: Mapping[str, str | None] | None = None  # BoardStack.to_json() (rkdet/boardinfo/stack.py)
-    cells: JsonObject | None = None  # CellsJudgement.to_json() (rkdet/deploy/cells.py)
+    cells: CellsRecord | None = None  # CellsJudgement.record() (rkdet/deploy/cells.py)
     contexts: ContextsRecord | None = None
 
     def __post_init__(self) -> None:
@@ -226,6 +232,8 @@ class DeployRecord:
 def _plain(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, _VERDICTS + (CellsRecord,)):  # each writes its own shape (rkdet/records/verdict.py)
+        return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, tuple):
@@ -247,6 +255,7 @@ class RecordFieldError(InputError):
 
 _NESTED = {"transfer": TransferRecord, "pulled": PulledRecord, "board_lock": BoardLockRecord,
            "contexts": ContextsRecord, "settings": PublishedSettings}
+_VERDICTS = (VerdictRecord, VerdictSummary, NotApplicable)
 
 
 def _is_int(v: Any) -> bool:
@@ -286,6 +295,9 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "stack": ("an object of strings or null", lambda v: _str_map(v, True)),
     "warnings": ("a list of strings", lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v)),
     "cpu_affinity": ("a list of integers", lambda v: isinstance(v, tuple) and all(_is_int(x) for x in v)),
+    "repeatable": ("a verdict record", lambda v: isinstance(v, _VERDICTS)),
+    "agrees": ("a verdict record", lambda v: isinstance(v, _VERDICTS)),
+    "cells": ("a cells record", lambda v: isinstance(v, CellsRecord)),
 }
 _BY_TYPE: dict[str, tuple[str, Any]] = {
     "str": ("text", lambda v: isinstance(v, str)),
@@ -330,10 +342,20 @@ def _build(cls: Any, doc: Any, where: str) -> Any:
     if unknown:
         raise RecordFieldError(where, f"field {str(unknown[0])[:40]!r} is not one rkdet writes (a newer rkdet's "
                                "record, or not a file rkdet wrote)")
+    if cls is DeployRecord and doc.get("schema", DEPLOY_SCHEMA) not in READABLE_SCHEMAS:
+        raise RecordFieldError(where, f"schema {_short(doc.get('schema'))} is not one this rkdet reads "
+                               f"({', '.join(READABLE_SCHEMAS)}): a newer rkdet's record, or not a file rkdet wrote")
     values: dict[str, Any] = {}
     for name, value in doc.items():
-        if cls is DeployRecord and name in _NESTED and isinstance(value, Mapping):
+        if cls is DeployRecord and name == "schema":
+            value = DEPLOY_SCHEMA  # an older schema this rkdet reads is read as the current one
+        elif cls is DeployRecord and name in _NESTED and isinstance(value, Mapping):
             value = _build(_NESTED[name], value, f"{where}: {name}")
+        elif cls is DeployRecord and name in ("repeatable", "agrees", "cells") and value is not None:
+            try:
+                value = (cells_from_json if name == "cells" else verdict_from_json)(value, f"field {name!r}")
+            except ValueError as err:
+                raise RecordFieldError(where, str(err)) from None
         elif name == "status" and cls is DeployRecord and value is not None:
             try:
                 value = DeployStatus(value)

@@ -53,7 +53,7 @@ def test_the_matrix_builds_once_per_toolkit_and_compares(matrix) -> None:  # typ
     for out in report["outputs"]:
         assert out["applicable"] is True
         assert out["bitwise_identical"] == (a_m["golden_outputs"][out["kind"]] == b_m["golden_outputs"][out["kind"]])
-        assert out["diff"]["schema"] == "rkdet.diff/2"
+        assert out["diff"]["schema"] == "rkdet.diff/3"
     # the names docs/UPGRADE.md promises (issue 36: `.0` of 2.5.0 was eaten as a suffix, the platform missing)
     written = sorted(p.name for p in (work / "out").iterdir() if p.is_file())
     assert written == ["compare-2.3.2-vs-2.5.0-rk3588-onnx-fp32.html", "compare-2.3.2-vs-2.5.0-rk3588-simulator.html",

@@ -44,7 +44,7 @@ def test_both_presenters_render_the_same_tree(tmp_path: Path) -> None:
     buf = io.StringIO()
     render_terminal(c, Console(file=buf, color_system=None, width=300))
     text = buf.getvalue()
-    html = render_html(c)
+    html = render_html(findings(c))
     # the same finding, in each presenter's words
     assert "cls1 (cls)" in text and "(1 differ)" in text and "OUT" in text and "all 6" in text
     assert "cls1 (cls)" in html and '<td>3</td>' in html and '<span class="bad">OUT</span>' in html

@@ -74,7 +74,7 @@ def test_fifo_is_written_through(tmp_path: Path, result_set: Path) -> None:
     reader.start()
     code, _ = _diff(str(result_set), "--json-out", str(fifo))
     reader.join(30)
-    assert code == 0 and json.loads(got[0])["schema"] == "rkdet.diff/2"
+    assert code == 0 and json.loads(got[0])["schema"] == "rkdet.diff/3"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and _leftovers(tmp_path) == []
 
 
@@ -107,12 +107,12 @@ def test_dev_stdout_pipe_and_redirected_file(tmp_path: Path, result_set: Path) -
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "rkdet.cli", "diff", str(result_set), "--json-out", "/dev/stdout"]
     piped = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-    assert piped.returncode == 0 and '"schema": "rkdet.diff/2"' in piped.stdout and "SAME" in piped.stdout
+    assert piped.returncode == 0 and '"schema": "rkdet.diff/3"' in piped.stdout and "SAME" in piped.stdout
     redirected = tmp_path / "stdout.txt"
     with redirected.open("w") as handle:
         proc = subprocess.run(cmd, stdout=handle, stderr=subprocess.PIPE, text=True, env=env, timeout=120)
     text = redirected.read_text()
     # the file the shell opened is written through (same inode), and the table printed after it is kept
-    assert proc.returncode == 0 and '"schema": "rkdet.diff/2"' in text and "tolerance: bitwise" in text
+    assert proc.returncode == 0 and '"schema": "rkdet.diff/3"' in text and "tolerance: bitwise" in text
     assert text.index('"schema"') < text.index("tolerance: bitwise")
     assert _leftovers(tmp_path) == []

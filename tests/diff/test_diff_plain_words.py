@@ -14,6 +14,7 @@ from diff_helpers import DEFAULT_NAMES, ResultSetBuilder, default_outputs, one_u
 from rich.console import Console
 
 from rkdet.diff.api import compare
+from rkdet.diff.findings import findings
 from rkdet.diff.html import render_html
 from rkdet.diff.terminal import render_terminal
 from rkdet.textsafe import plain_value
@@ -63,7 +64,7 @@ def test_the_demo_like_reports_read_as_prose(tmp_path: Path) -> None:
     buf = io.StringIO()
     render_terminal(c, Console(file=buf, width=400, color_system=None))
     terminal = buf.getvalue()
-    page = html_visible_text(render_html(c))
+    page = html_visible_text(render_html(findings(c)))
     for text in (terminal, page):
         assert "affinity differs: A not set vs B 4, 5" in text and "emulated differs: A yes vs B no" in text
         assert "backend differs: A emulated vs B onnxruntime" in text

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from rkdet.cli import main
 from rkdet.diff.api import compare
+from rkdet.diff.findings import findings
 from rkdet.diff.html import render_html
 from rkdet.diff.terminal import render_terminal
 from rkdet.textsafe import literal, visible
@@ -74,6 +75,6 @@ def test_cli_error_line_shows_controls_escaped(tmp_path: Path) -> None:
 
 def test_html_still_escapes_names(tmp_path: Path) -> None:
     s = _different(tmp_path, "<script>alert(1)</script>", LIAR)
-    html = render_html(compare(s))
+    html = render_html(findings(compare(s)))
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert 'class="verdict different"' in html

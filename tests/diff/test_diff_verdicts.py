@@ -149,6 +149,7 @@ def test_npu_lsb_off_the_simulator(default_build: Path, tmp_path: Path, steps: i
 
 def test_html_leads_with_both_verdicts_and_a_grid(default_build: Path, tmp_path: Path) -> None:
     """The HTML report: the two verdicts first, then an inputs × outputs grid; the per-record table folds."""
+    from rkdet.diff.findings import findings
     from rkdet.diff.html import render_html
     from rkdet.diff.resultset import quant_steps
 
@@ -158,7 +159,7 @@ def test_html_leads_with_both_verdicts_and_a_grid(default_build: Path, tmp_path:
     run.update(backend="rknnlite", emulated=False)
     (result / "run.json").write_text(json.dumps(run))
     _shift(result, "cls0", quant_steps(default_build)["cls0"], 2, 1)
-    html = render_html(compare(tmp_path / "run", default_build))
+    html = render_html(findings(compare(tmp_path / "run", default_build)))
     rep, agr, grid, table = (html.index("repeatable: YES"), html.index("agrees with the reference (simulator): NO"),
                              html.index('<table class="grid">'), html.index("<details>"))
     assert rep < agr < grid < table

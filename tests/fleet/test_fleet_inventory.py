@@ -158,7 +158,7 @@ def test_limit_term_matching_nothing_is_refused(lab: Path) -> None:
     ("lab: 5\n", 1, "group 'lab' must be a mapping"),
     ("lab:\n  - rock5-a\n", 2, "group 'lab' must be a mapping"),
     ("lab:\n  vars: [a, b]\n", 2, "vars must be a mapping, not a list"),
-    ("lab:\n  children: rock5\n", 2, "children must be a mapping, not the scalar 'rock5'"),
+    ("lab:\n  children: rock5\n", 2, "children must be a mapping, not a single value"),
     ("lab:\n  hosts:\n    a:\n    a:\n", 4, "'a' appears twice (first on line 3)"),
     ("lab:\n  vars:\n    rkdet_soc: [rk3588]\n  hosts: {a: }\n", 3, "rkdet_soc must be a single value"),
     ("lab:\n  vars:\n    rkdet_sudo: maybe\n  hosts: {a: }\n", 3, "rkdet_sudo must be true or false"),

@@ -123,6 +123,7 @@ def test_an_extensionless_file_is_yaml_or_ini_as_ansible_tries_them(tmp_path: Pa
 @pytest.mark.parametrize("value, jump", [
     ("-o ProxyJump=bastion", "bastion"), ("-J admin@gw:2222", "admin@gw:2222"), ("-Jgw1,gw2", "gw1,gw2"),
     ("-o 'ProxyJump gw' -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes", "gw"), ("-o ProxyJump=none", None),
+    ("-J first -o ProxyJump=second", "first"), ("-o ProxyJump=none -J gw", None),  # the first wins, as OpenSSH
 ])
 def test_ssh_args_give_the_jump_host(tmp_path: Path, value: str, jump: str | None) -> None:
     path = tmp_path / "inv.yml"
@@ -183,7 +184,8 @@ def test_scripts_and_folders_are_left_to_ansible_core(tmp_path: Path) -> None:
     script = tmp_path / "inventory.py"
     script.write_text("#!/bin/sh\ntouch \"$(dirname \"$0\")/ran\"\necho '{}'\n")
     script.chmod(0o755)
-    with pytest.raises(InputError, match=r":1: an executable inventory script: only ansible-core runs it"):
+    with pytest.raises(InputError, match=r"inventory.py: an executable inventory \(a program Ansible would run\); "
+                                         r"rkdet runs inventory programs only when asked: --inventory-programs"):
         load_inventory(script)
     assert not (tmp_path / "ran").exists()
     with pytest.raises(InputError, match="a folder of inventory sources is read by ansible-core only"):
@@ -203,7 +205,9 @@ def test_ansible_core_reads_a_folder_of_sources_and_a_script(tmp_path: Path, ans
     script = tmp_path / "dyn.sh"
     script.write_text("#!/bin/sh\necho '{\"lab\": {\"hosts\": [\"s1\"], \"vars\": {\"ansible_user\": \"rock\"}}}'\n")
     script.chmod(0o755)
-    (b,) = select(ansible_engine.load(ansible_program, script, None), None)
+    setup = ansible_engine.Setup(programs_allowed=True)
+    (b,) = select(ansible_engine.load(ansible_program, script, None, setup=setup), None)
+    assert setup.programs == [script]
     assert (b.name, b.user, b.groups) == ("s1", "rock", ("lab",))
 
 

@@ -22,6 +22,7 @@ from rkdet.records.deploy_record import (ALLOWED, BoardLockRecord, ContextsRecor
                                          read_deploy_record, write_deploy_record)
 from rkdet.records.io import MAX_RUN_RECORD
 from rkdet.records.probe import parse_probe, read_probe, write_probe
+from rkdet.records.verdict import CellsRecord, CellVerdict, NotApplicable, VerdictRecord, VerdictSummary
 
 RUN_ID = "20261202T010203Z-beef"
 
@@ -38,9 +39,20 @@ def _full() -> DeployRecord:
         transfer=TransferRecord(bytes_sent=10, files_sent=2, files_skipped=1, method="sftp", seconds=0.25),
         job_pid=4242, board_lock=BoardLockRecord(method="flock", waited_s=0.0, took_over_stale=False),
         job_exit=0, restored=True, pulled=PulledRecord(bytes=99, files=4), verdict="SAME (bitwise)", diff_exit=0,
-        reference="../../../build/m-rk3588/golden", repeatable={"ok": True, "cells": ["core-0"]},
-        agrees={"ok": True}, stack={"kernel": "5.10.160", "librknnrt": None},
-        cells={"cells": [], "first": "core-0"}, contexts=ContextsRecord(contexts=2, agree=True))
+        reference="../../../build/m-rk3588/golden", repeatable=VerdictSummary(ok=True, cells=("core-0",)),
+        agrees=VerdictSummary(ok=True), stack={"kernel": "5.10.160", "librknnrt": None},
+        cells=CellsRecord(cells=(CellVerdict(cell="core-0", core_mask="0", status="complete", reason=None,
+                                             verdict="SAME (bitwise)", repeatable=_verdict(True), agrees=_verdict(False),
+                                             same_as_first=None),),
+                          first="core-0", repeatable=True, agrees=False),
+        contexts=ContextsRecord(contexts=2, agree=True))
+
+
+def _verdict(ok: bool) -> VerdictRecord:
+    return VerdictRecord(ok=ok, reference="simulator", tolerance="max_lsb=1", outputs_differing=1,
+                         outputs_outside=0 if ok else 1, decisions_changed=None, decisions_judged=False, max_abs=0.5,
+                         max_ulp=3, max_lsb=1.0, min_cosine=0.999, reason="" if ok else "input p output x outside",
+                         caveat=None)
 
 
 def test_round_trip_through_the_one_writer_and_reader(tmp_path: Path) -> None:
@@ -55,7 +67,7 @@ def test_round_trip_through_the_one_writer_and_reader(tmp_path: Path) -> None:
 
 def test_facts_not_recorded_yet_are_absent_and_a_step_writes_its_facts_together() -> None:
     new = DeployRecord(run_id=RUN_ID, fingerprint="ab" * 32).advanced(DeployStatus.PREFLIGHT)
-    assert new.to_json() == {"run_id": RUN_ID, "schema": "rkdet.deploy/1", "status": "preflight",
+    assert new.to_json() == {"run_id": RUN_ID, "schema": "rkdet.deploy/2", "status": "preflight",
                              "fingerprint": "ab" * 32}
     # the pull writes job_exit/restored with it (null when unknown), the judge its facts (null included)
     pulled = new.with_facts(pulled=PulledRecord(bytes=1, files=1)).to_json()

@@ -41,6 +41,7 @@ def test_diff_html_report_has_no_raw_control_chars(tmp_path) -> None:
     from diff_helpers import repeated_set
 
     from rkdet.diff.api import compare
+    from rkdet.diff.findings import findings
     from rkdet.diff.html import render_html
 
     base = np.arange(16, dtype=np.float32)
@@ -48,7 +49,7 @@ def test_diff_html_report_has_no_raw_control_chars(tmp_path) -> None:
     s = repeated_set(tmp_path / "s", {name: [base]}, 3, ["out\u202e\x1b"], overrides={(2, name): [base + 1]}).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        page = render_html(compare(s))
+        page = render_html(findings(compare(s)))
     assert not any(ch in page for ch in RAW)  # escaped as HTML was not enough: the bytes were still there
     assert "in\\x1b[2J\\x07\\u202eput" in page
 

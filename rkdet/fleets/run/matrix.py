@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rkdet import socs
+from rkdet.backends.registry import backend as descriptor
 from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import InputError
 from rkdet.fleets.run.records import MatrixCell
@@ -47,7 +48,7 @@ def parse_matrix(specs: tuple[str, ...], default: MatrixCell) -> list[MatrixCell
     backends = axes.get("backend", [default.backend])
     cells: list[MatrixCell] = []
     for backend in backends:
-        for mask in (masks if backend == "rknnlite" else ["auto"]):
+        for mask in (masks if descriptor(backend).takes_core_mask else ["auto"]):
             if MatrixCell(mask, backend) not in cells:
                 cells.append(MatrixCell(mask, backend))
     return cells
@@ -58,7 +59,7 @@ def plan(cells: list[MatrixCell], soc: str | None) -> list[Planned]:
     cores = socs.npu_cores(soc)
     out = []
     for cell in cells:
-        if cell.backend == "rknnlite" and socs.mask_needs(cell.core_mask) > cores:
+        if descriptor(cell.backend).takes_core_mask and socs.mask_needs(cell.core_mask) > cores:
             out.append(Planned(cell, f"{soc or 'this SoC'} has {cores} NPU core{'s' if cores != 1 else ''}; "
                                      f"core mask {cell.core_mask} needs {socs.mask_needs(cell.core_mask)}"))
         else:

@@ -20,11 +20,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.settings import settings_source
 from rkdet.link.connect import ConnectionOptions, open_connection
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rkdet.link.ssh import BoardConnection
 from rkdet.boardinfo.preflight import same_npu
 from rkdet.deploy.request import DeployRequest
 from rkdet.deploy.settings import RunOverrides, RunSettings
@@ -35,7 +38,7 @@ from rkdet.fleets.run.matrix import plan
 from rkdet.fleets.run.records import (BOARD_FAILED, BOARD_OK, COMPLETE, FAILED, NOT_RUN, SKIPPED, BoardResult, BoardState,
                                     MatrixCell, CellResult)
 from rkdet.history.ingest import RunRecord
-from rkdet.records.deploy_record import JsonObject
+from rkdet.records.verdict import AnyVerdict, CellVerdict, NotApplicable
 from rkdet.snapshots import SnapshotError, read_snapshots
 from rkdet.log import Log
 
@@ -113,7 +116,7 @@ def board_connection(board: FleetBoard, common: DeployCommon) -> Iterator[Any]:
         yield conn
 
 
-def probe_soc(conn: Any, board: FleetBoard, common: DeployCommon) -> str | None:
+def probe_soc(conn: BoardConnection, board: FleetBoard, common: DeployCommon) -> str | None:
     """The SoC the board's probe names (nothing on the board changes)."""
     from rkdet.boardinfo.remote_scripts import probe_board, state_dir_for
     from rkdet.deploy.stage import push_scripts
@@ -126,7 +129,7 @@ def probe_soc(conn: Any, board: FleetBoard, common: DeployCommon) -> str | None:
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
 
-def deploy_cells(conn: Any, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
+def deploy_cells(conn: BoardConnection, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
                  timeout: float, log: Log) -> list[CellResult]:
     """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
     the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
@@ -155,46 +158,44 @@ def deploy_cells(conn: Any, board: FleetBoard, build: BuildChoice, cells: list[M
                            verdict=outcome.verdict, seconds=seconds) for c in cells]
     runs = {r.core_mask: r for r in record_runs(common.out, outcome.folder, log)}
     top = record.agrees
-    not_applicable = str(top.get("reason")) if isinstance(top, dict) and top.get("applicable") is False else None
+    not_applicable = top.reason if isinstance(top, NotApplicable) else None
     if len(cells) == 1:
         result = CellResult(cells[0], COMPLETE, folder=folder, deploy_exit=outcome.exit_code, verdict=outcome.verdict,
                             seconds=seconds, repeatable=_ok(record.repeatable), agrees=_ok(record.agrees),
                             agrees_not_applicable=not_applicable)
         result.run = next(iter(runs.values()), None)
         return [result]
-    listed = (record.cells or {}).get("cells")
-    judged = {str(c.get("core_mask")): c for c in (listed if isinstance(listed, list) else []) if isinstance(c, dict)}
-    split = [_split(cell, judged.get(cell.core_mask), runs.get(cell.core_mask), folder, seconds) for cell in cells]
+    judged = record.cells
+    split = [_split(cell, judged.cell(cell.core_mask) if judged else None, runs.get(cell.core_mask), folder, seconds)
+             for cell in cells]
     for result in split:
         if result.status == COMPLETE and not_applicable is not None:
             result.agrees_not_applicable = not_applicable
     return split
 
 
-def _ok(verdict: JsonObject | None) -> bool | None:
+def _ok(verdict: AnyVerdict | None) -> bool | None:
     """A verdict's `ok` (deploy.json `repeatable`/`agrees`): True, False or None (unknown / not applicable)."""
-    ok = (verdict or {}).get("ok")
-    return ok if isinstance(ok, bool) else None
+    return None if verdict is None else verdict.ok
 
 
-def _split(cell: MatrixCell, judged: JsonObject | None, run: RunRecord | None, folder: str,
+def _split(cell: MatrixCell, judged: CellVerdict | None, run: RunRecord | None, folder: str,
            seconds: float) -> CellResult:
     """One cell of a multi-mask session, from deploy.json's `cells` (its own verdicts) and its history record."""
     if judged is None:
         return CellResult(cell, FAILED, reason="the session's cells.json does not name this cell", folder=folder,
                           seconds=seconds)
-    status, reason = str(judged.get("status")), str(judged.get("reason") or "")
+    status, reason = judged.status, judged.reason or ""
     if status == SKIPPED:
         return CellResult(cell, SKIPPED, reason=reason or "skipped by the board's runner", folder=folder)
-    repeatable, agrees = judged.get("repeatable"), judged.get("agrees")
-    if status != COMPLETE or not isinstance(repeatable, dict):
+    if status != COMPLETE or judged.repeatable is None:
         return CellResult(cell, FAILED, reason=f"the cell {status}" + (f": {reason}" if reason else ""),
                           folder=folder, seconds=seconds)
-    rep_ok = repeatable.get("ok")
-    agrees_ok = agrees.get("ok") if isinstance(agrees, dict) else None
+    rep_ok = judged.repeatable.ok
+    agrees_ok = judged.agrees.ok if judged.agrees is not None else None
     # the cell judged alone, as its own single-mask deploy would be (the cells' agreement is the classes' job)
     exit_code = 0 if rep_ok is True and agrees_ok is not False else 1
-    result = CellResult(cell, COMPLETE, folder=folder, deploy_exit=exit_code, verdict=str(judged.get("verdict") or ""),
+    result = CellResult(cell, COMPLETE, folder=folder, deploy_exit=exit_code, verdict=judged.verdict or "",
                         repeatable=rep_ok, agrees=agrees_ok, seconds=seconds)
     result.run = run
     return result

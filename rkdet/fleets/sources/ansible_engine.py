@@ -11,30 +11,52 @@ Which program (docs/FLEET.md): $RKDET_ANSIBLE_INVENTORY (a path to `ansible-inve
 $RKDET_ANSIBLE_VENV/bin/ansible-inventory, else ~/.local/share/rkdet/ansible-venv/bin/ansible-inventory.
 `--inventory-engine` (or $RKDET_INVENTORY_ENGINE) is `auto` (ansible-core when found, else native),
 `ansible` (required) or `native`.
+
+What it may run and read (docs/FLEET.md, docs/SECURITY.md): by default no program and no plugin the
+inventory or the current folder brings: the inventory and the vars folders beside it pass
+`source_files.check_source` first (an executable source is refused), and ansible-inventory runs with
+an empty `ANSIBLE_CONFIG` (no `ansible.cfg` from the current folder, ~ or /etc), its own ANSIBLE_HOME
+(no plugins from ~/.ansible), only the file-reading inventory plugins enabled (host_list, ini, yaml,
+toml) and only the group_vars/host_vars vars plugin. `--inventory-programs` (or
+$RKDET_INVENTORY_PROGRAMS=1) lets Ansible run executable inventories and load the config file
+Ansible's own order finds ($ANSIBLE_CONFIG, ./ansible.cfg unless the folder is world-writable,
+~/.ansible.cfg, /etc/ansible/ansible.cfg), with its plugins; the engine line names that file and
+the programs. Either way the child runs under an address-space limit (`MEMORY_LIMIT`), a CPU-time
+limit and a wall-clock limit, in its own process group, killed with rkdet (PR_SET_PDEATHSIG) and on
+Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
+import resource
 import signal
+import stat
 import subprocess
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rkdet.errors import InputError
-from rkdet.fleets.sources.model import Inventory, Var
-from rkdet.fleets.sources.patterns import describe
+from rkdet.fleets.sources.model import MAX_HOSTS, Inventory, Var
+from rkdet.fleets.sources.patterns import check_limit, describe
+from rkdet.fleets.sources.source_files import check_source
 from rkdet.textsafe import visible
 
 PROGRAM_ENV = "RKDET_ANSIBLE_INVENTORY"
 VENV_ENV = "RKDET_ANSIBLE_VENV"
 ENGINE_ENV = "RKDET_INVENTORY_ENGINE"
+PROGRAMS_ENV = "RKDET_INVENTORY_PROGRAMS"
 DEFAULT_VENV = Path("~/.local/share/rkdet/ansible-venv")
 ENGINES = ("auto", "ansible", "native")
 TIMEOUT = 120.0  # a dynamic inventory may ask a service; beyond this it is stuck
+MEMORY_LIMIT = 1 << 30  # address space of ansible-inventory (about 60 MB resident for a lab's inventory)
+FILE_PLUGINS = "host_list,ini,yaml,toml"  # the inventory plugins that only read files
 MAX_OUTPUT = 64 << 20
 MAX_DEPTH = 64
 _NO_MATCH = re.compile(r"Could not match supplied host pattern, ignoring: (.*)$")
@@ -46,7 +68,71 @@ _ENV = {  # Ansible's own switches: an unparsable source is an error (not a warn
     "ANSIBLE_FORCE_COLOR": "0",
     "ANSIBLE_LOCALHOST_WARNING": "False",
     "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    "ANSIBLE_DUPLICATE_YAML_DICT_KEY": "error",  # as rkdet's reader: a key written twice is refused
 }
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class Setup:
+    """How ansible-inventory was run, for the line that says so: config file and programs used."""
+
+    programs_allowed: bool
+    config: Path | None = None  # the ansible.cfg Ansible loaded (None: none)
+    ignored: list[str] = field(default_factory=list)  # config files passed over, and why
+    programs: list[Path] = field(default_factory=list)  # executable inventory sources it ran
+
+    def describe(self) -> str:
+        if not self.programs_allowed:
+            return "no ansible.cfg, no inventory programs or plugins (--inventory-programs allows them)"
+        config = f"config {self.config}" if self.config else "no ansible.cfg"
+        ignored = "".join(f"; ignored {i}" for i in self.ignored)
+        ran = ", ".join(str(p) for p in self.programs) or "none"
+        return f"inventory programs allowed: {config}{ignored}; programs run: {ran}"
+
+
+def programs_wanted(flag: bool | None) -> bool:
+    """`--inventory-programs`, else $RKDET_INVENTORY_PROGRAMS (1/yes/true)."""
+    if flag is not None:
+        return flag
+    return os.environ.get(PROGRAMS_ENV, "").strip().lower() in ("1", "yes", "true", "on")
+
+
+def ansible_config(cwd: Path) -> tuple[Path | None, list[str]]:
+    """The ansible.cfg Ansible's own order picks ($ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg,
+    /etc/ansible/ansible.cfg), skipping ./ansible.cfg in a world-writable folder as Ansible does."""
+    ignored: list[str] = []
+    given = os.environ.get("ANSIBLE_CONFIG")
+    candidates = [Path(given).expanduser()] if given else []
+    local = cwd / "ansible.cfg"
+    if local.is_file():
+        if cwd.stat().st_mode & stat.S_IWOTH:
+            ignored.append(f"{local} (in a world-writable folder, as Ansible ignores it)")
+        else:
+            candidates.append(local)
+    candidates += [Path("~/.ansible.cfg").expanduser(), Path("/etc/ansible/ansible.cfg")]
+    for c in candidates:
+        if c.is_dir():
+            c = c / "ansible.cfg"
+        if c.is_file():
+            return c, ignored
+    return None, ignored
+
+
+def _child_limits(memory: int, cpu: float) -> Callable[[], None]:
+    """Run in the child before exec: its address space and CPU time capped, and killed with rkdet."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        seconds = max(1, int(cpu))
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # rkdet died before the line above took effect
+            os._exit(1)
+
+    return apply
 
 
 def find_program() -> Path | None:
@@ -85,21 +171,42 @@ def version(program: Path) -> str:
     return "ansible-core"
 
 
-def _run(program: Path, inventory: Path, limit: str | None, timeout: float) -> tuple[dict[str, Any], list[str]]:
-    argv = [str(program), "-i", str(inventory), "--list"] + (["--limit", limit] if limit else [])
+def _environment(tmp: Path, setup: Setup) -> dict[str, str]:
     env = {**os.environ, **_ENV}
-    with tempfile.TemporaryDirectory(prefix="rkdet-ansible-") as tmp, \
+    env.setdefault("ANSIBLE_LOCAL_TEMP", str(tmp / "local"))
+    empty = tmp / "ansible.cfg"  # an existing file: Ansible passes over an ANSIBLE_CONFIG that is not there
+    empty.write_text("[defaults]\n")
+    if not setup.programs_allowed:
+        env.update({"ANSIBLE_CONFIG": str(empty), "ANSIBLE_HOME": str(tmp / "home"),
+                    "ANSIBLE_INVENTORY_ENABLED": FILE_PLUGINS, "ANSIBLE_VARS_ENABLED": "host_group_vars",
+                    "ANSIBLE_INVENTORY_PLUGINS": str(tmp / "none"), "ANSIBLE_VARS_PLUGINS": str(tmp / "none"),
+                    "ANSIBLE_COLLECTIONS_PATH": str(tmp / "none")})
+        return env
+    config, setup.ignored = ansible_config(Path.cwd())
+    setup.config = config
+    env["ANSIBLE_CONFIG"] = str(config or empty)  # exactly the file named on the engine line
+    return env
+
+
+def _run(program: Path, inventory: Path, limit: str | None, timeout: float,
+         setup: Setup) -> tuple[dict[str, Any], list[str]]:
+    argv = [str(program), "-i", str(inventory), "--list"] + (["--limit", limit] if limit else [])
+    with tempfile.TemporaryDirectory(prefix="rkdet-ansible-") as tmp_name, \
             tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        env.setdefault("ANSIBLE_LOCAL_TEMP", tmp)
+        env = _environment(Path(tmp_name), setup)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_child_limits(MEMORY_LIMIT, timeout))
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise InputError(f"{inventory}: ansible-inventory gave no answer within {timeout:g} s "
-                             "(a dynamic inventory waiting on something?)") from None
+            _kill(proc)
+            cause = ("an inventory program or plugin waiting on something?" if setup.programs_allowed
+                     else "the inventory is too large for it?")
+            raise InputError(f"{inventory}: ansible-inventory gave no answer within {timeout:g} s and was stopped "
+                             f"({cause})") from None
+        except BaseException:  # Ctrl-C, SIGTERM (raised as KeyboardInterrupt): the child goes with rkdet
+            _kill(proc)
+            raise
         err.seek(0)
         stderr = err.read(1 << 20).decode("utf-8", "replace").splitlines()
         if rc != 0:
@@ -120,8 +227,29 @@ def _run(program: Path, inventory: Path, limit: str | None, timeout: float) -> t
     return doc, missing
 
 
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """The child and whatever it started (its own process group), then reaped: nothing left."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def _why(stderr: list[str], rc: int) -> str:
-    """Ansible's reasons, one line: each plugin's "Failed to parse ..." warning, else its ERROR line."""
+    """Ansible's reasons, one line: its memory or CPU limit, each plugin's "Failed to parse ..."
+    warning, else its ERROR line."""
+    limit = f"memory limit of {MEMORY_LIMIT >> 20} MiB; is this really a lab's inventory?"
+    if rc == -signal.SIGXCPU:
+        return "it ran out of its CPU-time limit; is this really a lab's inventory?"
+    if any("MemoryError" in ln for ln in stderr):
+        return f"it ran out of its {limit}"
+    if rc < 0:  # a C allocation failing unchecked under the limit ends Python by a signal
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"it was ended by {name}, most likely at its {limit}"
     reasons = [m.group(1) + ": " + m.group(2).strip() for ln in stderr
                if (m := re.search(r"Failed to parse inventory with '([\w.]+)' plugin: (.+)$", ln))]
     if reasons:
@@ -158,6 +286,10 @@ def to_inventory(doc: dict[str, Any], inventory: Path, label: str) -> Inventory:
     inv.add_group("all", where)
     inv.add_group("ungrouped", where)
     groups = {k: v for k, v in doc.items() if k != "_meta"}
+    named = sum(len(b.get("hosts") or ()) for b in groups.values() if isinstance(b, dict))
+    if named > MAX_HOSTS * 4:  # a host is listed once per direct group: refuse before building anything
+        raise InputError(f"{inventory}: ansible-inventory lists more than {MAX_HOSTS} hosts; is this really a "
+                         "lab's inventory?")
     for name, body in groups.items():
         if not isinstance(body, dict):
             raise InputError(f"{inventory}: ansible-inventory's group {visible(name, 60)!r} is not an object")
@@ -192,11 +324,18 @@ def to_inventory(doc: dict[str, Any], inventory: Path, label: str) -> Inventory:
     return inv
 
 
-def load(program: Path, inventory: Path, limit: str | None, timeout: float = TIMEOUT) -> Inventory:
+def load(program: Path, inventory: Path, limit: str | None, timeout: float = TIMEOUT,
+         setup: Setup | None = None) -> Inventory:
     """The inventory as ansible-core reads it, restricted to `limit` (the hosts Ansible selects).
-    A term Ansible warns matches nothing is refused, saying what Ansible selects without it."""
+    A term Ansible warns matches nothing is refused, saying what Ansible selects without it.
+    `setup` (default: no programs) says whether inventory programs may run; it is filled in with
+    the config file and programs used."""
+    setup = setup if setup is not None else Setup(programs_allowed=False)
+    if limit:
+        check_limit(limit)
+    setup.programs = check_source(inventory, setup.programs_allowed)
     label = version(program)
-    doc, missing = _run(program, inventory, limit, timeout)
+    doc, missing = _run(program, inventory, limit, timeout, setup)
     inv = to_inventory(doc, inventory, label)
     if limit and not missing and not inv.hosts:
         raise InputError(f"{inventory}: --limit {visible(limit)!r} selects no host")

@@ -128,7 +128,9 @@ _SSH_OPTIONS: dict[str, set[str] | None] = {
 
 
 def ssh_args(name: str, var: Var) -> str | None:
-    """The ProxyJump an ansible_ssh_*_args value sets (None: none); every other option refused by name."""
+    """The ProxyJump an ansible_ssh_*_args value sets (None: none); every other option refused by name.
+    Given twice, the first wins, as OpenSSH takes the first value of an option (and Ansible passes the
+    words to it in order); every value is still checked."""
     raw = var.value()
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return None
@@ -137,7 +139,7 @@ def ssh_args(name: str, var: Var) -> str | None:
         words = shlex.split(value)
     except ValueError as err:
         raise InputError(f"{var.where}: {name}: unreadable ({err})") from None
-    jump: str | None = None
+    jumps: list[str | None] = []
     i = 0
     while i < len(words):
         word = words[i]
@@ -149,7 +151,7 @@ def ssh_args(name: str, var: Var) -> str | None:
                 i += 1
                 rest = words[i]
             if flag == "-J":
-                jump = _jump(name, var, rest)
+                jumps.append(_jump(name, var, rest))
             else:
                 key, sep, val = rest.partition("=")
                 if not sep:
@@ -168,7 +170,7 @@ def ssh_args(name: str, var: Var) -> str | None:
                                      "IdentitiesOnly=yes); remove it for the hosts rkdet deploys to")
                 allowed = _SSH_OPTIONS[lk]
                 if allowed is None:
-                    jump = _jump(name, var, val)
+                    jumps.append(_jump(name, var, val))
                 elif val.lower() not in allowed:
                     raise InputError(f"{var.where}: {name}: -o {visible(key, 40)}={visible(val, 40)}: rkdet "
                                      f"understands only {key}={'/'.join(sorted(allowed))}")
@@ -177,7 +179,7 @@ def ssh_args(name: str, var: Var) -> str | None:
                              "understand (it reads -J HOST and -o ProxyJump=HOST); remove it for the hosts "
                              "rkdet deploys to")
         i += 1
-    return jump
+    return jumps[0] if jumps else None
 
 
 def _jump(name: str, var: Var, value: str) -> str | None:

@@ -16,6 +16,7 @@ from rkdet.errors import InputError
 from rkdet.textsafe import visible
 
 MAX_EXPANDED = 100_000  # a range of more hosts than a lab could own is a typo (or an attack)
+MAX_VAR_COPIES = 1_000_000  # a range's hosts times the vars written beside it: each host gets its own copy
 _RANGE = re.compile(r"\[([^\]]*)\]")
 _PORT = re.compile(r"^(.*[^:]):(\d{1,5})$")
 
@@ -64,6 +65,13 @@ def _bounds(text: str, pattern: str, where: str) -> list[str]:
         return list(letters[letters.index(beg):letters.index(end) + 1:step])
     raise InputError(f"{where}: host {visible(pattern, 80)!r}: range [{visible(text, 40)}] is neither numeric "
                      "nor one letter to one letter")
+
+
+def check_spread(names: list[str], nvars: int, pattern: str, where: str) -> None:
+    """Vars written beside a range are copied to each host: a bound on the copies (linear work)."""
+    if len(names) * nvars > MAX_VAR_COPIES:
+        raise InputError(f"{where}: host {visible(pattern, 80)!r}: {len(names)} hosts times {nvars} vars is more than "
+                         f"{MAX_VAR_COPIES} values; put shared vars in a group")
 
 
 def expand(pattern: str, where: str) -> tuple[list[str], int | None]:

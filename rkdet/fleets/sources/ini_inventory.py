@@ -137,6 +137,7 @@ def _host_line(inv: Inventory, group: str, line: str, where: str) -> None:
             raise InputError(f"{where}: expected key=value host variables after {visible(words[0], 60)!r}, "
                              f"got {visible(word, 60)!r}")
         variables[key] = Var(value, where, parse_value)
+    hostranges.check_spread(names, len(variables), words[0], where)
     for host in names:
         inv.add_host(group, host, where)
         inv.host_vars[host].update(variables)

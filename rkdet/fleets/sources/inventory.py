@@ -12,7 +12,6 @@ fleet's inventory is written with it and read back with `load_inventory`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from rkdet.fleets.sources.connvars import SOC_RE, board_from_vars, check_ssh_val
 from rkdet.fleets.sources.ini_inventory import read_ini
 from rkdet.fleets.sources.model import FleetBoard, Inventory
 from rkdet.fleets.sources.patterns import evaluate
+from rkdet.fleets.sources.source_files import check_source
 from rkdet.fleets.sources.vars_dirs import load_vars_dirs
 from rkdet.fleets.sources.yaml_inventory import read_yaml
 from rkdet.fleets.sources.yamlsafe import read_bounded
@@ -47,10 +47,8 @@ def load_inventory(path: str | Path) -> Inventory:
     if p.is_dir():
         raise InputError(f"{p}: a folder of inventory sources is read by ansible-core only (docs/FLEET.md); "
                          "pass one inventory file")
+    check_source(p)  # the file and the vars folders beside it, as the ansible-core engine checks them
     text = read_bounded(p, MAX_INVENTORY_BYTES, "inventory")
-    if text.startswith("#!") and os.access(p, os.X_OK):
-        raise InputError(f"{p}:1: an executable inventory script: only ansible-core runs it (docs/FLEET.md); "
-                         "rkdet's reader never executes an inventory")
     if p.suffix in YAML_SUFFIXES:
         inv = read_yaml(p, text)
     elif p.suffix in INI_SUFFIXES:

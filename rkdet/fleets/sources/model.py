@@ -77,6 +77,13 @@ class Group:
     children: list[str] = field(default_factory=list)  # in the order written
     edges: dict[str, str] = field(default_factory=dict)  # child -> where the edge was written
     parents: list[str] = field(default_factory=list)
+    members: set[str] = field(default_factory=set)  # `hosts` as a set: membership in constant time
+
+
+MAX_HOSTS = 50_000  # every host of every source together; a lab of thousands of boards is far below it
+MAX_GROUPS = 10_000
+MAX_GROUP_DEPTH = 64  # as the YAML reader's nesting bound
+MAX_GROUP_WORK = 2_000_000  # each host's groups (inherited ones included), summed over the hosts
 
 
 @dataclass
@@ -90,26 +97,47 @@ class Inventory:
     group_files: dict[str, VarMap] = field(default_factory=dict)  # group_vars/ beside the inventory
     host_files: dict[str, VarMap] = field(default_factory=dict)  # host_vars/ beside the inventory
     engine: str = "native"  # "native" | "ansible-core X.Y.Z"
+    host_groups: dict[str, list[str]] = field(default_factory=dict)  # host -> the groups listing it directly
+    links: set[tuple[str, str]] = field(default_factory=set)  # (parent, child) group edges
+    _depths: dict[str, int] | None = field(default=None, repr=False)
+    _layers: dict[frozenset[str], tuple[VarMap, tuple[str, ...]]] = field(default_factory=dict, repr=False)
+    _group_work: int = field(default=0, repr=False)
 
     # -- structure --
 
     def add_group(self, name: str, where: str) -> Group:
         if name not in self.groups:
+            if len(self.groups) >= MAX_GROUPS:
+                from rkdet.errors import InputError
+
+                raise InputError(f"{where}: more than {MAX_GROUPS} groups in the inventory; is this really a lab's "
+                                 "inventory?")
             self.groups[name] = Group(name, where)
         return self.groups[name]
 
     def add_host(self, group: str, host: str, where: str) -> None:
+        """Constant time (sets beside the ordered lists): an inventory's handling is linear in its hosts,
+        and their total is capped (`MAX_HOSTS`), whatever ranges or groups name them."""
         g = self.groups[group]
-        if host not in g.hosts:
+        if host not in self.host_where:
+            if len(self.host_where) >= MAX_HOSTS:
+                from rkdet.errors import InputError
+
+                raise InputError(f"{where}: more than {MAX_HOSTS} hosts in the inventory; is this really a lab's "
+                                 "inventory? (split it, or check its ranges)")
+            self.host_where[host] = where
+        if host not in g.members:
+            g.members.add(host)
             g.hosts.append(host)
-        self.host_where.setdefault(host, where)
+            self.host_groups.setdefault(host, []).append(group)
         self.host_vars.setdefault(host, {})
 
     def add_child(self, parent: str, child: str) -> None:
-        if child not in self.groups[parent].children:
-            self.groups[parent].children.append(child)
-        if parent not in self.groups[child].parents:
-            self.groups[child].parents.append(parent)
+        if (parent, child) in self.links:
+            return
+        self.links.add((parent, child))
+        self.groups[parent].children.append(child)
+        self.groups[child].parents.append(parent)
 
     def reconcile(self) -> None:
         """What Ansible does after parsing: every parentless group under `all`, every host in no
@@ -120,16 +148,18 @@ class Inventory:
             if name != "all" and not self.groups[name].parents:
                 self.add_child("all", name)
         ungrouped = self.groups["ungrouped"]
-        member: dict[str, set[str]] = {h: set() for h in self.host_where}
-        for g in self.groups.values():
-            for h in g.hosts:
-                member[h].add(g.name)
+        leaving = set()
         for host, where in self.host_where.items():
-            others = member[host] - {"all", "ungrouped"}
-            if others and host in ungrouped.hosts:
-                ungrouped.hosts.remove(host)
-            elif not others and host not in ungrouped.hosts:
-                ungrouped.hosts.append(host)
+            others = set(self.host_groups.get(host, ())) - {"all", "ungrouped"}
+            if others and host in ungrouped.members:
+                leaving.add(host)
+            elif not others and host not in ungrouped.members:
+                self.add_host("ungrouped", host, where)
+        if leaving:  # one pass, not one list removal per host
+            ungrouped.hosts[:] = [h for h in ungrouped.hosts if h not in leaving]
+            ungrouped.members -= leaving
+            for host in leaving:
+                self.host_groups[host].remove("ungrouped")
         self.groups = {"all": self.groups["all"], "ungrouped": self.groups["ungrouped"],
                        **{k: v for k, v in self.groups.items() if k not in ("all", "ungrouped")}}
         self.groups["all"].children.sort(key=lambda c: c != "ungrouped")  # ungrouped is all's first child
@@ -181,7 +211,7 @@ class Inventory:
 
     def groups_of(self, host: str) -> set[str]:
         """Every group a host belongs to, directly or through children, including `all`."""
-        stack = [g.name for g in self.groups.values() if host in g.hosts]
+        stack = list(self.host_groups.get(host, ()))
         found: set[str] = set()
         while stack:
             g = stack.pop()
@@ -192,14 +222,37 @@ class Inventory:
         found.add("all")
         return found
 
-    def depth(self, name: str, _memo: dict[str, int] | None = None) -> int:
-        """Ansible's group depth: `all` 0, a top-level group 1, a child one more than its deepest parent."""
-        memo = {} if _memo is None else _memo
-        if name == "all":
-            return 0
-        if name not in memo:
-            memo[name] = 1 + max((self.depth(p, memo) for p in self.groups[name].parents), default=0)
-        return memo[name]
+    def depths(self) -> dict[str, int]:
+        """Ansible's group depth of every group: `all` 0, a top-level group 1, a child one more than its
+        deepest parent. One pass in topological order (linear; no recursion), made once the inventory
+        is complete; deeper than `MAX_GROUP_DEPTH` or a cycle is refused."""
+        if self._depths is not None:
+            return self._depths
+        from rkdet.errors import InputError
+
+        waiting = {name: len(g.parents) for name, g in self.groups.items()}
+        depth = {"all": 0}
+        ready = [name for name, n in waiting.items() if n == 0]
+        while ready:
+            name = ready.pop()
+            depth.setdefault(name, 1)
+            if depth[name] > MAX_GROUP_DEPTH:
+                raise InputError(f"{self.groups[name].where}: group {name[:60]!r} is nested deeper than "
+                                 f"{MAX_GROUP_DEPTH} groups")
+            for child in self.groups[name].children:
+                depth[child] = max(depth.get(child, 0), depth[name] + 1)
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    ready.append(child)
+        stuck = [name for name, n in waiting.items() if n > 0]
+        if stuck:
+            raise InputError(f"{self.groups[stuck[0]].where}: group {stuck[0][:60]!r} is its own ancestor (a cycle); "
+                             "remove one `children` entry")
+        self._depths = depth
+        return depth
+
+    def depth(self, name: str) -> int:
+        return self.depths()[name]
 
     def priority(self, name: str) -> int:
         var = self.groups[name].vars.get("ansible_group_priority")
@@ -213,17 +266,38 @@ class Inventory:
             raise InputError(f"{var.where}: ansible_group_priority must be a whole number") from None
 
     def merged_vars(self, host: str) -> tuple[VarMap, tuple[str, ...]]:
-        """The host's vars with Ansible's precedence, and its groups (sorted as applied, without `all`)."""
-        memo: dict[str, int] = {}
-        groups = sorted((g for g in self.groups_of(host) if g != "all"),
-                        key=lambda g: (self.depth(g, memo), self.priority(g), g))
-        merged: VarMap = {}
-        merged.update(self.groups["all"].vars)
-        for g in groups:
-            merged.update(self.groups[g].vars)
-        merged.update(self.group_files.get("all", {}))
-        for g in groups:
-            merged.update(self.group_files.get(g, {}))
+        """The host's vars with Ansible's precedence, and its groups (sorted as applied, without `all`).
+
+        Call once the inventory is complete: the group layers are worked out once per set of direct
+        groups (every host of a range shares one), so a lab's hosts cost linear time; the group work
+        of all sets together is capped (`MAX_GROUP_WORK`)."""
+        key = frozenset(self.host_groups.get(host, ()))
+        layer = self._layers.get(key)
+        if layer is None:
+            depths = self.depths()
+            found = self.groups_of(host)
+            self._group_work += len(found)
+            if self._group_work > MAX_GROUP_WORK:
+                from rkdet.errors import InputError
+
+                raise InputError(f"{self.host_where.get(host, self.path)}: hosts belong to more than {MAX_GROUP_WORK} "
+                                 "groups in all (counting inherited ones); is this really a lab's inventory?")
+            groups = tuple(sorted((g for g in found if g != "all"), key=lambda g: (depths[g], self.priority(g), g)))
+            base: VarMap = {}
+            base.update(self.groups["all"].vars)
+            for g in groups:
+                base.update(self.groups[g].vars)
+            base.update(self.group_files.get("all", {}))
+            for g in groups:
+                base.update(self.group_files.get(g, {}))
+            layer = self._layers[key] = (base, groups)
+        self._group_work += len(layer[1]) + 1
+        if self._group_work > MAX_GROUP_WORK:
+            from rkdet.errors import InputError
+
+            raise InputError(f"{self.host_where.get(host, self.path)}: the hosts' group memberships (inherited ones "
+                             f"included) add up to more than {MAX_GROUP_WORK}; is this really a lab's inventory?")
+        merged = dict(layer[0])
         merged.update(self.host_vars.get(host, {}))
         merged.update(self.host_files.get(host, {}))
-        return merged, tuple(groups)
+        return merged, layer[1]

@@ -12,6 +12,11 @@ Facts from Ansible's docs ("Patterns: targeting hosts and groups") and behaviour
 - a subscript (not on `~` terms) picks from that term's hosts: `g[0]`, `g[-1]`, `g[1:3]` (both ends
   included), `g[2:]` (to the end); `[x-y]` is the old spelling of `[x:y]`; a subscript past the end is
   an error; a group's hosts are its own, then its children's level by level, in the order written.
+Bounds (both engines, checked before either reads anything, so they refuse the same patterns): at most
+`MAX_PATTERN` characters and `MAX_TERMS` terms; `@FILE` (Ansible reads the limit from a file) is refused,
+so no engine reads a file the pattern names or prints its lines; a `~regex` that can backtrack without
+bound (a repeated group holding a repeat or an alternation, a backreference, more than `MAX_REPEATS`
+repeats) is refused: Python's `re`, which both engines use, backtracks.
 Ansible warns about a term that matches nothing and goes on; rkdet refuses it (exit 2), because a
 mistyped exclusion (`!lab-a` for `!lab_a`) would otherwise deploy to the boards it meant to spare,
 and the refusal says what Ansible would have selected. The selection is listed in the inventory's
@@ -43,9 +48,74 @@ class Inventory(Protocol):
     def group_hosts(self, name: str) -> list[str]: ...
 
 
+MAX_PATTERN = 1024
+MAX_TERMS = 64
+MAX_REPEATS = 4
 _TERM = re.compile(r"(?:[^\s:\[\]]|\[[^\]]*\])+")
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")
 _SPECIAL = (".", "?", "*", "[")
+
+
+def check_limit(pattern: str) -> None:
+    """The bounds every `--limit` pattern meets before any engine sees it (InputError, one line)."""
+    if pattern.startswith("@"):
+        raise InputError("--limit @FILE: rkdet does not read a limit file (neither engine does); pass the pattern "
+                         "itself, e.g. --limit \"$(paste -sd, FILE)\"")
+    if len(pattern) > MAX_PATTERN:
+        raise InputError(f"--limit: a pattern of {len(pattern)} characters (at most {MAX_PATTERN}); use groups")
+    terms = split_pattern(pattern)
+    if len(terms) > MAX_TERMS:
+        raise InputError(f"--limit: {len(terms)} terms (at most {MAX_TERMS}); use groups")
+    for term in terms:
+        bare = term.lstrip("&!").strip()
+        if bare.startswith("~"):
+            _check_regex(bare, pattern)
+
+
+def _check_regex(term: str, pattern: str) -> None:
+    """Refuse a regex Python's backtracking matcher can take exponential (or high-degree) time on."""
+    from re import _constants as c, _parser  # type: ignore[attr-defined]
+
+    try:
+        tree = _parser.parse(term[1:])
+    except (re.error, RecursionError, OverflowError) as err:
+        raise InputError(f"--limit {visible(pattern)!r}: {visible(term)} is not a valid pattern ({err})") from None
+    repeats = [0]
+    risky = (f"--limit {visible(pattern)!r}: {visible(term)} can backtrack without bound")
+    fix = "; write it without nested repeats, alternations inside a repeat or backreferences (or use globs)"
+
+    def walk(items: Any, inside_repeat: bool) -> bool:
+        """True when `items` hold a repeat or an alternation (what a repeat around them makes explosive)."""
+        found = False
+        for op, av in items:
+            if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+                lo, hi, body = av
+                many = hi is c.MAXREPEAT or hi > 1
+                if many:
+                    repeats[0] += 1
+                    if repeats[0] > MAX_REPEATS:
+                        raise InputError(f"{risky} (more than {MAX_REPEATS} repeats){fix}")
+                inner = walk(body, inside_repeat or many)
+                if many and inner:
+                    raise InputError(f"{risky} (a repeat inside a repeat){fix}")
+                found = found or many or inner
+            elif op == c.BRANCH:
+                if inside_repeat:
+                    raise InputError(f"{risky} (an alternation inside a repeat){fix}")
+                for branch in av[1]:
+                    found = walk(branch, inside_repeat) or found
+                found = True
+            elif op in (c.GROUPREF, c.GROUPREF_EXISTS):
+                raise InputError(f"{risky} (a backreference){fix}")
+            elif op == c.SUBPATTERN:
+                found = walk(av[-1], inside_repeat) or found
+            elif op in (c.ASSERT, c.ASSERT_NOT):
+                found = walk(av[1], inside_repeat) or found
+            elif op == c.ATOMIC_GROUP:
+                found = walk(av, inside_repeat) or found
+        return found
+
+    walk(tree, False)
 
 
 def split_pattern(pattern: str) -> list[str]:
@@ -110,6 +180,7 @@ def _matches(inventory: Inventory, term: str, pattern: str) -> list[str]:
 
 def evaluate_all(inventory: Inventory, pattern: str) -> tuple[list[str], list[str]]:
     """(hosts Ansible selects, in the inventory's order; the terms that matched nothing)."""
+    check_limit(pattern)
     terms = split_pattern(pattern)
     if not terms:
         raise InputError("--limit: empty pattern; give a group, a host, a glob, ~regex, g[0], a:b, a:!b, a:&b")

@@ -59,12 +59,14 @@ class _Reader:
         names, port = hostranges.expand(pattern, self.where(line))
         if not is_null(node) and not isinstance(node, MappingNode):
             raise fail(self.path, line_of(node), f"host {visible(pattern)!r} must map to its vars (or nothing)")
+        written = pairs(self.path, node, f"host {visible(pattern)!r}")
+        hostranges.check_spread(names, len(written), pattern, self.where(line))
         for host in names:
             self.inv.add_host(group, host, self.where(line))
             own = self.inv.host_vars[host]
             if port is not None:
                 own["ansible_port"] = Var(port, self.where(line))
-            for var, vnode, vline in pairs(self.path, node, f"host {visible(pattern)!r}"):
+            for var, vnode, vline in written:
                 own[var] = Var(vnode, self.where(vline), construct)
 
 

@@ -124,7 +124,7 @@ def pairs(path: Path, node: Node, what: str) -> list[tuple[str, Node, int]]:
     if is_null(node):
         return []
     if not isinstance(node, MappingNode):
-        kind = "a list" if isinstance(node, SequenceNode) else f"the scalar {visible(node.value, 40)!r}"
+        kind = "a list" if isinstance(node, SequenceNode) else "a single value"  # never quote a file's text
         raise fail(path, line_of(node), f"{what} must be a mapping, not {kind}")
     seen: dict[str, int] = {}
     out = []

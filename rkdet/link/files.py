@@ -1,0 +1,83 @@
+"""File transfer as a protocol beside `CommandRunner` (labgrid's split: FileTransferProtocol's put/get).
+
+Why: the verified push (transfer.py) and the untrusting pull (pull.py) decide WHAT goes where, with
+which checks; how one file's bytes travel is a `FileTransfer`: the board's SFTP server
+(rkdet.link.sftp.SftpFiles) or, on boards without one (Dropbear on Buildroot), `cat` over an exec
+channel (`ExecFiles`, here). A `BoardLink` is what transfers are written against: a CommandRunner
+that also hands out its current FileTransfer. `rkdet.link.ssh.BoardConnection` is the implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from rkdet.errors import BoardError
+from rkdet.link.shell import CommandRunner, remote_command
+
+
+class Readable(Protocol):
+    """What `put` reads a file's bytes from (a file, or a reader that hashes what it passes on)."""
+
+    def read(self, n: int = -1) -> bytes: ...
+
+
+class FileTransfer(Protocol):
+    """How one file's bytes go to and come from a board; the caller verifies them (sha256) itself."""
+
+    @property
+    def method(self) -> str:
+        """"sftp" or "exec": the channel, as TransferStats records it."""
+        ...
+
+    def put(self, reader: Readable, remote: str, advance: Callable[[int], None], *, shown: str, name: str) -> None:
+        """Write `reader`'s bytes to the remote path `remote` (a temporary name; the caller renames it).
+        BoardError naming `shown` (what goes where) on failure; `name` labels a stalled stream."""
+        ...
+
+    def get(self, remote: str, size: int, sink: Callable[[bytes], None], advance: Callable[[int], None]) -> None:
+        """Stream the remote file `remote` (declared `size` bytes) into `sink`; BoardError on failure
+        (and whatever `sink` raises, unchanged)."""
+        ...
+
+
+class BoardLink(CommandRunner, Protocol):
+    """A board's commands and its file transfer: what push and pull are written against."""
+
+    @property
+    def command_timeout(self) -> float:
+        """The default bound of one command (a streamed push may take this plus its size at a floor rate)."""
+        ...
+
+    def files(self) -> FileTransfer:
+        """The transfer to use now: SFTP when the board serves it (and it has not stalled), else exec."""
+        ...
+
+
+class ExecFiles:
+    """Files through `cat` over an exec channel of `conn` (boards without an SFTP subsystem)."""
+
+    method = "exec"
+
+    def __init__(self, conn: CommandRunner) -> None:
+        self._conn = conn
+
+    def put(self, reader: Readable, remote: str, advance: Callable[[int], None], *, shown: str, name: str) -> None:
+        out = bytearray()
+        rc = self._conn.stream(remote_command(["sh", "-c", 'cat > "$1"', "sh", remote]), stdin=reader,  # type: ignore[arg-type]  # reads like a file
+                               stderr=out.extend, on_send=advance, what=f"upload {name}")
+        if rc != 0:
+            raise BoardError(f"{self._conn.target.label}: upload of {shown} failed: "
+                             f"{out.decode('utf-8', 'replace').strip()}")
+
+    def get(self, remote: str, size: int, sink: Callable[[bytes], None], advance: Callable[[int], None]) -> None:
+        err = bytearray()
+        name = remote.rsplit("/", 1)[-1]
+        rc = self._conn.stream(remote_command(["cat", remote]), stdout=sink, stderr=self._conn.capped(err, "cat"),
+                               what=f"download {name}")
+        if rc != 0:
+            raise BoardError(f"{self._conn.target.label}: download of {remote!r} failed: "
+                             f"{err.decode('utf-8', 'replace').strip()[-200:]!r}")
+
+
+__all__ = ["BoardLink", "ExecFiles", "FileTransfer", "Readable"]

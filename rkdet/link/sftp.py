@@ -1,0 +1,108 @@
+"""Files over the board's SFTP server (`SftpFiles`, a rkdet.link.files.FileTransfer): paramiko's
+pipelined put and prefetching get with the server's largest request size.
+
+Why its own module: the SFTP details (request sizes, the stalled-server timeout, dropping a session
+whose answers are out of step) stay here; transfer.py and pull.py see only put/get.
+"""
+
+from __future__ import annotations
+
+import socket
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+import paramiko
+from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
+
+from rkdet.errors import BoardError
+from rkdet.link.files import Readable
+from rkdet.link.shell import Named
+
+_PARAMIKO_REQUEST = 32768
+_request_sizes: weakref.WeakKeyDictionary[paramiko.SFTPClient, int] = weakref.WeakKeyDictionary()
+
+
+class SftpOwner(Protocol):
+    """What SftpFiles needs of its connection: a name, the SFTP answer bound, and a way to drop it."""
+
+    @property
+    def target(self) -> Named: ...
+
+    @property
+    def sftp_timeout(self) -> float: ...
+
+    def drop_sftp(self) -> None: ...
+
+
+def request_size(sftp: paramiko.SFTPClient) -> int:
+    """The largest SFTP read/write the server takes: its `limits@openssh.com` answer (OpenSSH
+    >= 8.6: 255 KiB), else paramiko's 32 KiB. Bigger requests mean fewer SFTP round trips and
+    packets to parse in Python (64 MiB get, loaded 2-CPU loopback: median 66 -> 98 MiB/s)."""
+    if sftp not in _request_sizes:
+        size = _PARAMIKO_REQUEST
+        try:  # paramiko has no public call for extended requests; any failure keeps the default
+            kind, msg = sftp._request(CMD_EXTENDED, "limits@openssh.com")  # noqa: SLF001
+            if kind == CMD_EXTENDED_REPLY:
+                msg.get_int64()  # max packet length
+                max_read, max_write = msg.get_int64(), msg.get_int64()
+                size = max(_PARAMIKO_REQUEST, min(max_read, max_write, 1 << 18))
+        except Exception:
+            pass
+        _request_sizes[sftp] = size
+    return _request_sizes[sftp]
+
+
+class SftpFiles:
+    """One connection's SFTP session as a FileTransfer."""
+
+    method = "sftp"
+
+    def __init__(self, owner: SftpOwner, sftp: paramiko.SFTPClient) -> None:
+        self._owner = owner
+        self._sftp = sftp
+
+    def put(self, reader: Readable, remote: str, advance: Callable[[int], None], *, shown: str, name: str) -> None:
+        """paramiko's pipelined put (as putfo), with the server's largest write size."""
+        chunk = request_size(self._sftp)
+        try:
+            with self._sftp.open(remote, "wb") as out:
+                out.MAX_REQUEST_SIZE = chunk  # per file: shadows paramiko's class default
+                out.set_pipelined(True)  # acks are collected at close(), which raises on any failed write
+                while True:
+                    data = reader.read(chunk)
+                    if not data:
+                        break
+                    out.write(data)
+                    advance(len(data))
+        except (OSError, EOFError) as err:
+            raise BoardError(f"{self._owner.target.label}: upload of {shown} failed ({err})") from None
+
+    def get(self, remote: str, size: int, sink: Callable[[bytes], None], advance: Callable[[int], None]) -> None:
+        """paramiko's prefetching get of exactly the declared (capped) size, with the server's largest
+        read size; every answer waits at most the SFTP timeout (the SFTP channel's timeout)."""
+        owner = self._owner
+        try:
+            src = self._sftp.open(remote, "rb")
+            src.MAX_REQUEST_SIZE = request_size(self._sftp)
+            if size:
+                src.prefetch(size)
+            while True:
+                data = src.read(1 << 20)
+                if not data:
+                    break
+                sink(data)
+                advance(len(data))
+            src.close()
+        except socket.timeout:
+            owner.drop_sftp()
+            raise BoardError(f"{owner.target.label}: the board's SFTP server gave no answer within "
+                             f"{owner.sftp_timeout:g} s while sending {remote!r} (stalled)") from None
+        except BoardError:
+            owner.drop_sftp()  # a file cut off mid-prefetch leaves answers in flight
+            raise
+        except (OSError, EOFError, paramiko.SSHException) as err:
+            raise BoardError(f"{owner.target.label}: download of {remote!r} failed ({err})") from None
+
+
+__all__ = ["SftpFiles", "request_size"]

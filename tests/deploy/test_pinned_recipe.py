@@ -1,0 +1,40 @@
+"""THE pinned-run recipe (rkdet.deploy.pinned_run.pinned_command / pinned_env): deploy's runs and the
+bisection's are the same command line and environment, built from the backend's descriptor."""
+
+from __future__ import annotations
+
+from rkdet.backends.registry import REGISTRY
+from rkdet.deploy.layout import RemoteLayout
+from rkdet.deploy.pinned_run import job_env, pinned_command, pinned_env, runner_argv
+from rkdet.deploy.settings import RunSettings
+
+FP = "ab" * 32
+
+
+def test_deploy_runs_the_backend_runner_inside_run_pinned() -> None:
+    for name, desc in REGISTRY.items():
+        layout = RemoteLayout.for_run("/w", FP, "run-1", name)
+        s = RunSettings(backend=name, repeats=3, warmup=1, cpu_affinity=(4, 5), pin=True)
+        argv = runner_argv(layout, s, ["--expect-sha256", "0" * 64])
+        assert argv[:3] == ["sh", "/w/scripts/run-pinned.sh", "--"]
+        assert argv[3:6] == ["python3", layout.runner, "run"]
+        assert argv[argv.index("--model") + 1] == f"{layout.model_dir}/{desc.model_file}"
+        assert argv[argv.index("--backend") + 1] == name
+        assert argv[-4:] == ["--cpu-affinity", "4,5", "--expect-sha256", "0" * 64]
+        assert layout.fp32_inputs is desc.fp32_input
+        unpinned = runner_argv(layout, RunSettings(backend=name, pin=False), [])
+        assert unpinned[0] == "python3" and "run-pinned.sh" not in " ".join(unpinned)
+
+
+def test_the_bisection_gets_the_same_recipe_with_its_fault_control() -> None:
+    s = RunSettings(repeats=2, pin=True, pin_env={"RKDET_PIN_CPU": "max"}, fault="hang-after:1")
+    argv = pinned_command("/w/bisect/rkdet-onboard.pyz", "/w/scripts", s, "/w/bisect/x/model.rknn", "/w/in", "/w/out",
+                          core_mask="0_1", warmup=0, snapshot_every=0, affinity=False)
+    assert argv == ["sh", "/w/scripts/run-pinned.sh", "--", "python3", "/w/bisect/rkdet-onboard.pyz", "run",
+                    "--model", "/w/bisect/x/model.rknn", "--inputs", "/w/in", "--repeats", "2", "--warmup", "0",
+                    "--core-mask", "0_1", "--backend", "rknnlite", "--snapshot-every", "0", "--out", "/w/out"]
+    env = pinned_env(s, "/w", "/state")
+    assert env == {"RKDET_PIN_CPU": "max", "RKDET_STATE_DIR": "/state", "RKDET_WORK_DIR": "/w",
+                   "RKDET_EMU_FAULT": "hang-after:1"}
+    layout = RemoteLayout.for_run("/w", FP, "run-1")
+    assert job_env(s, layout, "/state") == env  # deploy's job environment is the same function's
