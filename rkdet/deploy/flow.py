@@ -152,7 +152,7 @@ class Deployment:
             raise InputError("--emulator-npu is a test control of the emulated runtime (--backend rknnlite); "
                              "this board's runtime is not emulated")
         board_lock.check_before_push(lock, conn.target.label, s.lock_timeout, s.pin, self.log)
-        if s.backend == "rknnlite" and "auto" in s.core_mask.split(","):
+        if desc.takes_core_mask and "auto" in s.core_mask.split(","):
             self.log(AUTO_WARNING)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
