@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Bench: what rkdet-run costs on top of the inference it records, measured against its peer.
 
-Peer: a bare loop calling the same onnxruntime session (same options: 1 intra-op thread,
-ORT_SEQUENTIAL, graph optimization all) on the same model and input, in the same process and run,
+Peer: a bare loop calling the same onnxruntime session (same options: rkdet.onboard.reference.session_options,
+1 intra-op thread, ORT_SEQUENTIAL, graph optimization extended) on the same model and input, in the same process and run,
 in interleaved blocks so drift and neighbours' load hit both sides alike.
 
 1. Overhead per inference (target <= 2 %):
@@ -54,12 +54,8 @@ ONNX_TYPES = {"tensor(float)": TensorProto.FLOAT, "tensor(uint8)": TensorProto.U
 
 def session(model: Path) -> ort.InferenceSession:
     """The same deterministic session rkdet-run opens for --backend onnxruntime (its defaults)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    from rkdet.onboard.reference import session_options
+    return ort.InferenceSession(str(model), session_options(ort), providers=["CPUExecutionProvider"])
 
 
 def make_inputs(model: Path, folder: Path, count: int) -> list:

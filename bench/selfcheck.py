@@ -2,7 +2,7 @@
 """Bench: what `rkdet-selfcheck` costs compared with one plain inference loop over the same inputs.
 
 Peer: what any serving app pays to look at those inputs at all: open the same onnxruntime session
-(rkdet.onboard.backends.OnnxRuntimeBackend: 1 intra-op thread, ORT_SEQUENTIAL, graph optimization all) on the
+(rkdet.onboard.backends.OnnxRuntimeBackend: 1 intra-op thread, ORT_SEQUENTIAL, graph optimization extended) on the
 same model and run each bundled input once (inputs already in memory, outputs not looked at).
 Contender: `rkdet.onboard.selfcheck.check(model, bundle, backend="onnxruntime")` end to end: read and validate
 the bundle, sha256 the model, decode the inputs, open the session, infer, hash every output and compare.

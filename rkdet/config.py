@@ -13,7 +13,7 @@ import difflib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -21,8 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rkdet import socs
 from rkdet.choices import BACKENDS, CORE_MASKS
 from rkdet.errors import ConfigError
-from rkdet.records.io import read_json
+from rkdet.records.resolved_config import FILE as RESOLVED_CONFIG_FILE
 from rkdet.tolerance import Tolerance
+
+if TYPE_CHECKING:
+    from rkdet.records.build import BuildRecord
 
 # What --config means when it is not given: relative to the current folder (a source checkout).
 DEFAULT_CONFIG = Path("configs/yolov8.yaml")
@@ -488,8 +491,9 @@ def explicit_keys(path: str | Path) -> set[str]:
     return keys
 
 
-# The file inside a build folder that holds the config it was built with (rkdet.convert.published).
-RESOLVED_CONFIG = "config.resolved.json"
+# The file inside a build folder that holds the config it was built with (rkdet.convert.published); its
+# one reader and writer: rkdet.records.resolved_config.
+RESOLVED_CONFIG = RESOLVED_CONFIG_FILE
 
 
 class DeploySettings(BaseModel):
@@ -509,19 +513,25 @@ def deploy_settings(cfg: RkdetConfig, source: str | Path) -> DeploySettings:
     return DeploySettings(run=cfg.run, board=cfg.board, tolerances=cfg.tolerances, source=str(source))
 
 
-def build_deploy_settings(build: str | Path) -> DeploySettings:
-    """The run/board/tolerances a build was made with, from its `config.resolved.json`: a build deploys
-    without the config file it came from (whose paths, there, are names only and are not needed)."""
-    path = Path(build) / RESOLVED_CONFIG
-    try:
-        doc = read_json(path, error=ConfigError)  # bounded (rkdet.records.io): a build folder is input
+def build_deploy_settings(build: str | Path | BuildRecord) -> DeploySettings:
+    """The run/board/tolerances a build was made with, from its `config.resolved.json` (the one reader,
+    rkdet.records.resolved_config; a loaded build's record reads it once): a build deploys without the
+    config file it came from (whose paths, there, are names only and are not needed)."""
+    from rkdet.records.build import BuildRecord
+    from rkdet.records.resolved_config import read_resolved_config
+
+    path = (build.folder if isinstance(build, BuildRecord) else Path(build)) / RESOLVED_CONFIG
+    try:  # bounded (rkdet.records.io): a build folder is input
+        resolved = (build.resolved_config(ConfigError) if isinstance(build, BuildRecord)
+                    else read_resolved_config(path, ConfigError))
     except FileNotFoundError:
         raise ConfigError(f"{path}: missing; pass --config FILE, or re-run rkdet convert to make a complete "
                           "build folder") from None
     except ConfigError as exc:
+        if str(exc) == f"{path}: expected a JSON object":
+            raise ConfigError(f"{path}: not a JSON object; pass --config FILE, or re-run rkdet convert") from None
         raise ConfigError(f"{exc}; pass --config FILE, or re-run rkdet convert") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: not a JSON object; pass --config FILE, or re-run rkdet convert")
+    doc = resolved.doc
     sections: dict[str, Any] = {}
     for name, model in (("run", RunSection), ("board", BoardSection), ("tolerances", Tolerance)):
         try:

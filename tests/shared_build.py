@@ -53,3 +53,19 @@ def convert_default(out: Path, *extra: str) -> Path:
 def default_build(tmp_path_factory) -> Path:
     """`rkdet convert --config configs/yolov8.yaml`: the build folder of the default model for rk3588."""
     return shared_across_workers(tmp_path_factory, "default-build", convert_default)
+
+
+def trim_golden(build: Path, keep: int) -> Path:
+    """Keep only the first `keep` golden input pages of a build copy, in golden/inputs AND in its manifest's
+    `inputs.golden` (deploy pushes exactly the inputs the manifest names, rkdet.records.build_files)."""
+    pages = sorted((build / "golden" / "inputs").glob("*.npy"))
+    assert len(pages) > keep
+    for page in pages[keep:]:
+        page.unlink()
+    kept = {p.stem for p in pages[:keep]}
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["inputs"]["golden"] = [g for g in manifest["inputs"]["golden"]
+                                    if Path(g.get("file") or "").stem in kept or g.get("name") in kept]
+    assert len(manifest["inputs"]["golden"]) == keep
+    (build / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return build

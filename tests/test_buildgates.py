@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rkdet.records.gates import MAX_TEXT, PASSED, GateRecord, from_manifest, read
+import pytest
+
+from rkdet.errors import InputError
+from rkdet.records.build import load_build
+from rkdet.records.gates import MAX_TEXT, PASSED, GateRecord, from_manifest
 
 
 def test_the_record_round_trips_and_says_what_failed(tmp_path: Path) -> None:
     rec = GateRecord(False, "cosine", "out0", "rk3588: fidelity gate failed: out0 cosine 0.53")
-    (tmp_path / "manifest.json").write_text(json.dumps({"gates": rec.to_json()}))
-    assert read(tmp_path) == rec
+    (tmp_path / "manifest.json").write_text(json.dumps({"gates": rec.to_json(), "fingerprint": "ab" * 32,
+                                                        "platform": "rk3588"}))
+    assert load_build(tmp_path, complete=False).gates == rec
     assert rec.what == "the cosine gate (out0)"
     line = rec.refusal(tmp_path, "deploy")
     assert str(tmp_path) in line and "failed the cosine gate (out0)" in line and "--allow-failed-build" in line
@@ -28,6 +33,9 @@ def test_older_and_malformed_manifests(tmp_path: Path) -> None:
         assert from_manifest(doc).passed, doc
     huge = from_manifest({"gates": {"passed": False, "failed_gate": "g" * 5000, "message": 7}})
     assert len(huge.gate) == MAX_TEXT and huge.message is None
-    assert read(tmp_path / "missing").passed
+    # a build folder whose manifest cannot be read is refused, never "passed" (issue 28)
+    with pytest.raises(InputError, match="missing/manifest.json: missing"):
+        load_build(tmp_path / "missing", complete=False)
     (tmp_path / "manifest.json").write_text("{not json")
-    assert read(tmp_path).passed
+    with pytest.raises(InputError, match="manifest.json: malformed manifest: unreadable JSON"):
+        load_build(tmp_path, complete=False)

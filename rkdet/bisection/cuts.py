@@ -31,6 +31,8 @@ from rkdet.convert.toolkits import find_toolkit
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.rebuild import BuildSource, prepared_as_built, toolkit_job
 from rkdet.records.io import read_json_object, swap_folder, write_atomic
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import ModelIo, write_model_io
 
 WORKER = Path(__file__).resolve().parent / "cut_worker.py"
 FULL_CFG = "full.quantization.cfg"
@@ -138,9 +140,7 @@ class CutBuilder:
                     shutil.copyfile(work / "model.rknn", stage / "model.rknn")
                     (stage / "model.onnx").write_bytes(cut_onnx)
                     _, _, h, w = model.input_shape_nchw
-                    io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8",
-                                           "layout": "nhwc"}], "outputs": list(point.frontier)}
-                    (stage / "model.io.json").write_text(json.dumps(io_spec, indent=2) + "\n")
+                    write_model_io(stage / MODEL_IO, ModelIo.image(model.input_name, h, w, point.frontier))
                     for name, files in result["simulator_outputs"].items():
                         _save_npz(stage / "reference" / "simulator" / f"{name}.npz",
                                   [np.load(work / f, allow_pickle=False) for f in files])

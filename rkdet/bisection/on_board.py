@@ -28,6 +28,7 @@ from rkdet.link.pull import pull
 from rkdet.link.shell import FILES_S
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import push
+from rkdet.records.build_files import stage_golden_inputs
 from rkdet.deploy.settings import RunSettings
 from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import BoardError
@@ -109,7 +110,9 @@ class BoardRunner:
         with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
             push(conn, Path(program.build(tmp)), program_path)
         if not self._pushed_inputs:
-            push(conn, self.build / "golden" / "inputs", f"{self.base}/inputs")
+            with tempfile.TemporaryDirectory(prefix="rkdet-bisect-") as tmp:  # the checked copy, never the folder
+                inputs = stage_golden_inputs(self.build, self.manifest, Path(tmp) / "inputs")
+                push(conn, inputs, f"{self.base}/inputs")
             self._pushed_inputs = True
         emulated = self.emulated_runtime()
         push(conn, model_dir / desc.model_file, f"{remote_model}/{desc.model_file}")

@@ -8,6 +8,7 @@ only when the graph preparation or the inputs did. An imported build has neither
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from rkdet.diff.api import Comparison, compare
 from rkdet.tolerance import Tolerance
 from rkdet.errors import InputError
-from rkdet.records.manifest import read_manifest
+from rkdet.records.build import BuildRecord, load_build
 
 KINDS = ("simulator", "onnx-fp32")
 
@@ -29,16 +30,18 @@ class BuildFacts:
     toolkit: str | None
     golden_inputs: dict[str, str]  # name -> fed tensor hash
     golden_outputs: dict[str, Any]  # kind -> {input: {output: hash}}
+    record: BuildRecord | None = None  # the build folder loaded once (rkdet.records.build), for the diff too
 
     @classmethod
     def load(cls, folder: Path) -> BuildFacts:
         path = folder / "manifest.json"
+        if not os.path.lexists(path):
+            raise InputError(f"{folder}: no manifest.json; give two build folders (rkdet convert or import-rknn)")
         try:
-            doc = read_manifest(path)  # the one manifest reader (bounded, strict): a build folder is input too
-        except FileNotFoundError:
-            raise InputError(f"{folder}: no manifest.json; give two build folders (rkdet convert or import-rknn)") from None
+            record = load_build(folder, complete=False)  # the one load (bounded, strict): a build folder is input too
         except OSError as exc:
             raise InputError(f"{path}: unreadable manifest ({exc.strerror or exc}); re-run rkdet convert") from None
+        doc = record.manifest
         inputs = {}
         for i, g in enumerate(doc.inputs.golden):
             if g.stem is None or g.tensor is None:
@@ -46,7 +49,7 @@ class BuildFacts:
                                  "re-run rkdet convert")
             inputs[g.stem] = g.tensor
         # converted (manifest 2): the model identity's toolkit; imported: its toolchain record
-        return cls(folder, doc.origin, doc.toolkit_version, inputs, dict(doc.golden_outputs or {}))
+        return cls(folder, doc.origin, doc.toolkit_version, inputs, dict(doc.golden_outputs or {}), record)
 
 
 @dataclass
@@ -99,7 +102,8 @@ def compare_outputs(a: BuildFacts, b: BuildFacts, decoder: str = "auto") -> list
             continue
         ha, hb = a.golden_outputs.get(kind), b.golden_outputs.get(kind)
         bitwise = ha is not None and ha == hb
-        comp = compare(a.folder / "golden" / kind, b.folder / "golden" / kind, Tolerance(), decoder)
+        comp = compare(a.folder / "golden" / kind, b.folder / "golden" / kind, Tolerance(), decoder,
+                       builds=[f.record for f in (a, b) if f.record is not None])
         if comp.agrees is not None and bitwise != (comp.agrees.outputs_differing == 0):
             raise InputError(f"{a.folder}, {b.folder}: the manifests' golden output hashes and the golden/{kind} "
                              "files disagree; a build folder was changed after it was made")

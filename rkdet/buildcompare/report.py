@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from html import escape
+from rkdet.textsafe import html_text as escape  # the one sanitiser: controls and bidi made visible, then escaped
 from pathlib import Path
 from typing import Any
 

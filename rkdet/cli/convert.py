@@ -163,6 +163,8 @@ def _check(cfg: RkdetConfig, build: Path, as_json: bool, console: Console) -> No
                        + ("; the model itself is the same (model and .rknn content fingerprints match)"
                           if report.same_model else ""))
             click.echo(f"model fingerprint {fp[0][:16]} (BUILD) vs {fp[1][:16]} (here)")
+        for line in report.references:
+            click.echo(visible(line, 600))
         if report.environment:
             click.echo("environment (recorded, not part of the model): "
                        + visible("; ".join(report.environment), 600) + " (BUILD vs here)")

@@ -29,6 +29,7 @@ from rkdet.textsafe import literal
 if TYPE_CHECKING:
     from rkdet.deploy.flow import DeployOutcome
     from rkdet.link.ssh import BoardConnection
+    from rkdet.records.build import BuildRecord
 
 
 @click.command("deploy")
@@ -55,10 +56,10 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
                as_json: bool = False) -> DeployOutcome:
     """Run a build on a board, pinned, judge the results and print the verdict; returns the outcome
     (the caller records it and exits with its code)."""
-    from rkdet.records.build import BuildInfo
+    from rkdet.records.build import BuildRecord, load_build
     from rkdet.deploy.flow import Deployment, board_label
     from rkdet.deploy.deploy_state import latest_unfinished, load_record
-    from rkdet.deploy.settings import RunSettings
+    from rkdet.deploy.settings import RunSettings, resolve_build
 
     console = log_console()
 
@@ -68,20 +69,21 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
     build, config_path, out, flags = request.build, request.config_path, request.out, request.run
     allow_failed_build = request.allow_failed_build
     given_build = build
-    if build is not None and config_path is None and not resume:
-        BuildInfo.check(build)  # a wrong --build is exit 2 naming the folder, before reading its settings
-    if resume and build is None and config_path is None:  # judged by the build that run was of (below)
+    record: BuildRecord | None = None
+    if not resume:  # the build loaded once (a wrong --build is exit 2 naming the folder, before its settings)
+        record, chosen = resolve_build(config_path, build)
+        build = record.folder
+    elif build is None and config_path is None:  # judged by the build that run was of (below)
         chosen, build = settings_source(None, None) if DEFAULT_CONFIG.is_file() else (None, None)
     else:
         chosen, build = settings_source(config_path, build)
     request.check_fault()
-    if not resume:  # after the config's own errors (and the default build); all before any connection:
-        info = BuildInfo.load(build)  # a crafted manifest (a fingerprint that is a path) is exit 2 here
-        if install_selfcheck and info.origin == "imported":
+    if record is not None:  # after the config's own errors (and the default build); all before any connection:
+        if install_selfcheck and record.info.origin == "imported":
             raise InputError(f"{build}: an imported .rknn has no reference outputs, so no self-check bundle "
                              "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
         # a build that failed a gate: refused before any connection unless --allow-failed-build
-        info.refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy", allow_failed_build)
+        record.info.refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy", allow_failed_build)
     with open_connection(request.connection) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
@@ -90,16 +92,18 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
                 if not recorded and build is None:
                     raise InputError(f"{folder}: the run's build folder is not recorded; pass --build")
                 build = Path(recorded or build)
-                if chosen is None:
-                    chosen = build_deploy_settings(build)
-        assert chosen is not None and build is not None
-        log(f"settings (run, board, tolerances) from {chosen.source}")
+            assert build is not None
+            record = load_build(build)
+            if chosen is None:
+                chosen = build_deploy_settings(record)
+        assert chosen is not None and record is not None
+        log(f"settings (run, board, tolerances) from {chosen.source}{from_build_note(chosen, config_path)}")
         settings = RunSettings.from_config(chosen, flags)
-        deployment = Deployment(conn, build, out, settings, log=log, progress=console.is_terminal,
+        deployment = Deployment(conn, record, out, settings, log=log, progress=console.is_terminal,
                                 allow_failed_build=allow_failed_build)
         outcome = deployment.resume(folder) if resume else deployment.run()
         if install_selfcheck:
-            _install_selfcheck(conn, build, outcome, settings.backend, log, allow_failed_build)
+            _install_selfcheck(conn, record, outcome, settings.backend, log, allow_failed_build)
     for warning in outcome.warnings:
         console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
     if outcome.emulated:
@@ -120,7 +124,17 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
     return outcome
 
 
-def _install_selfcheck(conn: BoardConnection, build: Path, outcome: DeployOutcome, backend: str, log: Log,
+def from_build_note(chosen: Any, config_path: Path | None) -> str:
+    """What a build folder decides on the board when no --config is given (issue 30 #16): its resolved
+    config's board work dir and sudo are used (documented), so the log line names them."""
+    if config_path is not None or not str(chosen.source).endswith("config.resolved.json"):
+        return ""
+    board = chosen.board
+    return (f" (the build folder's: board work dir {board.workdir or 'the default'}, sudo "
+            f"{'yes' if board.sudo else 'no'}; pass --config FILE to use your own)")
+
+
+def _install_selfcheck(conn: BoardConnection, build: BuildRecord, outcome: DeployOutcome, backend: str, log: Log,
                        allow_failed_build: bool = False) -> None:
     """--install-selfcheck: after a passing deploy, the build's self-check into <workdir>/selfcheck, run once."""
     from rkdet.deploy.selfcheck_install import install_selfcheck

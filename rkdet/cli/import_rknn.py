@@ -65,7 +65,7 @@ def import_command(model: Path, inputs: Path, out: Path | None, name: str | None
             click.echo(visible(f"  {kind} {t.name}: {list(t.shape)} {t.dtype} ({t.layout or '?'}), {q}", 400), err=True)
     click.echo(visible(f"  custom string: {info.custom_string!r}", 400), err=True)
     for key, source in result.fed.sources.items():
-        click.echo(f"  {key}: {source}", err=True)
+        click.echo(visible(f"  {key}: {source}", 400), err=True)
     click.echo(f"  {visible(result.reference_line)}", err=True)
-    click.echo(f"imported {result.folder}  fingerprint {result.fingerprint[:16]}  content "
+    click.echo(f"imported {visible(result.folder)}  fingerprint {result.fingerprint[:16]}  content "
                f"{result.info.content_fingerprint[:16]}")

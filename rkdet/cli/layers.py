@@ -72,9 +72,8 @@ def run_bisection(**kw: Any) -> int:
     from rkdet.bisection.comparison import bisect_on_board, parse_against
     from rkdet.deploy.layout import scripts_dir
     from rkdet.boardinfo.remote_scripts import state_dir_for
-    from rkdet.deploy.settings import RunOverrides, RunSettings
+    from rkdet.deploy.settings import RunOverrides, RunSettings, resolve_build
     from rkdet.deploy.stage import push_scripts
-    from rkdet.config import build_deploy_settings
     from rkdet.convert.pipeline import check_writable
     from rkdet.layers.rebuild import from_build
     from rkdet.layers.report import bisection_json, render_bisection_html
@@ -91,7 +90,8 @@ def run_bisection(**kw: Any) -> int:
     for name in ("model.rknn", "model.io.json", "golden/inputs"):
         if not (build / name).exists():
             raise InputError(f"{build}: not a complete build folder: missing {name}")
-    settings = build_deploy_settings(build)
+    assert src.record is not None  # a build folder's source carries its record
+    _, settings = resolve_build(None, src.record)  # the build's own settings, from the record loaded above
     repeats = kw["repeats"] or (max(2, settings.run.repeats) if against.kind == "run0" else 1)
     if against.kind == "run0" and repeats < 2:
         raise InputError("--against run0 needs --repeats 2 or more (run 0 and a run to compare with it)")

@@ -30,14 +30,14 @@ from rkdet.log import Log
 from rkdet.textsafe import plain_value
 
 REPORT_SCHEMA = "rkdet.check/1"
-_BUILD_ONLY = ("golden", "simulator", "build")  # sections outside the model and its .rknn content
+_BUILD_ONLY = ("golden", "simulator", "reference", "build")  # sections outside the model and its .rknn content
 
 
 @dataclass(frozen=True)
 class Difference:
     """One thing that differs: the section it is in and a line naming the input (BUILD's value first)."""
 
-    section: str  # toolkit | target | onnx | calibration | toolkit option | .rknn | golden | simulator | build
+    section: str  # toolkit | target | onnx | calibration | toolkit option | .rknn | golden | simulator | reference | build
     detail: str
 
 
@@ -51,6 +51,7 @@ class CheckReport:
     model_fingerprint: tuple[str, str]  # (BUILD's, here)
     build_fingerprint: tuple[str, str | None]  # here: None when the identities differ (nothing rebuilt)
     environment: tuple[str, ...] = field(default=())  # what differs in the environment (recorded, not compared)
+    references: tuple[str, ...] = field(default=())  # the onnx-fp32 references: which differ and why
 
     @property
     def same(self) -> bool:
@@ -67,7 +68,8 @@ class CheckReport:
                 "differences": [{"section": d.section, "detail": d.detail} for d in self.differences],
                 "model_fingerprint": {"build": self.model_fingerprint[0], "here": self.model_fingerprint[1]},
                 "build_fingerprint": {"build": self.build_fingerprint[0], "here": self.build_fingerprint[1]},
-                "environment_differences": list(self.environment), "rebuilt": self.build_fingerprint[1] is not None}
+                "environment_differences": list(self.environment), "references": list(self.references),
+                "rebuilt": self.build_fingerprint[1] is not None}
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,7 @@ def _environment_differences(build_env: Any, here: dict[str, Any]) -> tuple[str,
     interpreter too, when both sides recorded it: here only after a rebuild)."""
     def flat(env: dict[str, Any]) -> dict[str, Any]:
         out = {k: env.get(k) for k in ("python", "implementation", "rkdet", "host")}
+        out["CPU class"] = _obj(env.get("cpu")).get("class")
         out.update(_obj(env.get("libraries")))
         worker = _obj(_obj(env.get("hermetic")).get("interpreter"))
         out.update({f"toolkit worker {k}": v for k, v in {"python": worker.get("python"),
@@ -219,6 +222,71 @@ def _outputs_differences(build_doc: Manifest, here_doc: Manifest) -> list[Differ
             which = next((o for o in sorted(set(a) | set(b)) if a.get(o) != b.get(o)), "?")
             out.append(Difference("simulator", f"simulator output {which} of golden input {name} differs"))
     return out
+
+
+def cpu_class_of(doc: Manifest) -> str | None:
+    """The CPU class a build's manifest records (rkdet.onboard.reference.cpu_class), None before rkdet recorded it."""
+    found = _obj(_obj(doc.environment).get("cpu")).get("class")
+    return found if isinstance(found, str) else None
+
+
+_MAX_REFERENCE_BYTES = 1 << 30  # one reference output read to compare numerically (BUILD is untrusted)
+
+
+def _reference_array(folder: Path, digest: str) -> Any:
+    """golden/onnx-fp32/outputs/<digest>.npy of a build when it is a plain file holding that very array, else None."""
+    import re
+
+    import numpy as np
+
+    from rkdet.onboard.hashing import output_hash
+    path = folder / "golden" / "onnx-fp32" / "outputs" / f"{digest}.npy"
+    if not re.fullmatch(r"[0-9a-f]{64}", digest) or path.is_symlink() or not path.is_file() \
+            or path.stat().st_size > _MAX_REFERENCE_BYTES:
+        return None
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    return array if output_hash(np.ascontiguousarray(array)) == digest else None
+
+
+def reference_differences(build: _Build, here_doc: Manifest, here_folder: Path) -> tuple[list[Difference], list[str]]:
+    """The two builds' onnx-fp32 references, input by input: (differences, notes). Made on one CPU class they
+    must be bit-identical (a difference is a Difference, with its likely cause); made on two classes the last
+    bits of FP32 kernels differ by design (docs/FORMATS.md "CPU class"), so they are compared numerically and
+    said in a note, never counted as a difference."""
+    import numpy as np
+
+    ra = _obj(_obj(build.manifest.golden_outputs).get("onnx-fp32"))
+    rb = _obj(_obj(here_doc.golden_outputs).get("onnx-fp32"))
+    differing = [(i, o) for i in sorted(set(ra) | set(rb)) for o in sorted(set(_obj(ra.get(i))) | set(_obj(rb.get(i))))
+                 if _obj(ra.get(i)).get(o) != _obj(rb.get(i)).get(o)]
+    total = sum(len(_obj(v)) for v in rb.values())
+    if not differing:
+        return [], [f"onnx-fp32 reference: bit-identical ({total} outputs)"] if total else []
+    theirs, ours = cpu_class_of(build.manifest), cpu_class_of(here_doc)
+    worst, unread = 0.0, 0
+    for name, out in differing:
+        a = _reference_array(build.folder, str(_obj(ra.get(name)).get(out)))
+        b = _reference_array(here_folder, str(_obj(rb.get(name)).get(out)))
+        if a is None or b is None or a.shape != b.shape:
+            unread += 1
+            continue
+        worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0)))
+    numeric = f"max abs difference {worst:.3g}" + (f" ({unread} not comparable: missing, altered or reshaped)"
+                                                    if unread else "")
+    first = f"output {differing[0][1]} of golden input {differing[0][0]}"
+    if theirs and ours and theirs != ours:
+        return [], [f"onnx-fp32 reference: {len(differing)} of {total} outputs differ, first {first}, as expected: "
+                    f"made on CPU class {theirs!r} (BUILD) vs {ours!r} (here), whose FP32 kernels round differently "
+                    f"(docs/FORMATS.md \"CPU class\"); compared numerically: {numeric}"]
+    versions = [_obj(_obj(d.environment).get("libraries")).get("onnxruntime") for d in (build.manifest, here_doc)]
+    why = (f"onnxruntime {versions[0]} (BUILD) vs {versions[1]} (here)" if versions[0] != versions[1] else
+           "BUILD recorded no CPU class (made by an older rkdet, with other reference settings or on another CPU)"
+           if theirs is None else f"same CPU class {ours!r} and onnxruntime {versions[1]}: not expected")
+    return [Difference("reference", f"onnx-fp32 reference {first} differs ({len(differing)} of {total}; {why}; "
+                                    f"{numeric})")], []
 
 
 def _their_onnx(build: _Build, compare: Callable[[bytes], str | None]) -> str | None:
@@ -280,8 +348,15 @@ def check_against(cfg: RkdetConfig, folder: Path, progress: Log = lambda msg: No
         if not differences and doc.fingerprint != build.manifest.fingerprint:
             differences.append(Difference("build", f"build fingerprint {build.manifest.fingerprint[:16]} vs "
                                                    f"{doc.fingerprint[:16]}"))
+        theirs_cpu, ours_cpu = cpu_class_of(build.manifest), cpu_class_of(doc)
+        if differences and theirs_cpu != ours_cpu:  # the toolkit's own float work ran on another CPU class
+            differences = [Difference(d.section, f"{d.detail} (BUILD made on CPU class {theirs_cpu!r}, here "
+                                                  f"{ours_cpu!r}: docs/RKNN_FORMAT.md \"Across CPUs\")")
+                           if d.section in (".rknn", "simulator", "build") else d for d in differences]
+        ref_differences, ref_notes = reference_differences(build, doc, rebuilt)
+        differences += ref_differences
         env_diff = _environment_differences(build.manifest.environment, _obj(doc.environment))
         return CheckReport(folder, platform, tuple(differences), fps, (build.manifest.fingerprint, doc.fingerprint),
-                           env_diff)
+                           env_diff, tuple(ref_notes))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

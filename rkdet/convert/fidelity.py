@@ -14,7 +14,7 @@ Every gate's result and threshold goes to fidelity.json and to one summary line.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -23,8 +23,8 @@ from rkdet.config import FidelitySection
 from rkdet.decode import CONF_THRESHOLD, DecisionTask, Layout, detect_layout, task_of
 from rkdet.decode.tasks.classification import compare_top_k  # noqa: F401  (the gate's top-k rule, named here too)
 from rkdet.errors import ConversionError, FidelityGateError
+from rkdet.records.fidelity import SCHEMA, FidelityRecord, GateResult
 
-SCHEMA = "rkdet.fidelity/2"
 SCORE_HIGH = 0.5  # a confident FP32 class score
 SCORE_KEPT = 0.25  # what a faithful build still shows for it
 
@@ -42,23 +42,6 @@ class Slice:
         return self.output if self.rows is None else f"{self.output}[{self.kind}]"
 
 
-@dataclass(frozen=True)
-class GateResult:
-    """One gate on one subject: its measured value, threshold and verdict (None: not judged)."""
-
-    gate: str  # decision | cosine | score_collapse | score_recall | saturation
-    subject: str
-    value: float | None
-    threshold: float | None
-    passed: bool | None
-    binding: bool  # False: reported only (a decision gate covers this output)
-    note: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.binding and self.passed is False
-
-
 @dataclass
 class FidelityReport:
     """What fidelity.json holds."""
@@ -68,9 +51,12 @@ class FidelityReport:
     slices: dict[str, dict[str, Any]] = field(default_factory=dict)
     decision: dict[str, Any] = field(default_factory=dict)
 
+    def record(self) -> FidelityRecord:
+        """The report as fidelity.json's record (rkdet.records.fidelity: its one reader and writer)."""
+        return FidelityRecord(self.layout, tuple(self.gates), self.slices, self.decision, SCHEMA)
+
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "layout": self.layout, "gates": [asdict(g) for g in self.gates],
-                "slices": self.slices, "decision": self.decision}
+        return self.record().to_json()
 
 
 def slices_for(output_names: tuple[str, ...], output_shapes: tuple[tuple[int, ...], ...], prepare: str) -> list[Slice]:

@@ -16,26 +16,23 @@ from rkdet.onboard.hashing import output_hash
 # uint8 NHWC as fed to the NPU -> float32 NCHW with mean/std: defined once, on the board side, so the
 # golden reference, deploy's --backend onnxruntime inputs and the self-check use the same transform
 from rkdet.onboard.reference import fp32_input as to_model_input
+from rkdet.onboard.reference import reference_detail, session_options
 from rkdet.onboard.resultset import index_record, output_record, write_complete
 
 
 def onnxruntime_reference(onnx_bytes: bytes, inputs: dict[str, np.ndarray], input_name: str,
                           mean: tuple[float, ...], std: tuple[float, ...]) -> tuple[dict[str, dict[str, np.ndarray]], str]:
-    """FP32 outputs from onnxruntime with deterministic settings (one thread, sequential, fixed opt level)."""
+    """FP32 outputs from onnxruntime with the reference's session (rkdet.onboard.reference.session_options:
+    one thread, sequential, the graph optimization measured to give the same bits on AVX2 and AVX-512)."""
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(onnx_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(onnx_bytes, sess_options=session_options(ort), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     results = {}
     for key, tensor in inputs.items():
         outs = session.run(names, {input_name: to_model_input(tensor, mean, std)})
         results[key] = dict(zip(names, outs))
-    return results, f"onnxruntime {ort.__version__} CPU, 1 thread, sequential, ORT_ENABLE_ALL"
+    return results, reference_detail(ort.__version__)
 
 
 def write_result_set(folder: Path, *, backend: str, backend_detail: str, model_path: str, model_sha256: str,

@@ -20,7 +20,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -104,7 +104,8 @@ def work_folder(key: str) -> Iterator[Path]:
         raise ConversionError(f"{base}: hermetic build folder is not a private directory of this user; "
                               "remove it (another user may have created it)")
     folder = base / key[:24]
-    with open(base / f"{key[:24]}.lock", "w") as lock:
+    sweep_stale_locks(base)
+    with open(base / f"{key[:24]}.lock", "w") as lock:  # "w": every use refreshes its mtime (see the sweep)
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             shutil.rmtree(folder, ignore_errors=True)
@@ -113,6 +114,36 @@ def work_folder(key: str) -> Iterator[Path]:
             yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+STALE_LOCK_S = 3600  # a lock file nobody opened for this long has no holder and no waiter
+
+
+def sweep_stale_locks(base: Path, now: float | None = None) -> int:
+    """Remove the lock files of earlier builds, so converts do not leave one empty file each. Only a file
+    no one has opened for STALE_LOCK_S (each opener truncates it, refreshing its mtime, before it waits)
+    and that can be locked without waiting is removed, while locked: a waiter always holds a fresh file."""
+    now = time.time() if now is None else now
+    removed = 0
+    for path in base.glob("*.lock"):
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_LOCK_S:
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held, again = os.fstat(fd), os.lstat(path)
+            if (held.st_dev, held.st_ino) == (again.st_dev, again.st_ino) and now - again.st_mtime >= STALE_LOCK_S:
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
 
 
 class DeadlineReached(ConversionError):

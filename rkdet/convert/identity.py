@@ -25,6 +25,7 @@ from rkdet import __version__
 from rkdet.convert.toolkits import Toolkit, job_options
 from rkdet.errors import InputError
 from rkdet.onboard.hashing import output_hash
+from rkdet.onboard.reference import cpu_class
 
 if TYPE_CHECKING:
     from rkdet.config import RkdetConfig
@@ -103,13 +104,15 @@ def build_fingerprint(model_fp: str, golden: list[list[str]], rknn_content: str,
 
 
 def environment(hermetic: dict[str, Any]) -> dict[str, Any]:
-    """What built it, for the record (versions and the hermetic environment; never fingerprinted)."""
+    """What built it, for the record (versions, the CPU class, the hermetic environment; never fingerprinted)."""
     versions: dict[str, str | None] = {}
     for dist in _ENVIRONMENT_DISTS:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
+    # the CPU features onnxruntime's FP32 kernels dispatch on: the onnx-fp32 reference's bits follow its class
+    # (docs/FORMATS.md "CPU class"); recorded, never fingerprinted, compared by --check-against
     return {"python": pyplatform.python_version(), "implementation": sys.implementation.name,
             "rkdet": __version__, "host": f"{sys.platform}-{pyplatform.machine()}", "libraries": versions,
-            "hermetic": hermetic}
+            "cpu": cpu_class(), "hermetic": hermetic}

@@ -89,8 +89,16 @@ def decode_rgb(path: Path, min_side: int = MIN_SIDE) -> np.ndarray:
     `min_side`: the smallest side taken (`min_side_for` the model input)."""
     import cv2  # heavy import kept local: `rkdet --help` must stay fast
 
-    data = np.fromfile(str(path), dtype=np.uint8)
-    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    data = np.frombuffer(_read_image_file(path), dtype=np.uint8)
+    declared = _declared_size(data.tobytes()[:1 << 16]) if data.size else None
+    if declared is not None and max(declared) > MAX_SIDE:  # before decoding: 40000x40000 would cost GBs
+        raise InputError(f"{path}: image size {declared[0]}x{declared[1]} is outside {MIN_SIDE}..{MAX_SIDE} px per "
+                         f"side; crop or resize it")
+    try:
+        image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    except cv2.error as exc:  # OpenCV's own size limit, a corrupt stream
+        raise InputError(f"{path}: cannot decode image ({str(exc).strip().splitlines()[-1][:120]}); replace it with "
+                         "a valid PNG or JPEG") from None
     if image is None:
         raise InputError(f"{path}: cannot decode image; replace it with a valid PNG or JPEG")
     if _jpeg_truncated(data):
@@ -111,6 +119,32 @@ def decode_rgb(path: Path, min_side: int = MIN_SIDE) -> np.ndarray:
                          + (f"use an image at least {min_side} px on each side (the smallest the model input takes)"
                             if small else "crop it, or resize it keeping what the model should see"))
     return np.ascontiguousarray(image[:, :, ::-1])  # BGR -> RGB
+
+
+MAX_IMAGE_BYTES = MAX_SIDE * MAX_SIDE * 4 + (1 << 20)  # more than any image within MAX_SIDE needs, even raw BMP
+
+
+def _read_image_file(path: Path) -> bytes:
+    """The file's bytes if it is a regular file (never a FIFO waited on) of at most MAX_IMAGE_BYTES."""
+    from rkdet.records.io import read_capped
+
+    return read_capped(Path(path), MAX_IMAGE_BYTES)
+
+
+def _declared_size(head: bytes) -> tuple[int, int] | None:
+    """(width, height) a PNG, JPEG or BMP header declares, read before decoding; None when not found."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and len(head) >= 24 and head[12:16] == b"IHDR":
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if head.startswith(b"BM") and len(head) >= 26:
+        return abs(int.from_bytes(head[18:22], "little", signed=True)), abs(int.from_bytes(head[22:26], "little", signed=True))
+    if head.startswith(b"\xff\xd8"):
+        i = 2
+        while i + 9 <= len(head) and head[i] == 0xFF:
+            marker, length = head[i + 1], int.from_bytes(head[i + 2:i + 4], "big")
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                return int.from_bytes(head[i + 7:i + 9], "big"), int.from_bytes(head[i + 5:i + 7], "big")
+            i += 2 + length
+    return None
 
 
 def short_side_crop(h: int, w: int, size_hw: tuple[int, int], short_side: int | None) -> tuple[int, int, int, int]:

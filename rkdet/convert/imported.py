@@ -30,8 +30,11 @@ from rkdet.convert.manifest import SCHEMA, EMBED_KEY, sha256_bytes, sha256_file,
 from rkdet.convert.rknn_file import RknnFileInfo, read_rknn
 from rkdet.errors import InputError
 from rkdet.onboard.hashing import output_hash
-from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.records.io import swap_folder
 from rkdet.records.manifest import FedInput, FileRef, InputRecord, Inputs, Manifest, RknnRecord, write_manifest
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import IoInput, ModelIo, write_model_io
+from rkdet.records.resolved_config import write_resolved_config
 from rkdet.tolerance import Tolerance
 
 ORIGIN = "imported"
@@ -146,10 +149,7 @@ def _inputs(folder: Path, fed: FedSpec, given: Given) -> dict[str, np.ndarray]:
         if p.stem in out:
             raise InputError(f"{p}: another input is also named {p.stem!r}; rename one")
         if p.suffix.lower() == ".npy":
-            try:
-                arr = np.load(p, allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise InputError(f"{p}: not a readable .npy ({exc.__class__.__name__}); save it with numpy.save") from None
+            arr = _load_npy(p, fed.shape)
             if arr.ndim == 3:
                 arr = arr[None]
             if arr.dtype != np.uint8 or tuple(arr.shape) != fed.shape:
@@ -158,6 +158,33 @@ def _inputs(folder: Path, fed: FedSpec, given: Given) -> dict[str, np.ndarray]:
         else:
             out[p.stem] = preprocess(decode_rgb(p, min_side_for(tuple(fed.shape[1:3]))), fed.shape[1:3], pp)[0]
     return out
+
+
+def _load_npy(p: Path, shape: tuple[int, ...]) -> np.ndarray:
+    """A golden .npy, its header checked first: a regular file (a FIFO is refused, not waited on) that
+    declares uint8 of the fed shape (or without its batch axis) and holds exactly those bytes, so a header
+    claiming terabytes is one line naming the file, never an allocation."""
+    from rkdet.records.io import open_regular
+
+    want = f"the model is fed uint8 {list(shape)} (NHWC)"
+    try:
+        with open_regular(p) as f:
+            version = np.lib.format.read_magic(f)
+            declared, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                        else np.lib.format.read_array_header_2_0(f))
+            if dtype != np.uint8 or tuple(declared) not in (tuple(shape), tuple(shape[1:])):
+                raise InputError(f"{p}: {dtype} {list(declared)}; {want}")
+            if fortran:
+                raise InputError(f"{p}: a Fortran-order array; save it C-ordered with numpy.save")
+            count = int(np.prod(shape))
+            data = f.read(count + 1)
+    except FileNotFoundError:
+        raise InputError(f"{p}: vanished while it was read") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{p}: not a readable .npy ({exc.__class__.__name__}); save it with numpy.save") from None
+    if len(data) != count:
+        raise InputError(f"{p}: holds {len(data)} data bytes, its header declares {count}; save it again with numpy.save")
+    return np.frombuffer(data, dtype=np.uint8).reshape(declared).copy()
 
 
 def simulator_probe(model: Path, info: RknnFileInfo) -> str:
@@ -233,10 +260,9 @@ def import_rknn(model: Path, inputs: Path, out: Path | None, given: Given, name:
         for n, t in sorted(tensors.items()):
             np.save(stage / "golden" / "inputs" / f"{n}.npy", t, allow_pickle=False)
             records.append(InputRecord(output_hash(t), name=n))
-        io = {"inputs": [{"name": fed.name, "shape": list(fed.shape), "dtype": "uint8", "layout": "nhwc"}],
-              "outputs": [o.name for o in info.outputs]}
-        write_json_atomic(str(stage / "model.io.json"), io)
-        write_json_atomic(str(stage / RESOLVED_CONFIG), {
+        write_model_io(stage / MODEL_IO, ModelIo((IoInput(fed.name, tuple(fed.shape)),),
+                                                 tuple(o.name for o in info.outputs)))
+        write_resolved_config(stage / RESOLVED_CONFIG, {
             "origin": ORIGIN, "name": name,
             "run": RunSection().model_dump(mode="json"), "board": BoardSection().model_dump(mode="json"),
             "tolerances": Tolerance().model_dump(mode="json")})

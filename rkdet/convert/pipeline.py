@@ -29,8 +29,14 @@ from rkdet.convert.identity import ModelIdentity, build_fingerprint, golden_reco
 from rkdet.convert.toolkits import Toolkit, find_toolkit, job_options
 from rkdet.decode import detect_layout
 from rkdet.errors import ConversionError, FidelityGateError, InputError, RkdetError
-from rkdet.records.io import swap_folder, write_json_atomic
+from rkdet.records.io import check_may_write, swap_folder, write_json_atomic
+from rkdet.records.fidelity import FILE as FIDELITY
+from rkdet.records.fidelity import FidelityRecord, write_fidelity
 from rkdet.records.manifest import Manifest, read_manifest
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import ModelIo, write_model_io
+from rkdet.records.resolved_config import FILE as RESOLVED_CONFIG
+from rkdet.records.resolved_config import write_resolved_config
 from rkdet.log import Log
 
 
@@ -167,6 +173,18 @@ def failed_fidelity_path(final: Path) -> Path:
     return final.with_name(f"{final.name}.failed-fidelity.json")
 
 
+def keep_failed_fidelity(path: Path, fid: FidelityRecord) -> str:
+    """Write a failed build's fidelity.json beside its build folder through the one atomic writer, only
+    where `check_may_write` allows (never through a symlink, never into a FIFO or device); what was done,
+    for the error's details. A refused place never changes the gate's exit code."""
+    try:
+        check_may_write(path, "failed build's fidelity.json")
+        write_fidelity(path, fid)
+    except (InputError, OSError) as why:
+        return f"fidelity.json not kept ({why})"
+    return f"fidelity.json kept: {path}"
+
+
 def _write_failed(stage_dir: Path, doc: Manifest, record: GateRecord) -> None:
     """A failed build's manifest says so (`gates`, rkdet.records.gates): deploy refuses it unless allowed."""
     doc = doc.replace(gates=record)
@@ -210,9 +228,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
-        io_spec = {"inputs": [{"name": model.input_name, "shape": [1, h, w, 3], "dtype": "uint8", "layout": "nhwc"}],
-                   "outputs": list(model.output_names)}  # rkdet-run names outputs from it (RKNNLite cannot)
-        (stage_dir / "model.io.json").write_text(json.dumps(io_spec, indent=2) + "\n")
+        # rkdet-run names outputs from it (RKNNLite cannot)
+        write_model_io(stage_dir / MODEL_IO, ModelIo.image(model.input_name, h, w, model.output_names))
         progress(f"{platform}: golden references (onnxruntime FP32{', RKNN simulator' if sim else ''})")
         gold_inputs = {}
         for f in gold.files:
@@ -238,18 +255,17 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
                                       header.to_json()["outputs"], input_hw=tuple(model.input_shape_nchw[2:]),
                                       declared=declared)
             fid = report.to_json()
-            (stage_dir / "fidelity.json").write_text(json.dumps(fid, indent=2, sort_keys=True) + "\n")
+            write_fidelity(stage_dir / FIDELITY, report.record())
             fidelity_line = fidelity.summary_line(report, platform)
             try:
                 warnings += fidelity.gate(report, platform, fidelity.settings_used(cfg))
             except FidelityGateError as err:  # a failed build kept (--keep-failed, --search) says what it was
-                write_json_atomic(str(failed_fidelity_path(final)), fid)  # kept even without --keep-failed
+                kept = keep_failed_fidelity(failed_fidelity_path(final), report.record())  # kept even without --keep-failed
                 doc = manifest.build_manifest(cfg, platform, model, cal, gold, identity, stage_dir, golden_hashes,
                                               fid, environment, log_report.to_json())
                 _write_failed(stage_dir, doc, GateRecord(False, err.gate or "fidelity", err.subject, str(err)))
-                (stage_dir / "config.resolved.json").write_text(
-                    json.dumps(published.config_dict(cfg), indent=2, sort_keys=True) + "\n")
-                err.details = (*err.details, f"{platform}: fidelity.json kept: {failed_fidelity_path(final)}")
+                write_resolved_config(stage_dir / RESOLVED_CONFIG, published.config_dict(cfg))
+                err.details = (*err.details, f"{platform}: {kept}")
                 raise
         else:
             warnings.append(f"{platform}: {tk.name} has no simulator for this platform; golden holds FP32 references only")
@@ -271,8 +287,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             (stage_dir / "verify.json").write_text(json.dumps(verify_report, indent=2, sort_keys=True) + "\n")
         manifest.write_manifest(stage_dir / "manifest.json", doc)
         write_selfcheck_bundle(stage_dir, doc)  # selfcheck.json: check before you serve (docs/SELFCHECK.md)
-        (stage_dir / "config.resolved.json").write_text(json.dumps(published.config_dict(cfg), indent=2, sort_keys=True)
-                                                        + "\n")
+        write_resolved_config(stage_dir / RESOLVED_CONFIG, published.config_dict(cfg))
         if verify_report and not verify_report["fingerprint_identical"]:
             message = (f"{platform}: --verify: a second identical build has fingerprint "
                        f"{verify_report['second_fingerprint'][:16]} != {doc.fingerprint[:16]}: "
@@ -288,7 +303,11 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             exc.warnings = tuple(warnings)
         if keep_failed and stage_dir.exists() and not isinstance(exc, ReplaceRefused):
             failed = out / f"{final.name}.failed"
-            install_build(stage_dir, failed)  # an older .failed folder is replaced whole
+            try:
+                install_build(stage_dir, failed)  # an older .failed folder is replaced whole
+            except (InputError, OSError) as why:  # e.g. a symlink there: the build's own error stays the answer
+                shutil.rmtree(stage_dir, ignore_errors=True)
+                progress(f"{platform}: --keep-failed: the failed build was not kept ({why})")
         else:
             shutil.rmtree(stage_dir, ignore_errors=True)
         raise

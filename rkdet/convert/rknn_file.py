@@ -15,7 +15,6 @@ import ast
 import bisect
 import hashlib
 import json
-import math
 import mmap
 import os
 import re
@@ -46,7 +45,7 @@ __all__ = [
 FINGERPRINT_SCHEME = "rkdet.rknn-fingerprint/2"  # /2: the custom string (slot 11) is provenance, not content
 
 _FB_IDENT = b"RKNN"  # FlatBuffers file identifier of the RKNPU2 model payload
-_MAX_JSON = 64 << 20
+_MAX_JSON = 1 << 20  # the metadata JSON (toolkit2 writes ~100 bytes): the board's cap; 64 MiB cost 1.7 GB parsed
 MAX_STRING = 16 << 20  # one FlatBuffer string (names, io JSON, build_info); toolkit2 writes KBs
 MAX_LITERAL = 1 << 20  # characters of build_info parsed with ast.literal_eval (the toolkit's is ~2 KB)
 MAX_WORK_FACTOR = 4  # table/vector bytes a parse may read, per payload byte (toolkit2 files: 1.0; see _Fb.spend)
@@ -214,8 +213,11 @@ def _parse_mapped(path: Path, data: bytes | memoryview, size: int) -> RknnFileIn
     model = data[model_at : model_at + model_size]
     (json_size,) = struct.unpack_from("<Q", data, json_at)
     json_end = json_at + 8 + json_size
-    if json_size > _MAX_JSON or json_end > len(data):
+    if json_end > len(data):
         fail(f"truncated: metadata JSON of {json_size} bytes runs past the end of the file")
+    if json_size > _MAX_JSON:
+        fail(f"metadata JSON of {json_size} bytes, over the {_MAX_JSON >> 20} MiB an .rknn's metadata may have "
+             "(the toolkit writes ~100 bytes); not read")
     if json_end != len(data):
         fail(f"{len(data) - json_end} unexpected bytes after the metadata JSON; the file is corrupt")
     try:
@@ -452,6 +454,7 @@ def _parse_model(
     sections.append(Section("metadata_json_size", json_at, 8, _sha(data[json_at : json_at + 8])))
     sections.append(Section("metadata_json", json_at + 8, json_size, _sha(data[json_at + 8 : json_at + 8 + json_size])))
 
+    build_info = _literal_or_empty(text(_M_BUILD_INFO))  # evaluated once (a 1 MiB literal costs ~0.5 GB)
     canonical = {
         "scheme": FINGERPRINT_SCHEME,
         "format_version": version,
@@ -459,7 +462,7 @@ def _parse_model(
         "model": {
             "format": text(_M_FORMAT), "compiler": compiler_raw, "target": text(_M_TARGET),
             "source": text(_M_SOURCE), "io_json": io_json,
-            "build_info": _canonical_literal(text(_M_BUILD_INFO)),
+            "build_info": _canonical_literal(build_info),
             "other_slots": _other_model_slots(fb, m, root_spans),
         },
         "metadata": metadata,
@@ -482,7 +485,7 @@ def _parse_model(
         inputs=_io_attrs(first, first.inputs, io_json["input"]),
         outputs=_io_attrs(first, first.outputs, io_json["output"]),
         sections=tuple(sections), content_fingerprint=_fingerprint(canonical), metadata=metadata,
-        build_info=_literal_or_empty(text(_M_BUILD_INFO)),
+        build_info=build_info,
         custom_string=text(_M_CUSTOM_STRING),
         tables={"tensors": first.tensors, "nodes": first.nodes},
     )
@@ -537,10 +540,24 @@ def _buffer_digest(model: bytes | memoryview, start: int, n: int, tensors: list[
         if not _tail_is_uninitialised(r):
             continue
         itemsize = _DTYPES.get(r.get("type_code", -1), ("", 0))[1]
-        need = math.prod(r["native_shape"]) * itemsize + int(r.get("offset", 0))
+        count = _bounded_prod(r["native_shape"], n)
+        need = -1 if count is None else count * itemsize + int(r.get("offset", 0))
         if 0 < need <= n:
             used = need
     return {"size": n, "hashed": used, "sha256": _sha(model[start : start + used])}
+
+
+def _bounded_prod(shape: Sequence[int], limit: int) -> int | None:
+    """The product of `shape`, stopping once it passes `limit` (then limit + 1): math.prod over 100 000
+    big dimensions of a crafted file took minutes. None for a negative dimension."""
+    count = 1
+    for d in shape:
+        if d < 0:
+            return None
+        count *= d
+        if count > limit:
+            return limit + 1
+    return count
 
 
 def _tail_is_uninitialised(r: dict[str, Any]) -> bool:
@@ -679,7 +696,7 @@ def _literal_or_empty(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def _canonical_literal(text: str) -> Any:
+def _canonical_literal(value: dict[str, Any]) -> Any:
     """JSON-able and order-stable: sets become sorted lists (their repr order follows the hash seed)."""
 
     def plain(v: Any) -> Any:
@@ -693,4 +710,4 @@ def _canonical_literal(text: str) -> Any:
             return v
         return repr(v)
 
-    return plain(_literal_or_empty(text))
+    return plain(value)

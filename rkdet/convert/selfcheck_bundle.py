@@ -25,7 +25,9 @@ from rkdet.onboard.backend_table import TABLE as BACKEND_TABLE
 from rkdet.errors import ConversionError
 from rkdet.onboard import bundle as bundle_format  # the format: its reader's bounds and codec
 from rkdet.onboard.resultset import read_index
-from rkdet.records.io import read_json_object, write_json_atomic
+from rkdet.records.io import write_json_atomic
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import read_model_io
 from rkdet.records.manifest import Manifest
 
 DEFAULT_CAP_BYTES = 8 << 20
@@ -80,7 +82,7 @@ def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_B
     config = manifest.inputs.config
     section = (config.resolved or {}).get("decision") if config is not None else None
     declared = section.get("outputs") if isinstance(section, dict) else None  # the app's rules, when declared
-    io_spec = read_json_object(build / "model.io.json")
+    io_spec = read_model_io(build / MODEL_IO).to_json()  # the one model.io.json reader
     fed = manifest.need_fed_input(build / "manifest.json").to_json()
     model_sha = {"model.rknn": manifest.rknn.sha256, "model.onnx": manifest.onnx_sha256}  # each backend's model file
     doc: dict[str, Any] = {

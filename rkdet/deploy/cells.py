@@ -13,6 +13,7 @@ bitwise (rknn-toolkit2 #228: core 0 against cores 0_1_2). The two named verdicts
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,13 @@ from typing import Any
 from rkdet import socs
 from rkdet.diff.api import Comparison, compare
 from rkdet.errors import BoardError
-from rkdet.records.cell import Cell, read_cells
+from rkdet.records.build import BuildRecord
+from rkdet.records.cell import Cell
 from rkdet.records.deploy_record import ContextsRecord
 from rkdet.records.verdict import (NOT_APPLICABLE, AnyVerdict, CellsRecord, CellVerdict, NotApplicable, VerdictRecord,
                                    VerdictSummary)
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
-from rkdet.records.run_info import RunInfo, read_run_info
+from rkdet.records.run_info import RunInfo
 from rkdet.tolerance import Tolerance
 
 def _read_json(path: Path, what: str) -> dict[str, Any] | None:
@@ -146,14 +148,16 @@ class CellsJudgement:
                            agrees=self.agrees)
 
 
-def judge_cells(result: Path, cells: list[Cell], reference: Path | None, tolerance: Tolerance) -> CellsJudgement:
-    """Compare every complete cell with the reference and with the first complete cell (bitwise)."""
+def judge_cells(result: Path, cells: list[Cell], reference: Path | None, tolerance: Tolerance,
+                builds: Sequence[BuildRecord] = ()) -> CellsJudgement:
+    """Compare every complete cell with the reference and with the first complete cell (bitwise);
+    `builds`: the build the reference belongs to, already loaded."""
     judged = CellsJudgement(cells)
     for cell in cells:
         folder = result / cell.name
         if cell.status != "complete" or not (folder / "run.json").is_file():
             continue
-        comp = compare(folder, reference, tolerance)
+        comp = compare(folder, reference, tolerance, builds=builds)
         judged.contexts.update({cell.name: x for x in [fold_contexts(comp, folder)] if x is not None})
         judged.comparisons[cell.name] = comp
         if judged.first is None:
@@ -177,35 +181,19 @@ class RunJudgement:
     contexts: ContextsRecord | None = None  # a single set with --contexts: whether the contexts agreed
 
 
-def _first_run_json(result: Path, cells: list[Cell] | None) -> RunInfo:
-    folder = result if cells is None else next((result / c.name for c in cells if c.status == "complete"
-                                                and (result / c.name / "run.json").is_file()), None)
-    if folder is None:
-        raise BoardError("no cell of the run completed; nothing to judge (see cells.json's reasons)")
-    path = folder / "run.json"
-    try:
-        return read_run_info(path, error=BoardError)  # the one run.json reader (bounded like the other records)
-    except FileNotFoundError:
-        raise BoardError("the board's result run.json is missing") from None
-    except BoardError as exc:
-        raise BoardError(f"the board's result: {exc} (a broken or hostile board?)") from None
-
-
-def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) -> RunJudgement:
-    """Judge a pulled result (a set, or cells) against the build's reference (the one rule of
-    `rkdet diff RUN BUILD`); reports into `folder` (a multi-mask run: the first cell's there, every
-    cell's in `folder/cells/<cell>/`)."""
+def judge_result(result: Path, build: BuildRecord, tolerance: Tolerance, folder: Path, cells: list[Cell] | None,
+                 first_run: RunInfo) -> RunJudgement:
+    """Judge a pulled result (a set, or `cells`: its cells.json) against the build's reference (the one
+    rule of `rkdet diff RUN BUILD`, for `first_run`: the first complete cell's run.json, read once by the
+    caller); reports into `folder` (a multi-mask run: the first cell's there, every cell's in
+    `folder/cells/<cell>/`)."""
     from rkdet.diff.report import write_reports
     from rkdet.diff.resultset import reference_set
 
-    from rkdet.records.build import BuildInfo
-
-    cells = read_cells(result)
-    first_run = _first_run_json(result, cells)
-    no_reference = BuildInfo.load(build).no_reference  # an imported .rknn: nothing to agree with, said so
-    reference = Path(reference_set(build, first_run)) if no_reference is None else None
+    no_reference = build.info.no_reference  # an imported .rknn: nothing to agree with, said so
+    reference = Path(reference_set(build.folder, first_run)) if no_reference is None else None
     if cells is None:
-        comparison = compare(result, reference, tolerance)
+        comparison = compare(result, reference, tolerance, builds=(build,))
         check = fold_contexts(comparison, result)
         write_reports(comparison, folder)
         lines = [v.line() for v in (comparison.repeatable, comparison.agrees) if v is not None]
@@ -214,7 +202,7 @@ def judge_result(result: Path, build: Path, tolerance: Tolerance, folder: Path) 
         return RunJudgement(comparison.verdict, comparison.exit_code, reference, comparison.repeatable.record(),
                             comparison.agrees.record() if comparison.agrees is not None else not_applicable(no_reference),
                             lines, contexts=None if check is None else ContextsRecord(contexts=check.contexts, agree=check.agree))
-    judged = judge_cells(result, cells, reference, tolerance)
+    judged = judge_cells(result, cells, reference, tolerance, builds=(build,))
     for n, (name, comparison) in enumerate(judged.comparisons.items()):
         if n == 0:
             write_reports(comparison, folder)

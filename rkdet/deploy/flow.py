@@ -24,7 +24,7 @@ from typing import Any
 from rkdet.deploy import collect, pinned_run, stage
 from rkdet.deploy.cells import cell_args
 from rkdet.boardinfo import lock as board_lock
-from rkdet.records.build import BuildInfo
+from rkdet.records.build import BuildRecord, load_build
 from rkdet.deploy.deploy_state import DeployState, DeployStatus, load_record, public_settings, remove_partial
 from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, PulledRecord,
                                          TransferRecord)
@@ -40,7 +40,7 @@ from rkdet.link.ssh import BoardConnection
 from rkdet.boardinfo.stack import BoardStack, model_expectations
 from rkdet.link.transfer import TransferStats
 from rkdet.errors import BoardError, InputError, RkdetError
-from rkdet.records.probe import parse_probe, read_probe, write_probe
+from rkdet.records.probe import ProbeReport, parse_probe, read_probe, write_probe
 from rkdet.log import Log
 from rkdet.records.io import SHARED, write_json
 from rkdet.records.run_info import RunInfo
@@ -72,11 +72,13 @@ def board_label(conn_label: str) -> str:
 class Deployment:
     """One deploy to one board: created fresh, or re-attached with `resume`."""
 
-    def __init__(self, conn: BoardConnection, build: Path, results_root: Path, settings: RunSettings,
+    def __init__(self, conn: BoardConnection, build: BuildRecord | Path, results_root: Path, settings: RunSettings,
                  log: Log = lambda msg: None, progress: bool = False, allow_failed_build: bool = False) -> None:
         self.conn = conn
-        self.build = build
-        self.info = BuildInfo.load(build)
+        # the build loaded once (by the CLI: rkdet.records.build); a folder is loaded here
+        self.build_record = build if isinstance(build, BuildRecord) else load_build(build)
+        self.build = self.build_record.folder
+        self.info = self.build_record.info
         # a build that failed a gate at convert: refused, or (allowed) every verdict line says so
         self.caveat = self.info.refuse_failed("deploy", allow_failed_build)
         self.settings = settings
@@ -85,6 +87,7 @@ class Deployment:
         self.label = board_label(conn.target.label)
         self.results = results_root / self.label / self.info.short
         self.state = DeployState(Path(), conn.target.label, self.label, conn.target.user)
+        self.probe_record: ProbeReport | None = None  # board.json as this process wrote it (a resumed run: read)
 
     @property
     def folder(self) -> Path:
@@ -141,7 +144,8 @@ class Deployment:
                                                    "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
         lock = board_lock.probe_lock(probe.records, conn.target.label)
         self.state.lock_names |= board_lock.private_names([lock.holder])
-        write_probe(self.folder / "board.json", parse_probe(self.scrub(list(probe.records))))
+        self.probe_record = parse_probe(self.scrub(list(probe.records)))  # board.json: written, kept, not read back
+        write_probe(self.folder / "board.json", self.probe_record)
         desc = descriptor(s.backend)
         emulated = desc.emulated_double and is_emulated_runtime(conn)
         fit = check_board(probe, self.info, host=conn.target.label, backend=s.backend, emulated=emulated,
@@ -195,7 +199,7 @@ class Deployment:
         ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
         try:
-            total = self.settings.repeats * len(list((self.build / "golden" / "inputs").glob("*.npy")))
+            total = self.settings.repeats * len(self.build_record.golden_inputs)
             code = pinned_run.wait(self.conn, job, layout, self.settings.timeout + self.settings.lock_timeout, total,
                                    self.progress, self.log)
         except KeyboardInterrupt:
@@ -251,7 +255,7 @@ class Deployment:
 
     def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None,
                warnings: list[str]) -> DeployOutcome:
-        j = judge(result_local, self.build, self.settings.tolerances, self.folder, self.conn.target.label)
+        j = judge(result_local, self.build_record, self.settings.tolerances, self.folder, self.conn.target.label)
         if self.caveat:  # the diff marks its own lines from the build's manifest; a multi-cell summary too
             j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
         stack = self._stack(j.run)
@@ -269,10 +273,12 @@ class Deployment:
 
     def _stack(self, run: RunInfo | None) -> BoardStack | None:
         """The board's software stack: board.json (the probe, as stored) and what rkdet-run saw."""
-        try:
-            probe = read_probe(self.folder / "board.json")
-        except (OSError, InputError):
-            return None
+        probe = self.probe_record
+        if probe is None:  # a resumed run: board.json was written by the deploy that started it
+            try:
+                probe = read_probe(self.folder / "board.json")
+            except (OSError, InputError):
+                return None
         return BoardStack.from_evidence(probe, run, self.info.toolkit_version)
 
 

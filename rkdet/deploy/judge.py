@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, BoardError
+from rkdet.records.build import BuildRecord
 from rkdet.records.deploy_record import ContextsRecord
 from rkdet.records.verdict import AnyVerdict, CellsRecord, VerdictRecord, VerdictSummary
 from rkdet.records.run_info import RunInfo, read_run_info
@@ -33,12 +34,13 @@ class Judgement:
     contexts: ContextsRecord | None = None  # --contexts N: whether the threaded contexts agreed
 
 
-def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, label: str) -> Judgement:
-    """Compare the pulled result set run-to-run and with the build's reference; reports into `folder`."""
+def judge(result_local: Path, build: BuildRecord, tolerance: Tolerance, folder: Path, label: str) -> Judgement:
+    """Compare the pulled result set run-to-run and with the build's reference; reports into `folder`.
+    The pulled cells.json and the first complete cell's run.json are selected and read here, once."""
     from rkdet.deploy.cells import judge_result
     from rkdet.records.cell import read_cells
 
-    cells = read_cells(result_local) if (result_local / "cells.json").is_file() else None
+    cells = read_cells(result_local)  # None: a single result set
     first = result_local if cells is None else next(
         (result_local / c.name for c in cells if c.status == "complete" and (result_local / c.name / "run.json").is_file()),
         None)
@@ -51,7 +53,7 @@ def judge(result_local: Path, build: Path, tolerance: Tolerance, folder: Path, l
         raise BoardError(f"{label}: the board's result run.json is unreadable ({exc}); "
                          "the run's results cannot be judged (a broken or hostile board?)") from None
     # the one reference rule `rkdet diff RUN BUILD` applies too; cells and threaded contexts folded in
-    j = judge_result(result_local, build, tolerance, folder)
+    j = judge_result(result_local, build, tolerance, folder, cells, run)
     return Judgement(verdict=j.verdict, exit_code=EXIT_OK if j.diff_exit == 0 else EXIT_DIFFERENT,
                      diff_exit=j.diff_exit, reference=j.reference, emulated=run.emulated is True,
                      repeatable=j.repeatable, agrees=j.agrees, lines=j.lines, run=run, cells=j.cells,

@@ -17,11 +17,10 @@ from rkdet.backends.registry import backend as descriptor
 from rkdet.link.shell import remote_command
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
-from rkdet.records.gates import read as read_gates
+from rkdet.records.build import BuildRecord, load_build
 from rkdet.errors import InputError
 from rkdet.onboard import program
 from rkdet.onboard.backend_table import DEFAULT_BACKEND
-from rkdet.records.manifest import read_manifest
 
 BUNDLE = "selfcheck.json"
 
@@ -42,9 +41,10 @@ class SelfcheckInstall:
         return remote_command(self.command)
 
 
-def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *, emulated: bool = False,
+def install_selfcheck(conn: BoardConnection, build: Path | BuildRecord, remote_dir: str, *, emulated: bool = False,
                       backend: str = DEFAULT_BACKEND, allow_failed_build: bool = False) -> SelfcheckInstall:
-    """Push the self-check files of `build_dir` into `remote_dir` (created; unchanged files skipped).
+    """Push the self-check files of `build` (a loaded build's record, or its folder: loaded here) into
+    `remote_dir` (created; unchanged files skipped).
 
     `emulated`: the board's rknnlite is rkdet's test double, which computes the prepared ONNX: it gets
     model.onnx and model.emu.json beside model.rknn (a real board never does). `backend="onnxruntime"`
@@ -52,16 +52,14 @@ def install_selfcheck(conn: BoardConnection, build_dir: Path, remote_dir: str, *
     convert (rkdet.records.gates) is refused unless `allow_failed_build`.
     """
     desc = descriptor(backend)  # InputError naming the known backends otherwise
-    gates = read_gates(build_dir)
+    record = build if isinstance(build, BuildRecord) else load_build(build, complete=False)  # a broken manifest: exit 2
+    build_dir, gates = record.folder, record.gates
     if not gates.passed and not allow_failed_build:
         raise InputError(gates.refusal(build_dir, "self-check install"))
     bundle = build_dir / BUNDLE
     if not bundle.is_file():
         raise InputError(f"{build_dir}: no {BUNDLE}; re-run `rkdet convert` (builds made before the self-check have none)")
-    try:
-        fed = read_manifest(build_dir / "manifest.json").need_fed_input(build_dir / "manifest.json")
-    except OSError as exc:
-        raise InputError(f"{build_dir}/manifest.json: unreadable ({exc.strerror or exc}); re-run rkdet convert") from None
+    fed = record.manifest.need_fed_input(build_dir / "manifest.json")
     remote_dir = remote_dir.rstrip("/") or "/"
     files = [(bundle, BUNDLE), (build_dir / "model.io.json", "model.io.json")]
     files += [(build_dir / name, name) for name in desc.staged_models(emulated)]

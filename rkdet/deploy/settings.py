@@ -15,6 +15,7 @@ from rkdet.backends.registry import backend as descriptor
 from rkdet.onboard.backend_table import DEFAULT_BACKEND
 from rkdet.config import DEFAULT_CONFIG, DeploySettings, build_deploy_settings, deploy_settings, load_config
 from rkdet.errors import InputError
+from rkdet.records.build import BuildRecord, load_build
 from rkdet.tolerance import Tolerance
 
 if TYPE_CHECKING:
@@ -161,6 +162,21 @@ class RunSettings:
                 raise InputError(f"{where}: {name} has the wrong type ({type(value).__name__})")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.pin_env.items()):
             raise InputError(f"{where}: pin_env must map names to strings")
+
+
+def resolve_build(config_path: Path | None, build: Path | BuildRecord | None) -> tuple[BuildRecord, DeploySettings]:
+    """THE resolution of a build and its settings for `rkdet deploy`, `rkdet fleet deploy` and `rkdet
+    layers --board`: the build folder loaded once (rkdet.records.build: a missing, unreadable or invalid
+    manifest, or an incomplete folder, is one line naming it, exit 2) and the run/board/tolerances
+    settings: --config when given, else the build's own resolved config (read from its record), else
+    the default config (whose name and first platform also name the build). A given --build without
+    --config is checked before its settings are read; a build already loaded (`rkdet layers --board`:
+    its rebuild loaded it) is not read again."""
+    if config_path is None and build is not None:
+        record = build if isinstance(build, BuildRecord) else load_build(build)
+        return record, build_deploy_settings(record)
+    settings, folder = settings_source(config_path, build.folder if isinstance(build, BuildRecord) else build)
+    return build if isinstance(build, BuildRecord) else load_build(folder), settings
 
 
 def settings_source(config_path: Path | None, build: Path | None) -> tuple[DeploySettings, Path]:

@@ -7,6 +7,7 @@ the build's inputs, since the runner runs every file there.
 
 from __future__ import annotations
 
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from rkdet.backends.emulator_stage import push_sidecar
 from rkdet.backends.registry import backend as descriptor
 from rkdet.boardinfo import scripts as board_scripts
+from rkdet.records import build_files
 from rkdet.records.build import BuildInfo
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.link.shell import FILES_S
@@ -21,7 +23,6 @@ from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import TransferStats, push
 from rkdet.errors import InputError
 from rkdet.onboard import program
-from rkdet.onboard.hashing import file_sha256
 
 
 
@@ -35,52 +36,72 @@ def push_scripts(conn: BoardConnection, scripts_dir: str) -> TransferStats:
 
 def check_model(build: BuildInfo) -> None:
     """The build's model.rknn is the one its manifest hashed (`rknn.sha256`, streamed in 1 MiB chunks):
-    a build folder is input, and a board should not be sent 2 GiB only to refuse them."""
-    if build.rknn_sha256 is None:
-        return
-    model = build.folder / "model.rknn"
-    if not model.is_file():
-        raise InputError(f"{model}: not a regular file (a FIFO or device?); re-run rkdet convert")
-    try:
-        found = file_sha256(str(model))
-    except OSError as exc:
-        raise InputError(f"{model}: unreadable ({exc.strerror}); re-run rkdet convert") from None
-    if found != build.rknn_sha256:
-        raise InputError(f"{model}: sha256 {found[:16]}… is not the manifest's rknn.sha256 {build.rknn_sha256[:16]}…; "
-                         "the build folder was changed after rkdet convert, re-run it")
+    a build folder is input, and a board should not be sent 2 GiB only to refuse them. A regular file
+    inside the folder (a symlink or FIFO there is refused, never followed)."""
+    build_files.regular_file(build.folder, "model.rknn", build.rknn_sha256, "rknn.sha256")
+
+
+def build_file_set(build: BuildInfo, emulated: bool, emulate_npu: int | None = None) -> list[str]:
+    """Check, before anything is sent, every file of the build folder that `push_build` sends (relative
+    paths): regular files inside the folder, named by the manifest, hashed as it says where it says;
+    one line naming the file, exit 2 (`rkdet.records.build_files`). Golden inputs are checked again
+    by the copy `push_build` sends (`stage_golden_inputs`)."""
+    folder = build.folder
+    check_model(build)
+    files = ["model.rknn", build_files.regular_file(folder, "model.io.json").name]
+    if emulated:
+        model = emulated_model(build)
+        imported = build.origin == "imported"
+        sha = _stand_in_sha(build) if imported else build.onnx_sha256
+        files.append(build_files.regular_file(folder, model.name, sha, "emulator_stand_in.sha256" if imported
+                                              else "inputs.onnx_prepared.sha256").name)
+        if emulate_npu is not None and build.origin != "imported":
+            files += [f"golden/simulator/{rel}" for rel in build_files.regular_tree(folder, "golden/simulator")]
+    manifest = build.manifest if build.manifest is not None else BuildInfo.check(folder)
+    golden = build_files.golden_inputs(folder, manifest)
+    for gold in golden:
+        build_files.regular_file(folder, f"golden/inputs/{gold.file}")
+    return files + [f"golden/inputs/{gold.file}" for gold in golden]
+
+
+def _stand_in_sha(build: BuildInfo) -> str | None:
+    stand_in = (build.manifest.emulator_stand_in or {}) if build.manifest is not None else {}
+    sha = stand_in.get("sha256")
+    return sha if isinstance(sha, str) else None
 
 
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
                emulate_npu: int | None = None) -> TransferStats:
     """The on-board program (rkdet-onboard.pyz), model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
-    run and judged too."""
+    run and judged too. Every file is checked first (`build_file_set`), and the golden inputs the board
+    gets are a checked copy of the ones the manifest names: nothing is pushed by walking the folder."""
     folder = build.folder
-    check_model(build)  # before anything goes to the board: a swapped .rknn is refused here, not after 2 GiB
+    if emulate_npu is not None and build.origin == "imported":
+        raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
+                         ".rknn has none")
+    build_file_set(build, emulated, emulate_npu)  # before anything goes to the board: one line, exit 2
     stats = TransferStats()
-    with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
-        stats.add(push(conn, Path(program.build(tmp)), layout.runner))
-    stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
-    stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
-    if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
-        stats.add(push(conn, emulated_model(build), f"{layout.model_dir}/model.onnx", progress=progress))
-        fed = build.need_fed_input()
-        npu: dict[str, Any] | None = None
-        if emulate_npu is not None and build.origin == "imported":
-            raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
-                             ".rknn has none")
-        if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
-            from rkdet.diff.resultset import quant_steps
-
-            golden = f"{layout.model_dir}/npu-golden"
-            stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
-            npu = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
-                   "steps": quant_steps(folder), "output": None}
-        stats.add(push_sidecar(conn, fed, layout.model_dir, npu))
-    with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:
-        inputs = folder / "golden" / "inputs"
+    with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
+        manifest = build.manifest if build.manifest is not None else BuildInfo.check(folder)
+        inputs = build_files.stage_golden_inputs(folder, manifest, Path(tmp) / "inputs")
         if layout.fp32_inputs:
-            inputs = model_inputs(inputs, build, Path(tmp))
+            fp32 = Path(tmp) / "fp32"
+            fp32.mkdir()
+            inputs = model_inputs(inputs, build, fp32)
+        stats.add(push(conn, Path(program.build(tmp)), layout.runner))  # the on-board program: one zipapp
+        stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
+        stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
+        if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
+            stats.add(push(conn, emulated_model(build), f"{layout.model_dir}/model.onnx", progress=progress))
+            fed = build.need_fed_input()
+            npu: dict[str, Any] | None = None
+            if emulate_npu is not None:  # test control: the double answers with the simulator's outputs
+                golden = f"{layout.model_dir}/npu-golden"
+                stats.add(push(conn, folder / "golden" / "simulator", golden, progress=progress))
+                npu = {"golden": golden, "inputs": layout.inputs, "lsb_k": emulate_npu,
+                       "steps": build.manifest.quant_steps if build.manifest else {}, "output": None}
+            stats.add(push_sidecar(conn, fed, layout.model_dir, npu))
         stats.add(push(conn, inputs, layout.inputs, progress=progress))
         keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
     prune_remote(conn, layout.inputs, keep)
@@ -101,7 +122,8 @@ def emulated_model(build: BuildInfo) -> Path:
 def model_inputs(fed_dir: Path, build: BuildInfo, dest: Path) -> Path:
     """The golden inputs as the prepared ONNX takes them (float32 NCHW, mean/std applied), for the
     onnxruntime backend: the very transform the build's FP32 golden reference was computed with,
-    so a board's onnxruntime can be compared with it bit for bit."""
+    so a board's onnxruntime can be compared with it bit for bit. `fed_dir` is the checked copy
+    (`stage_golden_inputs`), never the build folder itself."""
     import numpy as np
 
     from rkdet.onboard.reference import fp32_input
@@ -110,10 +132,10 @@ def model_inputs(fed_dir: Path, build: BuildInfo, dest: Path) -> Path:
     if build.origin == "imported":
         raise InputError(f"{build.folder}: an imported .rknn has no ONNX: --backend onnxruntime needs one; use rknnlite")
     if fed.layout != "NHWC":
-        raise InputError(f"{fed_dir.parent.parent}: --backend onnxruntime needs NHWC golden inputs, "
+        raise InputError(f"{build.folder}: --backend onnxruntime needs NHWC golden inputs, "
                          f"the build has {fed.layout}")
     for src in sorted(fed_dir.glob("*.npy")):
-        np.save(dest / src.name, fp32_input(np.load(src), fed.mean, fed.std))
+        np.save(dest / src.name, fp32_input(np.load(src, allow_pickle=False), fed.mean, fed.std))
     return dest
 
 
@@ -129,9 +151,14 @@ def prune_remote(conn: BoardConnection, remote_dir: str, keep: set[str]) -> None
 def need_kb(build: BuildInfo, backend: str) -> int:
     """Disk the board needs for this deploy (generous: model files, inputs, every output distinct)."""
     folder = build.folder
-    sizes = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and "golden" not in p.parts)
+    def size(p: Path) -> int:  # lstat: a symlink's target outside the folder is never looked at
+        st = p.lstat()
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+    sizes = sum(size(p) for p in folder.rglob("*") if "golden" not in p.relative_to(folder).parts)
     widen = 4 if descriptor(backend).fp32_input else 1  # uint8 pixels become float32
-    sizes += widen * sum(p.stat().st_size for p in (folder / "golden" / "inputs").glob("*") if p.is_file())
+    inputs = folder / "golden" / "inputs"
+    sizes += widen * (sum(size(p) for p in inputs.glob("*")) if not inputs.is_symlink() else 0)
     outputs = 0
     for shape in build.output_shapes:
         count = 1

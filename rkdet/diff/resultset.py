@@ -8,16 +8,17 @@ of 1000 runs never holds more than a couple of records' arrays.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rkdet.records.gates import read as read_gates
+from rkdet.records.build import BuildRecord, load_build
 from rkdet.diff.safeio import (MAX_ARRAY_BYTES, MAX_INPUTS, MAX_NAME, MAX_OUTPUTS, MAX_RECORD_BYTES, array_bytes,
                                check_dtype, check_shape, load_array_file, load_npy)
 from rkdet.errors import InputError
@@ -25,7 +26,7 @@ from rkdet.records.io import iter_jsonl
 from rkdet.records import io
 from rkdet.onboard.hashing import output_hash
 from rkdet.onboard.reference import reference_for_run
-from rkdet.records.manifest import read_manifest
+from rkdet.records.manifest import Manifest, read_manifest
 from rkdet.records.run_info import RunInfo, RunInput, read_run_info
 
 
@@ -347,34 +348,41 @@ def quant_steps(build: Path) -> dict[str, float]:
     """Output name -> quantization step (the int8 scale) from a build's manifest.json (`rknn.header.outputs`),
     for `max_lsb`; empty when the manifest is absent, unreadable or names no single per-tensor scale."""
     try:
-        outputs = read_manifest(Path(build) / "manifest.json").rknn.header.outputs
+        return read_manifest(Path(build) / "manifest.json").quant_steps
     except (OSError, InputError):
         return {}
-    return {t.name: float(t.scale[0]) for t in outputs  # the reader checked names, dtypes and finite numbers
-            if t.name is not None and t.dtype in ("int8", "uint8") and len(t.scale) == 1 and t.scale[0] > 0}
 
 
-def _golden_set(path: Path, note: str | None = None) -> ResultSetDir:
-    """A result set; a build's golden set also knows the build's output quantization steps."""
+def _golden_set(path: Path, note: str | None = None, builds: Sequence[BuildRecord] = ()) -> ResultSetDir:
+    """A result set; a build's golden set also knows the build's output quantization steps and whether the
+    build failed its gates, from the build's record (`builds`: the ones the caller loaded, else loaded
+    here): a build whose manifest is missing, unreadable, not a regular file or invalid is refused
+    (one line naming it, exit 2), never judged as a good build."""
     src = ResultSetDir(path, note=note)
     if path.parent.name == "golden":
-        src.quant_steps = quant_steps(path.parent.parent)
-        gates = read_gates(path.parent.parent)
-        src.build_caveat = None if gates.passed else gates.caveat(path.parent.parent)
-        src.declared = declared_decisions(path.parent.parent)
+        folder = path.parent.parent
+        build = next((b for b in builds if b.folder == folder), None) or load_build(folder, complete=False)
+        src.quant_steps = build.manifest.quant_steps
+        src.build_caveat = None if build.gates.passed else build.gates.caveat(folder)
+        src.declared = declared_of(build.manifest)
     return src
 
 
-def declared_decisions(build: Path) -> dict[str, Any] | None:
-    """The build's declared decision rules (manifest `inputs.config.resolved.decision.outputs`), or None:
-    none declared, or no readable manifest (the layout is then recognised, as before)."""
-    try:
-        config = read_manifest(Path(build) / "manifest.json").inputs.config
-    except (OSError, InputError):
-        return None
+def declared_of(manifest: Manifest) -> dict[str, Any] | None:
+    """A build's declared decision rules (its manifest's `inputs.config.resolved.decision.outputs`), or
+    None: none declared (the layout is then recognised, as before)."""
+    config = manifest.inputs.config
     section = (config.resolved or {}).get("decision") if config is not None else None
     outputs = section.get("outputs") if isinstance(section, dict) else None
     return dict(outputs) if isinstance(outputs, dict) and outputs else None
+
+
+def declared_decisions(build: Path) -> dict[str, Any] | None:
+    """`declared_of` a build folder's manifest; None also when it has no readable manifest."""
+    try:
+        return declared_of(read_manifest(Path(build) / "manifest.json"))
+    except (OSError, InputError):
+        return None
 
 
 def _run_folder_result(p: Path) -> Path | None:
@@ -383,9 +391,11 @@ def _run_folder_result(p: Path) -> Path | None:
     return sub if (sub / "run.json").exists() and not (p / "run.json").exists() else None
 
 
-def open_source(path: str | Path, role: str = "A", against: RunInfo | None = None) -> ResultSource:
+def open_source(path: str | Path, role: str = "A", against: RunInfo | None = None,
+                builds: Sequence[BuildRecord] = ()) -> ResultSource:
     """Open a result set, a run folder (its result/), a build folder (its golden set picked by
-    `reference_set` for results described by `against`, A's run.json), a golden/ folder, or a .npy/.npz."""
+    `reference_set` for results described by `against`, A's run.json), a golden/ folder, or a .npy/.npz
+    (`builds`: build folders the caller already loaded, not read again)."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{role} {p}: no such file or directory")
@@ -394,7 +404,7 @@ def open_source(path: str | Path, role: str = "A", against: RunInfo | None = Non
             return ArrayFile(p)
         raise InputError(f"{role} {p}: not a result set folder, build folder or .npy/.npz file")
     if (p / "index.jsonl").exists() or (p / "run.json").exists():
-        return _golden_set(p)
+        return _golden_set(p, builds=builds)
     result = _run_folder_result(p)
     if result is not None:
         return ResultSetDir(result)
@@ -408,7 +418,8 @@ def open_source(path: str | Path, role: str = "A", against: RunInfo | None = Non
             other = "onnx-fp32" if chosen.name == "simulator" else "simulator"
             shown = p / chosen.name if what == "golden folder" else p / "golden" / chosen.name
             return _golden_set(chosen, note=f"{role} {p} is a {what}: using its {chosen.name} outputs ({shown}), "
-                                             f"picked by {why}; pass {shown.parent / other} to compare with the other set")
+                                             f"picked by {why}; pass {shown.parent / other} to compare with the other set",
+                               builds=builds)
     if _imported_build(p):
         raise InputError(f"{role} {p}: an imported .rknn (rkdet import-rknn) has no reference outputs: agrees is not "
                          "applicable; compare A alone for the repeatable verdict")
@@ -417,10 +428,8 @@ def open_source(path: str | Path, role: str = "A", against: RunInfo | None = Non
 
 
 def _imported_build(folder: Path) -> bool:
-    """A build folder written by `rkdet import-rknn` (its manifest says origin: imported)."""
-    if not (folder / "manifest.json").is_file():
+    """A build folder written by `rkdet import-rknn` (its manifest says origin: imported); a manifest there
+    that cannot be read is refused (one line naming it), never taken for "not a build"."""
+    if not os.path.lexists(folder / "manifest.json"):
         return False
-    try:
-        return read_manifest(folder / "manifest.json").imported
-    except (OSError, InputError):
-        return False
+    return load_build(folder, complete=False).manifest.imported

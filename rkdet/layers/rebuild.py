@@ -27,8 +27,9 @@ from rkdet.convert.pipeline import materialize
 from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
-from rkdet.records.io import read_json, write_atomic
-from rkdet.records.manifest import Manifest, read_manifest
+from rkdet.records.io import write_atomic
+from rkdet.records.build import BuildRecord, load_build
+from rkdet.records.manifest import Manifest
 from rkdet.onboard.hashing import output_hash
 from rkdet.log import Log
 
@@ -45,6 +46,7 @@ class BuildSource:
     platform: str
     build: Path | None
     manifest: Manifest | None  # the build folder's (rkdet.records.manifest); None: from a config
+    record: BuildRecord | None = None  # the build folder loaded once (rkdet.records.build); None: from a config
 
 
 @dataclass(frozen=True)
@@ -76,23 +78,27 @@ def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
     if missing:
         raise InputError(f"{folder}: not a complete build folder: missing {', '.join(missing)} "
                          "(rkdet layers needs what rkdet convert writes; rebuild it, or use --config)")
-    docs = {}
-    try:  # the one manifest reader (bounded, strict: the fingerprint names the cut cache folder)
-        doc = read_manifest(folder / "manifest.json")
-        docs["config.resolved.json"] = read_json(folder / "config.resolved.json")  # bounded (rkdet.records.io)
+    try:  # the one load of a build folder (bounded, strict: the fingerprint names the cut cache folder)
+        record = load_build(folder, complete=False)
+        resolved = record.resolved_config()  # the one config.resolved.json reader, kept in the record
     except FileNotFoundError as exc:
         raise InputError(f"{exc.filename}: missing; rebuild with rkdet convert") from None
+    doc = record.manifest
     try:
-        cfg = RkdetConfig.model_validate(docs["config.resolved.json"])
+        cfg = RkdetConfig.model_validate(dict(resolved.doc))
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first.get("loc", ()))
         raise InputError(f"{folder / 'config.resolved.json'}: key {key!r}: {first.get('msg')}; rebuild with rkdet convert") from None
+    # A program to run is never taken from a build folder (it may be someone else's): the toolkit-1 Python
+    # comes from the user's own --config only; without one, rv1126 is refused before anything runs.
+    own_python = None
     if paths_from is not None:
         located = load_config(paths_from)
         updates = {section: getattr(cfg, section).model_copy(update={key: getattr(getattr(located, section), key)})
                    for section, key in PATH_KEYS if section in ("model", "quantize", "golden")}
         cfg = cfg.model_copy(update=updates)
+        own_python = located.target.toolkit1_python
     else:
         for section, key in (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs")):
             value = getattr(getattr(cfg, section), key)
@@ -100,7 +106,8 @@ def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
                 raise InputError(f"{folder / 'config.resolved.json'}: {section}.{key} is {str(value)!r} without its "
                                  f"location (a published build records no machine paths); pass the config that "
                                  f"built it: rkdet layers {folder} --config FILE")
-    return BuildSource(cfg, doc.platform, folder, doc)
+    cfg = cfg.model_copy(update={"target": cfg.target.model_copy(update={"toolkit1_python": own_python})})
+    return BuildSource(cfg, doc.platform, folder, doc, record)
 
 
 def from_config(path: Path, platform: str | None) -> BuildSource:

@@ -14,30 +14,22 @@ from .backend_table import ONNXRUNTIME, RKNNLITE
 from .bounded import loads_bounded, read_regular
 from .exits import EXIT_BOARD, RunnerError
 from .numpy_or_none import np
+from .reference import GRAPH_OPT_LEVELS, REFERENCE_GRAPH_OPT, REFERENCE_THREADS, cpu_class, session_options
 
-GRAPH_OPT_LEVELS = ("disable", "basic", "extended", "all")
 
 class OnnxRuntimeBackend(object):
     """onnxruntime on CPU with a deterministic session (fixed threads, sequential execution)."""
 
     name = ONNXRUNTIME.name
 
-    def __init__(self, model, threads=1, graph_opt="all"):
+    def __init__(self, model, threads=REFERENCE_THREADS, graph_opt=REFERENCE_GRAPH_OPT):
         # type: (str, int, str) -> None
         try:
             import onnxruntime as ort
         except ImportError:
             raise RunnerError("onnxruntime is not installed for %s; install it or use --backend rknnlite"
                               % sys.executable, EXIT_BOARD)
-        levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                  "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                  "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = levels[graph_opt]
+        options = session_options(ort, threads, graph_opt)  # the onnx-fp32 reference's by default
         try:
             self._session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own exception types for bad models
@@ -45,8 +37,10 @@ class OnnxRuntimeBackend(object):
         self.options = {"intra_op_num_threads": threads, "inter_op_num_threads": 1,
                         "execution_mode": "ORT_SEQUENTIAL", "graph_optimization_level": graph_opt,
                         "providers": self._session.get_providers()}
-        self.detail = "onnxruntime %s on %s (CPUExecutionProvider, intra_op=%d, inter_op=1, ORT_SEQUENTIAL, graph_optimization=%s)" % (
-            ort.__version__, platform.machine(), threads, graph_opt)
+        cpu = cpu_class()  # FP32 kernels follow the CPU's features: a reference of another class is not bitwise
+        self.options.update({"cpu_class": cpu["class"], "cpu_features": cpu["features"]})
+        self.detail = "onnxruntime %s on %s (CPUExecutionProvider, intra_op=%d, inter_op=1, ORT_SEQUENTIAL, graph_optimization=%s, CPU class %s)" % (
+            ort.__version__, platform.machine(), threads, graph_opt, cpu["class"])
         self.emulated = False
         self.emulates_npu = False
         self.stack = {"onnxruntime": str(ort.__version__)}
@@ -229,7 +223,7 @@ def load_io_spec(model):
         raise RunnerError("%s: invalid io spec (%s); expected {\"inputs\": [{\"name\", \"shape\", \"dtype\"}], \"outputs\": [names]}" % (path, err))
 
 
-def make_backend(backend, model, core_mask="auto", threads=1, graph_opt="all", io_spec=None):
+def make_backend(backend, model, core_mask="auto", threads=REFERENCE_THREADS, graph_opt=REFERENCE_GRAPH_OPT, io_spec=None):
     # type: (str, str, str, int, str, Optional[Dict[str, Any]]) -> Any
     """The backend named `backend` with `model` loaded; rknnlite takes `<model>.io.json` beside the
     model when there is one, else `io_spec`."""

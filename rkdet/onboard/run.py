@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from .atomic import write_json_atomic
 from .backend_table import DEFAULT_BACKEND, NPU_BACKENDS
 from .backend_table import facts as backend_facts
-from .backends import GRAPH_OPT_LEVELS, make_backend
+from .backends import make_backend
 from .cells import run_cells
 from .contexts import contexts_check
 from .exits import (EXIT_BAD_INPUT, EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK, STOP, Interrupted,
@@ -48,6 +48,7 @@ from .identity import HEX64, check_model, read_rknn_facts
 from .inputs import Sample, load_inputs, validate_inputs
 from .numpy_or_none import np
 from .recorder import Recorder
+from .reference import GRAPH_OPT_LEVELS, REFERENCE_GRAPH_OPT
 from .resultset import BACKENDS, CORE_MASKS, RUN_SCHEMA, ResultWriter, first_hashes, prepare_out_dir
 from .snapshot import board_snapshot
 
@@ -86,7 +87,8 @@ def parse_args(argv):
                         help="refuse (exit 5) a model without an embedded fingerprint whose sha256 differs")
     parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (default 1)")
-    parser.add_argument("--graph-opt", default="all", choices=GRAPH_OPT_LEVELS, help="onnxruntime graph optimization level (default all)")
+    parser.add_argument("--graph-opt", default=REFERENCE_GRAPH_OPT, choices=GRAPH_OPT_LEVELS,
+                        help="onnxruntime graph optimization level (default %s: the onnx-fp32 reference's)" % REFERENCE_GRAPH_OPT)
     parser.add_argument("--cpu-affinity", default=None, help="pin this process to these CPUs, e.g. 4,5")
     parser.add_argument("--snapshot-every", type=int, default=10, help="board snapshot every K runs (0: only before/after; default 10)")
     parser.add_argument("--out", required=True, help="result folder (created; must be new or empty)")

@@ -1,21 +1,36 @@
-"""What the board side reads of a build: a checked build folder and its manifest (`BuildInfo`).
+"""A build folder loaded once (`BuildRecord`, `load_build`) and the board side's view of it (`BuildInfo`).
 
-Why its own record: deploy, preflight and a fleet or bisection scheduler need the build folder to
-hold what a board run needs, and a handful of its manifest's fields (fingerprint, platform, the fed
-input, the `.rknn` header's versions, output shapes). The manifest itself is read by the one reader
-(`rkdet.records.manifest`); this is the board side's view of that record, with the folder's paths.
+Why: a build folder is input (a colleague's, CI's, a crafted one), and deploy, fleet deploy, the
+diff, layers and the self-check each used to re-read and re-judge its files from the path, with
+different reactions to a broken manifest (exit 2, "gates PASSED", `{}`). The CLI now resolves the
+folder into one `BuildRecord` (manifest, gates, golden sets; model io, resolved config and fidelity
+read on first use through their one reader each) and passes the record down: `manifest.json` is read
+once per command, and a missing, unreadable, non-regular or invalid manifest is one line naming the
+file (InputError, exit 2) for every command that takes a build.
+
+`BuildInfo` is the handful of manifest fields deploy, preflight and a fleet or bisection scheduler
+use (fingerprint, platform, the fed input, the `.rknn` header's versions, output shapes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rkdet.errors import InputError
+from rkdet.records.fidelity import FILE as FIDELITY
+from rkdet.records.fidelity import FidelityRecord, read_fidelity
 from rkdet.records.gates import GateRecord
+from rkdet.records.manifest import FILE as MANIFEST
 from rkdet.records.manifest import FedInput, Manifest, read_manifest
+from rkdet.records.model_io import FILE as MODEL_IO
+from rkdet.records.model_io import ModelIo, read_model_io
+from rkdet.records.resolved_config import FILE as RESOLVED_CONFIG
+from rkdet.records.resolved_config import ResolvedConfig, read_resolved_config
 
-__all__ = ["BuildInfo", "FedInput", "REQUIRED_FILES"]
+__all__ = ["BuildInfo", "BuildRecord", "FedInput", "GOLDEN_SETS", "REQUIRED_FILES", "load_build"]
 
 REQUIRED_FILES = ("model.rknn", "model.io.json", "golden/inputs")
 
@@ -65,19 +80,9 @@ class BuildInfo:
         """The build folder's manifest (the typed record) when the folder holds what a board run needs;
         one line naming the folder or the manifest's field otherwise."""
         build = Path(build)
-        manifest = build / "manifest.json"
-        try:
-            record = read_manifest(manifest)  # bounded: a FIFO, /dev/zero or 100k brackets are one line
-        except FileNotFoundError:
-            raise InputError(f"{build}: no manifest.json; run `rkdet convert` first or pass --build with a build "
-                             "folder") from None
-        except InputError as exc:
-            prefix = f"{manifest}: "
-            text = str(exc)[len(prefix):] if str(exc).startswith(prefix) else str(exc)
-            raise InputError(f"{prefix}malformed manifest: {text}") from None
-        for name in REQUIRED_FILES:
-            if not (build / name).exists():
-                raise InputError(f"{build}: {name} missing; the build folder is incomplete, re-run rkdet convert")
+        record = _read_manifest(build, f"{build}: no manifest.json; run `rkdet convert` first or pass --build "
+                                       "with a build folder")
+        _check_complete(build)
         return record
 
     @classmethod
@@ -102,7 +107,98 @@ class BuildInfo:
                    emulator_onnx=Path(build) / Path(str(stand_in)).name if stand_in else None, manifest=m)
 
 
-def _hex(value: str | None, build: Path, field: str) -> str | None:
+def _hex(value: str | None, build: Path, name: str) -> str | None:
     from rkdet.records.io import identifier
 
-    return identifier(value, Path(build) / "manifest.json", field, required=False)
+    return identifier(value, Path(build) / MANIFEST, name, required=False)
+
+
+def _read_manifest(build: Path, missing: str) -> Manifest:
+    """THE read of a build folder's manifest (bounded, strict: a FIFO, /dev/zero or 100k brackets are one
+    line naming the file); `missing` is the line for a folder without one."""
+    path = build / MANIFEST
+    try:
+        return read_manifest(path)
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.lexists(path):  # a dangling symlink: named as what it is
+            raise InputError(f"{path}: cannot read (a link to nothing); re-run rkdet convert") from None
+        raise InputError(missing) from None
+    except InputError as exc:
+        prefix = f"{path}: "
+        text = str(exc)[len(prefix):] if str(exc).startswith(prefix) else str(exc)
+        raise InputError(f"{prefix}malformed manifest: {text}") from None
+
+
+def _check_complete(build: Path) -> None:
+    for name in REQUIRED_FILES:
+        if not (build / name).exists():
+            raise InputError(f"{build}: {name} missing; the build folder is incomplete, re-run rkdet convert")
+
+
+GOLDEN_SETS = ("simulator", "onnx-fp32")  # the reference result sets a build may hold (golden/<set>/)
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """A build folder, loaded once: its manifest (read and checked at load), and its model io, resolved
+    config and fidelity report, each read on first use through its one reader and kept."""
+
+    folder: Path
+    manifest: Manifest
+    info: BuildInfo
+    _files: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def gates(self) -> GateRecord:
+        """Convert's gate verdict (rkdet.records.gates)."""
+        return self.info.gates
+
+    @property
+    def golden_sets(self) -> tuple[str, ...]:
+        """The golden result sets the folder holds (`simulator`, `onnx-fp32`), in that order."""
+        return tuple(name for name in GOLDEN_SETS if (self.folder / "golden" / name / "run.json").exists())
+
+    @property
+    def golden_inputs(self) -> tuple[Path, ...]:
+        """The golden inputs as pushed to a board (`golden/inputs/*.npy`)."""
+        return tuple(sorted((self.folder / "golden" / "inputs").glob("*.npy")))
+
+    def model_io(self) -> ModelIo:
+        """`model.io.json` (rkdet.records.model_io); missing or broken: one line naming it (exit 2)."""
+        if MODEL_IO not in self._files:
+            try:
+                self._files[MODEL_IO] = read_model_io(self.folder / MODEL_IO)
+            except FileNotFoundError:
+                raise InputError(f"{self.folder}: {MODEL_IO} missing; the build folder is incomplete, "
+                                 "re-run rkdet convert") from None
+        return self._files[MODEL_IO]
+
+    def resolved_config(self, error: type[InputError] = InputError) -> ResolvedConfig:
+        """`config.resolved.json` (rkdet.records.resolved_config). FileNotFoundError passes for the
+        caller's message (deploy: "pass --config FILE"); anything else is one line naming it (`error`)."""
+        if RESOLVED_CONFIG not in self._files:
+            self._files[RESOLVED_CONFIG] = read_resolved_config(self.folder / RESOLVED_CONFIG, error)
+        return self._files[RESOLVED_CONFIG]
+
+    def fidelity(self) -> FidelityRecord | None:
+        """`fidelity.json` (rkdet.records.fidelity); None when the build has none (no simulator, imported)."""
+        if FIDELITY not in self._files:
+            try:
+                self._files[FIDELITY] = read_fidelity(self.folder / FIDELITY)
+            except FileNotFoundError:
+                self._files[FIDELITY] = None
+        return self._files[FIDELITY]
+
+
+def load_build(folder: str | Path, *, complete: bool = True) -> BuildRecord:
+    """THE load of a build folder: its manifest read once (bounded, strict) into a `BuildRecord`. A missing,
+    unreadable, non-regular or invalid manifest is one line naming the file (InputError, exit 2);
+    `complete` (deploy, fleet, layers --board, self-check) also needs what a board run needs
+    (`REQUIRED_FILES`); the diff needs only the manifest beside the golden sets."""
+    build = Path(folder)
+    if complete:
+        manifest = BuildInfo.check(build)
+    else:
+        manifest = _read_manifest(build, f"{build / MANIFEST}: missing; a build folder (rkdet convert, rkdet "
+                                         "import-rknn) holds one: re-run rkdet convert")
+    return BuildRecord(build, manifest, BuildInfo.from_manifest(build, manifest))

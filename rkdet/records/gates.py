@@ -7,6 +7,8 @@ self-check install and `rkdet diff` read it, so a build kept after a failed gate
 
 A manifest written before the record existed is judged from its `fidelity.gates` (a binding gate whose
 `passed` is false); a manifest with neither says nothing, so the build counts as passed (as before).
+A build folder's record is read with its manifest, once (rkdet.records.build `load_build`): a manifest
+that cannot be read refuses the build, never counts as passed.
 """
 
 from __future__ import annotations
@@ -72,16 +74,3 @@ def from_manifest(doc: Any) -> GateRecord:
             return GateRecord(False, gate[:MAX_TEXT] if isinstance(gate, str) else "unnamed",
                               subject[:MAX_TEXT] if isinstance(subject, str) and gate != "decision" else None)
     return PASSED
-
-
-def read(build: str | Path) -> GateRecord:
-    """The record of a build folder (`manifest.json`); passed when there is no readable manifest (whoever
-    needs the manifest refuses that on its own)."""
-    from rkdet.errors import RkdetError
-    from rkdet.records.io import read_json_object  # bounded: a build folder is untrusted (a FIFO, a huge file)
-
-    try:
-        doc = read_json_object(Path(build) / "manifest.json")
-    except (OSError, RkdetError):
-        return PASSED
-    return from_manifest(doc)

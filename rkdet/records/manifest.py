@@ -375,6 +375,13 @@ class Manifest:
         version = toolkit.get("version") if isinstance(toolkit, dict) else None
         return version if isinstance(version, str) else None
 
+    @property
+    def quant_steps(self) -> dict[str, float]:
+        """Output name -> quantization step (the int8 scale) from `rknn.header.outputs`, for the diff's
+        `max_lsb`; only outputs with one per-tensor scale (the reader checked names, dtypes, numbers)."""
+        return {t.name: float(t.scale[0]) for t in self.rknn.header.outputs
+                if t.name is not None and t.dtype in ("int8", "uint8") and len(t.scale) == 1 and t.scale[0] > 0}
+
     def need_fed_input(self, where: str | Path) -> FedInput:
         if self.fed_input is None:
             raise InputError(f"{where}: manifest.json has no fed_input; {ADVICE}")

@@ -23,7 +23,8 @@ from rkdet.convert.hermetic import BuildWatch, DeadlineReached
 from rkdet.convert.images import list_images
 from rkdet.convert.pipeline import convert, install_build
 from rkdet.errors import ConversionError, InputError
-from rkdet.records.io import read_json_object
+from rkdet.records.fidelity import FILE as FIDELITY
+from rkdet.records.fidelity import FidelityRecord, read_fidelity
 from rkdet.records.manifest import read_manifest
 from rkdet.search.budget import HYBRID_COST, LAYERS_COST, Budget, cheapest_first, format_duration, relative_cost
 from rkdet.search.space import (
@@ -184,25 +185,25 @@ def _closest(gates: list[dict[str, Any]]) -> Closest | None:
     return best
 
 
-def _read(folder: Path) -> tuple[str | None, dict[str, Any] | None]:
+def _read(folder: Path) -> tuple[str | None, FidelityRecord | None]:
     fp, fid = None, None
     try:
         fp = read_manifest(folder / "manifest.json").fingerprint
     except (OSError, InputError):
         pass
     try:
-        fid = read_json_object(folder / "fidelity.json")
+        fid = read_fidelity(folder / FIDELITY)  # the one fidelity.json reader (bounded, strict)
     except (OSError, InputError):
         pass
     return fp, fid
 
 
-def _fidelity_line(fid: dict[str, Any], platform: str) -> str | None:
+def _fidelity_line(fid: FidelityRecord, platform: str) -> str | None:
     """The convert's one-line fidelity summary, from a kept build's fidelity.json."""
-    from rkdet.convert.fidelity import FidelityReport, GateResult, summary_line
+    from rkdet.convert.fidelity import FidelityReport, summary_line
 
     try:
-        return summary_line(FidelityReport(fid.get("layout", {}), [GateResult(**g) for g in fid.get("gates", [])]),
+        return summary_line(FidelityReport(dict(fid.layout), list(fid.gates)),
                             platform)
     except (TypeError, ValueError):
         return None
@@ -228,11 +229,11 @@ def build_variant(cfg: RkdetConfig, variant: SearchVariant, platform: str, scrat
             raise  # the config itself is wrong (exit 2): every variant would say so
         outcome.message = str(err)
         fp, fid = _read(out / f"{vcfg.name}-{platform}.failed")
-        if fid is not None and any(g.get("binding") and g.get("passed") is False for g in fid.get("gates", [])):
+        if fid is not None and any(g.failed for g in fid.gates):
             outcome.status = "fail"
         outcome.fingerprint = fp
         if fid is not None:
-            outcome.gates, outcome.slices = fid.get("gates", []), fid.get("slices", {})
+            outcome.gates, outcome.slices = [g.to_json() for g in fid.gates], dict(fid.slices)
             outcome.fidelity_line = _fidelity_line(fid, platform)
         outcome.closest = _closest(outcome.gates)
         shutil.rmtree(out, ignore_errors=True)
@@ -242,7 +243,7 @@ def build_variant(cfg: RkdetConfig, variant: SearchVariant, platform: str, scrat
     fp, fid = _read(folder)
     outcome.fingerprint = fp or result.fingerprint
     if fid is not None:
-        outcome.gates, outcome.slices = fid.get("gates", []), fid.get("slices", {})
+        outcome.gates, outcome.slices = [g.to_json() for g in fid.gates], dict(fid.slices)
     outcome.closest = _closest(outcome.gates)
     return outcome, folder
 

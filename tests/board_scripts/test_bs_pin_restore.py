@@ -13,7 +13,8 @@ import pytest
 from bs_helpers import VARIANTS
 
 from rkdet.emulator.fake_tree import build_fake_tree, tree_digest
-from rkdet.boardinfo.scripts import parse_pin, parse_restore, run_script_locally, run_script_locally_full
+from rkdet.boardinfo.scripts import (ScriptRun, board_scripts_dir, parse_pin, parse_records, parse_restore,
+                                     run_script_locally, run_script_locally_full, script_env)
 from rkdet.emulator.socs import PROFILES
 
 OPTIONS = {"RKDET_CPU_GOVERNOR": "userspace", "RKDET_THP": "never", "RKDET_CPUIDLE_DEEP": "disable"}
@@ -219,20 +220,27 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 
 @pytest.fixture
 def shared_tmp() -> Iterator[Path]:
-    """A directory nobody can traverse (pytest's tmp_path is root-only)."""
+    """A directory nobody can traverse (pytest's tmp_path is root-only), holding a copy of the board
+    scripts: the checkout may sit in a 0700 home (a clone in /root), which another user cannot enter."""
     path = Path(tempfile.mkdtemp(prefix="rkdet-nobody-"))
     path.chmod(0o755)
     try:
+        scripts = shutil.copytree(board_scripts_dir(), path / "board_scripts")
+        for item in [scripts, *scripts.iterdir()]:
+            item.chmod(0o755 if item.is_dir() else 0o644)
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _as_nobody(name: str, root: Path, state: Path) -> subprocess.CompletedProcess:
+def _as_nobody(name: str, root: Path, state: Path) -> ScriptRun:
+    """`name`.sh run as nobody from the copy in `root`'s parent (never from the checkout)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.fail("this test needs root and setpriv (util-linux) to switch to an unprivileged user")
-    run = run_script_locally_full(name, root, state, prefix=NOBODY)
-    return run
+    script = root.parent / "board_scripts" / f"{name}.sh"
+    proc = subprocess.run([*NOBODY, "sh", str(script)], env=script_env(root, state), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120, check=False)
+    return ScriptRun(proc.returncode, parse_records(proc.stdout), proc.stdout, proc.stderr)
 
 
 def test_non_root_pin_changes_nothing(shared_tmp: Path) -> None:
@@ -268,7 +276,6 @@ def test_kernel_refusing_a_write_mid_pin_rolls_back(make_tree, state_dir: Path) 
     The kernel's refusal is a test double: rk_write is redefined to fail for one file with the
     message a shell prints for EACCES; everything else is the real pin/rollback code.
     """
-    from rkdet.boardinfo.scripts import board_scripts_dir, parse_records
 
     root = make_tree("rk3588")
     before = tree_digest(root)

@@ -6,7 +6,10 @@ decoder), and a build folder of another fingerprint never replaced without --for
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,8 @@ import pytest
 from convert_helpers import run_rkdet
 from tiny_models import conv_model, image_folder, write_config
 
-from rkdet.records.gates import from_manifest, read
+from rkdet.records.build import load_build
+from rkdet.records.gates import from_manifest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from plain_words import html_visible_text, python_spellings  # noqa: E402
@@ -48,7 +52,7 @@ def test_failed_gate_is_recorded_typed_in_the_manifest(failed):
     doc = json.loads((folder / "manifest.json").read_text())
     assert doc["gates"]["passed"] is False and doc["gates"]["failed_gate"] == "cosine"
     assert doc["gates"]["subject"] == "y" and "fidelity gate failed" in doc["gates"]["message"]
-    record = read(folder)
+    record = load_build(folder, complete=False).gates  # read with the build, once
     assert not record.passed and record.gate == "cosine" and record.subject == "y"
     # an older manifest (no `gates` key) is judged from its fidelity.gates
     del doc["gates"]
@@ -127,3 +131,42 @@ def test_a_build_of_another_fingerprint_is_not_replaced_without_force(assets, tm
     fp2 = json.loads(forced.stdout)["builds"][0]["fingerprint"]
     assert fp2 != fp1 and json.loads((out / "tiny-rk3588" / "manifest.json").read_text())["fingerprint"] == fp2
     assert json.loads((out / "tiny-rk3588" / "manifest.json").read_text())["gates"]["passed"] is True
+
+
+# -- issue 30 findings 9, 12, 18: what a failed convert writes beside its build, and what it leaves --
+
+def test_planted_links_beside_a_failed_build_are_never_written_through(assets, tmp_path):
+    """A symlinked `<name>.failed-fidelity.json` and `<name>.failed`: neither is followed, the gate's exit 4
+    stays (not 2), no staging folder is left, and the hermetic folder keeps no lock file per convert."""
+    cfg = write_config(tmp_path / "strict.yaml", assets["onnx"], assets["cal"], assets["gold"], fidelity=STRICT)
+    out, outside, tmp = tmp_path / "out", tmp_path / "outside", tmp_path / "tmp"
+    out.mkdir(), outside.mkdir(), tmp.mkdir()
+    (outside / "shadow").write_text("root:x:0:\n")
+    (out / "tiny-rk3588.failed-fidelity.json").symlink_to(outside / "shadow")
+    (out / "tiny-rk3588.failed").symlink_to(outside)
+    hermetic = tmp / f"rkdet-hermetic-{os.getuid()}"
+    hermetic.mkdir(mode=0o700)
+    for i in range(5):  # empty lock files of earlier converts, unused for two hours: swept
+        (hermetic / f"{i:024x}.lock").touch()
+        os.utime(hermetic / f"{i:024x}.lock", (time.time() - 7200, time.time() - 7200))
+    proc = run_rkdet("convert", "--config", str(cfg), "--out", str(out), "--keep-failed", env={"TMPDIR": str(tmp)})
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert (outside / "shadow").read_text() == "root:x:0:\n" and sorted(p.name for p in outside.iterdir()) == ["shadow"]
+    assert "fidelity.json not kept" in proc.stderr and "is a symlink" in proc.stderr
+    assert "the failed build was not kept" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["tiny-rk3588.failed", "tiny-rk3588.failed-fidelity.json"]
+    assert len(list(tmp.rglob("*.lock"))) == 1  # finding 18: this convert's own; earlier ones are swept
+    assert not proc.leftovers
+
+
+def test_a_fifo_where_the_failed_fidelity_file_goes_is_not_waited_on(assets, tmp_path):
+    cfg = write_config(tmp_path / "strict.yaml", assets["onnx"], assets["cal"], assets["gold"], fidelity=STRICT)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "tiny-rk3588.failed-fidelity.json")
+    proc = run_rkdet("convert", "--config", str(cfg), "--out", str(out), timeout=300)
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "fidelity.json not kept" in proc.stderr and "is a FIFO" in proc.stderr
+    assert stat.S_ISFIFO(os.lstat(out / "tiny-rk3588.failed-fidelity.json").st_mode)
+    assert not proc.leftovers

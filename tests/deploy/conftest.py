@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import FAST_INPUTS
+from shared_build import trim_golden
 
 from rkdet.emulator.sshd import EmulatedBoard
 
@@ -22,11 +23,7 @@ def fast_build(default_build: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """A copy of the default build with only the first two golden input pages (same model, same fingerprint)."""
     dest = tmp_path_factory.mktemp("fast-build") / default_build.name
     shutil.copytree(default_build, dest)
-    pages = sorted((dest / "golden" / "inputs").glob("*.npy"))
-    assert len(pages) > FAST_INPUTS
-    for page in pages[FAST_INPUTS:]:
-        page.unlink()
-    return dest
+    return trim_golden(dest, FAST_INPUTS)
 
 
 @pytest.fixture(scope="module")

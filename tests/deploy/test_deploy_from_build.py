@@ -36,6 +36,8 @@ def test_a_build_alone_deploys_records_the_run_and_installs_the_selfcheck(board:
     assert proc.returncode == 0, proc.stderr[-3000:]
     err = proc.stderr
     assert f"settings (run, board, tolerances) from {fast_build}/config.resolved.json" in err
+    # issue 30 #16: what the build folder decides on the board is said
+    assert "(the build folder's: board work dir the default, sudo no; pass --config FILE to use your own)" in err
     assert "board restored: not pinned" in err and "None" not in err
     [folder] = run_folders(out)
     # the run is in the results database
@@ -140,3 +142,16 @@ def test_the_printed_deploy_line_of_each_board_variant_works_as_printed(variant:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
+
+
+def test_the_log_line_names_the_work_dir_and_sudo_a_build_folder_sets(tmp_path: Path) -> None:
+    """Issue 30 #16: a build folder's board.workdir and board.sudo are used without --config (documented), and said."""
+    from rkdet.cli.deploy import from_build_note
+    from rkdet.config import build_deploy_settings
+
+    (tmp_path / "config.resolved.json").write_text(json.dumps({"run": {}, "board": {"workdir": "/srv/x", "sudo": True},
+                                                               "tolerances": {}}))
+    chosen = build_deploy_settings(tmp_path)
+    note = from_build_note(chosen, None)
+    assert "board work dir /srv/x, sudo yes" in note and "--config" in note
+    assert from_build_note(chosen, tmp_path / "mine.yaml") == ""

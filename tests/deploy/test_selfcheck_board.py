@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,9 +124,19 @@ def test_core_mask_and_a_missing_runtime(conn: BoardConnection, installed: Selfc
     assert "rknnlite (rknn-toolkit-lite2) is not installed" in _one_line(res, "err")
 
 
-def test_install_refuses_a_build_without_a_bundle(conn: BoardConnection, tmp_path: Path) -> None:
+def test_install_refuses_a_build_without_a_bundle(conn: BoardConnection, default_build: Path, tmp_path: Path) -> None:
+    build = tmp_path / default_build.name
+    shutil.copytree(default_build, build)
+    (build / "selfcheck.json").unlink()
     with pytest.raises(InputError, match="no selfcheck.json; re-run `rkdet convert`"):
+        install_selfcheck(conn, build, f"{conn.home}/nothing")
+
+
+def test_install_refuses_a_folder_without_a_manifest(conn: BoardConnection, tmp_path: Path) -> None:
+    """A folder with no readable manifest is not a build: refused naming the file, nothing pushed."""
+    with pytest.raises(InputError, match="manifest.json: missing"):
         install_selfcheck(conn, tmp_path, f"{conn.home}/nothing")
+    assert conn.run(["test", "-e", f"{conn.home}/nothing"], check=False).rc == 1
 
 
 @pytest.mark.parametrize("variant", ["busybox", "sudo", "nosftp"])

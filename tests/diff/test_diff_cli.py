@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from diff_helpers import DEFAULT_NAMES, default_outputs, one_ulp_up, repeated_set
+from diff_helpers import DEFAULT_NAMES, build_manifest, default_outputs, one_ulp_up, repeated_set
 
 from rkdet.cli import main
 from rkdet.diff.api import compare
@@ -175,7 +175,7 @@ def test_npy_and_npz_files(tmp_path: Path) -> None:
 
 
 def test_build_folder_uses_simulator_set_and_says_so(tmp_path: Path) -> None:
-    build = tmp_path / "build" / "doc-rk3588"
+    build = build_manifest(tmp_path / "build" / "doc-rk3588")
     arrays = {"p": default_outputs(5)}
     repeated_set(build / "golden" / "simulator", arrays, 1, DEFAULT_NAMES, backend="rknn-simulator").close()
     repeated_set(build / "golden" / "onnx-fp32", arrays, 1, DEFAULT_NAMES).close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from diff_helpers import ResultSetBuilder
+from diff_helpers import ResultSetBuilder, build_manifest
 from PIL import Image
 
 from rkdet.diff.api import compare
@@ -24,7 +24,7 @@ def _build_case(root: Path, doc_outputs: dict) -> tuple[Path, Path]:
     swap two channels after the NPU clock drops at run 25 (so boxes flip class)."""
     names = doc_outputs["names"]
     arrays = [doc_outputs["split"][n] for n in names]
-    build = root / "build" / "doclaynet-rk3588"
+    build = build_manifest(root / "build" / "doclaynet-rk3588")
     golden = ResultSetBuilder(build / "golden" / "simulator", ["page-101"], names, backend="rknn-simulator")
     golden.add(0, "page-101", arrays)
     golden.close()

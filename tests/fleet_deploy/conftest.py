@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from shared_build import convert_default, shared_across_workers
+from shared_build import convert_default, shared_across_workers, trim_golden
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_INPUTS = 2
@@ -21,11 +21,7 @@ FAST_INPUTS = 2
 def _trimmed_copy(build: Path, dest: Path) -> Path:
     """A copy of `build` whose golden/inputs holds only its first pages (same model, same fingerprint)."""
     shutil.copytree(build, dest)
-    pages = sorted((dest / "golden" / "inputs").glob("*.npy"))
-    assert len(pages) > FAST_INPUTS
-    for page in pages[FAST_INPUTS:]:
-        page.unlink()
-    return dest
+    return trim_golden(dest, FAST_INPUTS)
 
 
 @pytest.fixture(scope="session")

@@ -104,12 +104,11 @@ def with_double(**extra: str) -> dict:
 
 
 def ort_outputs(model: Path, array: np.ndarray) -> list:
-    """Reference outputs computed directly with onnxruntime (same deterministic settings)."""
+    """Reference outputs computed directly with onnxruntime (the onnx-fp32 reference's session settings)."""
     import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+    from rkdet.onboard.reference import session_options
+    session = ort.InferenceSession(str(model), session_options(ort), providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: array})
 
 

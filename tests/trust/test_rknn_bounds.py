@@ -158,3 +158,40 @@ def test_fuzz_the_depth_is_the_real_depth(value: object) -> None:
     text = json.dumps(value).encode()
     assert io.depth(text) == real(value)
     assert io.loads(text, "x") == value
+
+
+# -- issue 30 findings 7 (the .rknn side) and 15 --
+
+def test_a_big_metadata_json_is_refused_before_it_is_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, craft.minimal(b'{"version": "2.5.0", "pad": "' + b"x" * (2 << 20) + b'"}'))
+    monkeypatch.setattr(io, "loads", lambda *a, **k: pytest.fail("a 2 MiB metadata JSON was parsed"))
+    with pytest.raises(RknnFormatError) as err:
+        read_rknn(path)
+    assert str(path) in str(err.value) and "over the 1 MiB" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_build_info_is_evaluated_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, craft.with_string(3, b"{'a': {1, 2}, 'b': 3}"))
+    calls = []
+    real = rknn_file.ast.literal_eval
+    monkeypatch.setattr(rknn_file.ast, "literal_eval", lambda s: calls.append(len(s)) or real(s))
+    info = read_rknn(path)
+    assert calls == [len("{'a': {1, 2}, 'b': 3}")] and info.build_info == {"a": {1, 2}, "b": 3}
+
+
+def test_the_shape_product_stops_at_the_buffer_size() -> None:
+    huge = [2 ** 62] * 100_000  # math.prod of this took minutes (a 1.2 MB file)
+    assert rknn_file._bounded_prod(huge, 1 << 20) == (1 << 20) + 1
+    assert rknn_file._bounded_prod([1, 3, 4, 4], 100) == 48 and rknn_file._bounded_prod([2, -1], 100) is None
+    assert rknn_file._bounded_prod([0, 2 ** 62], 10) == 0
+
+
+def test_compare_builds_node_lists_are_compared_in_linear_work() -> None:
+    from types import SimpleNamespace
+
+    from rkdet.buildcompare import content
+
+    a = SimpleNamespace(tables={"nodes": [{"type": "Conv", "name": f"n{i}"} for i in range(50_000)], "tensors": []})
+    b = SimpleNamespace(tables={"nodes": [{"type": "Conv", "name": f"m{i}"} for i in range(50_000)], "tensors": []})
+    [change] = content._tables(a, b)  # type: ignore[arg-type]  # 50 000 x 50 000 `in` a list took 294 s
+    assert change.category == "node list" and "('Conv', 'n0')" in change.detail and "('Conv', 'm0')" in change.detail

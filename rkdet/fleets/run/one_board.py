@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rkdet.records.build import BuildInfo
-from rkdet.deploy.settings import settings_source
+from rkdet.records.build import BuildRecord
+from rkdet.deploy.settings import resolve_build
 from rkdet.link.connect import ConnectionOptions, open_connection
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,6 +53,7 @@ class BuildChoice:
     fingerprint: str
     settings: DeploySettings
     caveat: str | None = None  # --allow-failed-build: the build failed its gates at convert (rkdet.records.gates)
+    record: BuildRecord | None = None  # the build loaded once (rkdet.records.build), handed to every board's deploy
 
 
 @dataclass(frozen=True)
@@ -87,17 +88,15 @@ def load_builds(config_path: Path | None, builds: tuple[Path, ...], allow_failed
     that failed a gate at convert is refused unless `allow_failed_build`."""
     chosen: list[BuildChoice] = []
     for given in builds or (None,):
-        if given is not None:
-            BuildInfo.check(given)  # a wrong --build is exit 2 naming the folder, before reading its settings
-        settings, folder = settings_source(config_path, given)
-        info = BuildInfo.load(folder)
+        record, settings = resolve_build(config_path, given)  # a wrong --build: exit 2 naming it, before its settings
+        folder, info = record.folder, record.info
         caveat = info.refuse_failed("fleet deploy", allow_failed_build)
         platform, fingerprint = info.platform, info.fingerprint
         for other in chosen:
             if same_npu(platform, other.platform):
                 raise InputError(f"--build {folder}: {other.folder} is already the build for {other.platform}; "
                                  "give one build per NPU family")
-        chosen.append(BuildChoice(folder, platform, fingerprint, settings, caveat))
+        chosen.append(BuildChoice(folder, platform, fingerprint, settings, caveat, record))
     return chosen
 
 
@@ -145,7 +144,7 @@ def deploy_cells(conn: BoardConnection, board: FleetBoard, build: BuildChoice, c
                 return super()._judge(*args, **kwargs)
 
     started = time.monotonic()
-    outcome = FleetDeployment(conn, build.folder, common.out, settings, log=log, progress=False,
+    outcome = FleetDeployment(conn, build.record or build.folder, common.out, settings, log=log, progress=False,
                               allow_failed_build=common.request.allow_failed_build).run()
     seconds = (time.monotonic() - started) / len(cells)  # a shared session's time, shared evenly
     for warning in outcome.warnings:

@@ -421,7 +421,7 @@ class RKNNLite(object):
         return [], []
 
     def init_runtime(self, target=None, device_id=None, async_mode=False, core_mask=NPU_CORE_AUTO):
-        """Open the onnxruntime session (1 thread, sequential); -1 on a bad core mask or no model."""
+        """Open the onnxruntime session (the onnx-fp32 reference's); -1 on a bad core mask or no model."""
         if self._onnx is None:
             _log("init_runtime: load_rknn first")
             return -1
@@ -441,10 +441,10 @@ class RKNNLite(object):
             return -1
         try:
             import onnxruntime as ort
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = 1
-            options.inter_op_num_threads = 1
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            # the onnx-fp32 reference's session, so the double computes the reference's bits on this CPU
+            # class (rkdet-run and rkdet-selfcheck load the double from rkdet-onboard.pyz, which holds it)
+            from rkdet.onboard.reference import session_options
+            options = session_options(ort)
             self._session = ort.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
             fault = _fault_tensor()
             if fault is not None:
