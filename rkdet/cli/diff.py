@@ -57,7 +57,7 @@ def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: P
 
         section = load_decision(config)
         declared = section.outputs if section is not None else None
-    comparison = compare(a, b, tolerance, decoder, declared)
+    comparison = compare(a, b, tolerance, decoder, declared=declared)
     if json_out:
         write_json(comparison, json_out)
     if html_out:
