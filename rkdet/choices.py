@@ -11,7 +11,7 @@ from __future__ import annotations
 from rkdet.onboard.backend_table import BACKENDS  # board runtimes (one definition: the backend registry's table)
 from rkdet.onboard.resultset import CORE_MASKS  # NPU core masks (one definition)
 #: --decoder values: a family forces its recognisers (and says why when the outputs do not fit)
-DECODERS = ("auto", "yolov8", "yolov5", "yolov10", "picodet", "segmentation", "classification", "none")
+DECODERS = ("auto", "yolov8", "yolov5", "yolov10", "picodet", "segmentation", "classification", "semantic", "none")
 #: the --decoder values `rkdet compare-builds` takes (a subset: the decisions it judges between two builds)
 COMPARE_DECODERS = ("auto", "yolov8", "classification", "none")  # in DECODERS' order
 

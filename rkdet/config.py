@@ -49,6 +49,9 @@ class ModelSection(_Strict):
     prepare: Literal["none", "yolov8-split-head", "classifier-logits"] = "none"
     input_size: Optional[tuple[int, int]] = None  # (H, W) to re-shape a fully convolutional graph to
     inputs: Optional[dict[str, list[int]]] = None  # static NCHW shapes for ONNX with dynamic dims
+    # nhwc: the ONNX input is [N, H, W, 3] (a Keras/TF export); rkdet prepends a Transpose so the prepared
+    # model takes [N, 3, H, W] (model.inputs then gives that NCHW shape)
+    input_layout: Literal["nchw", "nhwc"] = "nchw"
 
     @field_validator("input_size")
     @classmethod
@@ -235,7 +238,9 @@ class RunSection(_Strict):
 
     repeats: int = Field(10, ge=1)
     warmup: int = Field(2, ge=0)
-    core_mask: str = "auto"  # one mask, or a comma list: each a cell of one pinned session (docs/FORMATS.md)
+    # one mask, or a comma list: each a cell of one pinned session (docs/FORMATS.md). Core 0 by default, not
+    # auto: rknn_api.h documents RKNN_NPU_CORE_AUTO as "run on NPU core randomly"; every NPU has core 0
+    core_mask: str = "0"
     contexts: int = Field(1, ge=1, le=16)  # > 1: that many runtime contexts in threads, checked against the sequential run
     backend: Literal[BACKENDS] = "rknnlite"  # type: ignore[valid-type]  # one tuple, rkdet.choices
     snapshot_every: int = Field(5, ge=1)
@@ -305,6 +310,38 @@ class FidelitySection(_Strict):
     min_layer_cosine: float = Field(0.9, ge=-1, le=1)
 
 
+class DecisionRule(_Strict):
+    """The rule a user's app applies to one output (rkdet/decode/tasks/declared.py reads it).
+
+    `axis` is the class/channel axis (1: NCHW or [1, C]; -1: channels last, e.g. a [1, H, W, 2] map).
+    argmax / pixel-argmax: the label per position (a tie to the lower index; top_k for a vector);
+    threshold / pixel-threshold: output[channel] > threshold per position; boxes: this output's scores
+    [1, N, C] (class axis `axis`) with the box output `boxes` [1, N, 4], a detection per candidate whose
+    best score > threshold."""
+
+    rule: Literal["argmax", "threshold", "pixel-argmax", "pixel-threshold", "boxes"]
+    axis: int = 1
+    channel: Optional[int] = Field(None, ge=0)
+    threshold: Optional[float] = None
+    top_k: int = Field(1, ge=1)
+    boxes: Optional[str] = None  # rule boxes: the output with the candidates' boxes [1, N, 4] (x1, y1, x2, y2)
+
+    @model_validator(mode="after")
+    def _threshold_needs_its_channel(self) -> "DecisionRule":
+        if self.rule.endswith("threshold") and (self.channel is None or self.threshold is None):
+            raise ValueError(f"rule {self.rule} needs `channel` and `threshold` (the app's: output[channel] > threshold)")
+        if self.rule == "boxes" and (self.boxes is None or self.threshold is None):
+            raise ValueError("rule boxes needs `boxes` (the box output's name) and `threshold` (the app's score threshold)")
+        return self
+
+
+class DecisionSection(_Strict):
+    """`decision:` the rules a user's app applies, per output name: the decision gate, `rkdet diff --config`
+    and their verdicts judge what the app decides (docs/CONFIG.md)."""
+
+    outputs: dict[str, DecisionRule] = Field(min_length=1)
+
+
 class RkdetConfig(_Strict):
     """The whole config file."""
 
@@ -319,10 +356,15 @@ class RkdetConfig(_Strict):
     board: BoardSection = BoardSection()
     tolerances: Tolerance = Tolerance()  # the one tolerance value (rkdet.tolerance), validated here at load
     fidelity: FidelitySection = FidelitySection()
+    decision: Optional[DecisionSection] = None  # declared decisions (None: recognised from the output layout)
 
     def resolved_dict(self) -> dict[str, Any]:
-        """Canonical JSON-able form with every default filled in (what the manifest hashes)."""
-        return json.loads(self.model_dump_json())
+        """Canonical JSON-able form with every default filled in (what the manifest hashes); an absent
+        `decision` is left out, so configs without one resolve as before."""
+        doc = json.loads(self.model_dump_json())
+        if doc.get("decision") is None:
+            doc.pop("decision", None)
+        return doc
 
 
 PATH_KEYS = (("model", "onnx"), ("quantize", "dataset"), ("golden", "inputs"), ("target", "toolkit1_python"))
@@ -403,6 +445,21 @@ def load_tolerances(path: str | Path) -> Tolerance:
     except ValidationError as exc:
         first = dict(exc.errors()[0])
         first["loc"] = ("tolerances", *first.get("loc", ()))
+        raise ConfigError(_format_error(path, first)) from None
+
+
+def load_decision(path: str | Path) -> Optional[DecisionSection]:
+    """Only the `decision` section of a config file (`rkdet diff --config`), validated as load_config
+    does; absent: None (decisions from the recognised layout)."""
+    path = Path(path)
+    section = _read_yaml(path).get("decision")
+    if section is None:
+        return None
+    try:
+        return DecisionSection.model_validate(section)
+    except ValidationError as exc:
+        first = dict(exc.errors()[0])
+        first["loc"] = ("decision", *first.get("loc", ()))
         raise ConfigError(_format_error(path, first)) from None
 
 

@@ -46,6 +46,7 @@ class ConversionError(RkdetError):
     """The toolkit failed, or the result failed a fidelity gate (exit 4)."""
 
     exit_code = EXIT_CONVERSION
+    warnings: tuple[str, ...] = ()  # the build's warnings up to the failure: printed as a passing build's are
 
 
 class FidelityGateError(ConversionError):

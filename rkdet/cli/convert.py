@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.console import Console
 
 from rkdet.config import PLATFORMS, RkdetConfig, load_config
-from rkdet.errors import FidelityGateError, InputError
+from rkdet.errors import ConversionError, FidelityGateError, InputError
 from rkdet.log import log_console
 
 
@@ -111,7 +111,11 @@ def convert_command(config_path: Path, out: Path, targets: tuple[str, ...], veri
             watch = BuildWatch(progress=lambda line: status.update(f"{head[0]} | {line}"))
             results = convert(cfg, out, [t.lower() for t in targets] or None, verify=verify, keep_failed=keep_failed,
                               progress=step, watch=watch, force=force)
-    except FidelityGateError as err:  # point at the tools that locate the loss and look for a remedy
+    except ConversionError as err:  # a failed build says the warnings a passing one prints
+        for w in err.warnings:
+            console.print(f"[yellow]warning[/]: {escape(w)}", soft_wrap=True, highlight=False)
+        if not isinstance(err, FidelityGateError):
+            raise
         for line in err.details:  # the whole fidelity line (every output, the worst named), where fidelity.json is
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         raise FidelityGateError(f"{err}; to see which layer loses it: rkdet layers --config {config_path}; to look "

@@ -29,7 +29,7 @@ def _config_tolerance(path: Path | None) -> Tolerance:
               help="max_abs, max_ulp, max_lsb, min_cosine or max_rel_l2, for every output or (OUTPUT:KEY=VALUE) "
                    "for that output only; repeatable; overrides --config. Default: bitwise.")
 @click.option("--config", "config", type=click.Path(path_type=Path, dir_okay=False),
-              help="YAML config whose `tolerances` section declares the tolerance.")
+              help="YAML config whose `tolerances` section declares the tolerance (and `decision`, the app's rules).")
 @click.option("--decoder", type=click.Choice(DECODERS), default="auto", show_default=True,
               help="How to judge decisions: auto-detect from output shapes, or force one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report (rkdet.diff/3) instead of the table.")
@@ -51,7 +51,13 @@ def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: P
         if out is not None and out.is_dir():  # before the comparison, not after it
             raise InputError(f"{out}: is a directory; give a file path for the report")
     tolerance = Tolerance.from_pairs(tolerances, _config_tolerance(config))
-    comparison = compare(a, b, tolerance, decoder)
+    declared = None
+    if config is not None:
+        from rkdet.config import load_decision
+
+        section = load_decision(config)
+        declared = section.outputs if section is not None else None
+    comparison = compare(a, b, tolerance, decoder, declared=declared)
     if json_out:
         write_json(comparison, json_out)
     if html_out:

@@ -27,7 +27,8 @@ def _triple(flag: str, text: str | None) -> tuple[float, float, float] | None:
 @click.command("import-rknn")
 @click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--inputs", "inputs", type=click.Path(path_type=Path), required=True,
-              help="Folder of golden inputs: images (resized to the model's input) or uint8 NHWC .npy tensors.")
+              help="Folder of golden inputs: images (resized to the model's input) or uint8 NHWC .npy tensors "
+                   "(your app's own preprocessed inputs, fed as they are).")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Build folder (default build/<stem>-<platform>).")
 @click.option("--name", default=None, help="Build name (default: the file's stem).")
 @click.option("--mean", default=None, metavar="A,B,C", help="Per-channel mean, when the model's metadata has none.")
@@ -36,10 +37,15 @@ def _triple(flag: str, text: str | None) -> tuple[float, float, float] | None:
               help="Channel order images are fed in (an .rknn does not record it; required for images).")
 @click.option("--resize", type=click.Choice(["letterbox", "stretch"]), default="letterbox", show_default=True,
               help="How images are fitted to the model's input.")
+@click.option("--pad-value", type=click.IntRange(0, 255), default=114, show_default=True,
+              help="The letterbox border value your app pads with (Ultralytics 114; many apps 0).")
+@click.option("--interpolation", type=click.Choice(["linear", "nearest", "area"]), default="linear", show_default=True,
+              help="The resize interpolation your app uses (OpenCV INTER_LINEAR / NEAREST / AREA).")
 @click.option("--emulator-onnx", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
               help="TEST CONTROL: an ONNX the emulated runtime double computes in place of the NPU; never a reference.")
 def import_command(model: Path, inputs: Path, out: Path | None, name: str | None, mean: str | None, std: str | None,
-                   channel_order: str | None, resize: str, emulator_onnx: Path | None) -> None:
+                   channel_order: str | None, resize: str, pad_value: int, interpolation: str,
+                   emulator_onnx: Path | None) -> None:
     """Make a build folder from a .rknn built elsewhere (no ONNX): deploy, fleet deploy and history work on it.
 
     The "agrees with the reference" verdict is "not applicable" (no FP32 reference; the toolkit's simulator
@@ -48,7 +54,8 @@ def import_command(model: Path, inputs: Path, out: Path | None, name: str | None
     """
     from rkdet.convert.imported import Given, import_rknn
 
-    given = Given(_triple("mean", mean), _triple("std", std), channel_order, resize)  # type: ignore[arg-type]
+    given = Given(_triple("mean", mean), _triple("std", std), channel_order, resize,  # type: ignore[arg-type]
+                  pad_value, interpolation)  # type: ignore[arg-type]
     result = import_rknn(model, inputs, out, given, name=name, emulator_onnx=emulator_onnx,
                          progress=lambda m: click.echo(visible(m), err=True))
     info = result.info

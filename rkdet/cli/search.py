@@ -28,6 +28,8 @@ SEARCH_JSON = "search.json"
 
 def _closeness(o: Outcome) -> str:
     c = o.closest
+    if o.no_effect is not None:
+        return f"no effect: the same fidelity as variant {o.no_effect}, to the last bit"
     if c is None:
         return (o.message or "")[:90] if o.status == "error" else "n/a"
     op = "<=" if c.gate == "saturation" else ">="

@@ -15,7 +15,7 @@ Every gate's result and threshold goes to fidelity.json and to one summary line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -179,10 +179,11 @@ def _saturation(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, 
 def measure(sim: dict[str, dict[str, np.ndarray]], ref: dict[str, dict[str, np.ndarray]],
             output_names: tuple[str, ...], output_shapes: tuple[tuple[int, ...], ...], prepare: str,
             limits: FidelitySection, header_outputs: list[dict[str, Any]] | None = None,
-            input_hw: tuple[int, int] | None = None) -> FidelityReport:
+            input_hw: tuple[int, int] | None = None, declared: Mapping[str, Any] | None = None) -> FidelityReport:
     """Every gate on the golden inputs: decision, per-slice signal cosine, score collapse/recall, saturation.
-    `input_hw` (the model input's H, W) lets the decoder read flattened or non-square grids."""
-    layout = detect_layout(list(zip(output_names, output_shapes)), input_size=input_hw)
+    `input_hw` (the model input's H, W) lets the decoder read flattened or non-square grids; `declared`
+    (the config's `decision.outputs`) is the app's own rule per output."""
+    layout = detect_layout(list(zip(output_names, output_shapes)), input_size=input_hw, declared=declared)
     report = FidelityReport(layout=layout.to_json())
     decided: set[str] = set()
     task = task_of(layout)
@@ -375,7 +376,9 @@ def quantization_gate(header: dict, dtype: str, quantized: bool, platform: str,
         floating = [f"{t['name']} ({t['dtype']})" for t in tensors if t["dtype"] not in wanted]
         if floating:
             outs = [t["name"] for t in tensors if t["dtype"] not in wanted and t in header.get("outputs", [])]
-            hint = (f"; a final Softmax stays float16 in rknn-toolkit2: cut it (model.prepare: classifier-logits) or "
+            # classifier-logits applies to a one-output model only (onnx_graph._classifier_logits refuses others)
+            cut = "cut it (model.prepare: classifier-logits) or " if len(header.get("outputs", [])) == 1 else ""
+            hint = (f"; a final Softmax stays float16 in rknn-toolkit2: {cut}"
                     f"accept it (quantize.float_outputs: [{', '.join(outs)}])" if outs else "")
             raise ConversionError(f"{platform}: the toolkit left tensors unquantized: {', '.join(floating)}; "
                                   f"expected {'/'.join(wanted)} for quantize.dtype {dtype} (force_fp16 is false){hint}")

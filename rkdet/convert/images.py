@@ -78,8 +78,15 @@ def _jpeg_truncated(data: np.ndarray) -> bool:
     return raw.rfind(b"\xff\xd9") < raw.rfind(b"\xff\xda")
 
 
-def decode_rgb(path: Path) -> np.ndarray:
-    """Decode an 8-bit 3-channel image as RGB HWC uint8; reject grayscale, odd sizes, unreadable files."""
+def min_side_for(size_hw: tuple[int, int]) -> int:
+    """The smallest image side taken for a model input of `size_hw`: MIN_SIDE, or the input's own smaller
+    side when the model is smaller (a 24x24 net takes 24x24 crops, as its app feeds it)."""
+    return max(1, min(MIN_SIDE, *size_hw))
+
+
+def decode_rgb(path: Path, min_side: int = MIN_SIDE) -> np.ndarray:
+    """Decode an 8-bit 3-channel image as RGB HWC uint8; reject grayscale, odd sizes, unreadable files.
+    `min_side`: the smallest side taken (`min_side_for` the model input)."""
     import cv2  # heavy import kept local: `rkdet --help` must stay fast
 
     data = np.frombuffer(_read_image_file(path), dtype=np.uint8)
@@ -105,9 +112,12 @@ def decode_rgb(path: Path) -> np.ndarray:
     if image.shape[2] == 4:
         raise InputError(f"{path}: image has an alpha channel; flatten it to 3-channel RGB")
     h, w = image.shape[:2]
-    if min(h, w) < MIN_SIDE or max(h, w) > MAX_SIDE or max(h, w) / min(h, w) > MAX_ASPECT:
-        raise InputError(f"{path}: image size {w}x{h} is outside {MIN_SIDE}..{MAX_SIDE} px per side "
-                         f"with aspect <= {MAX_ASPECT:g}; crop or resize it")
+    if min(h, w) < min_side or max(h, w) > MAX_SIDE or max(h, w) / min(h, w) > MAX_ASPECT:
+        small = min(h, w) < min_side
+        raise InputError(f"{path}: image size {w}x{h} is outside {min_side}..{MAX_SIDE} px per side "
+                         f"with aspect <= {MAX_ASPECT:g}; "
+                         + (f"use an image at least {min_side} px on each side (the smallest the model input takes)"
+                            if small else "crop it, or resize it keeping what the model should see"))
     return np.ascontiguousarray(image[:, :, ::-1])  # BGR -> RGB
 
 

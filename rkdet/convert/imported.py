@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rkdet.config import TOOLKIT2_PLATFORMS, PreprocessSection, RESOLVED_CONFIG, BoardSection, RunSection
-from rkdet.convert.images import IMAGE_SUFFIXES, decode_rgb, preprocess
+from rkdet.convert.images import IMAGE_SUFFIXES, decode_rgb, min_side_for, preprocess
 from rkdet.convert.manifest import SCHEMA, EMBED_KEY, sha256_bytes, sha256_file, rknn_header
 from rkdet.convert.rknn_file import RknnFileInfo, read_rknn
 from rkdet.errors import InputError
@@ -50,6 +50,8 @@ class Given:
     std: tuple[float, float, float] | None = None
     channel_order: Literal["rgb", "bgr"] | None = None
     resize: Literal["letterbox", "stretch"] = "letterbox"
+    pad_value: int = 114  # the letterbox's border (the app's own: 114 Ultralytics, 0 many model-zoo demos)
+    interpolation: Literal["linear", "nearest", "area"] = "linear"  # the resize's (cv2 INTER_*)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,9 @@ def fed_spec(info: RknnFileInfo, given: Given, npy_only: bool) -> FedSpec:
                          "inputs are fed in; give --channel-order rgb or bgr")
     else:
         sources["channel_order"] = "--channel-order"
-    sources["resize"] = f"--resize ({given.resize})" if not npy_only else "not used: .npy tensors"
+    sources["resize"] = (f"--resize ({given.resize}, {given.interpolation} interpolation"
+                         + (f", pad {given.pad_value})" if given.resize == "letterbox" else ")")
+                         if not npy_only else "not used: .npy tensors (the app's own preprocessed inputs)")
     return FedSpec(attr.name, (1, h, w, 3), tuple(mean), tuple(std), order, sources)  # type: ignore[arg-type]
 
 
@@ -139,7 +143,8 @@ def _inputs(folder: Path, fed: FedSpec, given: Given) -> dict[str, np.ndarray]:
     if len(use) > MAX_INPUTS:
         raise InputError(f"{folder}: {len(use)} inputs; import-rknn takes at most {MAX_INPUTS}")
     out: dict[str, np.ndarray] = {}
-    pp = PreprocessSection(channel_order=fed.channel_order or "rgb", resize=given.resize)
+    pp = PreprocessSection(channel_order=fed.channel_order or "rgb", resize=given.resize, pad_value=given.pad_value,
+                           interpolation=given.interpolation)
     for p in use:
         if p.stem in out:
             raise InputError(f"{p}: another input is also named {p.stem!r}; rename one")
@@ -151,7 +156,7 @@ def _inputs(folder: Path, fed: FedSpec, given: Given) -> dict[str, np.ndarray]:
                 raise InputError(f"{p}: {arr.dtype} {list(arr.shape)}; the model is fed uint8 {list(fed.shape)} (NHWC)")
             out[p.stem] = np.ascontiguousarray(arr)
         else:
-            out[p.stem] = preprocess(decode_rgb(p), fed.shape[1:3], pp)[0]
+            out[p.stem] = preprocess(decode_rgb(p, min_side_for(tuple(fed.shape[1:3]))), fed.shape[1:3], pp)[0]
     return out
 
 

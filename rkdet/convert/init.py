@@ -49,6 +49,7 @@ class ModelFacts:
     notes: list[str] = field(default_factory=list)
     producer: str = ""  # the ONNX producer_name (e.g. "PaddlePaddle" for a Paddle2ONNX export, "pytorch")
     names_source: str = "metadata names"  # which metadata key the class names came from
+    decision: list[tuple[str, str, str]] = field(default_factory=list)  # proposed rules: (output, rule, why)
 
     @property
     def paddle(self) -> bool:
@@ -225,9 +226,10 @@ def inspect(path: Path) -> ModelFacts:
                          "models with one [1, 3, H, W] input")
     layout = "NCHW" if dims[1] == 3 else "NHWC" if dims[3] == 3 else "?"
     dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int) or d <= 0]
-    hw_static = 2 not in dynamic and 3 not in dynamic
+    hw_at = (1, 2) if layout == "NHWC" else (2, 3)  # an NHWC input: rkdet prepends a Transpose (model.input_layout)
+    hw_static = hw_at[0] not in dynamic and hw_at[1] not in dynamic
     if hw_static:
-        h, w = int(dims[2]), int(dims[3])
+        h, w = int(dims[hw_at[0]]), int(dims[hw_at[1]])
         source, check = "the model's fixed input dims", False
     elif imgsz:
         (h, w), source, check = imgsz, "the model's metadata imgsz (its input H/W are dynamic)", False
@@ -240,7 +242,7 @@ def inspect(path: Path) -> ModelFacts:
         notes.append("dynamic batch: built with batch 1")
     out_shapes = [(o.name, _dims(o)) for o in model.graph.output]
     if dynamic or any(not isinstance(d, int) or d <= 0 for _, s in out_shapes for d in s):
-        out_shapes = _static_output_shapes(model, graph_input.name, shape)
+        out_shapes = _static_output_shapes(model, graph_input.name, [1, h, w, 3] if layout == "NHWC" else shape)
     names, names_source = _names(metadata.get("names")), "metadata names"
     if not names and metadata.get("character"):
         names, names_source = _character(metadata.get("character")), "metadata character (Paddle-style)"
@@ -250,9 +252,9 @@ def inspect(path: Path) -> ModelFacts:
                        prepare_reason="", shape=shape, shape_source=source, shape_check=check,
                        needs_inputs=bool(dynamic), notes=notes, producer=model.producer_name or "",
                        names_source=names_source)
-    if layout != "NCHW":
-        raise InputError(f"{path}: input {graph_input.name!r} is {dims}, not NCHW with 3 channels; rkdet feeds "
-                         "[1, 3, H, W] (the toolkit takes NHWC uint8 on the board and transposes itself)")
+    if layout == "?":
+        raise InputError(f"{path}: input {graph_input.name!r} is {dims}, neither NCHW nor NHWC with 3 channels; rkdet "
+                         "feeds [1, 3, H, W] images (model.input_layout: nhwc takes [1, H, W, 3])")
     declared = [(o.name, _dims(o)) for o in model.graph.output]
     if 0 in dynamic and all(len(s) >= 2 and all(isinstance(d, int) and d > 0 for d in s[1:]) for _, s in declared):
         out_shapes = [(n, [1, *s[1:]]) for n, s in declared]  # only the batch is dynamic: it is 1
@@ -286,7 +288,38 @@ def inspect(path: Path) -> ModelFacts:
     if facts.kind == "unknown":
         facts.kind_detail = "no layout rkdet decodes: the build is judged on numeric gates only"
         facts.prepare_reason = "nothing rkdet knows to prepare"
+        facts.decision = propose_decision(static_outs)
+        if facts.decision:
+            facts.kind_detail = ("no layout rkdet decodes: a `decision:` section is proposed below (# CHECK it "
+                                 "against your app's rule), else the build is judged on numeric gates only")
     return facts
+
+
+def propose_decision(outputs: list[tuple[str, tuple[int, ...]]]) -> list[tuple[str, str, str]]:
+    """A guess at the app's rule per output (output, YAML flow mapping, why), for `rkdet init` to propose
+    marked `# CHECK`: a score vector [1, C] -> argmax (C = 2: threshold on channel 1), a map [1, C, H, W]
+    or [1, H, W, C] -> per-pixel argmax (C = 2 or 1: threshold); box regression (a name saying box, bbox,
+    reg, loc or landmark) and other shapes get no rule (their numeric gates judge them)."""
+    proposed = []
+    for name, shape in outputs:
+        if re.search(r"box|reg|loc|landmark", name, re.IGNORECASE):
+            continue
+        if len(shape) == 2 and shape[0] == 1 and shape[1] >= 2:
+            if shape[1] == 2:
+                proposed.append((name, "{rule: threshold, channel: 1, threshold: 0.5}",
+                                 "two scores: yes if channel 1 > 0.5 (your app's threshold?)"))
+            else:
+                proposed.append((name, "{rule: argmax, top_k: 1}", f"{shape[1]} scores: the top-1 class"))
+        elif len(shape) == 4 and shape[0] == 1:
+            axis = -1 if shape[3] < shape[1] and shape[3] <= 4 else 1
+            channels = shape[axis]
+            what = f"a map {list(shape)}, channels {'last' if axis == -1 else 'first'}"
+            if channels <= 2:
+                proposed.append((name, f"{{rule: pixel-threshold, axis: {axis}, channel: {channels - 1}, threshold: 0.5}}",
+                                 f"{what}: yes per pixel if channel {channels - 1} > 0.5"))
+            else:
+                proposed.append((name, f"{{rule: pixel-argmax, axis: {axis}}}", f"{what}: the label per pixel"))
+    return proposed
 
 
 def _yaml_str(value: str) -> str:
@@ -321,6 +354,10 @@ def render(facts: ModelFacts, config_path: Path) -> str:
         lines.append("# Classes: no names in the metadata  # CHECK: keep your class list next to this file")
     lines += [f"name: {name}", "", "model:", f"  onnx: {_yaml_str(onnx_rel)}"]
     lines.append(f"  prepare: {facts.prepare}   # {facts.prepare_reason}")
+    if facts.layout == "NHWC":
+        lines.append(f"  input_layout: nhwc      # input {facts.input_name} is {facts.input_dims} (NHWC, e.g. a Keras/TF "
+                     "export): rkdet prepends a Transpose, a step the prepared ONNX's hash records; below, shapes "
+                     "are the NCHW it then takes")
     shape_note = f"from {facts.shape_source}" + (f"; {'; '.join(facts.notes)}" if facts.notes else "")
     check = "  # CHECK: the size you will feed on the board" if facts.shape_check else ""
     if facts.needs_inputs:
@@ -347,7 +384,19 @@ def render(facts: ModelFacts, config_path: Path) -> str:
               "golden:",
               "  inputs: golden                 # CHECK: a few held-out images (not in calibration) the model "
               "decides something on", "",
+              "run:",
+              "  # NPU core 0, not auto: rknn_api.h documents RKNN_NPU_CORE_AUTO as \"run on NPU core randomly\", so",
+              "  # a first proof runs where it can be repeated (every NPU has core 0). `0,1,2,0_1_2` sweeps masks.",
+              "  core_mask: \"0\"", "",
               "# fidelity: the defaults gate on decision agreement with ONNX FP32 (`rkdet config show` lists them)", ""]
+    if facts.decision:
+        lines += ["decision:  # CHECK: the rule your app applies to each output (rkdet judges what the app decides);",
+                  "  outputs:  # rules: argmax, threshold, pixel-argmax, pixel-threshold (README: Configuration)"]
+        lines += [f"    {_yaml_str(n)}: {rule}  # CHECK: {why}" for n, rule, why in facts.decision]
+        ruled = {n for n, _, _ in facts.decision}
+        lines += [f"    # {n} {s}: no rule proposed (numeric gates judge it; add your app's if it decides on it)"
+                  for n, s in facts.outputs if n not in ruled]
+        lines.append("")
     return "\n".join(lines)
 
 

@@ -69,6 +69,8 @@ def build_config(cfg: RkdetConfig, platform: str) -> dict[str, Any]:
     resolved["golden"].pop("inputs")
     if not resolved["quantize"].get("float_layers"):  # fully quantized: fingerprinted as before the key existed
         resolved["quantize"].pop("float_layers", None)
+    if resolved["model"].get("input_layout") == "nchw":  # as before the key existed
+        resolved["model"].pop("input_layout", None)
     if resolved["preprocess"].get("short_side") is None:  # not a centre crop: as before the key existed
         resolved["preprocess"].pop("short_side", None)
     resolved["target"] = {"platform": platform}

@@ -136,6 +136,35 @@ def _classifier_logits(model, path: Path):
     return model
 
 
+def nhwc_input(model, path: Path):
+    """Prepend a Transpose to an NHWC image input, so the model takes [N, 3, H, W] as rkdet feeds it (the
+    toolkit takes NHWC uint8 on the board and transposes itself). The input keeps its name; its old
+    consumers read the Transpose's output. A graph step of the prepared ONNX (its hash is fingerprinted)."""
+    from onnx import helper
+
+    graph_input = _graph_inputs(model)[0]
+    dims = graph_input.type.tensor_type.shape.dim
+    if len(dims) != 4 or not (dims[3].HasField("dim_value") and dims[3].dim_value == 3):
+        raise InputError(f"{path}: model.input_layout is nhwc but input {graph_input.name!r} is {_dims(graph_input)}, "
+                         "not [N, H, W, 3]; set model.input_layout: nchw")
+    inner = f"{graph_input.name}/rkdet_nhwc"
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name == graph_input.name:
+                node.input[i] = inner
+    for out in model.graph.output:  # an input that is also an output (no real model): keep the graph valid
+        if out.name == graph_input.name:
+            raise InputError(f"{path}: input {graph_input.name!r} is also an output; model.input_layout cannot apply")
+    n, h, w, c = (type(d)() for d in dims)
+    n.CopyFrom(dims[0]), h.CopyFrom(dims[1]), w.CopyFrom(dims[2]), c.CopyFrom(dims[3])
+    for d, src in zip(dims, (n, c, h, w)):
+        d.CopyFrom(src)
+    model.graph.node.insert(0, helper.make_node("Transpose", [graph_input.name], [inner], perm=[0, 2, 3, 1],
+                                                name="rkdet/nhwc_input"))
+    del model.graph.value_info[:]
+    return model
+
+
 def final_softmax(model) -> list:
     """The nodes from the single output back to a final Softmax through Identity nodes (as Paddle exports
     write them), output first; empty when the output does not come from a Softmax."""
@@ -314,6 +343,8 @@ def prepare_model(section: ModelSection) -> PreparedModel:
         stock_head = False
     elif section.prepare == "classifier-logits":
         model = _classifier_logits(model, path)
+    if section.input_layout == "nhwc":
+        model = nhwc_input(model, path)
     graph_input = _graph_inputs(model)[0]
     dims = graph_input.type.tensor_type.shape.dim
     if section.inputs:
@@ -340,7 +371,9 @@ def prepare_model(section: ModelSection) -> PreparedModel:
         raise InputError(f"{path}: input {graph_input.name!r} has dynamic shape {shape_now}{also}; "
                          f"set model.inputs: {{{graph_input.name}: [1, 3, {hw}]}} in the config")
     if len(shape_now) != 4 or shape_now[1] != 3 or shape_now[0] != 1:
-        raise InputError(f"{path}: input {graph_input.name!r} has shape {shape_now}; rkdet expects [1, 3, H, W]")
+        nhwc = len(shape_now) == 4 and shape_now[3] == 3 and section.input_layout == "nchw"
+        raise InputError(f"{path}: input {graph_input.name!r} has shape {shape_now}; rkdet expects [1, 3, H, W]"
+                         + ("; an NHWC input: set model.input_layout: nhwc" if nhwc else ""))
     if section.input_size is not None or section.inputs:
         del model.graph.value_info[:]
         for out in model.graph.output:
@@ -370,6 +403,9 @@ def prepare_model(section: ModelSection) -> PreparedModel:
     if folded:
         warnings.append(f"fixed {len(folded)} Reshape target(s) computed from Shape ops (a dynamic-axes export; first "
                         f"{folded[0]!r}) to their values at input {shape_now}, so the graph has static shapes")
+    if section.input_layout == "nhwc":
+        warnings.append(f"model.input_layout nhwc: a Transpose prepended to input {graph_input.name!r}, which now "
+                        f"takes {shape_now} (NCHW, as rkdet feeds it); the prepared ONNX's hash records the step")
     if imgsz is not None and tuple(shape_now[2:]) != imgsz:
         given = f"model.input_size {list(section.input_size)}" if section.input_size else f"input shape {shape_now}"
         warnings.append(f"{given} differs from the model's metadata imgsz {list(imgsz)} (the size it was exported "

@@ -21,7 +21,7 @@ from rkdet.records.gates import PASSED, GateRecord
 from rkdet.config import RkdetConfig
 from rkdet.convert import fidelity, golden, int8emu, manifest, published, toolkit_log
 from rkdet.convert.hermetic import BuildWatch, ToolkitSession
-from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images,
+from rkdet.convert.images import (IMAGE_SUFFIXES, ImageFile, Materialized, decode_rgb, list_images, min_side_for,
                                   non_images, preprocess)
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model, require_onnx_file
 from rkdet.convert.selfcheck_bundle import write_bundle as write_selfcheck_bundle
@@ -58,7 +58,7 @@ def materialize(files: list[ImageFile], model: PreparedModel, cfg: RkdetConfig) 
     _, _, h, w = model.input_shape_nchw
     tensors, boxes = {}, {}
     for f in files:
-        tensors[f.name], boxes[f.name] = preprocess(decode_rgb(f.path), (h, w), cfg.preprocess)
+        tensors[f.name], boxes[f.name] = preprocess(decode_rgb(f.path, min_side_for((h, w))), (h, w), cfg.preprocess)
     return Materialized(files, tensors, boxes)
 
 
@@ -213,6 +213,7 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
     umask = os.umask(0)
     os.umask(umask)
     stage_dir.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the build folder is for everyone the umask allows
+    warnings: list[str] = list(model.warnings)  # a failed build carries them too (ConversionError.warnings)
     try:
         progress(f"{platform}: building with {tk.name} {tk.version} (hermetic subprocess)")
         # The build is pinned to one CPU; the FP32 reference needs none of it, so it runs meanwhile.
@@ -222,8 +223,10 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             environment, sim, log = _run_toolkit(tk, cfg, platform, model, cal, gold, session, stage_dir,
                                                  identity.fingerprint, watch)
             ref, ref_detail = reference.result()
-        decided = detect_layout(list(zip(model.output_names, model.output_shapes))).kind != "none"
+        declared = cfg.decision.outputs if cfg.decision else None
+        decided = detect_layout(list(zip(model.output_names, model.output_shapes)), declared=declared).kind != "none"
         log_report = toolkit_log.classify(log, cfg.toolkit.accept_errors, decisions=decided)
+        warnings += [line] if (line := log_report.summary()) else []
         toolkit_log.gate(log_report, platform)
         (stage_dir / "model.onnx").write_bytes(model.onnx_bytes)
         _, _, h, w = model.input_shape_nchw
@@ -241,7 +244,6 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
             stage_dir / "golden" / "onnx-fp32", backend="onnxruntime", backend_detail=ref_detail,
             model_path="model.onnx", model_sha256=onnx_sha, inputs=gold_inputs, outputs=ref,
             output_names=model.output_names)}
-        warnings: list[str] = list(model.warnings) + ([line] if (line := log_report.summary()) else [])
         fid, fidelity_line = None, None
         if sim:
             golden_hashes["simulator"] = golden.write_result_set(
@@ -252,7 +254,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
 
             header = manifest.rknn_header(read_rknn(stage_dir / "model.rknn"))
             report = fidelity.measure(sim, ref, model.output_names, model.output_shapes, model.prepare, cfg.fidelity,
-                                      header.to_json()["outputs"], input_hw=tuple(model.input_shape_nchw[2:]))
+                                      header.to_json()["outputs"], input_hw=tuple(model.input_shape_nchw[2:]),
+                                      declared=declared)
             fid = report.to_json()
             write_fidelity(stage_dir / FIDELITY, report.record())
             fidelity_line = fidelity.summary_line(report, platform)
@@ -298,6 +301,8 @@ def build_platform(cfg: RkdetConfig, platform: str, model: PreparedModel, cal: M
         return BuildResult(platform, final, doc.fingerprint, rknn_sha, warnings, verify_report, fidelity_line)
     except BaseException as exc:
         session.close()
+        if isinstance(exc, ConversionError) and not exc.warnings:
+            exc.warnings = tuple(warnings)
         if keep_failed and stage_dir.exists() and not isinstance(exc, ReplaceRefused):
             failed = out / f"{final.name}.failed"
             try:
@@ -370,6 +375,8 @@ def convert(cfg: RkdetConfig, out: Path, platforms: list[str] | None = None, ver
         if unknown:
             raise InputError(f"quantize.float_outputs names {', '.join(map(repr, unknown))}, not an output of the "
                              f"prepared model (outputs: {', '.join(model.output_names)})")
+        if cfg.decision:  # a rule naming no output, or an axis/channel it lacks: one line before the toolkit runs
+            detect_layout(list(zip(model.output_names, model.output_shapes)), declared=cfg.decision.outputs)
         progress(f"preprocessing {len(cal_files)} calibration and {len(gold_files)} golden images")
         cal = materialize(cal_files, model, cfg)
         gold = materialize(gold_files, model, cfg)

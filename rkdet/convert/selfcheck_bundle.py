@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -53,21 +53,23 @@ def _reference_outputs(result_set: Path) -> dict[str, list[tuple[str, np.ndarray
     return found
 
 
-def decision_summary(outputs: list[tuple[str, np.ndarray]], input_hw: tuple[int, int] | None = None) -> dict[str, Any]:
+def decision_summary(outputs: list[tuple[str, np.ndarray]], input_hw: tuple[int, int] | None = None,
+                     declared: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the model decides for these outputs: detections (any family rkdet decodes; a segmentation's
-    masks as their pixel counts, so the bundle stays small JSON), a classifier's top-1, or nothing
-    (the same decoder `rkdet diff` judges decisions with)."""
+    masks as their pixel counts, so the bundle stays small JSON), a classifier's top-1, the declared
+    rules' decisions (config `decision:`), or nothing (the same decoder `rkdet diff` judges decisions with)."""
     arrays = dict(outputs)
-    layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs], input_size=input_hw)
+    layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs], input_size=input_hw, declared=declared)
     task = decode.task_of(layout)  # its task says what the bundle records (rkdet/decode/tasks/)
     return {"kind": "none"} if task is None else task.bundle_summary(layout, arrays)
 
 
-def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]]) -> dict[str, Any]:
+def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]],
+           declared: Mapping[str, Any] | None = None) -> dict[str, Any]:
     hw = decode.input_hw(tuple(tensor.shape))
     return {"name": name, "tensor": bundle_format.encode_array(tensor),
             "expected": {ref: [dict(bundle_format.encode_array(a), name=out) for out, a in sets[name]] for ref, sets in refs.items()},
-            "decisions": {ref: decision_summary(sets[name], hw) for ref, sets in refs.items()}}
+            "decisions": {ref: decision_summary(sets[name], hw, declared) for ref, sets in refs.items()}}
 
 
 def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_BYTES) -> BundleInfo:
@@ -77,6 +79,9 @@ def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_B
     refs = {ref: _reference_outputs(build / "golden" / ref) for ref in bundle_format.REFERENCES
             if (build / "golden" / ref / "index.jsonl").is_file()}
     pages = sorted((build / "golden" / "inputs").glob("*.npy"))
+    config = manifest.inputs.config
+    section = (config.resolved or {}).get("decision") if config is not None else None
+    declared = section.get("outputs") if isinstance(section, dict) else None  # the app's rules, when declared
     io_spec = read_model_io(build / MODEL_IO).to_json()  # the one model.io.json reader
     fed = manifest.need_fed_input(build / "manifest.json").to_json()
     model_sha = {"model.rknn": manifest.rknn.sha256, "model.onnx": manifest.onnx_sha256}  # each backend's model file
@@ -93,7 +98,7 @@ def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_B
     size = len(json.dumps(doc, sort_keys=True, indent=2))
     chosen = []
     for page in pages[:bundle_format.MAX_INPUTS]:
-        entry = _entry(page.stem, np.load(page, allow_pickle=False), refs)
+        entry = _entry(page.stem, np.load(page, allow_pickle=False), refs, declared)
         text = json.dumps(entry, sort_keys=True, indent=2)
         cost = len(text) + 4 * (text.count("\n") + 1) + 2  # as written: one list level deeper, plus ",\n"
         if chosen and size + cost > cap_bytes:

@@ -15,12 +15,17 @@ rkdet/decode/heads.py; detections are in model-input pixels:
 * ``yolov10``: the NMS-free end-to-end output ``[1, K, 6]`` (K = max_det, 300 by default).
 * ``yolov8-seg``: YOLOv8/YOLO11-seg, ``[1, 4+nc+32, N]`` plus prototypes ``[1, 32, H/4, W/4]``.
 * ``classification``: one output ``[C]``, ``[1, C]`` or ``[1, C, 1, 1]``.
+* ``semantic-seg``: one class-score map ``[1, C, H, W]`` (or ``[1, H, W, C]``) at the input's H, W whose name
+  says segmentation (or any such map with ``--decoder semantic``): a label per pixel (rkdet/decode/tasks/semantic.py).
+Any outputs, with the config's ``decision:`` section: ``declared`` (rkdet/decode/tasks/declared.py).
 Anything else is ``none``: numeric comparison only, and the detail line says what the outputs were.
 What a model decides, and what "the same decision" is, per task: rkdet/decode/tasks/ (the registry,
 `task_of(layout)`; `SAME_DECISION`).
 """
 
 from __future__ import annotations
+
+from typing import Mapping
 
 import numpy as np
 
@@ -38,6 +43,7 @@ from rkdet.decode.common import (
     nms,
 )
 from rkdet.decode.tasks import SAME_DECISION, DecisionTask, SameDecision, overlap_matrix, task_of, task_of_record
+from rkdet.decode.tasks import declared as declared_task
 from rkdet.decode.tasks.classification import class_scores
 from rkdet.choices import DECODERS
 from rkdet.decode.heads import decode
@@ -49,7 +55,7 @@ __all__ = ["CONF_THRESHOLD", "DECODERS", "IOU_THRESHOLD", "KINDS", "MASK_THRESHO
            "overlap_matrix", "task_of", "task_of_record"]
 
 KINDS = ("yolov8-single", "yolov8-split", "ppyoloe-split", "picodet", "yolov5-single", "yolov5-split", "yolov10",
-         "yolov8-seg", "classification", "none")
+         "yolov8-seg", "classification", "semantic-seg", "declared", "none")
 REG_MAX = 16  # YOLOv8's DFL bins (kept for callers that name it)
 _FAMILY = {  # --decoder -> the kinds it accepts, and what it expects
     "yolov8": (("yolov8-single", "yolov8-split"), "the Ultralytics single output [1,4+nc,N] or the split head "
@@ -61,6 +67,7 @@ _FAMILY = {  # --decoder -> the kinds it accepts, and what it expects
                 "or maps of them"),
     "segmentation": (("yolov8-seg",), "[1,4+nc+M,N] detections plus [1,M,H/4,W/4] prototypes"),
     "classification": (("classification",), "one output shaped [C], [1,C] or [1,C,1,1]"),
+    "semantic": (("semantic-seg",), "one class-score map [1,C,H,W] or [1,H,W,C] with 2 or more classes"),
 }
 
 
@@ -83,15 +90,24 @@ def _recognise(outputs: layouts.Outputs, hw: tuple[int, int] | None) -> Layout |
 
 
 def detect_layout(outputs: list[tuple[str, tuple[int, ...]]], requested: str = "auto",
-                  input_size: tuple[int, int] | None = None) -> Layout:
+                  input_size: tuple[int, int] | None = None,
+                  declared: Mapping[str, declared_task.RuleSource] | None = None) -> Layout:
     """Choose the layout from output names and shapes (and the model's input H, W when known: a flattened
-    or non-square grid needs it); `requested` forces a family or "none"."""
+    or non-square grid needs it); `requested` forces a family or "none"; `declared` (the config's
+    `decision.outputs`) names the app's own rule per output and wins over any recognised layout."""
     if requested not in DECODERS:
         raise InputError(f"--decoder {requested!r}: expected one of {', '.join(DECODERS)}")
     if requested == "none":
         return Layout("none", "decoder disabled (--decoder none)")
     outputs = [(n, tuple(int(d) for d in s)) for n, s in outputs]
+    if declared:
+        found = declared_task.layout_of(outputs, declared)
+        found.task, found.same_decision = declared_task.TASK.name, declared_task.TASK.same.rule
+        return found
     found = _recognise(outputs, input_size)
+    forcing = next((t for t in tasks.TASKS if t.decoder is not None and t.decoder == requested), None)
+    if forcing is not None:  # a task's own --decoder value: its layouts by shape alone (e.g. any class-score map)
+        found = forcing.forced_layout(outputs, input_size)
     if found is None and input_size is not None:  # the input size may not be the decoder's (e.g. NHWC misread)
         found = _recognise(outputs, None)
     if requested != "auto":

@@ -6,6 +6,7 @@ What "the same decision" is per task lives with each task (rkdet/decode/tasks/, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -46,11 +47,15 @@ class Layout:
 
     task: str = "none"  # the decision task these outputs carry (rkdet/decode/tasks/), set by detect_layout
     same_decision: str | None = None  # that task's rule, in words
+    rules: dict[str, Any] = field(default_factory=dict)  # declared decisions: output -> its rule (tasks/declared.py)
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "task": self.task, "detail": self.detail, "roles": self.roles,
-                "classes": self.nc or None, "input_size": list(self.input_size) if self.input_size else None,
-                "slices": {o: sorted(s) for o, s in self.slices.items()}, "same_decision": self.same_decision}
+        doc = {"kind": self.kind, "task": self.task, "detail": self.detail, "roles": self.roles,
+               "classes": self.nc or None, "input_size": list(self.input_size) if self.input_size else None,
+               "slices": {o: sorted(s) for o, s in self.slices.items()}, "same_decision": self.same_decision}
+        if self.rules:
+            doc["rules"] = {n: dict(vars(r)) for n, r in self.rules.items()}
+        return doc
 
 
 @dataclass

@@ -34,7 +34,7 @@ from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.preflight import BoardFit, check_board
 from rkdet.backends.registry import backend as descriptor
 from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
-from rkdet.deploy.settings import RunSettings
+from rkdet.deploy.settings import AUTO_WARNING, RunSettings
 from rkdet.link.shell import FILES_S
 from rkdet.link.ssh import BoardConnection
 from rkdet.boardinfo.stack import BoardStack, model_expectations
@@ -156,6 +156,8 @@ class Deployment:
             raise InputError("--emulator-npu is a test control of the emulated runtime (--backend rknnlite); "
                              "this board's runtime is not emulated")
         board_lock.check_before_push(lock, conn.target.label, s.lock_timeout, s.pin, self.log)
+        if desc.takes_core_mask and "auto" in s.core_mask.split(","):
+            self.log(AUTO_WARNING)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
                                       self.progress, s.emulate_npu if emulated else None))

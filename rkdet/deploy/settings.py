@@ -69,13 +69,19 @@ class RunOverrides:
         return cls(**{k: v for k, v in values.items() if v is not None})
 
 
+#: said when a run asks for core mask auto (config run.core_mask or --core-mask): rkdet's default is core 0
+AUTO_WARNING = ("warning: core mask auto: rknn_api.h documents RKNN_NPU_CORE_AUTO as \"run on NPU core randomly\"; "
+                "which core ran is not recorded, so a difference between runs may be a different core. "
+                "Name one (run.core_mask: \"0\") to repeat a run where it ran")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """How the board runs the model; defaults come from the config's `run` and `board` sections."""
 
     repeats: int = 10
     warmup: int = 2
-    core_mask: str = "auto"  # one mask, or a comma list (cells of one pinned session)
+    core_mask: str = "0"  # one mask, or a comma list (cells of one pinned session); core 0 unless asked (config.RunSection)
     contexts: int = 1  # > 1: threaded runtime contexts checked against the sequential run
     backend: str = DEFAULT_BACKEND
     snapshot_every: int = 5

@@ -8,7 +8,7 @@ B's run 0 per input (B is the reference: golden data or another board).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -206,9 +206,10 @@ def _decision_summary(task: DecisionTask | None, dec: Any) -> dict[str, Any] | N
 class _Engine:
     """Holds the per-comparison state while records stream by."""
 
-    def __init__(self, tolerance: Tolerance, decoder: str) -> None:
+    def __init__(self, tolerance: Tolerance, decoder: str, declared: Mapping[str, Any] | None = None) -> None:
         self.tolerance = tolerance
         self.decoder = decoder
+        self.declared = declared  # the config's decision.outputs: the app's rule per output
         self.layout: Layout | None = None
         self.failures: list[Failure] = []
         self.hist = np.zeros(len(HIST_EDGES) + 1, dtype=np.int64)
@@ -219,7 +220,8 @@ class _Engine:
     # -- layout ----------------------------------------------------------------------------
     def layout_for(self, record: Record, src: ResultSource) -> Layout:
         if self.layout is None:
-            self.layout = detect_layout([(o.name, o.shape) for o in record.outputs], self.decoder, _input_hw(src))
+            self.layout = detect_layout([(o.name, o.shape) for o in record.outputs], self.decoder, _input_hw(src),
+                                        self.declared)
         return self.layout
 
     # -- per-pair numerics -----------------------------------------------------------------
@@ -441,9 +443,13 @@ def _reference_records(b: ResultSource) -> dict[str, tuple[ResultSource, Record]
     return refs
 
 
-def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance, decoder: str = "auto") -> Comparison:
-    """Analyse `a` (run-to-run, and against `b`'s run 0 when given) and `b` (run-to-run)."""
-    engine = _Engine(tolerance, decoder)
+def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance, decoder: str = "auto",
+                   declared: Mapping[str, Any] | None = None) -> Comparison:
+    """Analyse `a` (run-to-run, and against `b`'s run 0 when given) and `b` (run-to-run); `declared`: the
+    app's decision rule per output (config `decision.outputs`; absent: a build's own, from its manifest)."""
+    if declared is None:
+        declared = next((s.declared for s in (b, a) if s is not None and s.declared), None)
+    engine = _Engine(tolerance, decoder, declared)
     notes = [s.note for s in (a, b) if s is not None and s.note]
     a_analysis = SetAnalysis("A", a)
     b_analysis = SetAnalysis("B", b) if b is not None else None

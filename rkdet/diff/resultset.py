@@ -26,7 +26,7 @@ from rkdet.records.io import iter_jsonl
 from rkdet.records import io
 from rkdet.onboard.hashing import output_hash
 from rkdet.onboard.reference import reference_for_run
-from rkdet.records.manifest import read_manifest
+from rkdet.records.manifest import Manifest, read_manifest
 from rkdet.records.run_info import RunInfo, RunInput, read_run_info
 
 
@@ -183,6 +183,7 @@ class ResultSource:
     cache: ArrayCache = field(default_factory=ArrayCache)
     quant_steps: dict[str, float] = field(default_factory=dict)  # output -> int8 scale (LSB), from a build
     build_caveat: str | None = None  # a build's golden set whose build failed its gates at convert (rkdet.records.gates)
+    declared: dict[str, Any] | None = None  # a build's declared decisions (its config's decision.outputs)
 
     # -- overridden by the concrete kinds -------------------------------------------------
     def records(self) -> Iterator[Record]:
@@ -363,7 +364,25 @@ def _golden_set(path: Path, note: str | None = None, builds: Sequence[BuildRecor
         build = next((b for b in builds if b.folder == folder), None) or load_build(folder, complete=False)
         src.quant_steps = build.manifest.quant_steps
         src.build_caveat = None if build.gates.passed else build.gates.caveat(folder)
+        src.declared = declared_of(build.manifest)
     return src
+
+
+def declared_of(manifest: Manifest) -> dict[str, Any] | None:
+    """A build's declared decision rules (its manifest's `inputs.config.resolved.decision.outputs`), or
+    None: none declared (the layout is then recognised, as before)."""
+    config = manifest.inputs.config
+    section = (config.resolved or {}).get("decision") if config is not None else None
+    outputs = section.get("outputs") if isinstance(section, dict) else None
+    return dict(outputs) if isinstance(outputs, dict) and outputs else None
+
+
+def declared_decisions(build: Path) -> dict[str, Any] | None:
+    """`declared_of` a build folder's manifest; None also when it has no readable manifest."""
+    try:
+        return declared_of(read_manifest(Path(build) / "manifest.json"))
+    except (OSError, InputError):
+        return None
 
 
 def _run_folder_result(p: Path) -> Path | None:

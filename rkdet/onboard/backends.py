@@ -175,8 +175,8 @@ class RknnLiteBackend(object):
         elif accepts and constant is None:
             raise RunnerError("this RKNNLite has no %s; use another --core-mask" % masks[core_mask])
         self._legacy = True
-        if core_mask != "auto":
-            raise RunnerError("the legacy RKNN Toolkit Lite (v1) API has no core_mask; use --core-mask auto")
+        if core_mask not in ("auto", "0"):  # RKNPU1 has one core, core 0: what its runtime runs on
+            raise RunnerError("the legacy RKNN Toolkit Lite (v1) API has no core_mask; use --core-mask 0 or auto")
         return self._lite.init_runtime()
 
     def infer(self, feed):

@@ -69,6 +69,11 @@ class Outcome:
     gates: list[dict[str, Any]] = field(default_factory=list)
     slices: dict[str, Any] = field(default_factory=dict)
     closest: Closest | None = None
+    no_effect: int | None = None  # the earlier variant whose fidelity this one equals to the last bit
+
+    def fidelity_signature(self) -> tuple[tuple[str, str, Any], ...]:
+        """Every gate's (gate, subject, value): two builds equal here changed nothing the gates measure."""
+        return tuple((str(g.get("gate")), str(g.get("subject")), g.get("value")) for g in self.gates)
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.variant.index, "stage": self.variant.stage, "changes": self.variant.changes,
@@ -77,7 +82,7 @@ class Outcome:
                 "slices": self.slices, "float_layers": self.options["float_layers"],
                 "float_build": bool(self.options.get("force_fp16")),
                 "build_seconds": self.build_seconds, "estimated_seconds": self.estimated_seconds,
-                "relative_cost": self.relative_cost,
+                "relative_cost": self.relative_cost, "no_effect": self.no_effect,
                 "closest": None if self.closest is None else asdict(self.closest)}
 
 
@@ -317,8 +322,14 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
         outcome.relative_cost = relative
         if outcome.status != "stopped":
             budget.record(variant, outcome.build_seconds, relative)
+        same = next((o for o in outcomes if outcome.status == "fail" and o.status == "fail" and outcome.gates
+                     and o.fidelity_signature() == outcome.fidelity_signature()), None)
+        if same is not None:  # measured, not assumed: the toolkit ignored the change (e.g. a layer it added)
+            outcome.no_effect = same.variant.index
         outcomes.append(outcome)
-        progress(f"variant {variant.index}: {outcome.status} in {format_duration(outcome.build_seconds)}")
+        progress(f"variant {variant.index}: {outcome.status} in {format_duration(outcome.build_seconds)}"
+                 + (f"; no effect: every gate value equals variant {same.variant.index}'s to the last bit"
+                    if same is not None else ""))
         if folder is not None and installed is None:
             installed = out / f"{cfg.name}-{platform}"
             install_build(folder, installed)

@@ -1,6 +1,6 @@
 """The decision tasks, one registry: every task a model can decide, each declared once in its module.
 
-A task module (`detection.py`, `segmentation.py`, `classification.py`) declares the layouts it decodes,
+A task module (`detection.py`, `segmentation.py`, `classification.py`, `semantic.py`, `declared.py`) declares the layouts it decodes,
 its decision records, what "the same decision" means with its thresholds, convert's decision gate and
 the presenters' lines; `TASKS` lists them. Convert, the diff, the self-check bundle and the presenters
 ask here (`task_of(layout)`, `task_of_record(record)`) and never compare task names: a task name as a
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rkdet.decode.common import Detections, Layout
-from rkdet.decode.tasks import classification, detection, segmentation
+from rkdet.decode.tasks import classification, declared, detection, segmentation, semantic
 from rkdet.decode.tasks.base import DecisionFinding, DecisionTask, GateCount, GateLimits, SameDecision
 
 __all__ = ["SAME_DECISION", "TASKS", "DecisionFinding", "DecisionTask", "GateCount", "GateLimits", "SameDecision",
@@ -23,6 +23,8 @@ TASKS: tuple[DecisionTask, ...] = (
     detection.TASK,
     segmentation.TASK,
     classification.TASK,
+    semantic.TASK,
+    declared.TASK,
 )
 SAME_DECISION: dict[str, SameDecision] = {t.name: t.same for t in TASKS}  # task name -> its rule
 

@@ -77,6 +77,7 @@ class DecisionTask(ABC):
     record_kind: str  # the "kind" its diff records carry (segmentation shares detection's records)
     kinds: tuple[str, ...]  # the layouts (rkdet.decode.KINDS) whose decisions are this task's
     same: SameDecision
+    decoder: str | None = None  # the --decoder value (rkdet.choices.DECODERS) that forces forced_layout
 
     def handles(self, layout: Layout) -> bool:
         return layout.kind in self.kinds
@@ -84,6 +85,10 @@ class DecisionTask(ABC):
     def recognise(self, outputs: list[tuple[str, tuple[int, ...]]], input_hw: tuple[int, int] | None) -> Layout | None:
         """A layout of this task's own, from output names and shapes, tried after rkdet/decode/layouts.py's
         recognisers found nothing (a new task brings its layouts here); None: not this task's."""
+        return None
+
+    def forced_layout(self, outputs: list[tuple[str, tuple[int, ...]]], input_hw: tuple[int, int] | None) -> Layout | None:
+        """This task's layout by shape alone, when `--decoder` names the task (`decoder`); None: does not fit."""
         return None
 
     @abstractmethod

@@ -16,8 +16,9 @@ from __future__ import annotations
 import string
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
-from rkdet.diff.api import compare
+from rkdet.diff.api import compare, declared_decisions
 from rkdet.errors import RkdetError
 from rkdet.fleets.run.records import BoardResult, CellResult, DeterminismClass, Difference, Member
 from rkdet.history.ingest import RunRecord
@@ -61,15 +62,19 @@ def _representative(boards: list[BoardResult], klass: str) -> CellResult:
     return next(c for b in boards for c in b.cells if c.klass == klass)
 
 
+__all__ = ["declared_decisions", "find_classes", "first_differences", "signature"]
+
+
 def first_differences(boards: list[BoardResult], classes: list[DeterminismClass], fleet_dir: Path,
-                      tolerance: Tolerance) -> list[Difference]:
+                      tolerance: Tolerance, declared: dict[str, Any] | None = None) -> list[Difference]:
     """For each pair of classes (up to MAX_PAIRS, those with the majority class first): where one member
-    of the second first differs from one member of the first, by rkdet.diff."""
+    of the second first differs from one member of the first, by rkdet.diff (`declared`: the build's
+    declared decision rules, so "decision differs" is the app's)."""
     pairs = list(combinations([k.name for k in classes], 2))[:MAX_PAIRS]
     out = []
     for a, b in pairs:
         ra, rb = _representative(boards, a), _representative(boards, b)
-        out.append(_difference(a, b, _result_set(fleet_dir, ra), _result_set(fleet_dir, rb), tolerance))
+        out.append(_difference(a, b, _result_set(fleet_dir, ra), _result_set(fleet_dir, rb), tolerance, declared))
     return out
 
 
@@ -79,9 +84,10 @@ def _result_set(fleet_dir: Path, cell: CellResult) -> Path:
     return folder / "result" / cell.run.result_set if cell.run is not None and cell.run.result_set else folder
 
 
-def _difference(a: str, b: str, folder_a: Path, folder_b: Path, tolerance: Tolerance) -> Difference:
+def _difference(a: str, b: str, folder_a: Path, folder_b: Path, tolerance: Tolerance,
+                declared: dict[str, Any] | None = None) -> Difference:
     try:
-        c = compare(folder_b, folder_a, tolerance)
+        c = compare(folder_b, folder_a, tolerance, declared=declared)
     except RkdetError as err:
         return Difference(a, b, None, None, None, None, None, None, None, None, 0, None,
                           note=f"not comparable: {err}")

@@ -22,7 +22,7 @@ from pathlib import Path
 from rkdet.errors import EXIT_BOARD, EXIT_DIFFERENT, EXIT_INTERRUPTED, EXIT_OK
 from rkdet.fleets.sources.inventory import FleetBoard
 from rkdet.fleets.run.one_board import BuildChoice, DeployCommon, run_board
-from rkdet.fleets.run.classes import find_classes, first_differences
+from rkdet.fleets.run.classes import declared_decisions, find_classes, first_differences
 from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, MatrixCell, DeterminismClass, DriftNote, FleetResult,
                                         BuildRef, FleetSettings)
 from rkdet.fleets.run.scheduler import Schedule, run_all
@@ -61,7 +61,8 @@ def run_fleet(boards: list[FleetBoard], builds: list[BuildChoice], cells: list[M
             if c.folder:
                 c.folder = os.path.relpath(c.folder, folder)
     classes = find_classes(results)
-    differences = first_differences(results, classes, folder, builds[0].settings.tolerances)
+    differences = first_differences(results, classes, folder, builds[0].settings.tolerances,
+                                    declared_decisions(builds[0].folder))  # the app's rules, when declared
     drift = drift_notes(common.out, results)
     run = common.request.run
     code, verdict = judge(results, classes, cells, interrupted)

@@ -1,0 +1,147 @@
+"""Semantic segmentation as a decision task: label maps from a tiny ONNX model (a 1x1 conv to C classes over
+H x W, run by onnxruntime), the tie rule, per-class IoU with classes absent from both left out, convert's
+gate through rkdet.convert.fidelity.measure, and `rkdet diff` judging label maps of result sets."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rkdet.config import FidelitySection
+from rkdet.convert.fidelity import measure
+from rkdet.decode import detect_layout, task_of
+from rkdet.decode.tasks import decision_changed, decision_finding, semantic
+from rkdet.diff.api import compare
+from rkdet.errors import InputError
+from rkdet.tolerance import Tolerance
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "diff"))
+from diff_helpers import ResultSetBuilder  # noqa: E402
+
+C, H, W = 4, 12, 10
+
+
+def seg_model(path: Path, *, classes: int = C, output: str = "seg_logits", seed: int = 0) -> Path:
+    """A 1x1 conv from 3 channels to `classes` class scores per pixel, at the input's size."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 1, (classes, 3, 1, 1)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], [output])], "seg",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, H, W])],
+                              [helper.make_tensor_value_info(output, TensorProto.FLOAT, [1, classes, H, W])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def run_model(path: Path, images: list[np.ndarray]) -> list[np.ndarray]:
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return [sess.run(None, {"x": im})[0] for im in images]
+
+
+def _images(n: int, seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.normal(0, 1, (1, 3, H, W)).astype(np.float32) for _ in range(n)]
+
+
+def test_the_layout_is_recognised_only_where_the_name_says_segmentation() -> None:
+    layout = detect_layout([("seg_logits", (1, C, H, W))], input_size=(H, W))
+    assert (layout.kind, layout.task, layout.nc) == ("semantic-seg", "semantic", C)
+    assert task_of(layout) is semantic.TASK and "tie to the lower class index" in layout.detail
+    nhwc = detect_layout([("segmentation", (1, H, W, C))], input_size=(H, W))
+    assert nhwc.kind == "semantic-seg" and nhwc.transposed
+    # a same-size feature map of any other model stays numeric; --decoder semantic forces it
+    assert detect_layout([("y", (1, C, H, W))], input_size=(H, W)).kind == "none"
+    assert detect_layout([("seg_logits", (1, C, H, W))]).kind == "none"  # no input size: not guessed
+    assert detect_layout([("y", (1, C, H, W))], "semantic").kind == "semantic-seg"
+    with pytest.raises(InputError, match="--decoder semantic"):
+        detect_layout([("y", (1, 10))], "semantic")
+
+
+def test_ties_go_to_the_lower_class_index() -> None:
+    scores = np.zeros((3, 1, 2))
+    scores[:, 0, 0] = [0.2, 0.5, 0.5]  # classes 1 and 2 tie
+    scores[:, 0, 1] = [0.7, 0.7, 0.1]  # classes 0 and 1 tie
+    assert semantic.labels(scores).tolist() == [[1, 0]]
+
+
+def test_class_iou_leaves_classes_absent_from_both_out_of_the_mean() -> None:
+    ref = np.array([[0, 0, 1, 1]])
+    cand = np.array([[0, 1, 1, 1]])
+    ious = semantic.class_iou(ref, cand)
+    assert ious == {0: 0.5, 1: 2 / 3}  # classes 2, 3 (absent from both) have no IoU
+    delta = semantic.compare_label_maps(ref, cand)
+    assert delta["changed_pixels"] == 1 and delta["changed_fraction"] == 0.25
+    assert delta["mean_iou"] == pytest.approx((0.5 + 2 / 3) / 2) and delta["classes_judged"] == 2
+    assert decision_changed(delta) and decision_finding(delta).terminal_text() == "1 px changed (25.00%), mIoU 0.583"
+    assert decision_finding(delta).html().startswith('<span class="bad">')
+    same = semantic.compare_label_maps(ref, ref)
+    assert not decision_changed(same) and same["mean_iou"] == 1.0
+    assert decision_finding(same).terminal_text() == "same label map"
+
+
+def test_convert_gate_judges_label_maps(tmp_path: Path) -> None:
+    model = seg_model(tmp_path / "seg.onnx")
+    images = _images(3)
+    ref = {f"g{i}": {"seg_logits": out} for i, out in enumerate(run_model(model, images))}
+    limits = FidelitySection()
+    same = measure(ref, ref, ("seg_logits",), ((1, C, H, W),), "none", limits, input_hw=(H, W))
+    assert same.layout["kind"] == "semantic-seg" and same.decision["task"] == "semantic"
+    gate = next(g for g in same.gates if g.gate == "decision")
+    assert gate.passed and gate.value == 1.0
+    # a quantized side whose labels flip on half the pixels of one input (class scores swapped there)
+    flipped = {k: {"seg_logits": v["seg_logits"].copy()} for k, v in ref.items()}
+    arr = flipped["g1"]["seg_logits"]
+    arr[0, :, : H // 2] = arr[0, ::-1, : H // 2]
+    changed = (semantic.labels(arr[0]) != semantic.labels(ref["g1"]["seg_logits"][0])).mean()
+    assert changed > semantic.MAX_CHANGED_FRACTION
+    bad = measure(flipped, ref, ("seg_logits",), ((1, C, H, W),), "none", limits, input_hw=(H, W))
+    gate = next(g for g in bad.gates if g.gate == "decision")
+    assert not gate.passed and gate.value == pytest.approx(2 / 3)
+    entry = bad.decision["inputs"]["g1"]
+    assert entry["agree"] == 0 and entry["changed_pixels"] > 0 and entry["mean_iou"] < 1.0
+    assert bad.decision["inputs"]["g0"]["agree"] == 1
+
+
+def test_near_ties_are_not_decision_changes() -> None:
+    ref = np.zeros((2, 4, 4))
+    ref[0] = 0.01  # class 0 ahead by a hair everywhere
+    cand = ref[::-1].copy()  # every pixel flips to class 1
+    limits = FidelitySection()
+    out = semantic.compare_gate(ref, cand, limits)
+    assert out["changed_pixels"] == 16 and out["changed_beyond_near_tie"] == 0 and out["agree"] == 1
+    ref[0] = 5.0  # a clear winner: the same flip is a change
+    assert semantic.compare_gate(ref, ref[::-1].copy(), limits)["agree"] == 0
+
+
+def _result_set(path: Path, outputs: list[np.ndarray]) -> Path:
+    b = ResultSetBuilder(path, [f"in{i}" for i in range(len(outputs))], ["seg_logits"])
+    for entry in b.run["inputs"]:
+        entry["shape"] = [1, 3, H, W]
+    for i, out in enumerate(outputs):
+        b.add(0, f"in{i}", [out])
+    return b.close()
+
+
+def test_diff_reports_changed_pixels_and_mean_iou(tmp_path: Path) -> None:
+    model = seg_model(tmp_path / "seg.onnx")
+    outs = run_model(model, _images(2))
+    ref = _result_set(tmp_path / "ref", outs)
+    moved = [o.copy() for o in outs]
+    moved[1][0, :, 0, :] = moved[1][0, ::-1, 0, :]  # one row's scores reversed: its labels change
+    board = _result_set(tmp_path / "board", moved)
+    c = compare(board, ref, Tolerance())
+    assert c.layout is not None and c.layout.kind == "semantic-seg"
+    assert c.agrees is not None and c.agrees.decisions_changed == 1 and c.exit_code != 0
+    delta = c.a.inputs["in1"].groups[next(iter(c.a.inputs["in1"].groups))].decision_vs_reference
+    assert delta["kind"] == "semantic" and 0 < delta["changed_pixels"] <= W and delta["mean_iou"] < 1
+    same = compare(_result_set(tmp_path / "again", outs), ref, Tolerance())
+    assert same.agrees is not None and same.agrees.decisions_changed == 0 and same.exit_code == 0
