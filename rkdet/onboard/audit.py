@@ -1,0 +1,191 @@
+"""The audited runtime: `RKNNLite` with lite2's calling convention, recording every inference.
+
+Drop-in: an app changes `from rknnlite.api import RKNNLite` to `from rkdet.onboard.audit import RKNNLite`
+and passes an `AuditSettings` (or sets RKDET_AUDIT_DIR). Per inference one chained record (time, build
+fingerprint, input hash, output hashes, core mask, latency; rkdet.onboard.audit_chain), the canary and
+the shadow when configured (rkdet.onboard.audit_watch), and the Prometheus textfile
+(rkdet.onboard.audit_prom). Nothing here may fail or block the inference: audit trouble is counted,
+logged and shown in the metrics, and the app's outputs are returned as the runtime gave them.
+"""
+
+import hashlib
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from .audit_chain import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILES, AuditChain
+from .audit_prom import write_prom
+from .audit_watch import Canary, Shadow
+from .hashing import file_sha256, output_hash
+from .identity import read_rknn_facts
+
+
+class AuditSettings(object):
+    """Where and how often: the log folder, its bounds, the textfile folder, the canary and the shadow."""
+
+    def __init__(self, log_dir, prom_dir=None, max_file_bytes=DEFAULT_MAX_FILE_BYTES,
+                 max_files=DEFAULT_MAX_FILES, fsync_every=0, prom_every=100, canary=None, shadow=None,
+                 on_alarm=None, build=None):
+        # type: (str, Optional[str], int, int, int, int, Optional[Canary], Optional[Shadow], Optional[Callable[[str, Dict[str, Any]], None]], Optional[str]) -> None
+        self.log_dir, self.prom_dir = log_dir, prom_dir
+        self.max_file_bytes, self.max_files, self.fsync_every = max_file_bytes, max_files, fsync_every
+        self.prom_every = max(1, int(prom_every))
+        self.canary, self.shadow, self.on_alarm = canary, shadow, on_alarm
+        self.build = build  # the build fingerprint; default: the one the .rknn carries, else its sha256
+
+    @classmethod
+    def from_environment(cls):
+        # type: () -> AuditSettings
+        folder = os.environ.get("RKDET_AUDIT_DIR")
+        if not folder:
+            raise ValueError("rkdet audit: no AuditSettings given and RKDET_AUDIT_DIR is not set")
+        return cls(folder, prom_dir=os.environ.get("RKDET_AUDIT_PROM_DIR") or None)
+
+
+def input_hash(inputs):
+    # type: (List[Any]) -> str
+    """One hash over every input: sha256 of each input's output-hash definition, in order."""
+    digest = hashlib.sha256()
+    for x in inputs:
+        digest.update(output_hash(x).encode("ascii"))
+    return digest.hexdigest()
+
+
+def _default_runtime(**kwargs):
+    # type: (**Any) -> Any
+    from rknnlite.api import RKNNLite as Lite  # only on the board (aarch64)
+    return Lite(**kwargs)
+
+
+class RKNNLite(object):
+    """lite2's RKNNLite (load_rknn, init_runtime, inference, release) with the audit around it."""
+
+    def __init__(self, audit=None, runtime=None, **kwargs):
+        # type: (Optional[AuditSettings], Any, **Any) -> None
+        self.settings = audit or AuditSettings.from_environment()
+        self.runtime = runtime if runtime is not None else _default_runtime(**kwargs)
+        self.build = self.settings.build or ""
+        self.core_mask = "auto"
+        self.counters = {}  # type: Dict[str, float]
+        self.chain = None  # type: Optional[AuditChain]
+        self._served = 0
+        self._since_canary = 0
+        self._canary_at = time.time()
+
+    # --- lite2's calling convention -------------------------------------------------------------
+    def load_rknn(self, path):
+        # type: (str) -> int
+        ret = self.runtime.load_rknn(path)
+        if not self.build:
+            facts = read_rknn_facts(path)
+            self.build = (facts or {}).get("embedded_fingerprint") or file_sha256(path)
+        return ret
+
+    def init_runtime(self, core_mask=None, **kwargs):
+        # type: (Any, **Any) -> int
+        if core_mask is not None:
+            kwargs["core_mask"] = core_mask
+            self.core_mask = str(core_mask)
+        ret = self.runtime.init_runtime(**kwargs)
+        s = self.settings
+        if s.prom_dir is not None and not os.path.isdir(s.prom_dir):
+            os.makedirs(s.prom_dir)
+        self.chain = AuditChain(s.log_dir, s.max_file_bytes, s.max_files, s.fsync_every)
+        self.counters["rkdet_audit_chain_breaks_total"] = self.chain.chain_breaks
+        self.chain.append("start", {"build": self.build, "core_mask": self.core_mask,
+                                    "canary_baseline": s.canary.baseline_from if s.canary else None,
+                                    "shadow": s.shadow.build if s.shadow else None})
+        if s.canary is not None:
+            self._run_canary()
+        self._write_metrics()
+        return ret
+
+    def inference(self, inputs=None, **kwargs):
+        # type: (Optional[List[Any]], **Any) -> Any
+        start = time.perf_counter()
+        outputs = self.runtime.inference(inputs=inputs, **kwargs)
+        latency = time.perf_counter() - start
+        try:
+            self._record(list(inputs or []), outputs, latency)
+        except Exception as err:  # the audit never fails the inference: say so instead
+            self._count("rkdet_audit_log_write_failures_total")
+            sys.stderr.write("rkdet audit: record lost (%s: %s)\n" % (err.__class__.__name__, err))
+        return outputs
+
+    def release(self):
+        # type: () -> None
+        if self.chain is not None:
+            if self.settings.shadow is not None and self.settings.shadow.samples:
+                self.chain.append("shadow", self.settings.shadow.summary())
+            self.chain.append("stop", {"served": self._served})
+            self._write_metrics()
+            self.chain.close()
+            self.chain = None
+        self.runtime.release()
+
+    # --- the audit --------------------------------------------------------------------------------
+    def _count(self, name, by=1):
+        # type: (str, float) -> None
+        self.counters[name] = self.counters.get(name, 0) + by
+
+    def _record(self, inputs, outputs, latency):
+        # type: (List[Any], Any, float) -> None
+        chain, s = self.chain, self.settings
+        if chain is None:
+            raise RuntimeError("inference before init_runtime")
+        h0 = time.perf_counter()
+        fields = {"build": self.build, "input": input_hash(inputs),
+                  "outputs": [output_hash(o) for o in (outputs or [])],
+                  "core_mask": self.core_mask, "latency_us": int(latency * 1e6)}
+        self._count("rkdet_audit_hash_seconds_total", time.perf_counter() - h0)
+        self._served += 1
+        self._count("rkdet_audit_inferences_total")
+        if not chain.append("inference", fields):
+            self._count("rkdet_audit_log_write_failures_total")
+        if s.shadow is not None and outputs is not None and s.shadow.wants(self._served):
+            self._count("rkdet_audit_shadow_samples_total")
+            disagreement = s.shadow.compare(inputs, outputs)
+            if disagreement is not None:
+                self._count("rkdet_audit_shadow_disagreements_total")
+                chain.append("shadow_disagreement", dict(disagreement, input=fields["input"],
+                                                         build=self.build, candidate=s.shadow.build))
+                self._alarm("shadow_disagreement", disagreement)
+            if s.shadow.period_due():
+                chain.append("shadow", s.shadow.summary())
+        self._since_canary += 1
+        if s.canary is not None and s.canary.due(self._since_canary, time.time() - self._canary_at):
+            self._run_canary()
+        if self._served % s.prom_every == 0:
+            self._write_metrics()
+
+    def _run_canary(self):
+        # type: () -> None
+        canary, chain = self.settings.canary, self.chain
+        assert canary is not None and chain is not None
+        self._since_canary, self._canary_at = 0, time.time()
+        fields = canary.check(lambda x: self.runtime.inference(inputs=x))
+        self._count("rkdet_audit_canary_runs_total")
+        chain.append("canary", dict(fields, build=self.build, core_mask=self.core_mask))
+        if not fields["ok"]:
+            self._count("rkdet_audit_canary_failures_total")
+            self._alarm("canary_failure", fields["first_difference"])
+            self._write_metrics()
+
+    def _alarm(self, what, details):
+        # type: (str, Dict[str, Any]) -> None
+        sys.stderr.write("rkdet audit: %s %s\n" % (what, details))
+        if self.settings.on_alarm is not None:
+            try:
+                self.settings.on_alarm(what, details)
+            except Exception:  # the app's callback must not fail its own inference either
+                pass
+
+    def _write_metrics(self):
+        # type: () -> None
+        if self.settings.prom_dir is None:
+            return
+        if self.chain is not None:
+            self.counters["rkdet_audit_log_write_failures_total"] = max(
+                self.counters.get("rkdet_audit_log_write_failures_total", 0), self.chain.write_failures)
+        write_prom(self.settings.prom_dir, self.counters, self.build)
