@@ -77,7 +77,7 @@ def main(argv=None):
     runtime = EmulatedTinyRuntime() if args.emulated else None
     lite = RKNNLite(audit=settings, runtime=runtime)
     lite.load_rknn(args.model)
-    lite.init_runtime(core_mask="NPU_CORE_0" if not args.emulated else None)
+    lite.init_runtime(core_mask=None if args.emulated else RKNNLite.NPU_CORE_0)
     served = 0
     for _ in range(args.count):
         x = rng.standard_normal((1, 8)).astype(np.float32)

@@ -58,8 +58,15 @@ def _default_runtime(**kwargs):
     return Lite(**kwargs)
 
 
+# lite2's core-mask constants (its values), and the names run.json uses for them (resultset.CORE_MASKS)
+_CORE_MASKS = {0: "auto", 1: "0", 2: "1", 4: "2", 3: "0_1", 7: "0_1_2", 0xffff: "all"}
+
+
 class RKNNLite(object):
     """lite2's RKNNLite (load_rknn, init_runtime, inference, release) with the audit around it."""
+
+    NPU_CORE_AUTO, NPU_CORE_0, NPU_CORE_1, NPU_CORE_2 = 0, 1, 2, 4
+    NPU_CORE_0_1, NPU_CORE_0_1_2, NPU_CORE_ALL = 3, 7, 0xffff
 
     def __init__(self, audit=None, runtime=None, **kwargs):
         # type: (Optional[AuditSettings], Any, **Any) -> None
@@ -70,6 +77,7 @@ class RKNNLite(object):
         self.counters = {}  # type: Dict[str, float]
         self.chain = None  # type: Optional[AuditChain]
         self._served = 0
+        self._alarms = {}  # type: Dict[str, int]
         self._since_canary = 0
         self._canary_at = time.time()
 
@@ -86,7 +94,7 @@ class RKNNLite(object):
         # type: (Any, **Any) -> int
         if core_mask is not None:
             kwargs["core_mask"] = core_mask
-            self.core_mask = str(core_mask)
+            self.core_mask = _CORE_MASKS.get(core_mask, str(core_mask))
         ret = self.runtime.init_runtime(**kwargs)
         s = self.settings
         if s.prom_dir is not None and not os.path.isdir(s.prom_dir):
@@ -174,7 +182,9 @@ class RKNNLite(object):
 
     def _alarm(self, what, details):
         # type: (str, Dict[str, Any]) -> None
-        sys.stderr.write("rkdet audit: %s %s\n" % (what, details))
+        seen = self._alarms[what] = self._alarms.get(what, 0) + 1
+        if seen <= 10 or seen % 1000 == 0:  # a bounded stderr: the log and the counters hold every one
+            sys.stderr.write("rkdet audit: %s #%d %s\n" % (what, seen, details))
         if self.settings.on_alarm is not None:
             try:
                 self.settings.on_alarm(what, details)
