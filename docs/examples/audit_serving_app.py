@@ -66,6 +66,9 @@ def main(argv=None):
                     help="emulated: a candidate whose weights move by PERTURB (0: the same build)")
     ap.add_argument("--canary-every", type=int, default=500)
     ap.add_argument("--max-file-bytes", type=int, default=1 << 20)
+    ap.add_argument("--background", action="store_true",
+                    help="hash and append on the recorder thread (right for NPU inference times; the tiny "
+                         "emulated model outruns it and the full queue drops records, declared in the log)")
     args = ap.parse_args(argv)
     rng = np.random.RandomState(1)
     golden = [[rng.standard_normal((1, 8)).astype(np.float32)] for _ in range(3)]
@@ -73,7 +76,8 @@ def main(argv=None):
     if args.shadow is not None:
         shadow = Shadow(EmulatedTinyRuntime(perturb=args.shadow), sample_every=10, report_every=50, build="f" * 64)
     settings = AuditSettings(args.log, prom_dir=args.prom, max_file_bytes=args.max_file_bytes,
-                             canary=Canary(golden, every_n=args.canary_every), shadow=shadow, build=args.build)
+                             canary=Canary(golden, every_n=args.canary_every), shadow=shadow, build=args.build,
+                             background=args.background)
     runtime = EmulatedTinyRuntime() if args.emulated else None
     lite = RKNNLite(audit=settings, runtime=runtime)
     lite.load_rknn(args.model)

@@ -11,6 +11,7 @@ logged and shown in the metrics, and the app's outputs are returned as the runti
 import hashlib
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -19,6 +20,12 @@ from .audit_prom import write_prom
 from .audit_watch import Canary, Shadow
 from .hashing import file_sha256, output_hash
 from .identity import read_rknn_facts
+from .numpy_or_none import np
+
+try:
+    import queue
+except ImportError:  # pragma: no cover - Python 2 is not supported; keeps linters quiet
+    queue = None  # type: ignore
 
 
 class AuditSettings(object):
@@ -26,13 +33,16 @@ class AuditSettings(object):
 
     def __init__(self, log_dir, prom_dir=None, max_file_bytes=DEFAULT_MAX_FILE_BYTES,
                  max_files=DEFAULT_MAX_FILES, fsync_every=0, prom_every=100, canary=None, shadow=None,
-                 on_alarm=None, build=None):
-        # type: (str, Optional[str], int, int, int, int, Optional[Canary], Optional[Shadow], Optional[Callable[[str, Dict[str, Any]], None]], Optional[str]) -> None
+                 on_alarm=None, build=None, background=True, queue_size=256):
+        # type: (str, Optional[str], int, int, int, int, Optional[Canary], Optional[Shadow], Optional[Callable[[str, Dict[str, Any]], None]], Optional[str], bool, int) -> None
         self.log_dir, self.prom_dir = log_dir, prom_dir
         self.max_file_bytes, self.max_files, self.fsync_every = max_file_bytes, max_files, fsync_every
         self.prom_every = max(1, int(prom_every))
         self.canary, self.shadow, self.on_alarm = canary, shadow, on_alarm
         self.build = build  # the build fingerprint; default: the one the .rknn carries, else its sha256
+        # background: hash, append and shadow on a recorder thread (the app's thread only copies its
+        # inputs and outputs); a full queue drops the record and counts it, like a full disk
+        self.background, self.queue_size = bool(background), max(1, int(queue_size))
 
     @classmethod
     def from_environment(cls):
@@ -78,6 +88,9 @@ class RKNNLite(object):
         self.chain = None  # type: Optional[AuditChain]
         self._served = 0
         self._alarms = {}  # type: Dict[str, int]
+        self._lock = threading.Lock()  # the chain and the counters: the app's thread and the recorder's
+        self._queue = None  # type: Any
+        self._thread = None  # type: Optional[threading.Thread]
         self._since_canary = 0
         self._canary_at = time.time()
 
@@ -107,6 +120,10 @@ class RKNNLite(object):
         if s.canary is not None:
             self._run_canary()
         self._write_metrics()
+        if s.background:
+            self._queue = queue.Queue(maxsize=s.queue_size)
+            self._thread = threading.Thread(target=self._recorder, name="rkdet-audit", daemon=True)
+            self._thread.start()
         return ret
 
     def inference(self, inputs=None, **kwargs):
@@ -115,18 +132,51 @@ class RKNNLite(object):
         outputs = self.runtime.inference(inputs=inputs, **kwargs)
         latency = time.perf_counter() - start
         try:
-            self._record(list(inputs or []), outputs, latency)
+            if self._queue is not None:
+                self._enqueue(inputs, outputs, latency)
+            else:
+                self._record(list(inputs or []), outputs, latency)
+            self._maybe_canary()
         except Exception as err:  # the audit never fails the inference: say so instead
             self._count("rkdet_audit_log_write_failures_total")
             sys.stderr.write("rkdet audit: record lost (%s: %s)\n" % (err.__class__.__name__, err))
         return outputs
 
+    def _enqueue(self, inputs, outputs, latency):
+        # type: (Any, Any, float) -> None
+        """Copies (the app may reuse its buffers) onto the recorder's queue; a full queue drops and counts."""
+        job = ([np.array(x, copy=True) for x in (inputs or [])],
+               None if outputs is None else [np.array(o, copy=True) for o in outputs], latency)
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            with self._lock:
+                if self.chain is not None:
+                    self.chain.lost += 1  # the next record written says so (lost_before)
+            self._count("rkdet_audit_log_write_failures_total")
+
+    def _recorder(self):
+        # type: () -> None
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                self._record(*job)
+            except Exception as err:
+                self._count("rkdet_audit_log_write_failures_total")
+                sys.stderr.write("rkdet audit: record lost (%s: %s)\n" % (err.__class__.__name__, err))
+
     def release(self):
         # type: () -> None
+        if self._thread is not None:  # drain: every queued record is written before the stop record
+            self._queue.put(None)
+            self._thread.join()
+            self._thread, self._queue = None, None
         if self.chain is not None:
             if self.settings.shadow is not None and self.settings.shadow.samples:
-                self.chain.append("shadow", self.settings.shadow.summary())
-            self.chain.append("stop", {"served": self._served})
+                self._append("shadow", self.settings.shadow.summary())
+            self._append("stop", {"served": self._served})
             self._write_metrics()
             self.chain.close()
             self.chain = None
@@ -135,7 +185,14 @@ class RKNNLite(object):
     # --- the audit --------------------------------------------------------------------------------
     def _count(self, name, by=1):
         # type: (str, float) -> None
-        self.counters[name] = self.counters.get(name, 0) + by
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + by
+
+    def _append(self, kind, fields):
+        # type: (str, Dict[str, Any]) -> bool
+        with self._lock:
+            assert self.chain is not None
+            return self.chain.append(kind, fields)
 
     def _record(self, inputs, outputs, latency):
         # type: (List[Any], Any, float) -> None
@@ -149,23 +206,28 @@ class RKNNLite(object):
         self._count("rkdet_audit_hash_seconds_total", time.perf_counter() - h0)
         self._served += 1
         self._count("rkdet_audit_inferences_total")
-        if not chain.append("inference", fields):
+        if not self._append("inference", fields):
             self._count("rkdet_audit_log_write_failures_total")
         if s.shadow is not None and outputs is not None and s.shadow.wants(self._served):
             self._count("rkdet_audit_shadow_samples_total")
             disagreement = s.shadow.compare(inputs, outputs)
             if disagreement is not None:
                 self._count("rkdet_audit_shadow_disagreements_total")
-                chain.append("shadow_disagreement", dict(disagreement, input=fields["input"],
+                self._append("shadow_disagreement", dict(disagreement, input=fields["input"],
                                                          build=self.build, candidate=s.shadow.build))
                 self._alarm("shadow_disagreement", disagreement)
             if s.shadow.period_due():
-                chain.append("shadow", s.shadow.summary())
-        self._since_canary += 1
-        if s.canary is not None and s.canary.due(self._since_canary, time.time() - self._canary_at):
-            self._run_canary()
+                self._append("shadow", s.shadow.summary())
         if self._served % s.prom_every == 0:
             self._write_metrics()
+
+    def _maybe_canary(self):
+        # type: () -> None
+        """On the app's thread, between its inferences: the runtime is the app's, never shared across threads."""
+        canary = self.settings.canary
+        self._since_canary += 1
+        if canary is not None and canary.due(self._since_canary, time.time() - self._canary_at):
+            self._run_canary()
 
     def _run_canary(self):
         # type: () -> None
@@ -174,7 +236,7 @@ class RKNNLite(object):
         self._since_canary, self._canary_at = 0, time.time()
         fields = canary.check(lambda x: self.runtime.inference(inputs=x))
         self._count("rkdet_audit_canary_runs_total")
-        chain.append("canary", dict(fields, build=self.build, core_mask=self.core_mask))
+        self._append("canary", dict(fields, build=self.build, core_mask=self.core_mask))
         if not fields["ok"]:
             self._count("rkdet_audit_canary_failures_total")
             self._alarm("canary_failure", fields["first_difference"])
@@ -195,7 +257,9 @@ class RKNNLite(object):
         # type: () -> None
         if self.settings.prom_dir is None:
             return
-        if self.chain is not None:
-            self.counters["rkdet_audit_log_write_failures_total"] = max(
-                self.counters.get("rkdet_audit_log_write_failures_total", 0), self.chain.write_failures)
-        write_prom(self.settings.prom_dir, self.counters, self.build)
+        with self._lock:
+            if self.chain is not None:
+                self.counters["rkdet_audit_log_write_failures_total"] = max(
+                    self.counters.get("rkdet_audit_log_write_failures_total", 0), self.chain.write_failures)
+            values = dict(self.counters)
+        write_prom(self.settings.prom_dir, values, self.build)

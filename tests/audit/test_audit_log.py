@@ -45,13 +45,15 @@ APP_MODULE = _app()
 
 
 def serve(log: Path, count: int = 3000, *, prom: Path | None = None, runtime=None, shadow=None,
-          canary_every: int = 500, max_file_bytes: int = 300_000, build: str = BUILD) -> RKNNLite:
+          canary_every: int = 500, max_file_bytes: int = 300_000, build: str = BUILD, background: bool = False,
+          queue_size: int = 256) -> RKNNLite:
     import numpy as np
 
     rng = np.random.RandomState(1)
     golden = [[rng.standard_normal((1, 8)).astype(np.float32)] for _ in range(3)]
     settings = AuditSettings(str(log), prom_dir=str(prom) if prom else None, max_file_bytes=max_file_bytes,
-                             canary=Canary(golden, every_n=canary_every), shadow=shadow, build=build)
+                             canary=Canary(golden, every_n=canary_every), shadow=shadow, build=build,
+                             background=background, queue_size=queue_size)
     lite = RKNNLite(audit=settings, runtime=runtime or APP_MODULE.EmulatedTinyRuntime())
     lite.load_rknn("unused.rknn")
     lite.init_runtime()
@@ -102,6 +104,24 @@ def test_intact_chain_verifies_and_reports(served, tmp_path):
     metrics = (prom / PROM_FILE).read_text()
     assert f'rkdet_audit_inferences_total{{build="{BUILD[:16]}"}} 3000' in metrics
     assert f'rkdet_audit_canary_failures_total{{build="{BUILD[:16]}"}} 0' in metrics
+
+
+def test_recorder_thread_writes_the_same_chain(tmp_path):
+    shadow = Shadow(APP_MODULE.EmulatedTinyRuntime(perturb=0.3), sample_every=5, report_every=40, build=OTHER)
+    lite = serve(tmp_path / "log", 2000, background=True, queue_size=4096, shadow=shadow)
+    result = verify(tmp_path / "log", {BUILD, OTHER})
+    assert kinds(result) and set(kinds(result)) == {SHADOW_DISAGREED}  # found from the recorder's thread too
+    assert result.counts["inference"] == 2000 and lite.counters["rkdet_audit_inferences_total"] == 2000
+
+
+def test_recorder_queue_full_drops_and_declares(tmp_path):
+    lite = serve(tmp_path / "log", 2000, background=True, queue_size=1)
+    result = verify(tmp_path / "log", {BUILD})
+    lost = lite.counters.get("rkdet_audit_log_write_failures_total", 0)
+    assert not result.failed and result.counts["inference"] + lost == 2000
+    if lost:  # the tiny model outruns the recorder on most machines: every drop is declared in the chain
+        declared = sum(int(f.message.split()[0]) for f in result.findings if f.kind == NOTE_LOST_WRITES)
+        assert declared == lost
 
 
 def test_unknown_build_is_named(served):
