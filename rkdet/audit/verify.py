@@ -26,6 +26,7 @@ UNKNOWN_BUILD, CANARY_FAILED, CANARY_BASELINE, SHADOW_DISAGREED, TORN = (
     "unknown-build", "canary-failure", "canary-baseline-changed", "shadow-disagreement", "torn-record")
 NOTE_TRUNCATED_START, NOTE_TORN_TAIL, NOTE_LOST_WRITES = "rotated-away", "torn-tail", "disk-refused"
 NOTES = frozenset({NOTE_TRUNCATED_START, NOTE_TORN_TAIL, NOTE_LOST_WRITES})
+MAX_KEPT = 100  # findings kept (and printed) per kind; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,21 @@ class Verification:
     last_hash: str | None = None  # the anchor for the next pull
     builds: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=dict)
+    found: dict[str, int] = field(default_factory=dict)  # findings per kind, also those beyond the kept ones
 
     @property
     def failed(self) -> bool:
         return any(f.failed for f in self.findings)
 
+    @property
+    def not_shown(self) -> int:
+        return sum(self.found.values()) - len(self.findings)
+
     def add(self, kind: str, line: Line | str, message: str) -> None:
+        """Count every finding; keep the first MAX_KEPT of each kind (a crafted log cannot flood the output)."""
+        self.found[kind] = self.found.get(kind, 0) + 1
+        if self.found[kind] > MAX_KEPT or (kind == UNKNOWN_BUILD and len(self.builds) > MAX_KEPT):
+            return
         where = line if isinstance(line, str) else f"{line.file}:{line.lineno}"
         self.findings.append(Finding(kind, where, visible(message)))
 
@@ -136,11 +146,11 @@ def _check_contents(files: list[AuditFile], result: Verification, known_builds: 
             build = rec.get("build")
             if build is not None:
                 if not isinstance(build, str) or not _HEX64.match(build) or build not in known_builds:
-                    if isinstance(build, str) and build not in result.builds:
-                        result.add(UNKNOWN_BUILD, line, f"build {build[:16]} is none of the builds given "
+                    if str(build) not in result.builds and len(result.builds) <= MAX_KEPT:
+                        result.add(UNKNOWN_BUILD, line, f"build {str(build)[:16]} is none of the builds given "
                                    "(--build / --fingerprint): an unapproved model served")
-                    result.builds.add(str(build))
-                else:
+                        result.builds.add(str(build))
+                elif len(result.builds) <= MAX_KEPT:
                     result.builds.add(build)
             if kind == "canary":
                 _check_canary(line, rec, result, baselines)

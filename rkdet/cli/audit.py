@@ -92,6 +92,9 @@ def _verified(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, .
     result = verify(folder, _known_builds(builds, fingerprints), _read_anchor(anchor_file))
     for f in result.findings:
         click.echo(f"{'FAIL' if f.failed else 'note'} {f.kind}: {f.where}: {f.message}")
+    if result.not_shown:
+        more = ", ".join(f"{k} {n}" for k, n in sorted(result.found.items()))
+        click.echo(f"... and {result.not_shown} more findings not shown (per kind: {more})")
     if anchor_file is not None and not result.failed and result.last_hash:
         from rkdet.records.io import write_atomic
 

@@ -316,3 +316,13 @@ def test_western_electric_rules():
     assert [s.rule for s in western_electric(base + [20.0], lim)] == [1]
     assert {s.rule for s in western_electric(base + [0.9] * 8, lim)} == {4}
     assert western_electric(base, lim) == []
+
+
+def test_a_flood_of_bad_records_is_counted_not_printed(served, tmp_path):
+    log = copy_log(served[0], tmp_path / "log")
+    path = log / "audit-00000001.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([b"{}"] * 500 + lines))
+    out = cli("verify", str(log), "--fingerprint", BUILD)
+    assert out.exit_code == 1
+    assert out.output.count("FAIL unreadable-record") == 100 and "more findings not shown" in out.output
