@@ -1,0 +1,132 @@
+"""`rkdet audit pull | verify | report`: the serving audit log of a board (docs/AUDIT.md).
+
+pull copies the board's audit folder with the link's bounded, hash-checked pull (rkdet.link.pull);
+verify checks the chain, the builds and the canaries (exit 0 intact, 1 a finding, 2 not a log);
+report writes the same verification with control charts as one HTML file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rkdet.cli.options import connection_options
+from rkdet.errors import EXIT_DIFFERENT, InputError
+from rkdet.textsafe import visible
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@click.group("audit")
+def audit_group() -> None:
+    """The serving audit log: evidence that a build kept its answers while it served."""
+
+
+@audit_group.command("pull")
+@connection_options
+@click.option("--remote", required=True, help="The board's audit folder (the app's RKDET_AUDIT_DIR).")
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True,
+              help="Local folder; replaced whole, atomically, once every file matched the board's sha256.")
+def audit_pull(remote: str, out: Path, **conn_opts: Any) -> None:
+    """Copy a board's audit folder (bounded like every pull; nothing outside OUT is written)."""
+    from rkdet.link.connect import ConnectionOptions, open_connection
+    from rkdet.link.pull import pull
+
+    with open_connection(ConnectionOptions.from_options(conn_opts)) as conn:
+        stats = pull(conn, remote, out)
+    click.echo(f"pulled {stats.files_sent} files ({stats.files_skipped} unchanged) into {visible(str(out))}")
+
+
+def _known_builds(builds: tuple[Path, ...], fingerprints: tuple[str, ...]) -> set[str]:
+    from rkdet.records.manifest import read_manifest
+
+    known = set()
+    for fp in fingerprints:
+        if not _HEX64.match(fp):
+            raise InputError(f"--fingerprint {visible(fp)}: not a build fingerprint (64 lowercase hex)")
+        known.add(fp)
+    for folder in builds:
+        manifest = read_manifest(folder / "manifest.json")
+        known.add(manifest.fingerprint)
+        if manifest.embedded_fingerprint:
+            known.add(manifest.embedded_fingerprint)
+    if not known:
+        raise InputError("no approved build: give --build FOLDER (a converted build) or --fingerprint HEX")
+    return known
+
+
+def _read_anchor(path: Path | None) -> str | None:
+    if path is None or not path.exists():
+        return None
+    from rkdet.records.io import read_capped
+
+    text = read_capped(path, 256).decode("ascii", "replace").strip()
+    if not _HEX64.match(text):
+        raise InputError(f"{visible(str(path))}: not an anchor (64 lowercase hex); delete it to start a new chain")
+    return text
+
+
+_VERIFY_OPTIONS = [
+    click.argument("folder", type=click.Path(path_type=Path)),
+    click.option("--build", "builds", type=click.Path(path_type=Path), multiple=True,
+                 help="An approved build folder (its manifest's fingerprint); repeatable."),
+    click.option("--fingerprint", "fingerprints", multiple=True, help="An approved build fingerprint; repeatable."),
+    click.option("--anchor-file", type=click.Path(path_type=Path), default=None,
+                 help="The last record's hash of the previous pull: the chain must continue from it; "
+                      "rewritten with this pull's last hash when the log verifies."),
+]
+
+
+def _with_verify_options(func: Any) -> Any:
+    for decorate in reversed(_VERIFY_OPTIONS):
+        func = decorate(func)
+    return func
+
+
+def _verified(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None):
+    from rkdet.audit.verify import verify
+
+    result = verify(folder, _known_builds(builds, fingerprints), _read_anchor(anchor_file))
+    for f in result.findings:
+        click.echo(f"{'FAIL' if f.failed else 'note'} {f.kind}: {f.where}: {f.message}")
+    if result.not_shown:
+        more = ", ".join(f"{k} {n}" for k, n in sorted(result.found.items()))
+        click.echo(f"... and {result.not_shown} more findings not shown (per kind: {more})")
+    if anchor_file is not None and not result.failed and result.last_hash:
+        from rkdet.records.io import write_atomic
+
+        write_atomic(str(anchor_file), result.last_hash + "\n")
+    return result
+
+
+@audit_group.command("verify")
+@_with_verify_options
+def audit_verify(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None) -> None:
+    """Chain intact, every build approved, every canary equal to its baseline? Exit 0 yes, 1 no, 2 not a log."""
+    result = _verified(folder, builds, fingerprints, anchor_file)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
+    if result.failed:
+        click.echo(f"audit log {visible(str(folder))}: FAILED ({sum(f.failed for f in result.findings)} findings; {counts})")
+        raise SystemExit(EXIT_DIFFERENT)
+    click.echo(f"audit log {visible(str(folder))}: chain intact, seq {result.first_seq}..{result.last_seq} ({counts})")
+
+
+@audit_group.command("report")
+@_with_verify_options
+@click.option("--html", "html_path", type=click.Path(path_type=Path), required=True, help="The HTML report to write.")
+def audit_report(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None,
+                 html_path: Path) -> None:
+    """The verification and control charts (Western Electric rules) as one HTML file; exit as verify."""
+    from rkdet.audit.chainlog import read_log
+    from rkdet.audit.report import render_report
+    from rkdet.records.io import check_may_write, write_atomic
+
+    check_may_write(html_path, "--html")
+    result = _verified(folder, builds, fingerprints, anchor_file)
+    write_atomic(str(html_path), render_report(folder.name, result, read_log(folder)))
+    click.echo(f"wrote {visible(str(html_path))}")
+    if result.failed:
+        raise SystemExit(EXIT_DIFFERENT)
