@@ -124,3 +124,33 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
               "source_sha256": source_sha, "key": key, "compiler": compiler}
     write_atomic(folder / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return built
+
+
+def default_cache() -> Path:
+    """Where built runners are kept: $RKDET_RUNNER_CACHE, else ~/.cache/rkdet/runners."""
+    env = os.environ.get("RKDET_RUNNER_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "rkdet" / "runners"
+
+
+def arch_of_soc(rknpu1: bool) -> str:
+    """The architecture a board's runner is built for: RKNPU1 SoCs (RV1126/RV1109) run armhf, RKNPU2 aarch64."""
+    return "armhf" if rknpu1 else "aarch64"
+
+
+def built_runner(arch: str, cache: Path | None = None) -> BuiltRunner:
+    """The runner `rkdet runner build` made last for `arch`; one line saying what to run when there is none."""
+    cache = cache or default_cache()
+    found: list[tuple[float, Path, dict]] = []
+    for record in sorted(cache.glob(f"{arch}-*/{BUILD_RECORD}")) if cache.is_dir() else ():
+        try:
+            doc = json.loads(record.read_text()[:65536])
+        except (OSError, ValueError):
+            continue
+        program = record.parent / "rkdet-run-c"
+        if isinstance(doc, dict) and doc.get("arch") == arch and program.is_file():
+            found.append((record.stat().st_mtime, program, doc))
+    if not found:
+        raise InputError(f"--backend rknn_c: no rkdet-run-c built for {arch} in {cache}; "
+                         f"run `rkdet runner build --sdk DIR --arch {arch}` ({SDK_HINT})")
+    _, program, doc = max(found, key=lambda item: item[0])
+    return BuiltRunner(program, arch, str(doc.get("header_sha256")), str(doc.get("source_sha256")), str(doc.get("key")))

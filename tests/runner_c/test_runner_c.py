@@ -133,7 +133,11 @@ def test_core_mask_refused_on_a_single_core_soc(world):
     out = world["tmp"] / "c-mask"
     done = _run_c(world, out, served, "--core-mask", "1")
     assert done.returncode == 3 and "rknn_set_core_mask failed" in done.stderr
-    assert _run_c(world, world["tmp"] / "c-mask0", served, "--core-mask", "0").returncode == 0
+    assert _run_c(world, world["tmp"] / "c-mask0", served, "--core-mask", "0", "--cpu-affinity", "0").returncode == 0
+    run = json.loads((world["tmp"] / "c-mask0" / "run.json").read_text())
+    assert run["core_mask"] == "0" and run["affinity"] == [0]
+    told = _run_c(world, world["tmp"] / "c-mask-told", served, "--core-mask", "0_1", "--npu-cores", "1")
+    assert told.returncode == 2 and "1 NPU core" in told.stderr
 
 
 def test_fingerprint_mismatch_is_refused_with_exit_5(world):

@@ -13,8 +13,9 @@
  * Exit codes as rkdet-run: 0 deterministic, 1 diverged, 2 bad input, 3 runtime trouble,
  * 5 model refused (fingerprint/sha256), 130 interrupted. Errors are one line on stderr.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE  /* sched_setaffinity */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <dirent.h>
 #include <signal.h>
@@ -267,14 +268,14 @@ static void output_hash(const dtype_t *dt, uint32_t ndim, const uint64_t *shape,
 
 /* ---------- settings ---------- */
 typedef struct {
-    const char *model, *inputs, *out, *core_mask, *expect_fp, *expect_sha, *input_fmt;
-    long repeats, warmup, snapshot_every; int want_float, pass_through;
+    const char *model, *inputs, *out, *core_mask, *expect_fp, *expect_sha, *input_fmt, *cpu_affinity;
+    long repeats, warmup, snapshot_every, npu_cores; int want_float, pass_through;
 } args_t;
 
 static const char *USAGE =
 "usage: rkdet-run-c --model M.rknn --inputs DIR --repeats N --out DIR [--warmup N] [--core-mask auto|0|1|2|0_1|0_1_2]\n"
 "                   [--want-float 1|0] [--pass-through 0|1] [--input-fmt model|nchw|nhwc] [--snapshot-every K]\n"
-"                   [--expect-fingerprint HEX64] [--expect-sha256 HEX64]\n"
+"                   [--expect-fingerprint HEX64] [--expect-sha256 HEX64] [--cpu-affinity 4,5] [--npu-cores N]\n"
 "exit codes: 0 deterministic, 1 diverged, 2 bad input, 3 runtime trouble, 5 model refused, 130 interrupted\n";
 
 static int is_hex64(const char *s) {
@@ -299,6 +300,9 @@ static int parse_args(int argc, char **argv, args_t *a) {
         else if (!strcmp(k, "--out")) a->out = v; else if (!strcmp(k, "--core-mask")) a->core_mask = v;
         else if (!strcmp(k, "--expect-fingerprint")) a->expect_fp = v; else if (!strcmp(k, "--expect-sha256")) a->expect_sha = v;
         else if (!strcmp(k, "--input-fmt")) a->input_fmt = v;
+        else if (!strcmp(k, "--cpu-affinity")) a->cpu_affinity = v;
+        else if (!strcmp(k, "--npu-cores")) { if (parse_long(k, v, 1, &a->npu_cores)) return -1; }
+        else if (!strcmp(k, "--contexts")) { if (strcmp(v, "1")) return fail(EXIT_BAD_INPUT, "--contexts %s: rkdet-run-c runs one context", v); }
         else if (!strcmp(k, "--repeats")) { if (parse_long(k, v, 1, &a->repeats)) return -1; }
         else if (!strcmp(k, "--warmup")) { if (parse_long(k, v, 0, &a->warmup)) return -1; }
         else if (!strcmp(k, "--snapshot-every")) { if (parse_long(k, v, 0, &a->snapshot_every)) return -1; }
@@ -324,11 +328,30 @@ static int core_mask_value(const char *m, rknn_core_mask *out) {
     return fail(EXIT_BAD_INPUT, "--core-mask %s: expected one of auto, 0, 1, 2, 0_1, 0_1_2 (one mask per run)", m);
 }
 
+/* ---------- --cpu-affinity: pin, and record what the kernel applied ---------- */
+static void pin_cpus(const char *text, char *applied, size_t room) {
+    cpu_set_t set; const char *p = text; int cpu, any = 0, n = 0; buf_t b = {0};
+    CPU_ZERO(&set);
+    while (*p) {
+        char *end; long c = strtol(p, &end, 10);
+        if (end == p || c < 0 || c >= CPU_SETSIZE) fail(EXIT_BAD_INPUT, "--cpu-affinity %s: expected CPU numbers separated by commas, e.g. 4,5", text);
+        CPU_SET((int)c, &set); any = 1; p = end + (*end == ',');
+        if (*end && *end != ',') fail(EXIT_BAD_INPUT, "--cpu-affinity %s: expected CPU numbers separated by commas, e.g. 4,5", text);
+    }
+    if (!any) fail(EXIT_BAD_INPUT, "--cpu-affinity %s: no CPU named", text);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) fail(EXIT_BAD_INPUT, "--cpu-affinity %s: the kernel refused (%s); list CPUs this board has online", text, strerror(errno));
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    b_puts(&b, "[");
+    for (cpu = 0; cpu < CPU_SETSIZE; cpu++) if (CPU_ISSET(cpu, &set)) b_printf(&b, n++ ? ", %d" : "%d", cpu);
+    b_puts(&b, "]");
+    snprintf(applied, room, "%s", b.s); free(b.s);
+}
+
 /* ---------- run.json ---------- */
 typedef struct {
     args_t *a; char model_sha[65]; char api[300], drv[300]; char custom[1100]; char fp[65]; int have_custom;
     buf_t check; sample_t *samples; int n_samples; rknn_tensor_attr *in_attr, *out_attr; uint32_t n_in, n_out;
-    int in_type, in_fmt, emulated; double started;
+    int in_type, in_fmt, emulated; double started; char affinity[600];
     char names[MAX_OUTPUTS][RKNN_MAX_NAME_LEN + 16];
 } run_t;
 
@@ -338,7 +361,7 @@ static double now_mono(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC,
 static void run_json(run_t *r, buf_t *b, const char *status, double finished) {
     struct utsname u; int i; uint32_t k;
     b->n = 0; b_puts(b, "{");
-    b_printf(b, "\"affinity\": null, \"backend\": \"rknn_c\", \"backend_detail\": ");
+    b_printf(b, "\"affinity\": %s, \"backend\": \"rknn_c\", \"backend_detail\": ", r->affinity[0] ? r->affinity : "null");
     { char detail[700]; snprintf(detail, sizeof detail, "rkdet-run-c on librknnrt %s (driver %s)", r->api, r->drv); b_jstr(b, detail); }
     b_printf(b, ", \"backend_options\": {\"core_mask\": "); b_jstr(b, r->a->core_mask);
     b_printf(b, ", \"input_fmt\": \"%s\", \"input_type\": \"%s\", \"pass_through\": %d, \"want_float\": %d}",
@@ -431,6 +454,9 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &a)) return EXIT_BAD_INPUT;
     r.a = &a;
     core_mask_value(a.core_mask, &mask);
+    if (a.npu_cores && mask != RKNN_NPU_CORE_AUTO && (unsigned)mask >> a.npu_cores)
+        fail(EXIT_BAD_INPUT, "--core-mask %s: this SoC has %ld NPU core(s)", a.core_mask, a.npu_cores);
+    if (a.cpu_affinity) pin_cpus(a.cpu_affinity, r.affinity, sizeof r.affinity);
     memset(&sa, 0, sizeof sa); sa.sa_handler = on_stop; sigaction(SIGINT, &sa, NULL); sigaction(SIGTERM, &sa, NULL);
     if (!(model = read_file(a.model, &model_size))) return fail(EXIT_BAD_INPUT, "%s: model file not readable (%s)", a.model, strerror(errno));
     sha256_of(model, model_size, r.model_sha);
