@@ -33,6 +33,8 @@ from rkdet.deploy.judge import judge
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.preflight import BoardFit, check_board
 from rkdet.backends.registry import backend as descriptor
+from rkdet.backends.capi_build import arch_of_soc, built_runner
+from rkdet import socs
 from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
 from rkdet.deploy.settings import RunSettings
 from rkdet.link.shell import FILES_S
@@ -153,8 +155,13 @@ class Deployment:
                              "this board's runtime is not emulated")
         board_lock.check_before_push(lock, conn.target.label, s.lock_timeout, s.pin, self.log)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
+        native = None
+        if desc.native_runner:  # rkdet-run-c: the one `rkdet runner build` made for this board's architecture
+            native = built_runner(arch_of_soc(socs.is_rknpu1(fit.soc)))
+            self.log(f"runner rkdet-run-c for {native.arch}, built against rknn_api.h sha256 {native.header_sha256[:16]}")
+            native = native.path
         transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
-                                      self.progress, s.emulate_npu if emulated else None))
+                                      self.progress, s.emulate_npu if emulated else None, native_runner=native))
         self.state.advance(DeployStatus.RUNNING, emulated=emulated,
                            warnings=tuple(self._with_caveat(list(fit.warnings))),
                            transfer=TransferRecord(bytes_sent=transfer.bytes_sent, files_sent=transfer.files_sent,

@@ -51,15 +51,18 @@ def check_model(build: BuildInfo) -> None:
 
 
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
-               emulate_npu: int | None = None) -> TransferStats:
+               emulate_npu: int | None = None, native_runner: Path | None = None) -> TransferStats:
     """The on-board program (rkdet-onboard.pyz), model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too."""
     folder = build.folder
     check_model(build)  # before anything goes to the board: a swapped .rknn is refused here, not after 2 GiB
     stats = TransferStats()
-    with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
-        stats.add(push(conn, Path(program.build(tmp)), layout.runner))
+    if native_runner is not None:  # a backend's own runner (rkdet-run-c, built by `rkdet runner build`)
+        stats.add(push(conn, native_runner, layout.runner))
+    else:
+        with tempfile.TemporaryDirectory(prefix="rkdet-onboard-") as tmp:  # the on-board program: one zipapp
+            stats.add(push(conn, Path(program.build(tmp)), layout.runner))
     stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
     stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
     if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
