@@ -172,3 +172,40 @@ def test_no_sdk_is_one_line_saying_what_to_pass(tmp_path):
     from rkdet.errors import InputError
     with pytest.raises(InputError, match="pass --sdk DIR"):
         build_runner(tmp_path / "missing", ARCH, tmp_path / "cache")
+
+
+def test_armhf_runner_writes_the_same_result_set(world, tmp_path):
+    """RV1126-class boards are armhf: the same source, cross-compiled for them, records the same hashes
+    (32-bit rknn_context, 32-bit pointers in rknn_input/rknn_output)."""
+    sdk = build_double("armhf", tmp_path / "sdk-armhf")
+    runner = build_runner(sdk, "armhf", tmp_path / "cache")
+    assert runner.arch == "armhf" and runner.key != world["runner"].key  # keyed by the target too
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    args = ["--model", str(world["model"]), "--inputs", str(world["inputs"]), "--repeats", "2", "--out", str(tmp_path / "o")]
+    done = subprocess.run(qemu_command("armhf", runner.path, args, {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(sdk / "lib")}),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    arm = read_index(str(tmp_path / "o"))
+    direct = world["computed"][world["samples"]["s0"].tobytes()]
+    assert [o["hash"] for o in arm[0]["outputs"]] == [output_hash(a) for a in direct]
+
+
+def test_deploy_without_a_built_runner_is_one_line(tmp_path):
+    from rkdet.backends.capi_build import built_runner
+    from rkdet.errors import InputError
+    with pytest.raises(InputError, match=r"rkdet runner build --sdk DIR --arch aarch64"):
+        built_runner("aarch64", tmp_path / "empty-cache")
+
+
+def test_cli_runner_build_reports_what_it_built(world, tmp_path):
+    cli = Path(sys.executable).parent / "rkdet"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RKDET_RUNNER_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([str(cli), "runner", "build", "--sdk", str(world["sdk"])], capture_output=True, text=True,
+                          timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr
+    assert world["runner"].header_sha256[:16] in done.stdout
+    from rkdet.backends.capi_build import built_runner
+    assert built_runner("aarch64", tmp_path / "cache").header_sha256 == world["runner"].header_sha256
+    missing = subprocess.run([str(cli), "runner", "build", "--sdk", str(tmp_path / "none")], capture_output=True,
+                             text=True, timeout=300, check=False, env=env)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "pass --sdk DIR" in missing.stderr

@@ -14,6 +14,7 @@
  * 5 model refused (fingerprint/sha256), 130 interrupted. Errors are one line on stderr.
  */
 #define _GNU_SOURCE  /* sched_setaffinity */
+#define _FILE_OFFSET_BITS 64  /* armhf: readdir/stat on 64-bit inodes and sizes (EOVERFLOW otherwise) */
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
