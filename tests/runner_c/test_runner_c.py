@@ -209,3 +209,29 @@ def test_cli_runner_build_reports_what_it_built(world, tmp_path):
     missing = subprocess.run([str(cli), "runner", "build", "--sdk", str(tmp_path / "none")], capture_output=True,
                              text=True, timeout=300, check=False, env=env)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "pass --sdk DIR" in missing.stderr
+
+
+def test_sigkill_leaves_every_completed_inference_readable(world, tmp_path):
+    import signal
+    import time
+
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    out = tmp_path / "killed"
+    env = {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(world["sdk"] / "lib")}
+    args = ["--model", str(world["model"]), "--inputs", str(world["inputs"]), "--repeats", "1000000", "--out", str(out)]
+    proc = subprocess.Popen(qemu_command(ARCH, world["runner"].path, args, env), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(3000):  # until a few inferences are indexed (bounded: 3000 polls)
+            if (out / "index.jsonl").is_file() and (out / "index.jsonl").read_bytes().count(b"\n") >= 5:
+                break
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    records = read_index(str(out))
+    assert len(records) >= 5
+    for record in records:
+        for o in record["outputs"]:
+            assert output_hash(np.load(out / "outputs" / f"{o['hash']}.npy")) == o["hash"]
+    assert json.loads((out / "run.json").read_text())["status"] == "running"
