@@ -47,6 +47,7 @@ class BuiltRunner:
     header_sha256: str
     source_sha256: str
     key: str
+    api: str = "rknpu2"  # rknpu2 (librknnrt) or rknpu1 (librknn_api: RV1126/RV1109)
 
 
 def runner_source() -> Path:
@@ -67,19 +68,28 @@ def _one(found: list[Path], what: str, sdk: Path, arch: str) -> Path:
                      f"pass --sdk the folder that holds the one for {arch}")
 
 
-def find_sdk_files(sdk: Path, arch: str) -> tuple[Path, Path]:
-    """The SDK's rknn_api.h and the folder of its librknnrt.so for `arch`; one line when either is missing."""
+RKNPU2_LIB, RKNPU1_LIB = "librknnrt.so", "librknn_api.so"
+
+
+def find_sdk_files(sdk: Path, arch: str) -> tuple[Path, Path, bool]:
+    """The SDK's rknn_api.h, the folder of its runtime library for `arch`, and whether that is RKNPU1's
+    (librknn_api.so: RV1126/RV1109, whose API differs); one line when either is missing."""
     if not sdk.is_dir():
         raise InputError(f"{sdk}: SDK folder not found; {SDK_HINT}")
     headers: list[Path] = []
     libs: list[Path] = []
+    legacy: list[Path] = []
     for seen, (root, dirs, files) in enumerate(os.walk(sdk, followlinks=False)):
         if seen > _MAX_SDK_WALK:
             break
         dirs.sort()
         headers += [Path(root) / "rknn_api.h"] if "rknn_api.h" in files else []
-        libs += [Path(root) / "librknnrt.so"] if "librknnrt.so" in files else []
-    return _one(headers, "rknn_api.h", sdk, arch), _one(libs, "librknnrt.so", sdk, arch).parent
+        libs += [Path(root) / RKNPU2_LIB] if RKNPU2_LIB in files else []
+        legacy += [Path(root) / RKNPU1_LIB] if RKNPU1_LIB in files else []
+    header = _one(headers, "rknn_api.h", sdk, arch)
+    if not libs and legacy:
+        return header, _one(legacy, RKNPU1_LIB, sdk, arch).parent, True
+    return header, _one(libs, RKNPU2_LIB, sdk, arch).parent, False
 
 
 def _sha256(path: Path) -> str:
@@ -97,10 +107,10 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
     """rkdet-run-c for `arch` against `sdk`'s header, from the cache when built before, else compiled."""
     if arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: expected {' or '.join(ARCHES)}")
-    header, libdir = find_sdk_files(sdk, arch)
+    header, libdir, rknpu1 = find_sdk_files(sdk, arch)
     key, header_sha, source_sha = build_key(header, arch)
     folder = cache / f"{arch}-{key}"
-    built = BuiltRunner(folder / "rkdet-run-c", arch, header_sha, source_sha, key)
+    built = BuiltRunner(folder / "rkdet-run-c", arch, header_sha, source_sha, key, "rknpu1" if rknpu1 else "rknpu2")
     if built.path.is_file() and (folder / BUILD_RECORD).is_file():
         return built
     compiler = ARCHES[arch][0]
@@ -109,7 +119,8 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".rkdet-run-c.{os.getpid()}"
     cmd = [compiler, "-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation", "-I", str(header.parent),
-           "-o", str(tmp), str(runner_source()), "-L", str(libdir), "-lrknnrt"]
+           *(["-DRKDET_RKNPU1"] if rknpu1 else []), "-o", str(tmp), str(runner_source()), "-L", str(libdir),
+           "-lrknn_api" if rknpu1 else "-lrknnrt"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -120,7 +131,7 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
         first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
         raise RunnerBuildError(f"{header}: rkdet-run-c does not compile against this header: {first}")
     os.replace(tmp, built.path)
-    record = {"schema": "rkdet.runner-build/1", "arch": arch, "header": header.name, "header_sha256": header_sha,
+    record = {"schema": "rkdet.runner-build/1", "arch": arch, "api": "rknpu1" if rknpu1 else "rknpu2", "header": header.name, "header_sha256": header_sha,
               "source_sha256": source_sha, "key": key, "compiler": compiler}
     write_atomic(folder / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return built
@@ -153,4 +164,5 @@ def built_runner(arch: str, cache: Path | None = None) -> BuiltRunner:
         raise InputError(f"--backend rknn_c: no rkdet-run-c built for {arch} in {cache}; "
                          f"run `rkdet runner build --sdk DIR --arch {arch}` ({SDK_HINT})")
     _, program, doc = max(found, key=lambda item: item[0])
-    return BuiltRunner(program, arch, str(doc.get("header_sha256")), str(doc.get("source_sha256")), str(doc.get("key")))
+    return BuiltRunner(program, arch, str(doc.get("header_sha256")), str(doc.get("source_sha256")), str(doc.get("key")),
+                       str(doc.get("api", "rknpu2")))

@@ -41,16 +41,17 @@ class Tensor:
     scale: float = 1.0
 
 
-def build_double(arch: str, sdk: Path, *, grown_abi: bool = False) -> Path:
+def build_double(arch: str, sdk: Path, *, grown_abi: bool = False, rknpu1: bool = False) -> Path:
     """An SDK-shaped folder (include/rknn_api.h: rkdet's declarations; lib/librknnrt.so: the double)
-    for `arch`; `grown_abi` builds the double as a runtime of a newer header (another struct size)."""
+    for `arch`; `grown_abi` builds the double as a runtime of a newer header (another struct size),
+    `rknpu1` as RKNPU1's librknn_api.so (4-argument rknn_init, no custom string, no core mask)."""
     compiler = TARGETS[arch][0]
     (sdk / "include").mkdir(parents=True, exist_ok=True)
     (sdk / "lib").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(TEST_HEADER, sdk / "include" / "rknn_api.h")
     cmd = [compiler, "-std=c99", "-O2", "-fPIC", "-shared", "-Wno-misleading-indentation", "-I", str(DOUBLE_DIR),
-           *(["-DRKDET_TEST_ABI_GROWN"] if grown_abi else []),
-           "-o", str(sdk / "lib" / "librknnrt.so"), str(DOUBLE_DIR / "rknnrt_double.c")]
+           *(["-DRKDET_TEST_ABI_GROWN"] if grown_abi else []), *(["-DRKDET_RKNPU1"] if rknpu1 else []),
+           "-o", str(sdk / "lib" / ("librknn_api.so" if rknpu1 else "librknnrt.so")), str(DOUBLE_DIR / "rknnrt_double.c")]
     subprocess.run(cmd, check=True, timeout=300, capture_output=True)
     return sdk
 

@@ -4,6 +4,7 @@ against the test double of librknnrt (numbers from the emulator's computation), 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -235,3 +236,31 @@ def test_sigkill_leaves_every_completed_inference_readable(world, tmp_path):
         for o in record["outputs"]:
             assert output_hash(np.load(out / "outputs" / f"{o['hash']}.npy")) == o["hash"]
     assert json.loads((out / "run.json").read_text())["status"] == "running"
+
+
+def test_rknpu1_runner_for_rv1126(world, tmp_path):
+    """RKNPU1 (RV1126/RV1109): an SDK with librknn_api.so gets the RKNPU1 build (4-argument rknn_init, no
+    custom string: the identity check rests on the model's sha256; no core mask), armhf."""
+    sdk = build_double("armhf", tmp_path / "sdk1", rknpu1=True)
+    runner = build_runner(sdk, "armhf", tmp_path / "cache")
+    assert runner.api == "rknpu1"
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"], cores=1, custom=f"rkdet-fp={FP}")
+    env = {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(sdk / "lib")}
+    sha = hashlib.sha256(world["model"].read_bytes()).hexdigest()
+
+    def run(out: str, *extra: str) -> subprocess.CompletedProcess:
+        args = ["--model", str(world["model"]), "--inputs", str(world["inputs"]), "--repeats", "2",
+                "--out", str(tmp_path / out), *extra]
+        return subprocess.run(qemu_command("armhf", runner.path, args, env), capture_output=True, text=True,
+                              timeout=300, check=False)
+
+    done = run("o", "--expect-fingerprint", FP, "--expect-sha256", sha)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert record["stack"]["custom_string"] is None and record["embedded_fingerprint"] is None
+    assert record["model_check"]["by"] == "sha256" and record["model_check"]["found"] == sha
+    assert [o["hash"] for o in read_index(str(tmp_path / "o"))[0]["outputs"]] == \
+           [output_hash(a) for a in world["computed"][world["samples"]["s0"].tobytes()]]
+    masked = run("m", "--core-mask", "0")
+    assert masked.returncode == 2 and "no core mask" in masked.stderr
+    assert run("x", "--expect-sha256", "0" * 64).returncode == 5

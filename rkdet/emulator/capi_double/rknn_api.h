@@ -3,6 +3,8 @@
  * declares, from the documented struct layouts and function signatures of the RKNN Runtime C API
  * (RKNN API user guide, toolkit2 1.x/2.x), only what rkdet-run-c and the double use. A real build of
  * rkdet-run-c compiles against the rknn_api.h in the user's own SDK (`rkdet runner build --sdk DIR`).
+ * RKDET_RKNPU1 declares RKNPU1's variant (`rkdet runner build` defines it for rkdet's code when the SDK
+ * holds librknn_api.so, RKNPU1's library, instead of librknnrt.so).
  * RKDET_TEST_ABI marks a build against this file (the runner then names itself a test build).
  */
 #ifndef RKDET_TEST_RKNN_API_H
@@ -45,9 +47,11 @@ typedef enum { RKNN_TENSOR_QNT_NONE = 0, RKNN_TENSOR_QNT_DFP, RKNN_TENSOR_QNT_AF
 typedef enum { RKNN_TENSOR_NCHW = 0, RKNN_TENSOR_NHWC, RKNN_TENSOR_NC1HWC2, RKNN_TENSOR_UNDEFINED,
                RKNN_TENSOR_FORMAT_MAX } rknn_tensor_format;
 
+#ifndef RKDET_RKNPU1
 typedef enum { RKNN_NPU_CORE_AUTO = 0, RKNN_NPU_CORE_0 = 1, RKNN_NPU_CORE_1 = 2, RKNN_NPU_CORE_2 = 4,
                RKNN_NPU_CORE_0_1 = 3, RKNN_NPU_CORE_0_1_2 = 7, RKNN_NPU_CORE_ALL = 0xffff,
                RKNN_NPU_CORE_UNDEFINED } rknn_core_mask;
+#endif
 
 typedef struct { uint32_t n_input; uint32_t n_output; } rknn_input_output_num;
 
@@ -93,16 +97,22 @@ typedef struct {
     uint32_t size;
 } rknn_output;
 
-typedef struct rknn_init_extend rknn_init_extend;
+typedef struct rknn_init_extend rknn_init_extend;  /* opaque here: rkdet-run-c passes NULL */
 typedef struct rknn_run_extend rknn_run_extend;
 typedef struct rknn_output_extend rknn_output_extend;
 
+#ifdef RKDET_RKNPU1  /* RKNPU1 (RV1126/RV1109, librknn_api.so): 4-argument init, no core mask */
+int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag);
+#else
 int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag, rknn_init_extend *extend);
+#endif
 int rknn_destroy(rknn_context context);
 int rknn_query(rknn_context context, rknn_query_cmd cmd, void *info, uint32_t size);
 int rknn_inputs_set(rknn_context context, uint32_t n_inputs, rknn_input inputs[]);
 int rknn_run(rknn_context context, rknn_run_extend *extend);
 int rknn_outputs_get(rknn_context context, uint32_t n_outputs, rknn_output outputs[], rknn_output_extend *extend);
 int rknn_outputs_release(rknn_context context, uint32_t n_outputs, rknn_output outputs[]);
+#ifndef RKDET_RKNPU1
 int rknn_set_core_mask(rknn_context context, rknn_core_mask core_mask);
+#endif
 #endif

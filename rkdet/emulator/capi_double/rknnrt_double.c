@@ -39,7 +39,12 @@ static int read_dims(char **p, tensor_t *t) {
     return 0;
 }
 
+#ifdef RKDET_RKNPU1
+int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag) {
+    void *extend = NULL;
+#else
 int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag, rknn_init_extend *extend) {
+#endif
     const char *dir = getenv("RKDET_RKNN_DOUBLE"); char path[1100], line[2048]; FILE *f;
     (void)flag; (void)extend;
     if (!context || !model || !size) return RKNN_ERR_PARAM_INVALID;
@@ -88,11 +93,14 @@ int rknn_query(rknn_context c, rknn_query_cmd cmd, void *info, uint32_t size) {
     case RKNN_QUERY_SDK_VERSION: { rknn_sdk_version *v = (rknn_sdk_version *)info;
         if (size != sizeof *v) return RKNN_ERR_PARAM_INVALID;
         snprintf(v->api_version, sizeof v->api_version, "%s", M.version); snprintf(v->drv_version, sizeof v->drv_version, "0.9.8"); return RKNN_SUCC; }
+#ifndef RKDET_RKNPU1  /* RKNPU1 has no custom-string query */
     case RKNN_QUERY_CUSTOM_STRING: { rknn_custom_string *s = (rknn_custom_string *)info;
         if (size != sizeof *s) return RKNN_ERR_PARAM_INVALID; snprintf(s->string, sizeof s->string, "%s", M.custom); return RKNN_SUCC; }
+#endif
     default: return RKNN_ERR_PARAM_INVALID;
     }
 }
+#ifndef RKDET_RKNPU1
 int rknn_set_core_mask(rknn_context c, rknn_core_mask mask) {
     int i;
     if (!M.ready || c != 1) return RKNN_ERR_CTX_INVALID;
@@ -103,6 +111,7 @@ int rknn_set_core_mask(rknn_context c, rknn_core_mask mask) {
     }
     return RKNN_SUCC;
 }
+#endif
 
 static double get_value(const unsigned char *p, int type) {
     switch (type) {

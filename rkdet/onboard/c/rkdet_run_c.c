@@ -321,10 +321,9 @@ static int parse_args(int argc, char **argv, args_t *a) {
         return fail(EXIT_BAD_INPUT, "--expect-fingerprint/--expect-sha256 want 64 lowercase hex digits");
     return 0;
 }
-static int core_mask_value(const char *m, rknn_core_mask *out) {
-    static const struct { const char *name; rknn_core_mask v; } M[] = {
-        {"auto", RKNN_NPU_CORE_AUTO}, {"0", RKNN_NPU_CORE_0}, {"1", RKNN_NPU_CORE_1}, {"2", RKNN_NPU_CORE_2},
-        {"0_1", RKNN_NPU_CORE_0_1}, {"0_1_2", RKNN_NPU_CORE_0_1_2}};
+static int core_mask_value(const char *m, int *out) {
+    static const struct { const char *name; int v; } M[] = {  /* the documented RKNN_NPU_CORE_* values */
+        {"auto", 0}, {"0", 1}, {"1", 2}, {"2", 4}, {"0_1", 3}, {"0_1_2", 7}};
     size_t i; for (i = 0; i < sizeof M / sizeof M[0]; i++) if (!strcmp(M[i].name, m)) { *out = M[i].v; return 0; }
     return fail(EXIT_BAD_INPUT, "--core-mask %s: expected one of auto, 0, 1, 2, 0_1, 0_1_2 (one mask per run)", m);
 }
@@ -448,14 +447,14 @@ static int rk(const char *what, int ret) {
 }
 
 int main(int argc, char **argv) {
-    args_t a; run_t r; rknn_context ctx = 0; rknn_input_output_num io; rknn_core_mask mask;
+    args_t a; run_t r; rknn_context ctx = 0; rknn_input_output_num io; int mask;
     unsigned char *model; size_t model_size; buf_t b = {0}; char path[4400]; int idx_fd, snap_fd, i, code;
     uint32_t k; long run; track_t *track; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
     memset(&r, 0, sizeof r);
     if (parse_args(argc, argv, &a)) return EXIT_BAD_INPUT;
     r.a = &a;
     core_mask_value(a.core_mask, &mask);
-    if (a.npu_cores && mask != RKNN_NPU_CORE_AUTO && (unsigned)mask >> a.npu_cores)
+    if (a.npu_cores && mask != 0 && (unsigned)mask >> a.npu_cores)
         fail(EXIT_BAD_INPUT, "--core-mask %s: this SoC has %ld NPU core(s)", a.core_mask, a.npu_cores);
     if (a.cpu_affinity) pin_cpus(a.cpu_affinity, r.affinity, sizeof r.affinity);
     memset(&sa, 0, sizeof sa); sa.sa_handler = on_stop; sigaction(SIGINT, &sa, NULL); sigaction(SIGTERM, &sa, NULL);
@@ -463,11 +462,16 @@ int main(int argc, char **argv) {
     sha256_of(model, model_size, r.model_sha);
     r.n_samples = load_inputs(a.inputs, &r.samples);
 
+#ifdef RKDET_RKNPU1  /* RV1126/RV1109: RKNPU1's API, 4-argument rknn_init, no custom string, no core mask */
+    rk("rknn_init", rknn_init(&ctx, model, (uint32_t)model_size, 0));
+#else
     rk("rknn_init", rknn_init(&ctx, model, (uint32_t)model_size, 0, NULL));
+#endif
     { rknn_sdk_version v; memset(&v, 0, sizeof v);
       rk("rknn_query(RKNN_QUERY_SDK_VERSION)", rknn_query(ctx, RKNN_QUERY_SDK_VERSION, &v, sizeof v));
       snprintf(r.api, sizeof r.api, "%.256s", v.api_version); snprintf(r.drv, sizeof r.drv, "%.256s", v.drv_version);
       r.emulated = strstr(r.api, "rkdet-test-double") != NULL; }
+#ifndef RKDET_RKNPU1  /* RKNPU1 has no custom-string query: the identity check rests on the model's sha256 */
     { rknn_custom_string cs; memset(&cs, 0, sizeof cs);
       if (rknn_query(ctx, RKNN_QUERY_CUSTOM_STRING, &cs, sizeof cs) == RKNN_SUCC) {
           const char *p = cs.string, *last = NULL;
@@ -475,6 +479,7 @@ int main(int argc, char **argv) {
           while ((p = strstr(p, "rkdet-fp=")) != NULL) { last = p + 9; p += 9; }
           if (last && strlen(last) >= 64) { memcpy(r.fp, last, 64); r.fp[64] = 0; if (!is_hex64(r.fp)) r.fp[0] = 0; }
       } }
+#endif
     /* the model check, as rkdet-run's identity.check_model */
     if (a.expect_fp && r.fp[0]) {
         if (strcmp(a.expect_fp, r.fp)) fail(EXIT_REFUSED, "%s: refused: it carries build fingerprint %.16s, expected %.16s: not the build deploy pushed; deploy it again", a.model, r.fp, a.expect_fp);
@@ -508,7 +513,11 @@ int main(int argc, char **argv) {
     if (r.samples[0].nbytes / r.samples[0].dtype->size != r.in_attr[0].n_elems)
         fail(EXIT_BAD_INPUT, "%s: input '%s' has %lu elements, the model wants %u", r.samples[0].file, r.in_attr[0].name,
              (unsigned long)(r.samples[0].nbytes / r.samples[0].dtype->size), r.in_attr[0].n_elems);
-    if (mask != RKNN_NPU_CORE_AUTO) rk("rknn_set_core_mask", rknn_set_core_mask(ctx, mask));
+#ifdef RKDET_RKNPU1
+    if (strcmp(a.core_mask, "auto")) fail(EXIT_BAD_INPUT, "--core-mask %s: RKNPU1 (RV1126/RV1109) has one NPU core and no core mask; use auto", a.core_mask);
+#else
+    if (mask != 0) rk("rknn_set_core_mask", rknn_set_core_mask(ctx, (rknn_core_mask)mask));
+#endif
 
     /* the result folder: new or empty, outputs/ created, run.json first */
     { struct stat st; DIR *d;
