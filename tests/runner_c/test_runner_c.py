@@ -113,6 +113,12 @@ def test_want_float_dequantises_with_scale_and_zero_point(world):
         record = read_index(str(out))[0]["outputs"][0]
         assert record["hash"] == output_hash(expected) and record["dtype"] == expected.dtype.name
         assert json.loads((out / "run.json").read_text())["backend_options"]["want_float"] == int(want_float)
+    # airockchip/rknn-toolkit2#445: lite2 dequantises by itself, a C app that keeps want_float=0 does not;
+    # rkdet diff reads both C result sets and names the output where they part
+    diff = subprocess.run([str(Path(sys.executable).parent / "rkdet"), "diff", str(world["tmp"] / "c-int8-0"),
+                           str(world["tmp"] / "c-int8-1")], capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert diff.returncode == 1 and "output q" in diff.stdout, diff.stdout + diff.stderr
 
 
 def test_nchw_input_is_transposed_to_an_nhwc_model(world):
@@ -264,3 +270,18 @@ def test_rknpu1_runner_for_rv1126(world, tmp_path):
     masked = run("m", "--core-mask", "0")
     assert masked.returncode == 2 and "no core mask" in masked.stderr
     assert run("x", "--expect-sha256", "0" * 64).returncode == 5
+
+
+def test_a_crafted_npy_is_one_line_and_nothing_written(world, tmp_path):
+    bad = tmp_path / "bad-inputs"
+    bad.mkdir()
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 1, 48), }"
+    header += b" " * (64 - (10 + len(header) + 1) % 64) + b"\n"
+    (bad / "a.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 192)
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    args = ["--model", str(world["model"]), "--inputs", str(bad), "--repeats", "1", "--out", str(tmp_path / "o")]
+    done = subprocess.run(qemu_command(ARCH, world["runner"].path, args,
+                                       {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(world["sdk"] / "lib")}),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "a.npy" in done.stderr
+    assert not (tmp_path / "o").exists()

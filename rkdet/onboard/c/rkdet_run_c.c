@@ -235,6 +235,7 @@ static int parse_npy(sample_t *s, const char *path) {
         if (*q == ')') break;
         v = strtoull(q, &end, 10);
         if (end == q || s->ndim >= RKNN_MAX_DIMS) return fail(EXIT_BAD_INPUT, "%s: unreadable .npy shape", path);
+        if (v && count > (uint64_t)MAX_FILE_BYTES / v) return fail(EXIT_BAD_INPUT, "%s: .npy shape is larger than the file can hold", path);
         s->shape[s->ndim++] = v; count *= v; q = end;
     }
     for (i = 0; i < s->ndim; i++) if (s->shape[i] == 0) count = 0;
