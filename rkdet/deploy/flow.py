@@ -157,6 +157,9 @@ class Deployment:
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         native = None
         if desc.native_runner:  # rkdet-run-c: the one `rkdet runner build` made for this board's architecture
+            if "," in s.core_mask or s.contexts > 1:
+                raise InputError(f"--backend {desc.name}: rkdet-run-c runs one core mask and one context per run; "
+                                 f"pass one --core-mask (not {s.core_mask}) and no --contexts")
             native = built_runner(arch_of_soc(socs.is_rknpu1(fit.soc)))
             self.log(f"runner rkdet-run-c for {native.arch}, built against rknn_api.h sha256 {native.header_sha256[:16]}")
             native = native.path
