@@ -561,7 +561,14 @@ int main(int argc, char **argv) {
                 rknn_tensor_attr *at = &r.out_attr[k]; const dtype_t *dt = dtype_by_type(a.want_float ? RKNN_TENSOR_FLOAT32 : at->type);
                 uint64_t shape[RKNN_MAX_DIMS]; uint64_t count = 1; uint32_t d; char h[65]; struct stat st;
                 if (!dt) fail(EXIT_BOARD, "output %s: tensor type %d has no numpy dtype", r.names[k], at->type);
-                for (d = 0; d < at->n_dims; d++) { shape[d] = at->dims[d]; count *= at->dims[d]; }
+                for (d = 0; d < at->n_dims; d++) {
+#ifdef RKDET_RKNPU1  /* RKNPU1 lists dims innermost first ([W, H, C, N]); numpy's order is outermost first */
+                    shape[d] = at->dims[at->n_dims - 1 - d];
+#else
+                    shape[d] = at->dims[d];
+#endif
+                    count *= shape[d];
+                }
                 if (count * dt->size != outs[k].size || !outs[k].buf)
                     fail(EXIT_BOARD, "output %s: the runtime returned %u bytes, %s%s wants %llu", r.names[k], outs[k].size,
                          dt->name, "", (unsigned long long)(count * dt->size));
