@@ -155,14 +155,15 @@ class Deployment:
                              "this board's runtime is not emulated")
         board_lock.check_before_push(lock, conn.target.label, s.lock_timeout, s.pin, self.log)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
-        native = None
+        native: Path | None = None
         if desc.native_runner:  # rkdet-run-c: the one `rkdet runner build` made for this board's architecture
             if "," in s.core_mask or s.contexts > 1:
                 raise InputError(f"--backend {desc.name}: rkdet-run-c runs one core mask and one context per run; "
                                  f"pass one --core-mask (not {s.core_mask}) and no --contexts")
-            native = built_runner(arch_of_soc(socs.is_rknpu1(fit.soc)))
-            self.log(f"runner rkdet-run-c for {native.arch}, built against rknn_api.h sha256 {native.header_sha256[:16]}")
-            native = native.path
+            built = built_runner(arch_of_soc(socs.is_rknpu1(fit.soc)))
+            self.log(f"runner rkdet-run-c for {built.arch} ({built.api}), built against rknn_api.h sha256 "
+                     f"{built.header_sha256[:16]}")
+            native = built.path
         transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
                                       self.progress, s.emulate_npu if emulated else None, native_runner=native))
         self.state.advance(DeployStatus.RUNNING, emulated=emulated,
