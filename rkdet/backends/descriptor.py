@@ -30,6 +30,10 @@ class Backend:
     emulated_double: bool = False  # the rkdet emulator has a test double of this runtime (ask the board whether it runs it)
     embeds_fingerprint: bool = False  # its model file carries rkdet's build fingerprint (`--expect-fingerprint`)
     runner_env: Mapping[str, str] = field(default_factory=dict)  # environment its runner needs on the board
+    # the runner program deploy stages for it: the on-board zipapp, or a native program built per board
+    # architecture (`rkdet runner build`, rkdet.backends.capi_build) that deploy pushes in its place
+    runner_program: str = "rkdet-onboard.pyz"
+    native_runner: bool = False  # the runner is a native program run directly (no python3, no `run` verb)
     # the run.json keys its runner records about it (rkdet.records.run_info.RunInfo reads them)
     run_json: tuple[str, ...] = ("backend", "backend_detail", "emulated", "emulates_npu", "stack", "backend_options")
 
@@ -74,5 +78,7 @@ class Backend:
                 "--out", out]
 
     def runner_command(self, program: str, args: Sequence[str]) -> list[str]:
-        """The runner's full command line: the on-board program's `run` with `args`."""
+        """The runner's full command line: the on-board program's `run` with `args` (a native runner directly)."""
+        if self.native_runner:
+            return [program, *args]
         return ["python3", program, "run", *args]

@@ -6,7 +6,7 @@ it by them), one module here beside rknnlite_npu.py, one line below.
 
 from __future__ import annotations
 
-from rkdet.backends import onnxruntime_cpu, rknnlite_npu
+from rkdet.backends import onnxruntime_cpu, rknn_c, rknnlite_npu
 from rkdet.backends.descriptor import Backend
 from rkdet.errors import InputError
 from rkdet.onboard.backend_table import BACKENDS as BOARD_BACKENDS
@@ -15,6 +15,7 @@ from rkdet.onboard.backend_table import DEFAULT_BACKEND
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
     rknnlite_npu.BACKEND,
     onnxruntime_cpu.BACKEND,
+    rknn_c.BACKEND,
 )}
 assert tuple(REGISTRY) == BOARD_BACKENDS, "every board backend has one descriptor, in the table's order"
 

@@ -84,7 +84,7 @@ def check_board(probe: ProbeReport, build: BuildInfo, *, host: str, backend: str
     if ROW_RUNTIME_IMPORT in rows and not probe.rknnlite:
         raise BoardError(f"{host}: python3 cannot import rknnlite; install rknn-toolkit-lite2 on the board "
                          "(or run with --backend onnxruntime)")
-    if not probe.python_version:
+    if not descriptor(backend).native_runner and not probe.python_version:
         raise BoardError(f"{host}: no python3 on the board; the runner needs Python >= 3.6 with numpy")
     if probe.work_dir_free_kb is not None and probe.work_dir_free_kb < need_kb:
         raise BoardError(f"{host}: not enough disk in the work dir: {probe.work_dir_free_kb // 1024} MiB free, "

@@ -71,5 +71,6 @@ COMMANDS = {
     "import-rknn": "rkdet.cli.import_rknn:import_command",
     "init": "rkdet.cli.init:init_command",
     "layers": "rkdet.cli.layers:layers_command",  # the host analysis, or with --board the bisection
+    "runner": "rkdet.cli.runner:runner_group",  # rkdet-run-c built against your SDK (rknn_c backend)
 }
 main.lazy.update(COMMANDS)

@@ -33,6 +33,8 @@ from rkdet.deploy.judge import judge
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.preflight import BoardFit, check_board
 from rkdet.backends.registry import backend as descriptor
+from rkdet.backends.capi_build import arch_of_soc, built_runner
+from rkdet import socs
 from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
 from rkdet.deploy.settings import AUTO_WARNING, RunSettings
 from rkdet.link.shell import FILES_S
@@ -159,8 +161,17 @@ class Deployment:
         if desc.takes_core_mask and "auto" in s.core_mask.split(","):
             self.log(AUTO_WARNING)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
+        native: Path | None = None
+        if desc.native_runner:  # rkdet-run-c: the one `rkdet runner build` made for this board's architecture
+            if "," in s.core_mask or s.contexts > 1:
+                raise InputError(f"--backend {desc.name}: rkdet-run-c runs one core mask and one context per run; "
+                                 f"pass one --core-mask (not {s.core_mask}) and no --contexts")
+            built = built_runner(arch_of_soc(socs.is_rknpu1(fit.soc)))
+            self.log(f"runner rkdet-run-c for {built.arch} ({built.api}), built against rknn_api.h sha256 "
+                     f"{built.header_sha256[:16]}")
+            native = built.path
         transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
-                                      self.progress, s.emulate_npu if emulated else None))
+                                      self.progress, s.emulate_npu if emulated else None, native_runner=native))
         self.state.advance(DeployStatus.RUNNING, emulated=emulated,
                            warnings=tuple(self._with_caveat(list(fit.warnings))),
                            transfer=TransferRecord(bytes_sent=transfer.bytes_sent, files_sent=transfer.files_sent,

@@ -13,7 +13,6 @@ from typing import Any, Mapping
 from rkdet.backends.registry import backend as descriptor
 from rkdet.onboard.backend_table import DEFAULT_BACKEND
 from rkdet.errors import InputError
-from rkdet.onboard.program import PROGRAM
 from rkdet.records.io import identifier
 
 
@@ -28,7 +27,7 @@ class RemoteLayout:
 
     workdir: str
     scripts: str
-    runner: str  # the on-board program (rkdet-onboard.pyz), run as `python3 RUNNER run ...`
+    runner: str  # the backend's runner program: rkdet-onboard.pyz (`python3 RUNNER run ...`) or a native one (rkdet-run-c)
     model_dir: str
     inputs: str
     run_dir: str
@@ -43,7 +42,7 @@ class RemoteLayout:
             raise InputError(f"run id {run_id[:40]!r} is not one rkdet deploy makes")
         fed = "-fp32" if descriptor(backend).fp32_input else ""  # a CPU backend takes the model's float input, not the NPU's
         run_dir = f"{workdir}/runs/{run_id}"
-        return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/{PROGRAM}",
+        return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/{descriptor(backend).runner_program}",
                    model_dir=f"{workdir}/models/{fp}", inputs=f"{workdir}/inputs/{fp}{fed}", run_dir=run_dir,
                    result=f"{run_dir}/result", pidfile=f"{run_dir}/job.pid", logfile=f"{run_dir}/job.log")
 

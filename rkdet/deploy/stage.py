@@ -71,7 +71,7 @@ def _stand_in_sha(build: BuildInfo) -> str | None:
 
 
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
-               emulate_npu: int | None = None) -> TransferStats:
+               emulate_npu: int | None = None, native_runner: Path | None = None) -> TransferStats:
     """The on-board program (rkdet-onboard.pyz), model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too. Every file is checked first (`build_file_set`), and the golden inputs the board
@@ -89,7 +89,10 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
             fp32 = Path(tmp) / "fp32"
             fp32.mkdir()
             inputs = model_inputs(inputs, build, fp32)
-        stats.add(push(conn, Path(program.build(tmp)), layout.runner))  # the on-board program: one zipapp
+        if native_runner is not None:  # a backend's own runner (rkdet-run-c, built by `rkdet runner build`)
+            stats.add(push(conn, native_runner, layout.runner))
+        else:  # the on-board program: one zipapp
+            stats.add(push(conn, Path(program.build(tmp)), layout.runner))
         stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
         stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
         if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it

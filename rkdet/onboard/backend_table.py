@@ -34,8 +34,9 @@ def reference(facts, emulated, emulates_npu=False):
 
 RKNNLITE = BackendFacts("rknnlite", "model.rknn", on_npu=True, fp32_input=False)
 ONNXRUNTIME = BackendFacts("onnxruntime", "model.onnx", on_npu=False, fp32_input=True)
+RKNN_C = BackendFacts("rknn_c", "model.rknn", on_npu=True, fp32_input=False)  # rkdet-run-c on librknnrt (its own runner)
 
-TABLE = {f.name: f for f in (RKNNLITE, ONNXRUNTIME)}  # type: Dict[str, BackendFacts]
+TABLE = {f.name: f for f in (RKNNLITE, ONNXRUNTIME, RKNN_C)}  # type: Dict[str, BackendFacts]
 BACKENDS = tuple(TABLE)  # type: Tuple[str, ...]  # run.json "backend", `--backend` choices, in this order
 NPU_BACKENDS = "|".join(f.name for f in TABLE.values() if f.on_npu)  # for a message: the backends a core mask applies to
 DEFAULT_BACKEND = RKNNLITE.name  # what rkdet-run, deploy and the config run when no backend is named

@@ -17,13 +17,18 @@ def test_deploy_runs_the_backend_runner_inside_run_pinned() -> None:
         s = RunSettings(backend=name, repeats=3, warmup=1, cpu_affinity=(4, 5), pin=True)
         argv = runner_argv(layout, s, ["--expect-sha256", "0" * 64])
         assert argv[:3] == ["sh", "/w/scripts/run-pinned.sh", "--"]
-        assert argv[3:6] == ["python3", layout.runner, "run"]
+        assert layout.runner == f"/w/{desc.runner_program}"
+        if desc.native_runner:  # rkdet-run-c: run directly, no python3
+            assert argv[3] == layout.runner and argv[4] == "--model"
+        else:
+            assert argv[3:6] == ["python3", layout.runner, "run"]
         assert argv[argv.index("--model") + 1] == f"{layout.model_dir}/{desc.model_file}"
         assert argv[argv.index("--backend") + 1] == name
         assert argv[-4:] == ["--cpu-affinity", "4,5", "--expect-sha256", "0" * 64]
         assert layout.fp32_inputs is desc.fp32_input
         unpinned = runner_argv(layout, RunSettings(backend=name, pin=False), [])
-        assert unpinned[0] == "python3" and "run-pinned.sh" not in " ".join(unpinned)
+        assert unpinned[0] == ("python3" if not desc.native_runner else layout.runner)
+        assert "run-pinned.sh" not in " ".join(unpinned)
 
 
 def test_the_bisection_gets_the_same_recipe_with_its_fault_control() -> None:

@@ -100,6 +100,9 @@ def test_wheel_carries_the_board_scripts_from_the_single_source(wheel: Path) -> 
     # everything else the board needs: the on-board program (packed into rkdet-onboard.pyz), and the emulated runtime
     onboard = {"rkdet/onboard/%s.py" % m for m in ("__init__", "__main__", "run", "selfcheck", "atomic", "resultset", "program")}
     assert onboard | {"rkdet/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
+    # rkdet-run-c's source (built against the user's SDK) and the C runtime double with rkdet's test header
+    assert {"rkdet/onboard/c/rkdet_run_c.c", "rkdet/emulator/capi_double/rknn_api.h",
+            "rkdet/emulator/capi_double/rknnrt_double.c"} <= names
     assert not {"rkdet/runner.py", "rkdet/selfcheck.py"} & names
     assert "rkdet-run = rkdet.onboard.run:main" in entry_points
     assert "rkdet-selfcheck = rkdet.onboard.selfcheck:main" in entry_points  # check before you serve (docs/SELFCHECK.md)

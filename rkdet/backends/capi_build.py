@@ -1,0 +1,168 @@
+"""`rkdet runner build --sdk DIR`: rkdet-run-c cross-compiled against the rknn_api.h of the user's SDK.
+
+Why built here and never shipped: Rockchip's header and runtime are under the SDK's licence, so rkdet
+ships neither; the user's SDK provides both. The runtime checks struct sizes (ret=-5 when a runner
+built against an older header meets a newer runtime), so a built runner is keyed by the header's
+sha256, the target architecture and the runner's source, cached under that key, and rebuilt when any
+of them changes. The build is Debian's cross compiler (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf)
+run with an argument list (never a shell) and a timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from rkdet.errors import InputError, RkdetError
+from rkdet.records.io import write_atomic
+
+#: target architecture -> (cross compiler, its sysroot for qemu-user -L)
+ARCHES: dict[str, tuple[str, str]] = {
+    "aarch64": ("aarch64-linux-gnu-gcc", "/usr/aarch64-linux-gnu"),
+    "armhf": ("arm-linux-gnueabihf-gcc", "/usr/arm-linux-gnueabihf"),
+}
+SDK_HINT = "pass --sdk DIR (the Rockchip SDK folder holding rknn_api.h and librknnrt.so; rkdet ships neither)"
+BUILD_RECORD = "runner.json"
+COMPILE_TIMEOUT_S = 300
+_MAX_SDK_WALK = 20000  # files looked at when finding the header in a large SDK tree
+
+
+class RunnerBuildError(RkdetError):
+    """The cross compiler failed or is missing (exit 3: the workstation's tools, not the input)."""
+
+    exit_code = 3
+
+
+@dataclass(frozen=True)
+class BuiltRunner:
+    """A cross-compiled rkdet-run-c and what it was built for (preflight shows these)."""
+
+    path: Path
+    arch: str
+    header_sha256: str
+    source_sha256: str
+    key: str
+    api: str = "rknpu2"  # rknpu2 (librknnrt) or rknpu1 (librknn_api: RV1126/RV1109)
+
+
+def runner_source() -> Path:
+    """rkdet-run-c's C source, shipped in the package's board-side area."""
+    return Path(__file__).resolve().parent.parent / "onboard" / "c" / "rkdet_run_c.c"
+
+
+def _one(found: list[Path], what: str, sdk: Path, arch: str) -> Path:
+    if not found:
+        raise InputError(f"{sdk}: no {what} found; {SDK_HINT}")
+    if len(found) == 1:
+        return found[0]
+    tags = {"aarch64": ("aarch64", "arm64"), "armhf": ("armhf", "armeabi", "arm-linux", "armv7")}[arch]
+    preferred = [p for p in found if any(t in str(p).lower() for t in tags)]
+    if len(preferred) == 1:
+        return preferred[0]
+    raise InputError(f"{sdk}: {len(found)} {what} files ({', '.join(str(p) for p in found[:4])}); "
+                     f"pass --sdk the folder that holds the one for {arch}")
+
+
+RKNPU2_LIB, RKNPU1_LIB = "librknnrt.so", "librknn_api.so"
+
+
+def find_sdk_files(sdk: Path, arch: str) -> tuple[Path, Path, bool]:
+    """The SDK's rknn_api.h, the folder of its runtime library for `arch`, and whether that is RKNPU1's
+    (librknn_api.so: RV1126/RV1109, whose API differs); one line when either is missing."""
+    if not sdk.is_dir():
+        raise InputError(f"{sdk}: SDK folder not found; {SDK_HINT}")
+    headers: list[Path] = []
+    libs: list[Path] = []
+    legacy: list[Path] = []
+    for seen, (root, dirs, files) in enumerate(os.walk(sdk, followlinks=False)):
+        if seen > _MAX_SDK_WALK:
+            break
+        dirs.sort()
+        headers += [Path(root) / "rknn_api.h"] if "rknn_api.h" in files else []
+        libs += [Path(root) / RKNPU2_LIB] if RKNPU2_LIB in files else []
+        legacy += [Path(root) / RKNPU1_LIB] if RKNPU1_LIB in files else []
+    header = _one(headers, "rknn_api.h", sdk, arch)
+    if not libs and legacy:
+        return header, _one(legacy, RKNPU1_LIB, sdk, arch).parent, True
+    return header, _one(libs, RKNPU2_LIB, sdk, arch).parent, False
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_key(header: Path, arch: str) -> tuple[str, str, str]:
+    """(key, header sha256, source sha256): what a built runner is cached and found by."""
+    header_sha, source_sha = _sha256(header), _sha256(runner_source())
+    key = hashlib.sha256(f"{header_sha}|{arch}|{source_sha}".encode()).hexdigest()[:24]
+    return key, header_sha, source_sha
+
+
+def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
+    """rkdet-run-c for `arch` against `sdk`'s header, from the cache when built before, else compiled."""
+    if arch not in ARCHES:
+        raise InputError(f"--arch {arch!r}: expected {' or '.join(ARCHES)}")
+    header, libdir, rknpu1 = find_sdk_files(sdk, arch)
+    key, header_sha, source_sha = build_key(header, arch)
+    folder = cache / f"{arch}-{key}"
+    built = BuiltRunner(folder / "rkdet-run-c", arch, header_sha, source_sha, key, "rknpu1" if rknpu1 else "rknpu2")
+    if built.path.is_file() and (folder / BUILD_RECORD).is_file():
+        return built
+    compiler = ARCHES[arch][0]
+    if shutil.which(compiler) is None:
+        raise RunnerBuildError(f"{compiler}: not installed; apt-get install gcc-{compiler[:-4]} (see .ci/setup)")
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".rkdet-run-c.{os.getpid()}"
+    cmd = [compiler, "-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation", "-I", str(header.parent),
+           *(["-DRKDET_RKNPU1"] if rknpu1 else []), "-o", str(tmp), str(runner_source()), "-L", str(libdir),
+           "-lrknn_api" if rknpu1 else "-lrknnrt"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        tmp.unlink(missing_ok=True)
+        raise RunnerBuildError(f"{compiler}: no result after {COMPILE_TIMEOUT_S} s building rkdet-run-c") from None
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
+        raise RunnerBuildError(f"{header}: rkdet-run-c does not compile against this header: {first}")
+    os.replace(tmp, built.path)
+    record = {"schema": "rkdet.runner-build/1", "arch": arch, "api": "rknpu1" if rknpu1 else "rknpu2", "header": header.name, "header_sha256": header_sha,
+              "source_sha256": source_sha, "key": key, "compiler": compiler}
+    write_atomic(folder / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return built
+
+
+def default_cache() -> Path:
+    """Where built runners are kept: $RKDET_RUNNER_CACHE, else ~/.cache/rkdet/runners."""
+    env = os.environ.get("RKDET_RUNNER_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "rkdet" / "runners"
+
+
+def arch_of_soc(rknpu1: bool) -> str:
+    """The architecture a board's runner is built for: RKNPU1 SoCs (RV1126/RV1109) run armhf, RKNPU2 aarch64."""
+    return "armhf" if rknpu1 else "aarch64"
+
+
+def built_runner(arch: str, cache: Path | None = None) -> BuiltRunner:
+    """The runner `rkdet runner build` made last for `arch`; one line saying what to run when there is none."""
+    cache = cache or default_cache()
+    found: list[tuple[float, Path, dict]] = []
+    for record in sorted(cache.glob(f"{arch}-*/{BUILD_RECORD}")) if cache.is_dir() else ():
+        try:
+            doc = json.loads(record.read_text()[:65536])
+        except (OSError, ValueError):
+            continue
+        program = record.parent / "rkdet-run-c"
+        if isinstance(doc, dict) and doc.get("arch") == arch and program.is_file():
+            found.append((record.stat().st_mtime, program, doc))
+    if not found:
+        raise InputError(f"--backend rknn_c: no rkdet-run-c built for {arch} in {cache}; "
+                         f"run `rkdet runner build --sdk DIR --arch {arch}` ({SDK_HINT})")
+    _, program, doc = max(found, key=lambda item: item[0])
+    return BuiltRunner(program, arch, str(doc.get("header_sha256")), str(doc.get("source_sha256")), str(doc.get("key")),
+                       str(doc.get("api", "rknpu2")))

@@ -1,0 +1,629 @@
+/* rkdet-run-c: rkdet-run's job through Rockchip's C API (librknnrt), for boards without Python.
+ *
+ * rkdet's own source (plain C99, no dependency but the SDK's rknn_api.h, which rkdet never ships:
+ * `rkdet runner build --sdk DIR` compiles this file against the header in the user's SDK).
+ * It writes the same result set as rkdet-run (docs/FORMATS.md "Result set"): run.json, index.jsonl
+ * (one fsync'd whole line per inference), snapshots.jsonl, outputs/<hash>.npy (each distinct output
+ * once, named by THE output hash: sha256(dtype.str "|" shape "|" C-order bytes)) and summary.json.
+ * Every file is written to a temporary name in the same folder, fsync'd and renamed; an output file
+ * exists before the index line naming it, so a SIGKILL leaves every completed inference readable.
+ * It records every setting lite2 chooses implicitly: input type/fmt/pass_through, want_float, the
+ * core mask, the runtime's API and driver versions and the model's custom string (docs/RUNNER_C.md).
+ *
+ * Exit codes as rkdet-run: 0 deterministic, 1 diverged, 2 bad input, 3 runtime trouble,
+ * 5 model refused (fingerprint/sha256), 130 interrupted. Errors are one line on stderr.
+ */
+#define _GNU_SOURCE  /* sched_setaffinity */
+#define _FILE_OFFSET_BITS 64  /* armhf: readdir/stat on 64-bit inodes and sizes (EOVERFLOW otherwise) */
+#include <errno.h>
+#include <sched.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rknn_api.h"
+
+#define EXIT_OK 0
+#define EXIT_DIFFERENT 1
+#define EXIT_BAD_INPUT 2
+#define EXIT_BOARD 3
+#define EXIT_REFUSED 5
+#define EXIT_INTERRUPTED 130
+#define MAX_INPUT_FILES 4096
+#define MAX_OUTPUTS 64
+#define MAX_FILE_BYTES ((size_t)1 << 31)
+
+static volatile sig_atomic_t g_stop = 0;
+static void on_stop(int sig) { (void)sig; g_stop = 1; }
+
+/* ---------- failure: one line, the run record closed as failed ---------- */
+static char g_run_path[4096];
+static char g_error[1024];
+static int fail(int code, const char *fmt, ...);
+
+/* ---------- sha256 (FIPS 180-4) ---------- */
+typedef struct { uint32_t h[8]; uint64_t len; unsigned char buf[64]; size_t fill; } sha256_ctx;
+static const uint32_t K256[64] = {
+0x428a2f98,0x71374491,0xb5c0fbcf,0xe9b5dba5,0x3956c25b,0x59f111f1,0x923f82a4,0xab1c5ed5,0xd807aa98,0x12835b01,
+0x243185be,0x550c7dc3,0x72be5d74,0x80deb1fe,0x9bdc06a7,0xc19bf174,0xe49b69c1,0xefbe4786,0x0fc19dc6,0x240ca1cc,
+0x2de92c6f,0x4a7484aa,0x5cb0a9dc,0x76f988da,0x983e5152,0xa831c66d,0xb00327c8,0xbf597fc7,0xc6e00bf3,0xd5a79147,
+0x06ca6351,0x14292967,0x27b70a85,0x2e1b2138,0x4d2c6dfc,0x53380d13,0x650a7354,0x766a0abb,0x81c2c92e,0x92722c85,
+0xa2bfe8a1,0xa81a664b,0xc24b8b70,0xc76c51a3,0xd192e819,0xd6990624,0xf40e3585,0x106aa070,0x19a4c116,0x1e376c08,
+0x2748774c,0x34b0bcb5,0x391c0cb3,0x4ed8aa4a,0x5b9cca4f,0x682e6ff3,0x748f82ee,0x78a5636f,0x84c87814,0x8cc70208,
+0x90befffa,0xa4506ceb,0xbef9a3f7,0xc67178f2};
+#define ROR(x,n) (((x) >> (n)) | ((x) << (32 - (n))))
+static void sha256_block(sha256_ctx *c, const unsigned char *p) {
+    uint32_t w[64], a, b, d, e, f, g, h, cc, t1, t2; int i;
+    for (i = 0; i < 16; i++) w[i] = (uint32_t)p[4*i] << 24 | (uint32_t)p[4*i+1] << 16 | (uint32_t)p[4*i+2] << 8 | p[4*i+3];
+    for (i = 16; i < 64; i++) {
+        uint32_t s0 = ROR(w[i-15],7) ^ ROR(w[i-15],18) ^ (w[i-15] >> 3), s1 = ROR(w[i-2],17) ^ ROR(w[i-2],19) ^ (w[i-2] >> 10);
+        w[i] = w[i-16] + s0 + w[i-7] + s1;
+    }
+    a = c->h[0]; b = c->h[1]; cc = c->h[2]; d = c->h[3]; e = c->h[4]; f = c->h[5]; g = c->h[6]; h = c->h[7];
+    for (i = 0; i < 64; i++) {
+        t1 = h + (ROR(e,6) ^ ROR(e,11) ^ ROR(e,25)) + ((e & f) ^ (~e & g)) + K256[i] + w[i];
+        t2 = (ROR(a,2) ^ ROR(a,13) ^ ROR(a,22)) + ((a & b) ^ (a & cc) ^ (b & cc));
+        h = g; g = f; f = e; e = d + t1; d = cc; cc = b; b = a; a = t1 + t2;
+    }
+    c->h[0] += a; c->h[1] += b; c->h[2] += cc; c->h[3] += d; c->h[4] += e; c->h[5] += f; c->h[6] += g; c->h[7] += h;
+}
+static void sha256_init(sha256_ctx *c) {
+    static const uint32_t iv[8] = {0x6a09e667,0xbb67ae85,0x3c6ef372,0xa54ff53a,0x510e527f,0x9b05688c,0x1f83d9ab,0x5be0cd19};
+    memcpy(c->h, iv, sizeof iv); c->len = 0; c->fill = 0;
+}
+static void sha256_update(sha256_ctx *c, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    c->len += n;
+    while (n) {
+        size_t take = 64 - c->fill; if (take > n) take = n;
+        memcpy(c->buf + c->fill, p, take); c->fill += take; p += take; n -= take;
+        if (c->fill == 64) { sha256_block(c, c->buf); c->fill = 0; }
+    }
+}
+static void sha256_hex(sha256_ctx *c, char out[65]) {
+    uint64_t bits = c->len * 8; unsigned char pad = 0x80, zero = 0, lenb[8]; int i;
+    sha256_update(c, &pad, 1);
+    while (c->fill != 56) sha256_update(c, &zero, 1);
+    for (i = 0; i < 8; i++) lenb[i] = (unsigned char)(bits >> (56 - 8 * i));
+    sha256_update(c, lenb, 8);
+    for (i = 0; i < 8; i++) sprintf(out + 8 * i, "%08x", c->h[i]);
+    out[64] = 0;
+}
+
+/* ---------- a growing string, and JSON text ---------- */
+typedef struct { char *s; size_t n, cap; } buf_t;
+static void b_add(buf_t *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        b->s = (char *)realloc(b->s, cap);
+        if (!b->s) { fputs("rkdet-run-c: out of memory\n", stderr); exit(EXIT_BOARD); }
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n); b->n += n; b->s[b->n] = 0;
+}
+static void b_puts(buf_t *b, const char *s) { b_add(b, s, strlen(s)); }
+static void b_printf(buf_t *b, const char *fmt, ...) {
+    char tmp[512]; va_list ap; int n;
+    va_start(ap, fmt); n = vsnprintf(tmp, sizeof tmp, fmt, ap); va_end(ap);
+    if (n > 0) b_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+/* a JSON string (control characters and non-ASCII bytes escaped as \u00XX: a board's text never
+   reaches a terminal raw and the file stays ASCII whatever the runtime's strings hold) */
+static void b_jstr(buf_t *b, const char *s) {
+    b_puts(b, "\"");
+    if (s == NULL) s = "";
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"') b_puts(b, "\\\""); else if (c == '\\') b_puts(b, "\\\\");
+        else if (c < 0x20 || c >= 0x7f) b_printf(b, "\\u%04x", c);
+        else b_add(b, (const char *)&c, 1);
+    }
+    b_puts(b, "\"");
+}
+static void b_jstr_or_null(buf_t *b, const char *s) { if (s) b_jstr(b, s); else b_puts(b, "null"); }
+
+/* ---------- files: atomic replace, append one whole line ---------- */
+static int write_atomic(const char *path, const void *data, size_t n) {
+    char tmp[4200]; int fd; size_t done = 0; unsigned attempt;
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) { errno = EEXIST; return -1; } /* never rename over a link/device/FIFO */
+    for (attempt = 0; ; attempt++) {
+        snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%u", path, (long)getpid(), attempt);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd >= 0 || errno != EEXIST || attempt > 100) break;
+    }
+    if (fd < 0) return -1;
+    while (done < n) {
+        ssize_t w = write(fd, (const char *)data + done, n - done);
+        if (w < 0) { if (errno == EINTR) continue; goto bad; }
+        done += (size_t)w;
+    }
+    if (fsync(fd) != 0) goto bad;
+    if (close(fd) != 0) { fd = -1; goto bad; }
+    if (rename(tmp, path) != 0) { fd = -1; goto bad; }
+    return 0;
+bad: { int e = errno; if (fd >= 0) close(fd); unlink(tmp); errno = e; }
+    return -1;
+}
+static int append_line(int fd, const char *line, size_t n) {
+    struct stat st; size_t done = 0;
+    if (fstat(fd, &st) != 0) return -1;
+    while (done < n) {
+        ssize_t w = write(fd, line + done, n - done);
+        if (w < 0) { if (errno == EINTR) continue; break; }
+        done += (size_t)w;
+    }
+    if (done == n && fsync(fd) == 0) return 0;
+    { int e = errno ? errno : ENOSPC; if (ftruncate(fd, st.st_size) != 0) { /* keep the first error */ } errno = e; }
+    return -1;
+}
+static unsigned char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb"); unsigned char *data; struct stat st;
+    if (!f) return NULL;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > MAX_FILE_BYTES) { fclose(f); errno = EFBIG; return NULL; }
+    data = (unsigned char *)malloc((size_t)st.st_size + 1);
+    if (!data || fread(data, 1, (size_t)st.st_size, f) != (size_t)st.st_size) { free(data); fclose(f); errno = EIO; return NULL; }
+    fclose(f); *size = (size_t)st.st_size; return data;
+}
+static void sha256_of(const void *data, size_t n, char out[65]) {
+    sha256_ctx c; sha256_init(&c); sha256_update(&c, data, n); sha256_hex(&c, out);
+}
+
+/* ---------- dtypes: rknn tensor types as numpy names them ---------- */
+typedef struct { int type; const char *str; const char *name; size_t size; } dtype_t;
+static const dtype_t DTYPES[] = {
+    {RKNN_TENSOR_FLOAT32, "<f4", "float32", 4}, {RKNN_TENSOR_FLOAT16, "<f2", "float16", 2},
+    {RKNN_TENSOR_INT8, "|i1", "int8", 1}, {RKNN_TENSOR_UINT8, "|u1", "uint8", 1},
+    {RKNN_TENSOR_INT16, "<i2", "int16", 2}, {RKNN_TENSOR_UINT16, "<u2", "uint16", 2},
+    {RKNN_TENSOR_INT32, "<i4", "int32", 4}, {RKNN_TENSOR_UINT32, "<u4", "uint32", 4},
+    {RKNN_TENSOR_INT64, "<i8", "int64", 8}, {RKNN_TENSOR_BOOL, "|b1", "bool", 1}};
+static const dtype_t *dtype_by_type(int type) {
+    size_t i; for (i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++) if (DTYPES[i].type == type) return &DTYPES[i];
+    return NULL;
+}
+static const dtype_t *dtype_by_str(const char *s) {
+    size_t i;
+    for (i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++) {
+        const char *d = DTYPES[i].str;
+        if (!strcmp(s, d) || (d[0] == '|' && (s[0] == '<' || s[0] == '>' || s[0] == '=') && !strcmp(s + 1, d + 1))) return &DTYPES[i];
+    }
+    return NULL;
+}
+static const char *fmt_name(int fmt) {
+    return fmt == RKNN_TENSOR_NCHW ? "nchw" : fmt == RKNN_TENSOR_NHWC ? "nhwc" : fmt == RKNN_TENSOR_NC1HWC2 ? "nc1hwc2" : "undefined";
+}
+
+/* ---------- .npy (format 1.0/2.0/3.0, C order, little-endian) ---------- */
+typedef struct {
+    char name[256]; char file[256]; char sha256[65];
+    const dtype_t *dtype; uint32_t ndim; uint64_t shape[RKNN_MAX_DIMS];
+    unsigned char *raw; size_t raw_size; unsigned char *data; size_t nbytes;
+} sample_t;
+
+static int parse_npy(sample_t *s, const char *path) {
+    const unsigned char *p = s->raw; size_t hlen, off; char header[4096], descr[16] = {0}; const char *q;
+    uint64_t count = 1; uint32_t i;
+    if (s->raw_size < 10 || memcmp(p, "\x93NUMPY", 6) != 0) return fail(EXIT_BAD_INPUT, "%s: not a numpy .npy file (no NUMPY magic)", path);
+    if (p[6] == 1) { hlen = (size_t)p[8] | (size_t)p[9] << 8; off = 10; }
+    else if (p[6] == 2 || p[6] == 3) { if (s->raw_size < 12) return fail(EXIT_BAD_INPUT, "%s: truncated .npy header", path);
+        hlen = (size_t)p[8] | (size_t)p[9] << 8 | (size_t)p[10] << 16 | (size_t)p[11] << 24; off = 12; }
+    else return fail(EXIT_BAD_INPUT, "%s: .npy format version %d is not supported", path, p[6]);
+    if (hlen >= sizeof header || off + hlen > s->raw_size) return fail(EXIT_BAD_INPUT, "%s: .npy header too long or truncated", path);
+    memcpy(header, p + off, hlen); header[hlen] = 0;
+    q = strstr(header, "'descr':");
+    if (!q || sscanf(q + 8, " '%15[^']'", descr) != 1 || !(s->dtype = dtype_by_str(descr)))
+        return fail(EXIT_BAD_INPUT, "%s: dtype %s is not one the runtime takes", path, descr[0] ? descr : "?");
+    if (descr[0] == '>') return fail(EXIT_BAD_INPUT, "%s: big-endian arrays are not supported; save it little-endian", path);
+    q = strstr(header, "'fortran_order':");
+    if (!q || strncmp(q + 16 + strspn(q + 16, " "), "False", 5) != 0) return fail(EXIT_BAD_INPUT, "%s: Fortran-order arrays are not supported; save it C-contiguous", path);
+    q = strstr(header, "'shape':");
+    if (!q || !(q = strchr(q, '('))) return fail(EXIT_BAD_INPUT, "%s: .npy header has no shape", path);
+    q++; s->ndim = 0;
+    for (;;) {
+        char *end; unsigned long long v;
+        q += strspn(q, " ,");
+        if (*q == ')') break;
+        v = strtoull(q, &end, 10);
+        if (end == q || s->ndim >= RKNN_MAX_DIMS) return fail(EXIT_BAD_INPUT, "%s: unreadable .npy shape", path);
+        if (v && count > (uint64_t)MAX_FILE_BYTES / v) return fail(EXIT_BAD_INPUT, "%s: .npy shape is larger than the file can hold", path);
+        s->shape[s->ndim++] = v; count *= v; q = end;
+    }
+    for (i = 0; i < s->ndim; i++) if (s->shape[i] == 0) count = 0;
+    s->data = s->raw + off + hlen; s->nbytes = (size_t)(count * s->dtype->size);
+    if (off + hlen + s->nbytes != s->raw_size) return fail(EXIT_BAD_INPUT, "%s: holds %lu data bytes, its header says %lu", path,
+                                                         (unsigned long)(s->raw_size - off - hlen), (unsigned long)s->nbytes);
+    return 0;
+}
+
+/* the .npy bytes numpy's np.save writes for a C-order array (format 1.0, header padded to 64) */
+static void npy_bytes(buf_t *out, const dtype_t *dt, uint32_t ndim, const uint64_t *shape, const void *data, size_t n) {
+    buf_t h = {0}; uint32_t i; size_t total; unsigned char pre[10];
+    b_printf(&h, "{'descr': '%s', 'fortran_order': False, 'shape': (", dt->str);
+    for (i = 0; i < ndim; i++) b_printf(&h, i + 1 == ndim && ndim == 1 ? "%llu," : (i + 1 < ndim ? "%llu, " : "%llu"), (unsigned long long)shape[i]);
+    b_puts(&h, "), }");
+    total = 10 + h.n + 1;
+    while (total % 64) { b_puts(&h, " "); total++; }
+    b_puts(&h, "\n");
+    memcpy(pre, "\x93NUMPY\x01\x00", 8); pre[8] = (unsigned char)(h.n & 0xff); pre[9] = (unsigned char)(h.n >> 8);
+    b_add(out, (const char *)pre, 10); b_add(out, h.s, h.n); b_add(out, (const char *)data, n);
+    free(h.s);
+}
+/* THE output hash (rkdet/onboard/hashing.py output_hash): sha256(dtype.str "|" dims "," "|" bytes) */
+static void output_hash(const dtype_t *dt, uint32_t ndim, const uint64_t *shape, const void *data, size_t n, char out[65]) {
+    sha256_ctx c; buf_t h = {0}; uint32_t i;
+    b_puts(&h, dt->str); b_puts(&h, "|");
+    for (i = 0; i < ndim; i++) b_printf(&h, i ? ",%llu" : "%llu", (unsigned long long)shape[i]);
+    b_puts(&h, "|");
+    sha256_init(&c); sha256_update(&c, h.s, h.n); sha256_update(&c, data, n); sha256_hex(&c, out);
+    free(h.s);
+}
+
+/* ---------- settings ---------- */
+typedef struct {
+    const char *model, *inputs, *out, *core_mask, *expect_fp, *expect_sha, *input_fmt, *cpu_affinity;
+    long repeats, warmup, snapshot_every, npu_cores; int want_float, pass_through;
+} args_t;
+
+static const char *USAGE =
+"usage: rkdet-run-c --model M.rknn --inputs DIR --repeats N --out DIR [--warmup N] [--core-mask auto|0|1|2|0_1|0_1_2]\n"
+"                   [--want-float 1|0] [--pass-through 0|1] [--input-fmt model|nchw|nhwc] [--snapshot-every K]\n"
+"                   [--expect-fingerprint HEX64] [--expect-sha256 HEX64] [--cpu-affinity 4,5] [--npu-cores N]\n"
+"exit codes: 0 deterministic, 1 diverged, 2 bad input, 3 runtime trouble, 5 model refused, 130 interrupted\n";
+
+static int is_hex64(const char *s) {
+    size_t i; if (strlen(s) != 64) return 0;
+    for (i = 0; i < 64; i++) if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+static int parse_long(const char *flag, const char *v, long min, long *out) {
+    char *end; long x; errno = 0; x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < min) return fail(EXIT_BAD_INPUT, "%s %s: expected an integer >= %ld", flag, v, min);
+    *out = x; return 0;
+}
+static int parse_args(int argc, char **argv, args_t *a) {
+    int i;
+    memset(a, 0, sizeof *a); a->core_mask = "auto"; a->input_fmt = "model"; a->want_float = 1; a->repeats = -1; a->snapshot_every = 10;
+    for (i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) { fputs(USAGE, stdout); exit(EXIT_OK); }
+        if (!v) return fail(EXIT_BAD_INPUT, "%s: expects a value", k);
+        i++;
+        if (!strcmp(k, "--model")) a->model = v; else if (!strcmp(k, "--inputs")) a->inputs = v;
+        else if (!strcmp(k, "--out")) a->out = v; else if (!strcmp(k, "--core-mask")) a->core_mask = v;
+        else if (!strcmp(k, "--expect-fingerprint")) a->expect_fp = v; else if (!strcmp(k, "--expect-sha256")) a->expect_sha = v;
+        else if (!strcmp(k, "--input-fmt")) a->input_fmt = v;
+        else if (!strcmp(k, "--cpu-affinity")) a->cpu_affinity = v;
+        else if (!strcmp(k, "--npu-cores")) { if (parse_long(k, v, 1, &a->npu_cores)) return -1; }
+        else if (!strcmp(k, "--contexts")) { if (strcmp(v, "1")) return fail(EXIT_BAD_INPUT, "--contexts %s: rkdet-run-c runs one context", v); }
+        else if (!strcmp(k, "--repeats")) { if (parse_long(k, v, 1, &a->repeats)) return -1; }
+        else if (!strcmp(k, "--warmup")) { if (parse_long(k, v, 0, &a->warmup)) return -1; }
+        else if (!strcmp(k, "--snapshot-every")) { if (parse_long(k, v, 0, &a->snapshot_every)) return -1; }
+        else if (!strcmp(k, "--want-float") || !strcmp(k, "--pass-through")) {
+            if (strcmp(v, "0") && strcmp(v, "1")) return fail(EXIT_BAD_INPUT, "%s %s: expected 0 or 1", k, v);
+            if (k[2] == 'w') a->want_float = v[0] == '1'; else a->pass_through = v[0] == '1';
+        }
+        else if (!strcmp(k, "--backend")) { if (strcmp(v, "rknn_c")) return fail(EXIT_BAD_INPUT, "--backend %s: rkdet-run-c drives only rknn_c", v); }
+        else return fail(EXIT_BAD_INPUT, "%s: unknown flag (see --help)", k);
+    }
+    if (!a->model || !a->inputs || !a->out || a->repeats < 1) return fail(EXIT_BAD_INPUT, "--model, --inputs, --repeats and --out are required (see --help)");
+    if (strcmp(a->input_fmt, "model") && strcmp(a->input_fmt, "nchw") && strcmp(a->input_fmt, "nhwc"))
+        return fail(EXIT_BAD_INPUT, "--input-fmt %s: expected model, nchw or nhwc", a->input_fmt);
+    if ((a->expect_fp && !is_hex64(a->expect_fp)) || (a->expect_sha && !is_hex64(a->expect_sha)))
+        return fail(EXIT_BAD_INPUT, "--expect-fingerprint/--expect-sha256 want 64 lowercase hex digits");
+    return 0;
+}
+static int core_mask_value(const char *m, int *out) {
+    static const struct { const char *name; int v; } M[] = {  /* the documented RKNN_NPU_CORE_* values */
+        {"auto", 0}, {"0", 1}, {"1", 2}, {"2", 4}, {"0_1", 3}, {"0_1_2", 7}};
+    size_t i; for (i = 0; i < sizeof M / sizeof M[0]; i++) if (!strcmp(M[i].name, m)) { *out = M[i].v; return 0; }
+    return fail(EXIT_BAD_INPUT, "--core-mask %s: expected one of auto, 0, 1, 2, 0_1, 0_1_2 (one mask per run)", m);
+}
+
+/* ---------- --cpu-affinity: pin, and record what the kernel applied ---------- */
+static void pin_cpus(const char *text, char *applied, size_t room) {
+    cpu_set_t set; const char *p = text; int cpu, any = 0, n = 0; buf_t b = {0};
+    CPU_ZERO(&set);
+    while (*p) {
+        char *end; long c = strtol(p, &end, 10);
+        if (end == p || c < 0 || c >= CPU_SETSIZE) fail(EXIT_BAD_INPUT, "--cpu-affinity %s: expected CPU numbers separated by commas, e.g. 4,5", text);
+        CPU_SET((int)c, &set); any = 1; p = end + (*end == ',');
+        if (*end && *end != ',') fail(EXIT_BAD_INPUT, "--cpu-affinity %s: expected CPU numbers separated by commas, e.g. 4,5", text);
+    }
+    if (!any) fail(EXIT_BAD_INPUT, "--cpu-affinity %s: no CPU named", text);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) fail(EXIT_BAD_INPUT, "--cpu-affinity %s: the kernel refused (%s); list CPUs this board has online", text, strerror(errno));
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    b_puts(&b, "[");
+    for (cpu = 0; cpu < CPU_SETSIZE; cpu++) if (CPU_ISSET(cpu, &set)) b_printf(&b, n++ ? ", %d" : "%d", cpu);
+    b_puts(&b, "]");
+    snprintf(applied, room, "%s", b.s); free(b.s);
+}
+
+/* ---------- run.json ---------- */
+typedef struct {
+    args_t *a; char model_sha[65]; char api[300], drv[300]; char custom[1100]; char fp[65]; int have_custom;
+    buf_t check; sample_t *samples; int n_samples; rknn_tensor_attr *in_attr, *out_attr; uint32_t n_in, n_out;
+    int in_type, in_fmt, emulated; double started; char affinity[600];
+    char names[MAX_OUTPUTS][RKNN_MAX_NAME_LEN + 16];
+} run_t;
+
+static double now_unix(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static double now_mono(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+
+static void run_json(run_t *r, buf_t *b, const char *status, double finished) {
+    struct utsname u; int i; uint32_t k;
+    b->n = 0; b_puts(b, "{");
+    b_printf(b, "\"affinity\": %s, \"backend\": \"rknn_c\", \"backend_detail\": ", r->affinity[0] ? r->affinity : "null");
+    { char detail[700]; snprintf(detail, sizeof detail, "rkdet-run-c on librknnrt %s (driver %s)", r->api, r->drv); b_jstr(b, detail); }
+    b_printf(b, ", \"backend_options\": {\"core_mask\": "); b_jstr(b, r->a->core_mask);
+    b_printf(b, ", \"input_fmt\": \"%s\", \"input_type\": \"%s\", \"pass_through\": %d, \"want_float\": %d}",
+             fmt_name(r->in_fmt), dtype_by_type(r->in_type) ? dtype_by_type(r->in_type)->name : "?", r->a->pass_through, r->a->want_float);
+    b_printf(b, ", \"contexts\": 1, \"core_mask\": "); b_jstr(b, r->a->core_mask);
+    b_puts(b, ", \"embedded_fingerprint\": "); b_jstr_or_null(b, r->fp[0] ? r->fp : NULL);
+    b_printf(b, ", \"emulated\": %s, \"emulates_npu\": false, \"error\": ", r->emulated ? "true" : "false");
+    b_jstr_or_null(b, g_error[0] ? g_error : NULL);
+    if (finished > 0) b_printf(b, ", \"finished_unix\": %.6f", finished); else b_puts(b, ", \"finished_unix\": null");
+    b_puts(b, ", \"inputs\": [");
+    for (i = 0; i < r->n_samples; i++) {
+        sample_t *s = &r->samples[i];
+        b_puts(b, i ? ", {\"dtype\": " : "{\"dtype\": "); b_jstr(b, s->dtype->name);
+        b_puts(b, ", \"file\": "); b_jstr(b, s->file); b_puts(b, ", \"name\": "); b_jstr(b, s->name);
+        b_puts(b, ", \"sha256\": "); b_jstr(b, s->sha256); b_puts(b, ", \"shape\": [");
+        for (k = 0; k < s->ndim; k++) b_printf(b, k ? ", %llu" : "%llu", (unsigned long long)s->shape[k]);
+        b_puts(b, "]}");
+    }
+    b_puts(b, "], \"model\": {\"path\": ");
+    { const char *base = strrchr(r->a->model, '/'); b_jstr(b, base ? base + 1 : r->a->model); }
+    b_puts(b, ", \"sha256\": "); b_jstr(b, r->model_sha); b_puts(b, "}, \"model_check\": ");
+    b_add(b, r->check.s, r->check.n);
+    b_puts(b, ", \"outputs\": [");
+    for (k = 0; k < r->n_out; k++) { if (k) b_puts(b, ", "); b_jstr(b, r->names[k]); }
+    b_puts(b, "], \"platform\": ");
+    if (uname(&u) == 0) { char p[800]; snprintf(p, sizeof p, "%s-%s-%s", u.sysname, u.release, u.machine); b_jstr(b, p); } else b_puts(b, "null");
+    b_printf(b, ", \"python\": null, \"repeats\": %ld, \"schema\": \"rkdet.run/1\", \"snapshot_every\": %ld", r->a->repeats, r->a->snapshot_every);
+    b_printf(b, ", \"stack\": {\"custom_string\": "); b_jstr_or_null(b, r->have_custom ? r->custom : NULL);
+    b_puts(b, ", \"runner\": \"rkdet-run-c\", \"runtime_api_version\": "); b_jstr(b, r->api);
+    b_puts(b, ", \"runtime_driver_version\": "); b_jstr(b, r->drv);
+    b_printf(b, "}, \"started_unix\": %.6f, \"status\": \"%s\", \"warmup\": %ld}\n", r->started, status, r->a->warmup);
+}
+
+static run_t *g_run;
+static int fail(int code, const char *fmt, ...) {
+    va_list ap; va_start(ap, fmt); vsnprintf(g_error, sizeof g_error, fmt, ap); va_end(ap);
+    fprintf(stderr, "rkdet-run-c: %s\n", g_error);
+    if (g_run && g_run_path[0]) { buf_t b = {0}; run_json(g_run, &b, "failed", now_unix()); write_atomic(g_run_path, b.s, b.n); free(b.s); }
+    exit(code);
+    return -1;
+}
+
+/* ---------- inputs ---------- */
+static int by_name(const void *x, const void *y) { return strcmp(*(const char *const *)x, *(const char *const *)y); }
+static int load_inputs(const char *dir, sample_t **out) {
+    DIR *d = opendir(dir); struct dirent *e; char *names[MAX_INPUT_FILES]; int n = 0, i, npz = 0;
+    if (!d) return fail(EXIT_BAD_INPUT, "%s: inputs folder not found; pass --inputs DIR holding *.npy", dir);
+    while ((e = readdir(d)) != NULL) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && !strcmp(e->d_name + l - 4, ".npz")) npz = 1;
+        if (l > 4 && l < 250 && !strcmp(e->d_name + l - 4, ".npy")) {
+            if (n >= MAX_INPUT_FILES) { closedir(d); return fail(EXIT_BAD_INPUT, "%s: more than %d inputs", dir, MAX_INPUT_FILES); }
+            names[n++] = strdup(e->d_name);
+        }
+    }
+    closedir(d);
+    if (npz) return fail(EXIT_BAD_INPUT, "%s: holds .npz inputs; rkdet-run-c takes single-input models fed *.npy", dir);
+    if (!n) return fail(EXIT_BAD_INPUT, "%s: no *.npy inputs found", dir);
+    qsort(names, (size_t)n, sizeof names[0], by_name);
+    *out = (sample_t *)calloc((size_t)n, sizeof(sample_t));
+    for (i = 0; i < n; i++) {
+        sample_t *s = &(*out)[i]; char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        snprintf(s->file, sizeof s->file, "%s", names[i]);
+        snprintf(s->name, sizeof s->name, "%.*s", (int)(strlen(names[i]) - 4), names[i]);
+        if (!(s->raw = read_file(path, &s->raw_size))) return fail(EXIT_BAD_INPUT, "%s: unreadable (%s)", path, strerror(errno));
+        sha256_of(s->raw, s->raw_size, s->sha256);
+        parse_npy(s, path);
+        if (i && (s->dtype != (*out)[0].dtype || s->ndim != (*out)[0].ndim || memcmp(s->shape, (*out)[0].shape, s->ndim * sizeof s->shape[0])))
+            return fail(EXIT_BAD_INPUT, "%s: dtype/shape differ from %s's; every sample must match the model", path, (*out)[0].file);
+        free(names[i]);
+    }
+    return n;
+}
+
+/* ---------- per-input distinct output sets (summary.json) ---------- */
+typedef struct { char **sets; int n_sets; long runs; long div_run; int div_out; } track_t;
+
+static int rk(const char *what, int ret) {
+    if (ret != RKNN_SUCC) fail(EXIT_BOARD, "%s failed (ret=%d%s)", what, ret,
+                               ret == RKNN_ERR_PARAM_INVALID ? ": the runtime refused a struct or parameter; was rkdet-run-c built against this runtime's rknn_api.h?" : "");
+    return ret;
+}
+
+int main(int argc, char **argv) {
+    args_t a; run_t r; rknn_context ctx = 0; rknn_input_output_num io; int mask;
+    unsigned char *model; size_t model_size; buf_t b = {0}; char path[4400]; int idx_fd, snap_fd, i, code;
+    uint32_t k; long run; track_t *track; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
+    memset(&r, 0, sizeof r);
+    if (parse_args(argc, argv, &a)) return EXIT_BAD_INPUT;
+    r.a = &a;
+    core_mask_value(a.core_mask, &mask);
+    if (a.npu_cores && mask != 0 && (unsigned)mask >> a.npu_cores)
+        fail(EXIT_BAD_INPUT, "--core-mask %s: this SoC has %ld NPU core(s)", a.core_mask, a.npu_cores);
+    if (a.cpu_affinity) pin_cpus(a.cpu_affinity, r.affinity, sizeof r.affinity);
+    memset(&sa, 0, sizeof sa); sa.sa_handler = on_stop; sigaction(SIGINT, &sa, NULL); sigaction(SIGTERM, &sa, NULL);
+    if (!(model = read_file(a.model, &model_size))) return fail(EXIT_BAD_INPUT, "%s: model file not readable (%s)", a.model, strerror(errno));
+    sha256_of(model, model_size, r.model_sha);
+    r.n_samples = load_inputs(a.inputs, &r.samples);
+
+#ifdef RKDET_RKNPU1  /* RV1126/RV1109: RKNPU1's API, 4-argument rknn_init, no custom string, no core mask */
+    rk("rknn_init", rknn_init(&ctx, model, (uint32_t)model_size, 0));
+#else
+    rk("rknn_init", rknn_init(&ctx, model, (uint32_t)model_size, 0, NULL));
+#endif
+    { rknn_sdk_version v; memset(&v, 0, sizeof v);
+      rk("rknn_query(RKNN_QUERY_SDK_VERSION)", rknn_query(ctx, RKNN_QUERY_SDK_VERSION, &v, sizeof v));
+      snprintf(r.api, sizeof r.api, "%.256s", v.api_version); snprintf(r.drv, sizeof r.drv, "%.256s", v.drv_version);
+      r.emulated = strstr(r.api, "rkdet-test-double") != NULL; }
+#ifndef RKDET_RKNPU1  /* RKNPU1 has no custom-string query: the identity check rests on the model's sha256 */
+    { rknn_custom_string cs; memset(&cs, 0, sizeof cs);
+      if (rknn_query(ctx, RKNN_QUERY_CUSTOM_STRING, &cs, sizeof cs) == RKNN_SUCC) {
+          const char *p = cs.string, *last = NULL;
+          r.have_custom = 1; snprintf(r.custom, sizeof r.custom, "%.1023s", cs.string);
+          while ((p = strstr(p, "rkdet-fp=")) != NULL) { last = p + 9; p += 9; }
+          if (last && strlen(last) >= 64) { memcpy(r.fp, last, 64); r.fp[64] = 0; if (!is_hex64(r.fp)) r.fp[0] = 0; }
+      } }
+#endif
+    /* the model check, as rkdet-run's identity.check_model */
+    if (a.expect_fp && r.fp[0]) {
+        if (strcmp(a.expect_fp, r.fp)) fail(EXIT_REFUSED, "%s: refused: it carries build fingerprint %.16s, expected %.16s: not the build deploy pushed; deploy it again", a.model, r.fp, a.expect_fp);
+        b_printf(&r.check, "{\"by\": \"embedded-fingerprint\", \"expected\": \"%s\", \"found\": \"%s\"}", a.expect_fp, r.fp);
+    } else if (a.expect_sha) {
+        const char *why = !a.expect_fp ? "no --expect-fingerprint" : "the model carries no rkdet build fingerprint";
+        if (strcmp(a.expect_sha, r.model_sha)) fail(EXIT_REFUSED, "%s: refused: sha256 %.16s, expected %.16s (%s): not the file deploy pushed; deploy it again", a.model, r.model_sha, a.expect_sha, why);
+        b_printf(&r.check, "{\"by\": \"sha256\", \"expected\": \"%s\", \"found\": \"%s\", \"why\": \"%s\"}", a.expect_sha, r.model_sha, why);
+    } else b_puts(&r.check, "{\"by\": \"none\", \"why\": \"nothing expected (no --expect-fingerprint or --expect-sha256)\"}");
+
+    rk("rknn_query(RKNN_QUERY_IN_OUT_NUM)", rknn_query(ctx, RKNN_QUERY_IN_OUT_NUM, &io, sizeof io));
+    if (io.n_input != 1) fail(EXIT_BAD_INPUT, "%s: the model has %u inputs; rkdet-run-c runs single-input models", a.model, io.n_input);
+    if (io.n_output < 1 || io.n_output > MAX_OUTPUTS) fail(EXIT_BOARD, "%s: the runtime reports %u outputs (1..%d handled)", a.model, io.n_output, MAX_OUTPUTS);
+    r.n_in = io.n_input; r.n_out = io.n_output;
+    r.in_attr = (rknn_tensor_attr *)calloc(r.n_in, sizeof(rknn_tensor_attr));
+    r.out_attr = (rknn_tensor_attr *)calloc(r.n_out, sizeof(rknn_tensor_attr));
+    r.in_attr[0].index = 0;
+    rk("rknn_query(RKNN_QUERY_INPUT_ATTR)", rknn_query(ctx, RKNN_QUERY_INPUT_ATTR, &r.in_attr[0], sizeof(rknn_tensor_attr)));
+    for (k = 0; k < r.n_out; k++) {
+        r.out_attr[k].index = k;
+        rk("rknn_query(RKNN_QUERY_OUTPUT_ATTR)", rknn_query(ctx, RKNN_QUERY_OUTPUT_ATTR, &r.out_attr[k], sizeof(rknn_tensor_attr)));
+        if (r.out_attr[k].name[0]) snprintf(r.names[k], sizeof r.names[k], "%.*s", RKNN_MAX_NAME_LEN - 1, r.out_attr[k].name);
+        else snprintf(r.names[k], sizeof r.names[k], "output%u", k);
+        if (r.out_attr[k].n_dims > RKNN_MAX_DIMS) fail(EXIT_BOARD, "output %u: the runtime reports %u dims", k, r.out_attr[k].n_dims);
+    }
+    r.in_type = r.samples[0].dtype->type;
+    r.in_fmt = !strcmp(a.input_fmt, "nchw") ? RKNN_TENSOR_NCHW : !strcmp(a.input_fmt, "nhwc") ? RKNN_TENSOR_NHWC : (int)r.in_attr[0].fmt;
+    if (a.pass_through && r.in_type != (int)r.in_attr[0].type)
+        fail(EXIT_BAD_INPUT, "%s: --pass-through 1 feeds the runtime's own type %s, the inputs are %s", a.inputs,
+             dtype_by_type(r.in_attr[0].type) ? dtype_by_type(r.in_attr[0].type)->name : "?", r.samples[0].dtype->name);
+    if (r.samples[0].nbytes / r.samples[0].dtype->size != r.in_attr[0].n_elems)
+        fail(EXIT_BAD_INPUT, "%s: input '%s' has %lu elements, the model wants %u", r.samples[0].file, r.in_attr[0].name,
+             (unsigned long)(r.samples[0].nbytes / r.samples[0].dtype->size), r.in_attr[0].n_elems);
+#ifdef RKDET_RKNPU1
+    if (strcmp(a.core_mask, "auto")) fail(EXIT_BAD_INPUT, "--core-mask %s: RKNPU1 (RV1126/RV1109) has one NPU core and no core mask; use auto", a.core_mask);
+#else
+    if (mask != 0) rk("rknn_set_core_mask", rknn_set_core_mask(ctx, (rknn_core_mask)mask));
+#endif
+
+    /* the result folder: new or empty, outputs/ created, run.json first */
+    { struct stat st; DIR *d;
+      if (stat(a.out, &st) == 0) { struct dirent *e; int files = 0;
+          if (!S_ISDIR(st.st_mode) || !(d = opendir(a.out))) fail(EXIT_BAD_INPUT, "%s: not a writable folder; pick another --out", a.out);
+          while ((e = readdir(d)) != NULL) if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) files++;
+          closedir(d);
+          if (files) fail(EXIT_BAD_INPUT, "%s: already holds files; choose a new --out so results never mix", a.out);
+      } else if (mkdir(a.out, 0755) != 0) fail(EXIT_BAD_INPUT, "%s: cannot create the result folder (%s)", a.out, strerror(errno));
+      snprintf(path, sizeof path, "%s/outputs", a.out);
+      if (mkdir(path, 0755) != 0) fail(EXIT_BAD_INPUT, "%s: cannot write the result folder (%s)", a.out, strerror(errno)); }
+    snprintf(g_run_path, sizeof g_run_path, "%s/run.json", a.out);
+    r.started = now_unix(); g_run = &r;
+    run_json(&r, &b, "running", 0);
+    if (write_atomic(g_run_path, b.s, b.n)) fail(EXIT_BOARD, "%s: %s", g_run_path, strerror(errno));
+    snprintf(path, sizeof path, "%s/index.jsonl", a.out);
+    if ((idx_fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) fail(EXIT_BOARD, "%s: %s", path, strerror(errno));
+    snprintf(path, sizeof path, "%s/snapshots.jsonl", a.out);  /* rkdet-run-c takes no board snapshots (probe.sh does) */
+    if ((snap_fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) fail(EXIT_BOARD, "%s: %s", path, strerror(errno));
+    close(snap_fd);
+
+    track = (track_t *)calloc((size_t)r.n_samples, sizeof(track_t));
+    for (run = -a.warmup; run < a.repeats; run++) {
+        for (i = 0; i < r.n_samples; i++) {
+            sample_t *s = &r.samples[i]; rknn_input in; double t0, t1, tu; buf_t line = {0}, set = {0};
+            if (g_stop) { fail(EXIT_INTERRUPTED, "interrupted: SIGINT/SIGTERM; completed runs stay readable"); }
+            memset(&in, 0, sizeof in); memset(outs, 0, sizeof outs);
+            in.index = 0; in.buf = s->data; in.size = (uint32_t)s->nbytes; in.pass_through = (uint8_t)a.pass_through;
+            in.type = (rknn_tensor_type)r.in_type; in.fmt = (rknn_tensor_format)r.in_fmt;
+            for (k = 0; k < r.n_out; k++) { outs[k].want_float = (uint8_t)a.want_float; outs[k].index = k; }
+            t0 = now_mono();
+            rk("rknn_inputs_set", rknn_inputs_set(ctx, 1, &in));
+            rk("rknn_run", rknn_run(ctx, NULL));
+            rk("rknn_outputs_get", rknn_outputs_get(ctx, r.n_out, outs, NULL));
+            t1 = now_mono(); tu = now_unix();
+            if (run < 0) { rknn_outputs_release(ctx, r.n_out, outs); continue; }
+            b_printf(&line, "{\"backend\": \"rknn_c\", \"input\": "); b_jstr(&line, s->name);
+            b_printf(&line, ", \"latency_ms\": %.4f, \"outputs\": [", (t1 - t0) * 1000.0);
+            for (k = 0; k < r.n_out; k++) {
+                rknn_tensor_attr *at = &r.out_attr[k]; const dtype_t *dt = dtype_by_type(a.want_float ? RKNN_TENSOR_FLOAT32 : at->type);
+                uint64_t shape[RKNN_MAX_DIMS]; uint64_t count = 1; uint32_t d; char h[65]; struct stat st;
+                if (!dt) fail(EXIT_BOARD, "output %s: tensor type %d has no numpy dtype", r.names[k], at->type);
+                for (d = 0; d < at->n_dims; d++) {
+#ifdef RKDET_RKNPU1  /* RKNPU1 lists dims innermost first ([W, H, C, N]); numpy's order is outermost first */
+                    shape[d] = at->dims[at->n_dims - 1 - d];
+#else
+                    shape[d] = at->dims[d];
+#endif
+                    count *= shape[d];
+                }
+                if (count * dt->size != outs[k].size || !outs[k].buf)
+                    fail(EXIT_BOARD, "output %s: the runtime returned %u bytes, %s%s wants %llu", r.names[k], outs[k].size,
+                         dt->name, "", (unsigned long long)(count * dt->size));
+                output_hash(dt, at->n_dims, shape, outs[k].buf, outs[k].size, h);
+                snprintf(path, sizeof path, "%s/outputs/%s.npy", a.out, h);
+                if (stat(path, &st) != 0) {  /* content-addressed: each distinct output once, before its index line */
+                    buf_t npy = {0}; npy_bytes(&npy, dt, at->n_dims, shape, outs[k].buf, outs[k].size);
+                    if (write_atomic(path, npy.s, npy.n)) fail(EXIT_BOARD, "%s: %s; completed runs stay readable", path, strerror(errno));
+                    free(npy.s);
+                }
+                b_printf(&line, k ? ", {\"dtype\": \"%s\", \"hash\": \"%s\", \"name\": " : "{\"dtype\": \"%s\", \"hash\": \"%s\", \"name\": ", dt->name, h);
+                b_jstr(&line, r.names[k]); b_puts(&line, ", \"shape\": [");
+                for (d = 0; d < at->n_dims; d++) b_printf(&line, d ? ", %llu" : "%llu", (unsigned long long)shape[d]);
+                b_puts(&line, "]}");
+                b_puts(&set, h); b_puts(&set, r.names[k]);
+            }
+            rk("rknn_outputs_release", rknn_outputs_release(ctx, r.n_out, outs));
+            b_printf(&line, "], \"run\": %ld, \"t_unix\": %.6f}\n", run, tu);
+            if (append_line(idx_fd, line.s, line.n)) fail(EXIT_BOARD, "%s/index.jsonl: %s; completed runs stay readable", a.out, strerror(errno));
+            { track_t *t = &track[i]; int j, seen = 0;
+              t->runs++;
+              for (j = 0; j < t->n_sets; j++) if (!strcmp(t->sets[j], set.s)) seen = 1;
+              if (!seen) {
+                  if (t->n_sets && !t->div_run) {  /* the first run whose outputs differ from run 0's */
+                      uint32_t o; size_t off = 0;
+                      t->div_run = run + 1; t->div_out = -1;
+                      for (o = 0; o < r.n_out; off += 64 + strlen(r.names[o]), o++)
+                          if (strncmp(t->sets[0] + off, set.s + off, 64)) { t->div_out = (int)o; break; }
+                  }
+                  t->sets = (char **)realloc(t->sets, (size_t)(t->n_sets + 1) * sizeof(char *)); t->sets[t->n_sets++] = strdup(set.s);
+              }
+            }
+            free(line.s); free(set.s);
+        }
+    }
+    close(idx_fd);
+    rknn_destroy(ctx);
+    /* summary.json, then run.json "complete" */
+    { buf_t s = {0}; int det = 1; long runs = 0;
+      b_puts(&s, "{\"backend\": \"rknn_c\", \"deterministic\": ");
+      for (i = 0; i < r.n_samples; i++) { if (track[i].n_sets != 1) det = 0; if (track[i].runs > runs) runs = track[i].runs; }
+      b_puts(&s, det ? "true" : "false"); b_puts(&s, ", \"inputs\": {");
+      for (i = 0; i < r.n_samples; i++) {
+          track_t *t = &track[i];
+          if (i) b_puts(&s, ", ");
+          b_jstr(&s, r.samples[i].name); b_printf(&s, ": {\"distinct\": %d, \"first_divergence\": ", t->n_sets);
+          if (t->div_run > 0) { b_printf(&s, "{\"output\": "); b_jstr_or_null(&s, t->div_out >= 0 ? r.names[t->div_out] : NULL); b_printf(&s, ", \"run\": %ld}", t->div_run - 1); }
+          else b_puts(&s, "null");
+          b_printf(&s, ", \"runs\": %ld}", t->runs);
+      }
+      b_printf(&s, "}, \"runs\": %ld, \"schema\": \"rkdet.summary/1\"}\n", runs);
+      snprintf(path, sizeof path, "%s/summary.json", a.out);
+      if (write_atomic(path, s.s, s.n)) fail(EXIT_BOARD, "%s: %s", path, strerror(errno));
+      code = det ? EXIT_OK : EXIT_DIFFERENT; free(s.s); }
+    run_json(&r, &b, "complete", now_unix());
+    if (write_atomic(g_run_path, b.s, b.n)) { g_run = NULL; fail(EXIT_BOARD, "%s: %s", g_run_path, strerror(errno)); }
+    return code;
+}
