@@ -53,7 +53,9 @@ def world(tmp_path_factory):
     samples = {f"s{i}": rng.standard_normal((1, 3, 4, 4)).astype(np.float32) for i in range(2)}
     for name, arr in samples.items():
         np.save(inputs / f"{name}.npy", arr)
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    from rkdet.onboard.reference import session_options  # the reference's session, as rkdet-run computes
+
+    session = ort.InferenceSession(str(model), session_options(ort), providers=["CPUExecutionProvider"])
     computed = {a.tobytes(): session.run(None, {"x": a}) for a in samples.values()}
     return {"tmp": tmp, "sdk": sdk, "runner": runner, "model": model, "inputs": inputs, "samples": samples,
             "computed": computed}
