@@ -41,23 +41,25 @@ PROGRESS_MIN_BYTES = 8 << 20  # progress bars only for files at least this big
 STREAM_VERIFY_MIN_BYTES = 4 << 20  # pushed through _RECEIVE (hashed by the board as they arrive)
 STALLED_BYTES_PER_S = 1 << 20  # a streamed push may take command timeout + size at this rate
 
+# the board's sha256 of stdin as "<hex> ...": openssl (CPU SHA instructions, ~1 GB/s) when it gives the
+# known empty hash, else sha256sum (coreutils and busybox use neither: ~150 MB/s here, below loopback
+# copy speed). Probed lazily, once per script, so a script that hashes nothing starts no openssl.
+_DIGEST = ('o=; digest() { if [ -z "$o" ]; then o=0; e=$(openssl dgst -sha256 -r < /dev/null 2> /dev/null) && '
+           '[ "${e%% *}" = ' + hashlib.sha256(b"").hexdigest() + ' ] && o=1; fi; '
+           'if [ "$o" = 1 ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; ')
 # one line per argument, in order: "<sha256>" or "-" when the file does not exist
-_HASHES = ('while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; done; shift; '
-           'for f do if [ -f "$f" ]; then h=$(sha256sum < "$f") || exit 4; echo "${h%% *}"; else echo -; fi; done')
-# args: quadruples tmp final mode sha; verify each temp file's hash on the board (sha "-": already
-# verified while it streamed, see _RECEIVE), then chmod + rename
-_COMMIT = ('bad=0; while [ $# -ge 4 ]; do h=$4; if [ "$4" != - ]; then h=$(sha256sum < "$1"); h=${h%% *}; fi; '
+_HASHES = (_DIGEST + 'while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; done; shift; '
+           'for f do if [ -f "$f" ]; then h=$(digest < "$f") || exit 4; echo "${h%% *}"; else echo -; fi; done')
+# args: quadruples tmp final mode sha; verify each temp file's hash on the board (the board's hash of
+# what it wrote, re-read from its page cache; sha "-": already verified while it streamed, see
+# _RECEIVE), then chmod + rename
+_COMMIT = (_DIGEST + 'bad=0; while [ $# -ge 4 ]; do h=$4; if [ "$4" != - ]; then h=$(digest < "$1"); h=${h%% *}; fi; '
            'if [ "$h" = "$4" ]; then chmod "$3" "$1" && mv -f "$1" "$2" || bad=1; '
            'else rm -f "$1"; echo "$2" >&2; bad=1; fi; shift 4; done; exit $bad')
-# arg: a temp file. stdin goes into it and through sha256 in ONE pipeline (no re-read), which prints
-# "<sha256> ..." on stdout. pipefail is not POSIX, so tee's status travels through fd 4 into $st and
-# the hasher's is the status of the command substitution; either failing removes the file, exit 5.
-# openssl (CPU SHA instructions) is used when it gives the known empty hash, else sha256sum (coreutils
-# and busybox use neither: 150 MB/s here, below loopback copy speed; openssl ~1 GB/s).
-_RECEIVE = ('o=; e=$(openssl dgst -sha256 -r < /dev/null 2> /dev/null) && [ "${e%% *}" = '
-            + hashlib.sha256(b"").hexdigest() + ' ] && o=1; '
-            'digest() { if [ -n "$o" ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; '
-            'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
+# arg: a temp file. stdin goes into it and through the digest in ONE pipeline (no re-read), which
+# prints "<sha256> ..." on stdout. pipefail is not POSIX, so tee's status travels through fd 4 into
+# $st and the hasher's is the status of the command substitution; either failing removes the file, exit 5.
+_RECEIVE = (_DIGEST + 'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
             'rm -f "$1"; exit 5')
 
 

@@ -201,3 +201,41 @@ def test_big_file_streamed_push_without_sftp(boards, variant: str, tmp_path: Pat
         assert _board_sha(c, dest) == hashlib.sha256(big.read_bytes()).hexdigest()
         assert ".tmp" not in c.run(["find", c.abspath("~/streamed")]).out
         c.run(["rm", "-rf", c.abspath("~/streamed")])
+
+
+def test_a_big_pull_streams_over_exec_and_a_changed_byte_is_caught(conn: BoardConnection, remote_tmp: str,
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big files are pulled through `cat` on an exec channel (cheaper than SFTP prefetch) while the
+    board hashes them; the host's hash of what it received must match, or nothing lands."""
+    from rkdet.link.files import ExecFiles
+
+    big = tmp_path / "out.bin"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 3))
+    src = f"{remote_tmp}/pulled/out.bin"
+    push(conn, big, src)
+    assert conn.files().method == "sftp"
+    real_get = ExecFiles.get
+    used: list[str] = []
+
+    def corrupting_get(self: ExecFiles, remote: str, size: int, sink, advance) -> None:  # type: ignore[no-untyped-def]
+        used.append(remote)
+
+        def flip(data: bytes) -> None:
+            if len(used) == 1 and data:
+                data = bytes([data[0] ^ 0x80]) + data[1:]
+                used.append("flipped")
+            sink(data)
+
+        real_get(self, remote, size, flip, advance)
+
+    monkeypatch.setattr(ExecFiles, "get", corrupting_get)
+    with pytest.raises(BoardError, match="arrived corrupted during the pull") as info:
+        pull(conn, src, tmp_path / "back.bin")
+    assert info.value.exit_code == EXIT_BOARD and used == [src, "flipped"]
+    assert not (tmp_path / "back.bin").exists() and not list(tmp_path.glob(".back.bin*"))
+    used.clear()
+    used.append("no flip")  # the next get is the second call: passes the bytes unchanged
+    got = pull(conn, src, tmp_path / "back.bin")
+    assert got.bytes_sent == big.stat().st_size and used[-1] == src
+    assert (tmp_path / "back.bin").read_bytes() == big.read_bytes()
