@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -99,6 +99,7 @@ class Accounting:
     sessions: float = 0.0  # the sshd daemons and every session they reaped (probe, push, polls, pull)
     jobs: float = 0.0  # detached run jobs re-parented to the bench and reaped by it
     job_count: int = 0
+    job_kinds: dict[str, int] = field(default_factory=dict)
     helpers: float = 0.0  # any other child alive across the run (a FUSE sysfs daemon)
     bench: float = 0.0  # this process (in-process board parts); idle in wait4 otherwise
 
@@ -122,14 +123,18 @@ class RunCpu:
         while True:  # the jobs' shells may exit just after the CLI saw their completion
             orphans = own_children() - self.before - {cli_pid}
             for pid in sorted(orphans):
-                with contextlib.suppress(ChildProcessError):
+                with contextlib.suppress(ChildProcessError, OSError):
+                    shown = _command(pid)  # for the report only: found by tree, named after
                     got, _, usage = os.wait4(pid, os.WNOHANG)
                     if got == pid:
                         acc.jobs += usage.ru_utime + usage.ru_stime
                         acc.job_count += 1
+                        acc.job_kinds[shown] = acc.job_kinds.get(shown, 0) + 1
             if not (own_children() - self.before - {cli_pid}) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+        while time.monotonic() < deadline and any(_children(pid) for pid in self.daemons):
+            time.sleep(0.05)  # the CLI's connections end and their sshd processes are reaped
         for pid, cpu0 in self.live0.items():
             delta = max(0.0, _tree_cpu(pid) - cpu0)
             if pid in self.daemons:
@@ -137,6 +142,21 @@ class RunCpu:
             else:
                 acc.helpers += delta
         return acc
+
+
+def _children(pid: int) -> list[str]:
+    kids: list[str] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                kids += (task / "children").read_text().split()
+    return kids
+
+
+def _command(pid: int) -> str:
+    """A process's name from /proc/<pid>/stat (a zombie has no command line), for the report."""
+    stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+    return stat[stat.index("(") + 1:stat.rindex(")")]
 
 
 def _self_cpu() -> float:
