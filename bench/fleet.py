@@ -96,7 +96,8 @@ def _tree_cpu(pid: int) -> float:
 class Accounting:
     """CPU seconds, by component, of everything the row's processes did while the CLI ran."""
 
-    sessions: float = 0.0  # the sshd daemons and every session they reaped (probe, push, polls, pull)
+    sessions: float = 0.0  # the sshd daemons, every session they reaped (probe, push, polls, pull) and
+    # sshd processes orphaned to the bench (privilege-separated connection processes whose parent ended first)
     jobs: float = 0.0  # detached run jobs re-parented to the bench and reaped by it
     job_count: int = 0
     job_kinds: dict[str, int] = field(default_factory=dict)
@@ -127,9 +128,13 @@ class RunCpu:
                     shown = _command(pid)  # for the report only: found by tree, named after
                     got, _, usage = os.wait4(pid, os.WNOHANG)
                     if got == pid:
-                        acc.jobs += usage.ru_utime + usage.ru_stime
-                        acc.job_count += 1
+                        cpu = usage.ru_utime + usage.ru_stime
                         acc.job_kinds[shown] = acc.job_kinds.get(shown, 0) + 1
+                        if shown == "sshd":  # a connection's process outlived its parent: a session
+                            acc.sessions += cpu
+                        else:
+                            acc.jobs += cpu
+                            acc.job_count += 1
             if not (own_children() - self.before - {cli_pid}) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
