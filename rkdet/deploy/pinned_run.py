@@ -100,10 +100,10 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
     with progress_bar(progress, total) as advance:
         def count() -> None:
             # the liveness poll stays every 0.3 s (a run's end is seen at once); the progress count is
-            # another SSH session each time, so once inferences are under way at most one a second:
-            # per board, most of a fleet's sessions were these two polls (bench/results/fleet.md)
+            # another SSH session each time, so at most one a second: per board, most of a fleet's
+            # sessions were these two polls (bench/results/fleet.md)
             nonlocal last, counted_at
-            if last > 0 and time.monotonic() - counted_at < PROGRESS_COUNT_S:
+            if time.monotonic() - counted_at < PROGRESS_COUNT_S:
                 return
             counted_at = time.monotonic()
             res = conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh", f"{layout.result}/index.jsonl"],
