@@ -22,7 +22,6 @@ from rkdet.deploy.settings import RunSettings
 from rkdet.link.shell import QUICK_S, CommandRunner
 from rkdet.log import Log, ProgressThrottle
 
-PROGRESS_COUNT_S = 1.0  # inferences done are counted on the board at most this often while a run goes
 
 
 def pinned_command(program: str, scripts_dir: str, settings: RunSettings, model: str, inputs: str, out: str, *,
@@ -95,17 +94,9 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
     last = -1
     throttle = ProgressThrottle(total)  # off a terminal: a line at most every 10 % or 10 s
 
-    counted_at = float("-inf")
-
     with progress_bar(progress, total) as advance:
         def count() -> None:
-            # the liveness poll stays every 0.3 s (a run's end is seen at once); the progress count is
-            # another SSH session each time, so at most one a second: per board, most of a fleet's
-            # sessions were these two polls (bench/results/fleet.md)
-            nonlocal last, counted_at
-            if time.monotonic() - counted_at < PROGRESS_COUNT_S:
-                return
-            counted_at = time.monotonic()
+            nonlocal last
             res = conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh", f"{layout.result}/index.jsonl"],
                            check=False, timeout=QUICK_S)
             done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
