@@ -25,6 +25,7 @@ import os
 import secrets
 import stat
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ STALLED_BYTES_PER_S = 1 << 20  # a streamed push may take command timeout + size
 
 # the board's sha256 of stdin as "<hex> ...": openssl (CPU SHA instructions, ~1 GB/s) when it gives the
 # known empty hash, else sha256sum (coreutils and busybox use neither: ~150 MB/s here, below loopback
-# copy speed). Probed lazily, once per script, so a script that hashes nothing starts no openssl.
+# copy speed). Probed lazily, once per script, so a script that hashes nothing starts no openssl;
+# a script may be told the answer (o=1 openssl, o=0 sha256sum) when an earlier one showed it.
 _DIGEST = ('o=; digest() { if [ -z "$o" ]; then o=0; e=$(openssl dgst -sha256 -r < /dev/null 2> /dev/null) && '
            '[ "${e%% *}" = ' + hashlib.sha256(b"").hexdigest() + ' ] && o=1; fi; '
            'if [ "$o" = 1 ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; ')
@@ -56,11 +58,16 @@ _HASHES = (_DIGEST + 'while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; d
 _COMMIT = (_DIGEST + 'bad=0; while [ $# -ge 4 ]; do h=$4; if [ "$4" != - ]; then h=$(digest < "$1"); h=${h%% *}; fi; '
            'if [ "$h" = "$4" ]; then chmod "$3" "$1" && mv -f "$1" "$2" || bad=1; '
            'else rm -f "$1"; echo "$2" >&2; bad=1; fi; shift 4; done; exit $bad')
-# arg: a temp file. stdin goes into it and through the digest in ONE pipeline (no re-read), which
+# args: a temp file, the digest tool if known (1 openssl, 0 sha256sum, "" probe). stdin goes into it and through the digest in ONE pipeline (no re-read), which
 # prints "<sha256> ..." on stdout. pipefail is not POSIX, so tee's status travels through fd 4 into
 # $st and the hasher's is the status of the command substitution; either failing removes the file, exit 5.
-_RECEIVE = (_DIGEST + 'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
+_RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1) + 'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
             'rm -f "$1"; exit 5')
+
+
+# which digest each board's receiving pipeline used (1 openssl, 0 sha256sum), read from its output
+# ("<hex> *stdin" is openssl's -r format, "<hex>  -" sha256sum's): later pushes skip the openssl probe
+_board_digest: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -212,11 +219,18 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
     the host's hash of the bytes it read. On any failure the temp files of this push are removed."""
     out, err = bytearray(), bytearray()
     try:
-        rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp]), stdin=reader, stdout=out.extend,
+        try:
+            known = _board_digest.get(conn, "")
+        except TypeError:  # a link that cannot be weakly referenced probes every time
+            known = ""
+        rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp, known]), stdin=reader, stdout=out.extend,
                          stderr=err.extend, on_send=advance, what=f"upload {path.name}",
                          timeout=conn.command_timeout + size / STALLED_BYTES_PER_S)
         words = out.split()
         board_sha = words[0].decode("ascii", "replace") if words else ""
+        if rc == 0 and len(words) == 2 and words[1] in (b"*stdin", b"-"):
+            with suppress(TypeError):
+                _board_digest[conn] = "1" if words[1] == b"*stdin" else "0"
         if rc != 0:
             said = err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"]
             raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: {said[0]}")

@@ -239,3 +239,33 @@ def test_a_big_pull_streams_over_exec_and_a_changed_byte_is_caught(conn: BoardCo
     got = pull(conn, src, tmp_path / "back.bin")
     assert got.bytes_sent == big.stat().st_size and used[-1] == src
     assert (tmp_path / "back.bin").read_bytes() == big.read_bytes()
+
+
+@pytest.mark.parametrize("variant,tool", [("nosftp", "1"), ("busybox", "0")])
+def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: str, tool: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """After one streamed push the board's digest tool is known (openssl's or sha256sum's output
+    format), so later pushes skip the openssl probe; what they send is still verified by the board."""
+    from rkdet.link import transfer
+
+    board: EmulatedBoard = boards[variant]
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 5))
+    with board.connect(timeouts=FAST) as c:
+        dest = c.abspath("~/learned")
+        push(c, big, f"{dest}/a.rknn")
+        assert transfer._board_digest[c] == tool
+        seen: list[str] = []
+        real_stream = BoardConnection.stream
+
+        def spy(self: BoardConnection, command: str, **kw: object) -> int:
+            seen.append(command)
+            return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(BoardConnection, "stream", spy)
+        push(c, big, f"{dest}/b.rknn")
+        monkeypatch.undo()
+        received = [cmd for cmd in seen if 'tee "$1"' in cmd]
+        assert len(received) == 1 and received[0].endswith(f" {tool}")
+        assert _board_sha(c, f"{dest}/b.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
+        c.run(["rm", "-rf", dest])
