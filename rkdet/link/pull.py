@@ -8,7 +8,9 @@ O_NOFOLLOW|O_EXCL); sizes are checked against the caps of `Limits` and the host'
 before a byte is written, and a file that sends more than it declared is cut off. Everything
 lands in a fresh temporary folder next to the destination, renamed into place only once every
 file matched the board's sha256, so a refusal leaves nothing behind. SFTP answers are bounded by
-`Timeouts.sftp` (a stalled server fails; the connection then falls back to the exec path).
+`Timeouts.sftp` (a stalled server fails; the connection then falls back to the exec path). Files
+of 4 MiB and more always come through `cat` on an exec channel (paramiko's SFTP prefetch costs
+~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest.
 """
 
 from __future__ import annotations

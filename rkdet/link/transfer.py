@@ -3,8 +3,7 @@
 Why: a deploy pushes models of tens of MB again and again, so a file already on the board with
 the right sha256 is not sent twice; a half-sent file must never be mistaken for a whole one, so
 each file goes to a temporary name, is hashed on the receiving side, and only then renamed. SFTP
-(paramiko's pipelined put / prefetching get, as fast as OpenSSH scp on loopback) is used when the
-board has it; boards without an SFTP subsystem (Dropbear on Buildroot) get the same guarantees by
+(paramiko's pipelined put; small pulls' prefetching get) is used when the board has it; boards without an SFTP subsystem (Dropbear on Buildroot) get the same guarantees by
 streaming through `cat` over an exec channel (both are `FileTransfer`s: rkdet.link.sftp, rkdet.link.files).
 Remote helpers are POSIX sh + busybox applets only.
 
