@@ -8,13 +8,16 @@ and the fleet's overhead is its wall over that floor (target: 16 boards <= 1.25x
 <= 300 MB).
 
 How it is measured: the real CLI (`rkdet fleet deploy --inventory … --repeats 1 --warmup 0
---canary 0 --forks N`) in a subprocess; its CPU and peak RSS from wait4's rusage (ru_maxrss). The
-boards' CPU: each board's sshd daemon's reaped children (every SSH session: probe, push, polls,
-pull) from /proc (psutil: children_user + children_system, delta over the run), plus the detached
-run jobs (run-pinned.sh, the runner on the emulated runtime) — orphans once their session ends, so
-never reaped by sshd — sampled every 0.1 s while they live (their own user+system time; a job's
-last <0.1 s can be missed). Other load on the host is not counted but slows everything: the load
-average is reported with each row.
+--canary 0 --forks N`) in a subprocess; its CPU and peak RSS from wait4's rusage (ru_maxrss). Every
+other process the run creates is found by process tree, never by name: the bench makes itself a
+child subreaper (prctl PR_SET_CHILD_SUBREAPER), so the emulated boards' sshd daemons are its
+children, their sessions are reaped by them (children_user/system, read from /proc for the daemon
+pids only), and the detached run jobs (run-pinned.sh and the emulated runtime, orphaned when their
+session ends) are re-parented to the bench, which reaps them itself with wait4 (exact rusage,
+including everything they waited for). Any other child alive across the run (a FUSE sysfs daemon)
+is counted by its CPU delta, and the bench process's own CPU delta covers in-process parts.
+Other load on the host is not counted but slows everything: the host's busy share and load
+average are reported with each row.
 
 Usage: .venv/bin/python bench/fleet.py [--build build/yolov8n-doclaynet-rk3588] [--sizes 1,4,16]
        [--out bench/results/fleet.md]
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import platform
@@ -34,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -59,54 +63,110 @@ def ensure_build(build: Path | None, tmp: Path) -> Path:
     return Path(json.loads(proc.stdout)["builds"][0]["folder"])
 
 
-class BoardCpu:
-    """CPU seconds of the emulated boards: sshd daemons' reaped sessions + detached jobs, sampled."""
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
-    def __init__(self, boards: list[EmulatedBoard]) -> None:
-        self.daemons = [psutil.Process(b._proc.pid) for b in boards]  # noqa: SLF001 - the bench reads the pid only
-        self.daemon_pids = {p.pid for p in self.daemons}
-        self.markers = {f"RKDET_ROOT={b.root}" for b in boards}
-        self.jobs: dict[tuple[int, float], float] = {}  # (pid, create_time) -> max own cpu seen
-        self._stop = threading.Event()
-        self._start = self._daemon_children()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def _daemon_children(self) -> float:
-        total = 0.0
-        for p in self.daemons:
-            t = p.cpu_times()
-            total += t.children_user + t.children_system
-        return total
+def become_subreaper() -> None:
+    """Orphans of the processes this bench starts are re-parented to it (not to init), so the
+    detached run jobs can be found by process tree and reaped with their exact rusage."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        sys.exit(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
 
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            for p in psutil.process_iter(["pid", "name", "create_time"]):
-                try:
-                    if p.info["name"] == "sshd" or p.pid == os.getpid():
-                        continue
-                    env = p.environ()
-                    if not any(f"{k}={v}" in self.markers for k, v in env.items() if k == "RKDET_ROOT"):
-                        continue
-                    if any(a.pid in self.daemon_pids for a in p.parents()):
-                        continue  # still in an SSH session: counted when sshd reaps it
-                    t = p.cpu_times()
-                    key = (p.pid, p.info["create_time"])
-                    self.jobs[key] = max(self.jobs.get(key, 0.0), t.user + t.system)
-                except (psutil.Error, OSError):
-                    continue
-            self._stop.wait(0.1)
 
-    def __enter__(self) -> BoardCpu:
-        self._thread.start()
-        return self
+def own_children() -> set[int]:
+    """This process's children (every thread's), from /proc/self/task/*/children."""
+    kids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            kids.update(int(p) for p in (task / "children").read_text().split())
+    return kids
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+
+def _tree_cpu(pid: int) -> float:
+    """A live child's own CPU plus its reaped children's (an sshd daemon: every finished session)."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@dataclass
+class Accounting:
+    """CPU seconds, by component, of everything the row's processes did while the CLI ran."""
+
+    sessions: float = 0.0  # the sshd daemons, every session they reaped (probe, push, polls, pull) and
+    # sshd processes orphaned to the bench (privilege-separated connection processes whose parent ended first)
+    jobs: float = 0.0  # detached run jobs re-parented to the bench and reaped by it
+    job_count: int = 0
+    job_kinds: dict[str, int] = field(default_factory=dict)
+    helpers: float = 0.0  # any other child alive across the run (a FUSE sysfs daemon)
+    bench: float = 0.0  # this process (in-process board parts); idle in wait4 otherwise
 
     @property
-    def seconds(self) -> float:
-        return self._daemon_children() - self._start + sum(self.jobs.values())
+    def boards(self) -> float:
+        return self.sessions + self.jobs + self.helpers + self.bench
+
+
+class RunCpu:
+    """Snapshots before the CLI starts; `finish` after it ended reaps the orphaned jobs."""
+
+    def __init__(self, boards: list[EmulatedBoard]) -> None:
+        self.daemons = {b._proc.pid for b in boards}  # noqa: SLF001 - the bench reads the pid only
+        self.before = own_children()
+        self.live0 = {pid: _tree_cpu(pid) for pid in self.before}
+        self.self0 = _self_cpu()
+
+    def finish(self, cli_pid: int, wait_s: float = 10.0) -> Accounting:
+        acc = Accounting(bench=_self_cpu() - self.self0)
+        deadline = time.monotonic() + wait_s
+        while True:  # the jobs' shells may exit just after the CLI saw their completion
+            orphans = own_children() - self.before - {cli_pid}
+            for pid in sorted(orphans):
+                with contextlib.suppress(ChildProcessError, OSError):
+                    shown = _command(pid)  # for the report only: found by tree, named after
+                    got, _, usage = os.wait4(pid, os.WNOHANG)
+                    if got == pid:
+                        cpu = usage.ru_utime + usage.ru_stime
+                        acc.job_kinds[shown] = acc.job_kinds.get(shown, 0) + 1
+                        if shown == "sshd":  # a connection's process outlived its parent: a session
+                            acc.sessions += cpu
+                        else:
+                            acc.jobs += cpu
+                            acc.job_count += 1
+            if not (own_children() - self.before - {cli_pid}) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        while time.monotonic() < deadline and any(_children(pid) for pid in self.daemons):
+            time.sleep(0.05)  # the CLI's connections end and their sshd processes are reaped
+        for pid, cpu0 in self.live0.items():
+            delta = max(0.0, _tree_cpu(pid) - cpu0)
+            if pid in self.daemons:
+                acc.sessions += delta
+            else:
+                acc.helpers += delta
+        return acc
+
+
+def _children(pid: int) -> list[str]:
+    kids: list[str] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                kids += (task / "children").read_text().split()
+    return kids
+
+
+def _command(pid: int) -> str:
+    """A process's name from /proc/<pid>/stat (a zombie has no command line), for the report."""
+    stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")
+    return stat[stat.index("(") + 1:stat.rindex(")")]
+
+
+def _self_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def host_cpu() -> tuple[float, float]:
@@ -124,12 +184,17 @@ class Row:
     exit_code: int
     wall: float
     rkdet_cpu: float
-    boards_cpu: float
+    acc: Accounting
     rkdet_rss_mb: float
     load: float
     cell_seconds_mean: float
     fleet_seconds: float  # fleet.json: boards' work + classes + drift (the rest of wall: start-up, files)
     host_busy: float  # share of the host's CPU time busy during the run (all processes, ours and others')
+    load_before: float
+
+    @property
+    def boards_cpu(self) -> float:
+        return self.acc.boards
 
     @property
     def total_cpu(self) -> float:
@@ -154,21 +219,23 @@ def run_size(n: int, build: Path, work: Path) -> Row:
         argv = [sys.executable, "-m", "rkdet.cli", "fleet", "deploy", "--inventory", str(inv), "--known-hosts",
                 str(known), "--ssh-config", "/dev/null", "--build", str(build), "--out", str(out), "--repeats", "1",
                 "--warmup", "0", "--canary", "0", "--forks", str(n)]
-        with BoardCpu(boards) as cpu:
-            busy0, total0 = host_cpu()
-            started = time.monotonic()
-            with open(work / f"n{n}" / "fleet.log", "wb") as log:
-                proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ))
-                _, status, usage = os.wait4(proc.pid, 0)
-            wall = time.monotonic() - started
-            busy1, total1 = host_cpu()
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            time.sleep(0.3)  # the last sessions end and are reaped
+        cpu = RunCpu(boards)
+        load_before = os.getloadavg()[0]
+        busy0, total0 = host_cpu()
+        started = time.monotonic()
+        with open(work / f"n{n}" / "fleet.log", "wb") as log:
+            proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ))
+            _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - started
+        busy1, total1 = host_cpu()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        time.sleep(0.3)  # the last sessions end and are reaped
+        acc = cpu.finish(proc.pid)
         doc = json.loads(next((out / "fleet").glob("*/fleet.json")).read_text())
         cells = [c["seconds"] for b in doc["boards"] for c in b["cells"] if c["status"] == "complete"]
-        return Row(n, n, proc.returncode, wall, usage.ru_utime + usage.ru_stime, cpu.seconds, usage.ru_maxrss / 1024,
+        return Row(n, n, proc.returncode, wall, usage.ru_utime + usage.ru_stime, acc, usage.ru_maxrss / 1024,
                    os.getloadavg()[0], sum(cells) / max(1, len(cells)), float(doc["seconds"]),
-                   (busy1 - busy0) / max(1e-9, total1 - total0))
+                   (busy1 - busy0) / max(1e-9, total1 - total0), load_before)
 
 
 def write_table(rows: list[Row], build: Path, path: Path) -> str:
@@ -185,20 +252,26 @@ def write_table(rows: list[Row], build: Path, path: Path) -> str:
         f"the emulated runtime computing on this host's CPU). Host: {platform.machine()}, {cores} CPUs, shared "
         "with other jobs (load average at the end of each row: 1-minute). Repeats: 1.",
         "",
-        "floor = max(one board's wall, total CPU s / cores); total CPU = rkdet's own CPU + the boards' (sshd "
-        "sessions and the detached runs). others' CPU s = the host's busy CPU seconds during the row minus "
-        "ours: what other jobs on the machine took meanwhile.",
+        "floor = max(one board's wall, total CPU s / cores); total CPU = rkdet's own CPU + the boards': sshd "
+        "daemons and every session they reaped, the detached run jobs (re-parented to the bench by "
+        "PR_SET_CHILD_SUBREAPER and reaped by it with wait4), any other child alive across the run and the "
+        "bench process itself (found by process tree, never by name). others' CPU s = the host's busy CPU "
+        "seconds during the row minus ours: what other jobs on the machine took meanwhile.",
         "",
-        "| boards | exit | wall s | rkdet CPU s | boards CPU s | total CPU s | floor s | wall / floor | rkdet peak RSS MB "
-        "| fleet s (in run_fleet) | mean cell s | host CPU busy | others' CPU s | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| boards | exit | wall s | rkdet CPU s | sshd sessions CPU s | detached jobs CPU s (n) | other children + bench "
+        "CPU s | total CPU s | floor s | wall / floor | per board: rkdet / sessions / jobs CPU s | rkdet peak RSS MB "
+        "| fleet s (in run_fleet) | mean cell s | host CPU busy | others' CPU s | load before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         floor = max(one or r.wall, r.total_cpu / cores)
-        lines.append(f"| {r.boards} | {r.exit_code} | {r.wall:.1f} | {r.rkdet_cpu:.1f} | {r.boards_cpu:.1f} | "
-                     f"{r.total_cpu:.1f} | {floor:.1f} | {r.wall / floor:.2f} | {r.rkdet_rss_mb:.0f} | "
+        a, k = r.acc, max(1, r.boards)
+        lines.append(f"| {r.boards} | {r.exit_code} | {r.wall:.1f} | {r.rkdet_cpu:.1f} | {a.sessions:.1f} | "
+                     f"{a.jobs:.1f} ({a.job_count}) | {a.helpers + a.bench:.2f} | "
+                     f"{r.total_cpu:.1f} | {floor:.1f} | {r.wall / floor:.2f} | "
+                     f"{r.rkdet_cpu / k:.2f} / {a.sessions / k:.2f} / {a.jobs / k:.2f} | {r.rkdet_rss_mb:.0f} | "
                      f"{r.fleet_seconds:.1f} | {r.cell_seconds_mean:.1f} | {r.host_busy:.0%} | "
-                     f"{max(0.0, r.host_busy * r.wall * cores - r.total_cpu):.1f} | {r.load:.2f} |")
+                     f"{max(0.0, r.host_busy * r.wall * cores - r.total_cpu):.1f} | {r.load_before:.2f} / {r.load:.2f} |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
@@ -210,6 +283,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="1,4,16")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fleet.md")
     args = ap.parse_args()
+    become_subreaper()
     with tempfile.TemporaryDirectory(prefix="rkdet-bench-fleet-") as tmp:
         os.chmod(tmp, 0o755)
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "xdg")
@@ -217,7 +291,7 @@ def main() -> int:
         rows = []
         for n in (int(s) for s in args.sizes.split(",")):
             row = run_size(n, build, Path(tmp))
-            print(json.dumps(row.__dict__), flush=True)
+            print(json.dumps({**row.__dict__, "acc": row.acc.__dict__}), flush=True)
             rows.append(row)
         print(write_table(rows, build, args.out))
     return 0

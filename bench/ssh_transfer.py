@@ -62,6 +62,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ssh.md")
     args = ap.parse_args()
     rows: list[tuple[str, str, str, str]] = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="rkdet-bench-ssh-") as tmp, EmulatedBoard("rk3588", Path(tmp) / "w") as board:
         big = Path(tmp) / "random-64MiB.bin"
         big.write_bytes(os.urandom(64 * MiB))
@@ -86,16 +87,18 @@ def main() -> None:
                          f"paramiko stock put {size / t['put']:.0f} MiB/s ({t['put'] * 1000:.0f} ms); verified push "
                          f"{size / t['push']:.0f} MiB/s ({t['push'] * 1000:.0f} ms)",
                          f"put {t['scp'] / t['put']:.2f}x; push {t['scp'] / t['push']:.2f}x"))
-        src = f"{remote}/push-0-{big.name}"
-        t = race({
-            "scp": lambda i: scp(board, control, f"{alias}:{src}", f"{tmp}/scp-back-{i}"),
-            "get": lambda i: sftp.get(src, f"{tmp}/get-back-{i}"),
-            "pull": lambda i: pull(conn, src, Path(tmp) / f"pull-back-{i}"),
-        }, args.repeats)
-        rows.append(("download 64 MiB", f"scp {64 / t['scp']:.0f} MiB/s ({t['scp'] * 1000:.0f} ms)",
-                     f"paramiko stock get {64 / t['get']:.0f} MiB/s ({t['get'] * 1000:.0f} ms); verified pull "
-                     f"{64 / t['pull']:.0f} MiB/s ({t['pull'] * 1000:.0f} ms)",
-                     f"get {t['scp'] / t['get']:.2f}x; pull {t['scp'] / t['pull']:.2f}x"))
+        for path in (MODEL, big):
+            size, src = path.stat().st_size / MiB, f"{remote}/push-0-{path.name}"
+            t = race({
+                "scp": lambda i: scp(board, control, f"{alias}:{src}", f"{tmp}/scp-back-{i}"),
+                "get": lambda i: sftp.get(src, f"{tmp}/get-back-{i}"),
+                "pull": lambda i: pull(conn, src, Path(tmp) / f"pull-back-{i}"),
+            }, args.repeats)
+            rows.append((f"download {path.name} ({size:.1f} MiB)",
+                         f"scp {size / t['scp']:.0f} MiB/s ({t['scp'] * 1000:.0f} ms)",
+                         f"paramiko stock get {size / t['get']:.0f} MiB/s ({t['get'] * 1000:.0f} ms); verified pull "
+                         f"{size / t['pull']:.0f} MiB/s ({t['pull'] * 1000:.0f} ms)",
+                         f"get {t['scp'] / t['get']:.2f}x; pull {t['scp'] / t['pull']:.2f}x"))
 
         def fresh_push(i: int) -> None:
             with board.connect() as c:
@@ -145,6 +148,8 @@ def main() -> None:
         f"Written by `bench/ssh_transfer.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"paramiko {__import__('paramiko').__version__}, {subprocess.run(['ssh', '-V'], capture_output=True, text=True).stderr.strip()}.",
+        f"Machine load: load average {load_before[0]:.1f} (1 min) / {load_before[1]:.1f} (5 min) before the run, "
+        f"{os.getloadavg()[0]:.1f} / {os.getloadavg()[1]:.1f} after, on {os.cpu_count()} CPUs shared with other work.",
         f"Best of {args.repeats} for transfers. OpenSSH runs over one ControlMaster connection (no handshake per "
         "scp/ssh), as rkdet reuses its connection. Speed ratio = OpenSSH time / rkdet time "
         "(>= 0.9 is the target for uploads).",
@@ -154,8 +159,10 @@ def main() -> None:
         *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
         "",
         "Reading it: `paramiko stock put/get` is `SFTPClient.put/get` with defaults (pipelined writes,",
-        "prefetching reads, 32 KiB requests). `verified pull` is rkdet's path (prefetch with requests sized",
-        "by the server's limits@openssh.com answer, plus a sha256 on each side). `verified push` sends files",
+        "prefetching reads, 32 KiB requests). `verified pull` is rkdet's path: files of 4 MiB and more come",
+        "through `cat` on an exec channel (SFTP prefetch costs ~3x the host CPU), smaller ones over SFTP with",
+        "requests sized by the server's limits@openssh.com answer; the board hashes each file (openssl when it",
+        "works, else sha256sum) while the host hashes what it receives. `verified push` sends files",
         "of 4 MiB and more through one exec channel each into `tee tmp | sha256` on the board (openssl when",
         "it is there, else sha256sum) while the host hashes what it reads: one sha256 per side as the bytes",
         "stream, no re-read (smaller files: SFTP or `cat`, then one batched re-hash before the renames).",

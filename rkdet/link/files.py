@@ -73,7 +73,11 @@ class ExecFiles:
     def get(self, remote: str, size: int, sink: Callable[[bytes], None], advance: Callable[[int], None]) -> None:
         err = bytearray()
         name = remote.rsplit("/", 1)[-1]
-        rc = self._conn.stream(remote_command(["cat", remote]), stdout=sink, stderr=self._conn.capped(err, "cat"),
+        def counted(data: bytes) -> None:
+            sink(data)
+            advance(len(data))
+
+        rc = self._conn.stream(remote_command(["cat", remote]), stdout=counted, stderr=self._conn.capped(err, "cat"),
                                what=f"download {name}")
         if rc != 0:
             raise BoardError(f"{self._conn.target.label}: download of {remote!r} failed: "

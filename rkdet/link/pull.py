@@ -8,7 +8,9 @@ O_NOFOLLOW|O_EXCL); sizes are checked against the caps of `Limits` and the host'
 before a byte is written, and a file that sends more than it declared is cut off. Everything
 lands in a fresh temporary folder next to the destination, renamed into place only once every
 file matched the board's sha256, so a refusal leaves nothing behind. SFTP answers are bounded by
-`Timeouts.sftp` (a stalled server fails; the connection then falls back to the exec path).
+`Timeouts.sftp` (a stalled server fails; the connection then falls back to the exec path). Files
+of 4 MiB and more always come through `cat` on an exec channel (paramiko's SFTP prefetch costs
+~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from rkdet.link.files import BoardLink, FileTransfer
+from rkdet.link.files import BoardLink, ExecFiles, FileTransfer
 from rkdet.link.shell import CommandRunner, remote_command
-from rkdet.link.transfer import TransferStats, _Progress, remote_hashes, sha256_file
+from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, TransferStats, _Progress, remote_hashes, sha256_file
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import swap_folder
 
@@ -259,7 +261,11 @@ def _fetch(conn: BoardLink, remote: str, entries: Sequence[_Entry], local: Path,
                     h.update(data)
                     f.write(data)
 
-                size = _download(conn, channel, e, sink, bars, remote)
+                # big files come through `cat` on an exec channel even when SFTP is there: paramiko's
+                # prefetching get parses every 256 KiB answer in Python (64 MiB, loopback: ~3x the
+                # host CPU of the exec stream and 0.4x scp's speed); the board hashes the file meanwhile
+                big = e.size >= STREAM_VERIFY_MIN_BYTES
+                size = _download(conn, ExecFiles(conn) if big else channel, e, sink, bars, remote)
             got[index] = h.hexdigest()
             stats.files_sent += 1
             stats.bytes_sent += size

@@ -3,8 +3,7 @@
 Why: a deploy pushes models of tens of MB again and again, so a file already on the board with
 the right sha256 is not sent twice; a half-sent file must never be mistaken for a whole one, so
 each file goes to a temporary name, is hashed on the receiving side, and only then renamed. SFTP
-(paramiko's pipelined put / prefetching get, as fast as OpenSSH scp on loopback) is used when the
-board has it; boards without an SFTP subsystem (Dropbear on Buildroot) get the same guarantees by
+(paramiko's pipelined put; small pulls' prefetching get) is used when the board has it; boards without an SFTP subsystem (Dropbear on Buildroot) get the same guarantees by
 streaming through `cat` over an exec channel (both are `FileTransfer`s: rkdet.link.sftp, rkdet.link.files).
 Remote helpers are POSIX sh + busybox applets only.
 
@@ -25,6 +24,7 @@ import os
 import secrets
 import stat
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -41,24 +41,32 @@ PROGRESS_MIN_BYTES = 8 << 20  # progress bars only for files at least this big
 STREAM_VERIFY_MIN_BYTES = 4 << 20  # pushed through _RECEIVE (hashed by the board as they arrive)
 STALLED_BYTES_PER_S = 1 << 20  # a streamed push may take command timeout + size at this rate
 
+# the board's sha256 of stdin as "<hex> ...": openssl (CPU SHA instructions, ~1 GB/s) when it gives the
+# known empty hash, else sha256sum (coreutils and busybox use neither: ~150 MB/s here, below loopback
+# copy speed). Probed lazily, once per script, so a script that hashes nothing starts no openssl;
+# a script may be told the answer (o=1 openssl, o=0 sha256sum) when an earlier one showed it.
+_DIGEST = ('o=; digest() { if [ -z "$o" ]; then o=0; e=$(openssl dgst -sha256 -r < /dev/null 2> /dev/null) && '
+           '[ "${e%% *}" = ' + hashlib.sha256(b"").hexdigest() + ' ] && o=1; fi; '
+           'if [ "$o" = 1 ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; ')
 # one line per argument, in order: "<sha256>" or "-" when the file does not exist
-_HASHES = ('while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; done; shift; '
-           'for f do if [ -f "$f" ]; then h=$(sha256sum < "$f") || exit 4; echo "${h%% *}"; else echo -; fi; done')
-# args: quadruples tmp final mode sha; verify each temp file's hash on the board (sha "-": already
-# verified while it streamed, see _RECEIVE), then chmod + rename
-_COMMIT = ('bad=0; while [ $# -ge 4 ]; do h=$4; if [ "$4" != - ]; then h=$(sha256sum < "$1"); h=${h%% *}; fi; '
+_HASHES = (_DIGEST + 'while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; done; shift; '
+           'for f do if [ -f "$f" ]; then h=$(digest < "$f") || exit 4; echo "${h%% *}"; else echo -; fi; done')
+# args: quadruples tmp final mode sha; verify each temp file's hash on the board (the board's hash of
+# what it wrote, re-read from its page cache; sha "-": already verified while it streamed, see
+# _RECEIVE), then chmod + rename
+_COMMIT = (_DIGEST + 'bad=0; while [ $# -ge 4 ]; do h=$4; if [ "$4" != - ]; then h=$(digest < "$1"); h=${h%% *}; fi; '
            'if [ "$h" = "$4" ]; then chmod "$3" "$1" && mv -f "$1" "$2" || bad=1; '
            'else rm -f "$1"; echo "$2" >&2; bad=1; fi; shift 4; done; exit $bad')
-# arg: a temp file. stdin goes into it and through sha256 in ONE pipeline (no re-read), which prints
-# "<sha256> ..." on stdout. pipefail is not POSIX, so tee's status travels through fd 4 into $st and
-# the hasher's is the status of the command substitution; either failing removes the file, exit 5.
-# openssl (CPU SHA instructions) is used when it gives the known empty hash, else sha256sum (coreutils
-# and busybox use neither: 150 MB/s here, below loopback copy speed; openssl ~1 GB/s).
-_RECEIVE = ('o=; e=$(openssl dgst -sha256 -r < /dev/null 2> /dev/null) && [ "${e%% *}" = '
-            + hashlib.sha256(b"").hexdigest() + ' ] && o=1; '
-            'digest() { if [ -n "$o" ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; '
-            'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
+# args: a temp file, the digest tool if known (1 openssl, 0 sha256sum, "" probe). stdin goes into it and through the digest in ONE pipeline (no re-read), which
+# prints "<sha256> ..." on stdout. pipefail is not POSIX, so tee's status travels through fd 4 into
+# $st and the hasher's is the status of the command substitution; either failing removes the file, exit 5.
+_RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1) + 'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
             'rm -f "$1"; exit 5')
+
+
+# which digest each board's receiving pipeline used (1 openssl, 0 sha256sum), read from its output
+# ("<hex> *stdin" is openssl's -r format, "<hex>  -" sha256sum's): later pushes skip the openssl probe
+_board_digest: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -210,11 +218,18 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
     the host's hash of the bytes it read. On any failure the temp files of this push are removed."""
     out, err = bytearray(), bytearray()
     try:
-        rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp]), stdin=reader, stdout=out.extend,
+        try:
+            known = _board_digest.get(conn, "")
+        except TypeError:  # a link that cannot be weakly referenced probes every time
+            known = ""
+        rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp, known]), stdin=reader, stdout=out.extend,
                          stderr=err.extend, on_send=advance, what=f"upload {path.name}",
                          timeout=conn.command_timeout + size / STALLED_BYTES_PER_S)
         words = out.split()
         board_sha = words[0].decode("ascii", "replace") if words else ""
+        if rc == 0 and len(words) == 2 and words[1] in (b"*stdin", b"-"):
+            with suppress(TypeError):
+                _board_digest[conn] = "1" if words[1] == b"*stdin" else "0"
         if rc != 0:
             said = err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"]
             raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: {said[0]}")

@@ -201,3 +201,71 @@ def test_big_file_streamed_push_without_sftp(boards, variant: str, tmp_path: Pat
         assert _board_sha(c, dest) == hashlib.sha256(big.read_bytes()).hexdigest()
         assert ".tmp" not in c.run(["find", c.abspath("~/streamed")]).out
         c.run(["rm", "-rf", c.abspath("~/streamed")])
+
+
+def test_a_big_pull_streams_over_exec_and_a_changed_byte_is_caught(conn: BoardConnection, remote_tmp: str,
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big files are pulled through `cat` on an exec channel (cheaper than SFTP prefetch) while the
+    board hashes them; the host's hash of what it received must match, or nothing lands."""
+    from rkdet.link.files import ExecFiles
+
+    big = tmp_path / "out.bin"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 3))
+    src = f"{remote_tmp}/pulled/out.bin"
+    push(conn, big, src)
+    assert conn.files().method == "sftp"
+    real_get = ExecFiles.get
+    used: list[str] = []
+
+    def corrupting_get(self: ExecFiles, remote: str, size: int, sink, advance) -> None:  # type: ignore[no-untyped-def]
+        used.append(remote)
+
+        def flip(data: bytes) -> None:
+            if len(used) == 1 and data:
+                data = bytes([data[0] ^ 0x80]) + data[1:]
+                used.append("flipped")
+            sink(data)
+
+        real_get(self, remote, size, flip, advance)
+
+    monkeypatch.setattr(ExecFiles, "get", corrupting_get)
+    with pytest.raises(BoardError, match="arrived corrupted during the pull") as info:
+        pull(conn, src, tmp_path / "back.bin")
+    assert info.value.exit_code == EXIT_BOARD and used == [src, "flipped"]
+    assert not (tmp_path / "back.bin").exists() and not list(tmp_path.glob(".back.bin*"))
+    used.clear()
+    used.append("no flip")  # the next get is the second call: passes the bytes unchanged
+    got = pull(conn, src, tmp_path / "back.bin")
+    assert got.bytes_sent == big.stat().st_size and used[-1] == src
+    assert (tmp_path / "back.bin").read_bytes() == big.read_bytes()
+
+
+@pytest.mark.parametrize("variant,tool", [("nosftp", "1"), ("busybox", "0")])
+def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: str, tool: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """After one streamed push the board's digest tool is known (openssl's or sha256sum's output
+    format), so later pushes skip the openssl probe; what they send is still verified by the board."""
+    from rkdet.link import transfer
+
+    board: EmulatedBoard = boards[variant]
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 5))
+    with board.connect(timeouts=FAST) as c:
+        dest = c.abspath("~/learned")
+        push(c, big, f"{dest}/a.rknn")
+        assert transfer._board_digest[c] == tool
+        seen: list[str] = []
+        real_stream = BoardConnection.stream
+
+        def spy(self: BoardConnection, command: str, **kw: object) -> int:
+            seen.append(command)
+            return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(BoardConnection, "stream", spy)
+        push(c, big, f"{dest}/b.rknn")
+        monkeypatch.undo()
+        received = [cmd for cmd in seen if 'tee "$1"' in cmd]
+        assert len(received) == 1 and received[0].endswith(f" {tool}")
+        assert _board_sha(c, f"{dest}/b.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
+        c.run(["rm", "-rf", dest])
