@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from html import escape
 from typing import Any, Protocol
 
 import numpy as np
@@ -68,6 +69,12 @@ class DecisionFinding(Protocol):
 
     def html(self) -> str:
         """The HTML table's decision cell (escaped HTML)."""
+
+
+def marked_html(finding: DecisionFinding) -> str:
+    """The HTML cell of a task with no richer one: its terminal text escaped, marked bad when it changed."""
+    text = escape(finding.terminal_text())
+    return f'<span class="bad">{text}</span>' if finding.changed else text
 
 
 class DecisionTask(ABC):

@@ -21,14 +21,13 @@ of a vector is 100 % of its positions, so a flipped yes/no or top-1 beyond a nea
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from html import escape
 from typing import Any, Mapping, Protocol
 
 import numpy as np
 
 from rkdet.decode.common import CONF_THRESHOLD, Detections, Layout
 from rkdet.decode.tasks import detection
-from rkdet.decode.tasks.base import Arrays, DecisionTask, GateCount, GateLimits, SameDecision
+from rkdet.decode.tasks.base import Arrays, DecisionTask, GateCount, GateLimits, SameDecision, marked_html
 from rkdet.errors import InputError
 
 KIND = "declared"  # the layout and the records' "kind"
@@ -217,8 +216,7 @@ class DeclaredFinding:
         return "; ".join(f"{n}: {c}/{p} changed" for n, c, p in self.outputs)
 
     def html(self) -> str:
-        text = escape(self.terminal_text())
-        return f'<span class="bad">{text}</span>' if self.changed else text
+        return marked_html(self)
 
 
 class Declared(DecisionTask):

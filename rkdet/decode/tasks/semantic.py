@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
 import numpy as np
 
 from rkdet.decode.common import CONF_THRESHOLD, Layout
-from rkdet.decode.tasks.base import Arrays, DecisionTask, GateCount, GateLimits, SameDecision
+from rkdet.decode.tasks.base import Arrays, DecisionTask, GateCount, GateLimits, SameDecision, marked_html
 
 KIND = "semantic-seg"  # the layout
 RECORD = "semantic"  # the records' "kind"
@@ -141,8 +140,7 @@ class SemanticFinding:
         return f"{self.changed_pixels} px changed ({100 * self.changed_pixels / self.pixels:.2f}%), mIoU {self.mean_iou:.3f}"
 
     def html(self) -> str:
-        text = escape(self.terminal_text())
-        return f'<span class="bad">{text}</span>' if self.changed else text
+        return marked_html(self)
 
 
 class SemanticSegmentation(DecisionTask):
