@@ -4,7 +4,7 @@ the chain intact and `report` charts it; a file removed on the board is found af
 
 from __future__ import annotations
 
-import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +13,10 @@ from click.testing import CliRunner
 
 from rkdet.cli import main
 from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.link.transfer import push
+from rkdet.onboard import program
 
-REPO = Path(__file__).resolve().parents[2]
-APP = REPO / "docs" / "examples" / "audit_serving_app.py"
+APP = Path(__file__).resolve().parents[2] / "docs" / "examples" / "audit_serving_app.py"
 BUILD = "d" * 64
 
 
@@ -31,13 +32,23 @@ def _args(board: EmulatedBoard) -> list[str]:
             "--known-hosts", str(board.known_hosts_file), "--ssh-config", "/dev/null"]
 
 
+def _serve(conn, *args: str) -> str:
+    """The app as a board gets it: the example and rkdet-onboard.pyz pushed to the board's home, run by the
+    board's own python3 (nothing of the checkout is read on the board: a 0700 clone stays unreadable)."""
+    with tempfile.TemporaryDirectory(prefix="rkdet-audit-") as tmp:
+        push(conn, Path(program.build(tmp)), f"{conn.home}/{program.PROGRAM}")
+    push(conn, APP, f"{conn.home}/{APP.name}")
+    return conn.run(["python3", f"{conn.home}/{APP.name}", *args],
+                    env={"RKDET_ONBOARD_PATH": f"{conn.home}/{program.PROGRAM}"}, timeout=600).out
+
+
 def test_serve_pull_verify_report_on_an_emulated_board(board, tmp_path):
     with board.connect() as conn:
         log = f"{conn.home}/app-audit"
         conn.run(["rm", "-rf", log])
-        served = conn.run([sys.executable, str(APP), "--log", log, "--emulated", "--count", "3000", "--build", BUILD,
-                           "--shadow", "0", "--max-file-bytes", "300000"], env={"PYTHONPATH": str(REPO)}, timeout=600)
-        assert "served 3000 inferences (emulated-numpy)" in served.out
+        served = _serve(conn, "--log", log, "--emulated", "--count", "3000", "--build", BUILD, "--shadow", "0",
+                        "--max-file-bytes", "300000")
+        assert "served 3000 inferences (emulated-numpy)" in served
     runner = CliRunner()
     out = tmp_path / "pulled"
     pulled = runner.invoke(main, ["audit", "pull", *_args(board), "--remote", log, "--out", str(out)],
@@ -49,8 +60,7 @@ def test_serve_pull_verify_report_on_an_emulated_board(board, tmp_path):
     rep = runner.invoke(main, ["audit", "report", str(out), "--fingerprint", BUILD, "--html", str(tmp_path / "r.html")])
     assert rep.exit_code == 0 and "<svg" in (tmp_path / "r.html").read_text()
     with board.connect() as conn:  # the board serves on, and someone removes a file from the middle
-        conn.run([sys.executable, str(APP), "--log", log, "--emulated", "--count", "1500", "--build", BUILD,
-                  "--max-file-bytes", "300000"], env={"PYTHONPATH": str(REPO)}, timeout=600)
+        _serve(conn, "--log", log, "--emulated", "--count", "1500", "--build", BUILD, "--max-file-bytes", "300000")
         conn.run(["rm", f"{log}/audit-00000002.jsonl"])
     assert runner.invoke(main, ["audit", "pull", *_args(board), "--remote", log, "--out", str(out)]).exit_code == 0
     bad = runner.invoke(main, ["audit", "verify", str(out), "--fingerprint", BUILD, "--anchor-file", str(anchor)])
