@@ -379,8 +379,15 @@ class EmulatedBoard:
                 if name != "python3":
                     os.symlink(users.BUSYBOX, bindir / name)
         users.chown_tree(self.home, entry)
+        # the double computes with the onnx-fp32 reference's one session definition (rkdet.onboard.reference):
+        # rkdet-run carries it in rkdet-onboard.pyz; a plain script on the board finds it in this copy (the
+        # checkout itself may be a 0700 clone the board user cannot read)
+        from rkdet.onboard import program
+
+        (self.board_dir / "lib").mkdir()
+        onboard = program.build(str(self.board_dir / "lib"))
         path = str(bindir) if self.variant.busybox else f"{bindir}:{_STD_PATH}"
-        self.env = {"RKDET_ROOT": str(self.root), "PATH": path, "PYTHONPATH": str(RUNTIME_DOUBLE),
+        self.env = {"RKDET_ROOT": str(self.root), "PATH": path, "PYTHONPATH": f"{RUNTIME_DOUBLE}:{onboard}",
                     "HOME": str(self.home), "RKDET_EMULATED": "1", **self._extra_env}
 
     def _write_sshd_config(self, client_pub: str) -> None:
