@@ -77,6 +77,11 @@ _VERIFY_OPTIONS = [
     click.option("--anchor-file", type=click.Path(path_type=Path), default=None,
                  help="The last record's hash of the previous pull: the chain must continue from it; "
                       "rewritten with this pull's last hash when the log verifies."),
+    click.option("--results", type=click.Path(path_type=Path, file_okay=False), default=None,
+                 help="Record this verified pull in RESULTS/rkdet.db, so `rkdet history` shows serving beside "
+                      "deploy runs (verifying the same pull twice records it once)."),
+    click.option("--board-label", default=None,
+                 help="The board's name in the history (default: the folder's name, as `pull --inventory` makes it)."),
 ]
 
 
@@ -86,10 +91,23 @@ def _with_verify_options(func: Any) -> Any:
     return func
 
 
-def _verified(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None):
+def _verified(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None,
+              results: Path | None = None, board_label: str | None = None):
     from rkdet.audit.verify import verify
 
-    result = verify(folder, _known_builds(builds, fingerprints), _read_anchor(anchor_file))
+    known = _known_builds(builds, fingerprints)
+    conn = None
+    if results is not None:  # a refused database says so before the log is read, and nothing is recorded
+        from rkdet.history.db import connect
+
+        conn = connect(results)
+    try:
+        result = verify(folder, known, _read_anchor(anchor_file))
+        if conn is not None:
+            _record(conn, results, folder, board_label, result)
+    finally:
+        if conn is not None:
+            conn.close()
     for f in result.findings:
         click.echo(f"{'FAIL' if f.failed else 'note'} {f.kind}: {f.where}: {f.message}")
     if result.not_shown:
@@ -102,11 +120,38 @@ def _verified(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, .
     return result
 
 
+def _record(conn: Any, results: Path | None, folder: Path, board_label: str | None, result: Any) -> None:
+    """The verification as a history row (rkdet.history.serving): the CLI glues the two rooms."""
+    import sqlite3
+    import time
+
+    from rkdet.audit.verify import CANARY_FAILED, CHAIN_KINDS, SHADOW_DISAGREED
+    from rkdet.history.db import record_serving
+    from rkdet.history.serving import ServingPull
+
+    canaries = result.counts.get("canary", 0)
+    failed_canaries = result.found.get(CANARY_FAILED, 0)
+    pull = ServingPull(
+        board=board_label or folder.resolve().name, folder=str(folder.resolve()),
+        builds=tuple(sorted(b for b in result.builds if _HEX64.match(b))), records=result.records,
+        first_seq=result.first_seq, last_seq=result.last_seq, canary_passed=max(canaries - failed_canaries, 0),
+        canary_failed=failed_canaries, shadow_disagreements=result.found.get(SHADOW_DISAGREED, 0),
+        chain="broken" if any(result.found.get(k) for k in CHAIN_KINDS) else "intact", failed=result.failed,
+        findings=tuple(sorted(result.found.items())), last_hash=result.last_hash, verified_unix=time.time())
+    try:
+        fresh = record_serving(conn, pull)
+    except sqlite3.OperationalError as err:  # locked past the busy timeout, disk full
+        raise InputError(f"{visible(str(results))}/rkdet.db: {err} while recording the pull; rerun verify") from None
+    click.echo(f"{'recorded' if fresh else 'already recorded'} in {visible(str(results))}/rkdet.db as serving of "
+               f"board {visible(pull.board)}")
+
+
 @audit_group.command("verify")
 @_with_verify_options
-def audit_verify(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None) -> None:
+def audit_verify(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None,
+                 results: Path | None, board_label: str | None) -> None:
     """Chain intact, every build approved, every canary equal to its baseline? Exit 0 yes, 1 no, 2 not a log."""
-    result = _verified(folder, builds, fingerprints, anchor_file)
+    result = _verified(folder, builds, fingerprints, anchor_file, results, board_label)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
     if result.failed:
         click.echo(f"audit log {visible(str(folder))}: FAILED ({sum(f.failed for f in result.findings)} findings; {counts})")
@@ -118,14 +163,14 @@ def audit_verify(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str
 @_with_verify_options
 @click.option("--html", "html_path", type=click.Path(path_type=Path), required=True, help="The HTML report to write.")
 def audit_report(folder: Path, builds: tuple[Path, ...], fingerprints: tuple[str, ...], anchor_file: Path | None,
-                 html_path: Path) -> None:
+                 results: Path | None, board_label: str | None, html_path: Path) -> None:
     """The verification and control charts (Western Electric rules) as one HTML file; exit as verify."""
     from rkdet.audit.chainlog import read_log
     from rkdet.audit.report import render_report
     from rkdet.records.io import check_may_write, write_atomic
 
     check_may_write(html_path, "--html")
-    result = _verified(folder, builds, fingerprints, anchor_file)
+    result = _verified(folder, builds, fingerprints, anchor_file, results, board_label)
     write_atomic(str(html_path), render_report(folder.name, result, read_log(folder)))
     click.echo(f"wrote {visible(str(html_path))}")
     if result.failed:
