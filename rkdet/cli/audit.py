@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from rkdet.cli.options import connection_options
+from rkdet.cli.options import CONNECTION, option, options
 from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.textsafe import visible
 
@@ -26,18 +26,87 @@ def audit_group() -> None:
 
 
 @audit_group.command("pull")
-@connection_options
+@option("board", required=False, help="HOST[:PORT] or a Host alias from ~/.ssh/config (or --inventory).")
+@options(*(name for name in CONNECTION if name != "board"))
+@click.option("--inventory", type=click.Path(path_type=Path), default=None,
+              help="A fleet: an Ansible inventory (docs/FLEET.md); one folder per board under OUT.")
+@click.option("--limit", default=None, help="Ansible host pattern selecting the inventory's boards.")
 @click.option("--remote", required=True, help="The board's audit folder (the app's RKDET_AUDIT_DIR).")
 @click.option("--out", "out", type=click.Path(path_type=Path), required=True,
-              help="Local folder; replaced whole, atomically, once every file matched the board's sha256.")
-def audit_pull(remote: str, out: Path, **conn_opts: Any) -> None:
-    """Copy a board's audit folder (bounded like every pull; nothing outside OUT is written)."""
+              help="Local folder (with --inventory: OUT/<board>); replaced whole, atomically, once every file "
+                   "matched the board's sha256.")
+def audit_pull(remote: str, out: Path, inventory: Path | None, limit: str | None, **conn_opts: Any) -> None:
+    """Copy a board's audit folder (bounded like every pull; nothing outside OUT is written).
+
+    With --inventory: every selected board in turn, into OUT/<board>; a board that fails is one line
+    and the others go on. Exit 0 every board pulled, 3 one or more failed, 2 a usage or inventory mistake.
+    """
     from rkdet.link.connect import ConnectionOptions, open_connection
     from rkdet.link.pull import pull
 
+    if inventory is not None:
+        _fleet_pull(remote, out, inventory, limit, ConnectionOptions.from_options(conn_opts))
+        return
+    if limit is not None:
+        raise InputError("--limit selects from an inventory; use it with --inventory")
+    if not conn_opts.get("board"):
+        raise InputError("give the board: --board HOST[:PORT], or a fleet: --inventory FILE [--limit P]")
     with open_connection(ConnectionOptions.from_options(conn_opts)) as conn:
         stats = pull(conn, remote, out)
     click.echo(f"pulled {stats.files_sent} files ({stats.files_skipped} unchanged) into {visible(str(out))}")
+
+
+def _board_folder(name: str) -> str | None:
+    """The board's folder name under OUT: its inventory name when that is one plain path component."""
+    if name in ("", ".", "..") or "/" in name or "\\" in name or len(name.encode()) > 200 or not name.isprintable():
+        return None
+    return name
+
+
+def _fleet_pull(remote: str, out: Path, inventory: Path, limit: str | None, common: Any) -> None:
+    """Pull every selected board of the inventory, one after the other; one line per board that failed."""
+    import os
+    import stat
+
+    from rkdet.cli.fleet import select_from_inventory
+    from rkdet.errors import EXIT_BOARD, RkdetError
+    from rkdet.link.connect import open_connection
+    from rkdet.link.pull import pull
+
+    if common.board:
+        raise InputError("give one board source: --board HOST[:PORT] or --inventory FILE [--limit P], not both")
+    try:
+        if not stat.S_ISDIR(os.lstat(out).st_mode):
+            raise InputError(f"{visible(str(out))}: exists and is not a folder (a symlink or a file); give a folder "
+                             "for the boards' folders")
+    except FileNotFoundError:
+        pass
+    boards = select_from_inventory(inventory, limit, None)
+    if not boards:
+        raise InputError(f"{visible(str(inventory))}: no board selected{' by --limit ' + visible(limit) if limit else ''}")
+    failed = 0
+    for board in boards:
+        folder = _board_folder(board.name)
+        try:
+            if folder is None:
+                raise InputError("its inventory name is not a plain folder name (a slash, dot-dot, control "
+                                 "character or over 200 bytes); rename the host in the inventory")
+            conn_opts = common.for_board(board.address, user=board.user, port=board.port,
+                                         identity=Path(board.key_file) if board.key_file else None,
+                                         known_hosts=Path(board.known_hosts) if board.known_hosts else None,
+                                         proxy_jump=board.proxy_jump)
+            with open_connection(conn_opts) as conn:
+                stats = pull(conn, remote, out / folder)
+        except (RkdetError, OSError) as err:
+            failed += 1
+            click.echo(f"board {visible(board.name)}: FAILED: {visible(str(err))}")
+            continue
+        click.echo(f"board {visible(board.name)}: pulled {stats.files_sent} files ({stats.files_skipped} unchanged) "
+                   f"into {visible(str(out / folder))}")
+    click.echo(f"pulled {len(boards) - failed} of {len(boards)} boards into {visible(str(out))}"
+               f"{f'; {failed} failed' if failed else ''}")
+    if failed:
+        raise SystemExit(EXIT_BOARD)
 
 
 def _known_builds(builds: tuple[Path, ...], fingerprints: tuple[str, ...]) -> set[str]:
