@@ -88,6 +88,7 @@ def test_fleet_pull_over_an_inventory_one_folder_per_board_one_line_per_failure(
         FleetBoard(name="lab-good", groups=("serving",), **live),
         FleetBoard(name="lab-gone", address="127.0.0.1", port=_free_port(), user=board.user,  # nothing listens
                    key_file=str(board.identity_file), known_hosts=str(board.known_hosts_file), groups=("serving",)),
+        FleetBoard(name="..", groups=("serving",), **live),  # a crafted name: never a folder outside OUT
         FleetBoard(name="spare", groups=("spares",), **live)])
     out = tmp_path / "fleet"
     args = ["audit", "pull", "--inventory", str(inventory), "--remote", log, "--out", str(out),
@@ -95,10 +96,12 @@ def test_fleet_pull_over_an_inventory_one_folder_per_board_one_line_per_failure(
     runner = CliRunner()
     both = runner.invoke(main, [*args, "--limit", "serving"], catch_exceptions=False)
     assert both.exit_code == 3, both.output
-    failures = [ln for ln in both.output.splitlines() if "FAILED" in ln]
-    assert len(failures) == 1 and failures[0].startswith("board lab-gone: FAILED: ")
-    assert "pulled 1 of 2 boards" in both.output and "1 failed" in both.output
-    assert sorted(p.name for p in out.iterdir()) == ["lab-good"]  # nothing half-written for the failed board
+    failures = sorted(ln for ln in both.output.splitlines() if "FAILED" in ln)
+    assert len(failures) == 2 and failures[1].startswith("board lab-gone: FAILED: ")
+    assert failures[0].startswith("board ..: FAILED: ") and "not a plain folder name" in failures[0]
+    assert "pulled 1 of 3 boards" in both.output and "2 failed" in both.output
+    assert sorted(p.name for p in out.iterdir()) == ["lab-good"]  # nothing half-written for the failed boards
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet", "inventory.yaml"]  # nothing beside OUT
     ok = runner.invoke(main, ["audit", "verify", str(out / "lab-good"), "--fingerprint", BUILD])
     assert ok.exit_code == 0 and "chain intact" in ok.output, ok.output
     spare = runner.invoke(main, [*args, "--limit", "spare"], catch_exceptions=False)
