@@ -26,6 +26,8 @@ UNKNOWN_BUILD, CANARY_FAILED, CANARY_BASELINE, SHADOW_DISAGREED, TORN = (
     "unknown-build", "canary-failure", "canary-baseline-changed", "shadow-disagreement", "torn-record")
 NOTE_TRUNCATED_START, NOTE_TORN_TAIL, NOTE_LOST_WRITES = "rotated-away", "torn-tail", "disk-refused"
 NOTES = frozenset({NOTE_TRUNCATED_START, NOTE_TORN_TAIL, NOTE_LOST_WRITES})
+# the findings that mean the chain itself is broken (the others name what an intact chain recorded)
+CHAIN_KINDS = frozenset({EDITED, LOST, REORDERED, FILE_REMOVED, ANCHOR_MISSING, UNREADABLE, TORN})
 MAX_KEPT = 100  # findings kept (and printed) per kind; the rest are counted
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.history.drift import Drift, find_drift, verdict_against_baseline
 from rkdet.history.ingest import RunRecord
+from rkdet.history.serving import ServingPull
 from rkdet.textsafe import markup_escaped
 from rkdet.log import output_console
 
@@ -63,6 +64,27 @@ def _filtered(results: Path, board: str | None, build: str | None) -> list[RunRe
     return [r for r in runs if keep(r)]
 
 
+def _filtered_serving(results: Path, board: str | None, build: str | None) -> list[ServingPull]:
+    """The verified serving pulls (`rkdet audit verify --results`) of the same board and build filters."""
+    from rkdet.history.db import connect, load_serving
+
+    conn = connect(results, create=False)
+    try:
+        pulls = load_serving(conn)
+    finally:
+        conn.close()
+    return [p for p in pulls if (board is None or fnmatch.fnmatchcase(p.board, board))
+            and (build is None or any(b.startswith(build.lower()) for b in p.builds))]
+
+
+def _serving_json(p: ServingPull) -> dict[str, Any]:
+    return {"board": p.board, "folder": p.folder, "builds": list(p.builds), "records": p.records,
+            "first_seq": p.first_seq, "last_seq": p.last_seq, "canary_passed": p.canary_passed,
+            "canary_failed": p.canary_failed, "shadow_disagreements": p.shadow_disagreements, "chain": p.chain,
+            "failed": p.failed, "findings": dict(p.findings), "last_hash": p.last_hash,
+            "verified_unix": p.verified_unix}
+
+
 def _run_json(r: RunRecord, verdict: str | None = None) -> dict[str, Any]:
     doc = {"folder": r.folder, "result_set": r.result_set or None, "run_id": r.run_id, "board": r.board.key, "label": r.board.label, "soc": r.board.soc,
            "serial": r.board.serial, "machine_id": r.board.machine_id, "identified_by": r.board.identified_by,
@@ -83,19 +105,21 @@ def _run_json(r: RunRecord, verdict: str | None = None) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (schema rkdet.history.runs/1).")
 @click.pass_context
 def history_group(ctx: click.Context, results: Path | None, board: str | None, build: str | None, as_json: bool) -> None:
-    """Recorded runs, oldest first per board, build and cell, each against its baseline.
+    """Recorded runs, oldest first per board, build and cell, each against its baseline; then serving.
 
     The first accepted run of a (board, build, cell) is its baseline; later runs are compared by
-    output hash. Subcommands: `drift` (which boards moved, since when, what changed), `import`.
+    output hash. Serving: every verified pull of a board's audit log (`rkdet audit verify --results`).
+    Subcommands: `drift` (which boards moved, since when, what changed), `import`.
     """
     if ctx.invoked_subcommand is not None:
         return
     results = results or Path("results")
     runs = _filtered(results, board, build)
+    serving = _filtered_serving(results, board, build)
     verdicts = verdict_against_baseline(runs)
     if as_json:
-        click.echo(json.dumps({"schema": "rkdet.history.runs/1", "runs": [_run_json(r, verdicts[r.key])
-                                                                           for r in runs]}, indent=2, sort_keys=True))
+        click.echo(json.dumps({"schema": "rkdet.history.runs/1", "runs": [_run_json(r, verdicts[r.key]) for r in runs],
+                               "serving": [_serving_json(p) for p in serving]}, indent=2, sort_keys=True))
         return
     table = Table(title=f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {markup_escaped(results)}", title_justify="left")
     for col in ("started (UTC)", "board", "soc", "build", "cell", "run", "vs baseline", "kernel", "librknnrt"):
@@ -108,6 +132,24 @@ def history_group(ctx: click.Context, results: Path | None, board: str | None, b
                       markup_escaped(r.cell), markup_escaped(r.run_id), mark, markup_escaped(_unknown(r.state.kernel)),
                       markup_escaped(_unknown(r.state.runtime)))
     output_console().print(table)
+    if serving:
+        output_console().print(_serving_table(serving))
+
+
+def _serving_table(pulls: list[ServingPull]) -> Table:
+    """Serving beside the runs: one row per verified pull of a board's audit log."""
+    table = Table(title=f"{len(pulls)} serving pull{'s' if len(pulls) != 1 else ''} (rkdet audit verify)",
+                  title_justify="left")
+    for col in ("verified (UTC)", "board", "builds", "records", "seq", "canary ok/failed", "shadow disagreed",
+                "chain", "verdict", "last hash"):
+        table.add_column(col, overflow="fold")
+    for p in pulls:
+        seq = "-" if p.first_seq is None else f"{p.first_seq}..{p.last_seq}"
+        failed = ", ".join(f"{markup_escaped(k)} {n}" for k, n in p.findings)
+        table.add_row(_when(p.verified_unix), markup_escaped(p.board), " ".join(b[:16] for b in p.builds) or "none",
+                      str(p.records), seq, f"{p.canary_passed}/{p.canary_failed}", str(p.shadow_disagreements),
+                      p.chain, f"FAILED ({failed})" if p.failed else "ok", _short(p.last_hash))
+    return table
 
 
 def _drift_json(d: Drift) -> dict[str, Any]:

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from rkdet.errors import InputError
 from rkdet.history.ingest import BoardIdentity, BoardState, OutputHash, RunRecord
+from rkdet.history.serving import ServingPull
 
 DB_NAME = "rkdet.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x726B6474  # "rkdt"
 BUSY_TIMEOUT_S = 60.0
 
@@ -97,8 +98,31 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX runs_by_cell ON runs(board, build, core_mask, backend, started_unix)")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    """Serving beside deploy runs: one row per verified pull of a board's audit log (rkdet.history.serving).
+    `board` is the label the pull was given, not a `boards` key (an audit log carries no board identity);
+    (folder, last_hash) is unique, so verifying the same pull twice records it once."""
+    conn.execute("""CREATE TABLE serving (
+        id INTEGER PRIMARY KEY,
+        board TEXT NOT NULL,
+        folder TEXT NOT NULL,
+        builds TEXT NOT NULL,
+        records INTEGER NOT NULL,
+        first_seq INTEGER, last_seq INTEGER,
+        canary_passed INTEGER NOT NULL,
+        canary_failed INTEGER NOT NULL,
+        shadow_disagreements INTEGER NOT NULL,
+        chain TEXT NOT NULL,
+        failed INTEGER NOT NULL,
+        findings TEXT NOT NULL,
+        last_hash TEXT NOT NULL DEFAULT '',
+        verified_unix REAL NOT NULL,
+        UNIQUE (folder, last_hash))""")
+    conn.execute("CREATE INDEX serving_by_board ON serving(board, verified_unix)")
+
+
 # MIGRATIONS[v] takes a database at schema version v to v + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -131,7 +155,7 @@ def _refusal(path: Path, version: int, app: int, tables: set[str]) -> str | None
     if version > SCHEMA_VERSION:
         return (f"{path}: schema version {version} was written by a newer rkdet (this one knows {SCHEMA_VERSION}); "
                 "upgrade rkdet")
-    missing = sorted(_TABLES - tables) if version > 0 else []
+    missing = sorted((_TABLES | ({"serving"} if version >= 3 else set())) - tables) if version > 0 else []
     if missing:
         return (f"{path}: schema version {version} but no table {', '.join(missing)}; the database is damaged, "
                 "move it away and run `rkdet history import`")
@@ -303,3 +327,52 @@ def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
                               emulated=None if emulated is None else bool(emulated), inferences=inferences,
                               outputs=tuple(outputs.get(rid, ())), result_set=result_set))
     return runs
+
+
+def record_serving(conn: sqlite3.Connection, pull: ServingPull) -> bool:
+    """Store one verified pull; False when the same (folder, last hash) is already recorded."""
+    with transaction(conn):
+        cur = conn.execute(
+            "INSERT INTO serving(board, folder, builds, records, first_seq, last_seq, canary_passed, canary_failed, "
+            "shadow_disagreements, chain, failed, findings, last_hash, verified_unix) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT(folder, last_hash) DO NOTHING",
+            (pull.board, pull.folder, json.dumps(list(pull.builds)), pull.records, pull.first_seq, pull.last_seq,
+             pull.canary_passed, pull.canary_failed, pull.shadow_disagreements, pull.chain, int(pull.failed),
+             json.dumps(dict(pull.findings), sort_keys=True), pull.last_hash or "", pull.verified_unix))
+        return cur.rowcount > 0
+
+
+def _json_column(conn: sqlite3.Connection, rid: int, column: str, text: object, want: type) -> object:
+    """A serving row's JSON column (a list of text, or an object of counts), or one line naming the row."""
+    try:
+        doc = json.loads(text) if isinstance(text, str) and len(text) <= 1 << 20 else None
+    except (ValueError, RecursionError):
+        doc = None
+    items = doc if isinstance(doc, list) else list(doc.items()) if isinstance(doc, dict) else None
+    good = isinstance(doc, want) and items is not None and all(
+        isinstance(i, str) if want is list else isinstance(i[0], str) and type(i[1]) is int for i in items)
+    if not good:
+        where = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), DB_NAME)
+        raise InputError(f"{where}: serving row {rid}: {column} is not what rkdet writes; the database is damaged, "
+                         "move it away (serving rows come back with the next `rkdet audit verify --results`)")
+    return doc
+
+
+def load_serving(conn: sqlite3.Connection) -> list[ServingPull]:
+    """Every recorded serving pull, ordered by (board, verified time, id)."""
+    pulls = []
+    for row in conn.execute(
+            "SELECT id, board, folder, builds, records, first_seq, last_seq, canary_passed, canary_failed, "
+            "shadow_disagreements, chain, failed, findings, last_hash, verified_unix FROM serving "
+            "ORDER BY board, verified_unix, id"):
+        (rid, board, folder, builds, records, first, last, passed, failed_canaries, disagreements, chain, failed,
+         findings, last_hash, verified) = row
+        build_list = _json_column(conn, rid, "builds", builds, list)
+        counts = _json_column(conn, rid, "findings", findings, dict)
+        assert isinstance(build_list, list) and isinstance(counts, dict)
+        pulls.append(ServingPull(board=board, folder=folder, builds=tuple(build_list), records=records,
+                                 first_seq=first, last_seq=last, canary_passed=passed, canary_failed=failed_canaries,
+                                 shadow_disagreements=disagreements, chain=chain, failed=bool(failed),
+                                 findings=tuple(sorted(counts.items())), last_hash=last_hash or None,
+                                 verified_unix=verified))
+    return pulls

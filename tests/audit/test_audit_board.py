@@ -65,3 +65,50 @@ def test_serve_pull_verify_report_on_an_emulated_board(board, tmp_path):
     assert runner.invoke(main, ["audit", "pull", *_args(board), "--remote", log, "--out", str(out)]).exit_code == 0
     bad = runner.invoke(main, ["audit", "verify", str(out), "--fingerprint", BUILD, "--anchor-file", str(anchor)])
     assert bad.exit_code == 1 and "FAIL file-removed" in bad.output and "audit-00000002.jsonl removed" in bad.output
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fleet_pull_over_an_inventory_one_folder_per_board_one_line_per_failure(board, tmp_path):
+    from rkdet.fleets.sources.inventory import FleetBoard, write_inventory
+
+    with board.connect() as conn:
+        log = f"{conn.home}/fleet-audit"
+        conn.run(["rm", "-rf", log])
+        assert "served 200 inferences" in _serve(conn, "--log", log, "--emulated", "--count", "200", "--build", BUILD)
+    live = dict(address=board.host, port=board.port, user=board.user, key_file=str(board.identity_file),
+                known_hosts=str(board.known_hosts_file))
+    inventory = write_inventory(tmp_path / "inventory.yaml", [
+        FleetBoard(name="lab-good", groups=("serving",), **live),
+        FleetBoard(name="lab-gone", address="127.0.0.1", port=_free_port(), user=board.user,  # nothing listens
+                   key_file=str(board.identity_file), known_hosts=str(board.known_hosts_file), groups=("serving",)),
+        FleetBoard(name="..", groups=("serving",), **live),  # a crafted name: never a folder outside OUT
+        FleetBoard(name="spare", groups=("spares",), **live)])
+    out = tmp_path / "fleet"
+    args = ["audit", "pull", "--inventory", str(inventory), "--remote", log, "--out", str(out),
+            "--ssh-config", "/dev/null", "--connect-timeout", "5"]
+    runner = CliRunner()
+    both = runner.invoke(main, [*args, "--limit", "serving"], catch_exceptions=False)
+    assert both.exit_code == 3, both.output
+    failures = sorted(ln for ln in both.output.splitlines() if "FAILED" in ln)
+    assert len(failures) == 2 and failures[1].startswith("board lab-gone: FAILED: ")
+    assert failures[0].startswith("board ..: FAILED: ") and "not a plain folder name" in failures[0]
+    assert "pulled 1 of 3 boards" in both.output and "2 failed" in both.output
+    assert sorted(p.name for p in out.iterdir()) == ["lab-good"]  # nothing half-written for the failed boards
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet", "inventory.yaml"]  # nothing beside OUT
+    ok = runner.invoke(main, ["audit", "verify", str(out / "lab-good"), "--fingerprint", BUILD])
+    assert ok.exit_code == 0 and "chain intact" in ok.output, ok.output
+    spare = runner.invoke(main, [*args, "--limit", "spare"], catch_exceptions=False)
+    assert spare.exit_code == 0 and "pulled 1 of 1 boards" in spare.output, spare.output
+    assert sorted(p.name for p in out.iterdir()) == ["lab-good", "spare"]
+    none = runner.invoke(main, [*args, "--limit", "nothing-matches"])
+    assert none.exit_code == 2 and "matches no group or host" in none.output
+    both_sources = runner.invoke(main, [*args, "--board", board.target])
+    assert both_sources.exit_code == 2 and "not both" in both_sources.output
+    assert runner.invoke(main, ["audit", "pull", "--remote", log, "--out", str(out)]).exit_code == 2
