@@ -114,3 +114,26 @@ def test_a_hostile_cpu_class_is_shown_as_plain_text(tmp_path: Path) -> None:
     c = compare(a, b)
     assert c.agrees is not None and c.agrees.ok
     assert "\x1b" not in c.agrees.line() and "\n" not in c.agrees.line()
+
+
+def _build(tmp_path: Path, cpu: str | None) -> Path:
+    """A hand-made build whose golden/onnx-fp32 set is the reference; its CPU class only in the manifest's
+    environment.cpu (a golden set's run.json records none), as convert writes it."""
+    from rkdet.records.manifest import Manifest, write_manifest
+
+    build = tmp_path / "build"
+    _set(build / "golden" / "onnx-fp32", _outputs(), None)
+    environment = {"cpu": {"class": cpu, "features": ["SSE41"]}} if cpu else None
+    write_manifest(build / "manifest.json", Manifest(fingerprint="ab" * 32, platform="rk3588", environment=environment))
+    return build
+
+
+def test_a_builds_golden_set_takes_its_class_from_the_manifest(tmp_path: Path) -> None:
+    a = _set(tmp_path / "a", _last_bits(_outputs()), FMA)
+    c = compare(a, _build(tmp_path / "other", NO_FMA))
+    assert c.agrees is not None and c.agrees.ok and c.agrees.reference == "onnx-fp32"
+    assert f"reference made on CPU class {NO_FMA!r}, this run on {FMA!r}" in c.agrees.line()
+    c = compare(a, _build(tmp_path / "same", FMA))
+    assert c.agrees is not None and not c.agrees.ok and not c.agrees.cross_cpu
+    c = compare(a, _build(tmp_path / "older", None))  # a build made before rkdet recorded the class
+    assert c.agrees is not None and not c.agrees.ok and not c.agrees.cross_cpu
