@@ -176,7 +176,7 @@ def _report(what: str, runs: list, out: str | None) -> None:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     guests = runs[1:]
     lines.append("\nUnder the reference's settings (" + REFERENCE_SETTING + "), how far each CPU's outputs lie from the "
-                 "native ones (the cross-CPU bound, rkdet.tolerance.CROSS_CPU, is set from these):")
+                 "native ones (the cross-CPU bound, rkdet.tolerance.CROSS_CPU_REL, is set from these):")
     for n, r, _ in guests:
         lines.append(f"- {n}: " + _distance(native["reference_outputs"], r["reference_outputs"]))
     for i, (n1, r1, _) in enumerate(guests):  # are two foreign classes one class? (same settings, same inputs)
