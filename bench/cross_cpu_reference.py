@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 SETTINGS = (("1 thread, ORT_ENABLE_ALL", 1, "all"), ("1 thread, ORT_ENABLE_EXTENDED", 1, "extended"),
             ("1 thread, ORT_ENABLE_BASIC", 1, "basic"), ("1 thread, ORT_DISABLE_ALL", 1, "disable"),
             ("2 threads, ORT_ENABLE_EXTENDED", 2, "extended"))
+REFERENCE_SETTING = "1 thread, ORT_ENABLE_EXTENDED"  # rkdet.onboard.reference's session
 PRE_AVX_MODELS = ("Nehalem", "Westmere", "Penryn", "Conroe")
 
 
@@ -51,6 +52,7 @@ def run_child(folder: Path, max_inputs: int) -> dict:
     levels = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
               "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
     result = {"cpu": cpu_class(), "settings": {}}
+    kept = {}
     for label, threads, level in SETTINGS:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
@@ -62,8 +64,14 @@ def run_child(folder: Path, max_inputs: int) -> dict:
         hashes = {}
         for name in names:
             feed = {meta["input_name"]: fp32_input(inputs[name], meta["mean"], meta["std"])}
-            hashes[name] = [output_hash(np.ascontiguousarray(a)) for a in session.run(outs, feed)]
+            arrays = session.run(outs, feed)
+            hashes[name] = [output_hash(np.ascontiguousarray(a)) for a in arrays]
+            if label == REFERENCE_SETTING:  # kept to measure how far another class's reference lies numerically
+                kept.update({f"{name}/{i}": a for i, a in enumerate(arrays)})
         result["settings"][label] = hashes
+    kept_file = folder / f"reference-{os.getpid()}.npz"
+    np.savez(kept_file, **kept)
+    result["reference_outputs"] = str(kept_file)
     return result
 
 
@@ -134,6 +142,25 @@ def main() -> int:
     return 0
 
 
+def _distance(native_file: str, guest_file: str) -> str:
+    """Max abs difference, max relative abs difference (|a-b| / max|a| of that output) and max ULP, over
+    the outputs both runs computed."""
+    import numpy as np
+    a, b = np.load(native_file), np.load(guest_file)
+    worst_abs, worst_rel, worst_ulp, n = 0.0, 0.0, 0, 0
+    for key in b.files:
+        x, y = a[key].astype(np.float64), b[key].astype(np.float64)
+        d = np.abs(x - y)
+        worst_abs = max(worst_abs, float(d.max(initial=0.0)))
+        worst_rel = max(worst_rel, float(d.max(initial=0.0)) / max(float(np.abs(x).max(initial=0.0)), 1e-30))
+        xi, yi = a[key].astype(np.float32).view(np.int32).astype(np.int64), b[key].astype(np.float32).view(np.int32).astype(np.int64)
+        xi = np.where(xi < 0, -(xi & 0x7FFFFFFF), xi)
+        yi = np.where(yi < 0, -(yi & 0x7FFFFFFF), yi)
+        worst_ulp = max(worst_ulp, int(np.abs(xi - yi).max(initial=0)))
+        n += 1
+    return f"{n} output tensors: max abs {worst_abs:.3g}, max abs / max |output| {worst_rel:.3g}, max {worst_ulp} ULP"
+
+
 def _report(what: str, runs: list, out: str | None) -> None:
     native = runs[0][1]
     lines = [f"Model: {what}. onnxruntime settings (inter-op 1, ORT_SEQUENTIAL) x CPU; each cell: output tensors "
@@ -148,6 +175,10 @@ def _report(what: str, runs: list, out: str | None) -> None:
             cells.append(f"{sum(a == b for a, b in pairs)} / {len(pairs)}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     guests = runs[1:]
+    lines.append("\nUnder the reference's settings (" + REFERENCE_SETTING + "), how far each CPU's outputs lie from the "
+                 "native ones (the cross-CPU bound, rkdet.tolerance.CROSS_CPU_REL, is set from these):")
+    for n, r, _ in guests:
+        lines.append(f"- {n}: " + _distance(native["reference_outputs"], r["reference_outputs"]))
     for i, (n1, r1, _) in enumerate(guests):  # are two foreign classes one class? (same settings, same inputs)
         for n2, r2, _ in guests[i + 1:]:
             same = [label for label, _, _ in SETTINGS if r1["settings"][label] == r2["settings"][label]]

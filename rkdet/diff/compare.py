@@ -22,7 +22,7 @@ from rkdet.diff.metrics import HIST_EDGES, NumericStats, compare_arrays, referen
 from rkdet.diff.resultset import OutputRef, Record, ResultSource
 from rkdet.records.verdict import VerdictRecord
 from rkdet.textsafe import plain_value
-from rkdet.tolerance import Tolerance
+from rkdet.tolerance import Tolerance, cross_cpu_phrase, cross_cpu_tolerance
 from rkdet.errors import EXIT_DIFFERENT, EXIT_OK, InputError
 
 
@@ -125,6 +125,7 @@ class Verdict:
     min_cosine: float | None = None
     reason: str = ""
     caveat: str = ""  # the reference build failed its gates at convert (rkdet.records.gates): said on every line
+    cross_cpu: str = ""  # agrees: the reference was made on another CPU class, so judged numerically (the line says why)
 
     @property
     def decisions_judged(self) -> bool:
@@ -136,7 +137,8 @@ class Verdict:
                              outputs_differing=self.outputs_differing, outputs_outside=self.outputs_outside,
                              decisions_changed=self.decisions_changed, decisions_judged=self.decisions_judged,
                              max_abs=self.max_abs, max_ulp=self.max_ulp, max_lsb=self.max_lsb,
-                             min_cosine=self.min_cosine, reason=self.reason, caveat=self.caveat or None)
+                             min_cosine=self.min_cosine, reason=self.reason, caveat=self.caveat or None,
+                             cross_cpu=self.cross_cpu or None)
 
     def to_json(self) -> dict[str, Any]:
         return self.record().to_json()
@@ -153,7 +155,7 @@ class Verdict:
                    else ", decisions not judged (no decoder ran: unknown, not zero)"))
         state = "bit-identical" if self.outputs_differing == 0 else f"{self.outputs_differing} output(s) not bit-identical ({dist})"
         return (f"{label}: {'YES' if self.ok else 'NO'} [{self.tolerance}]: {state}{'; ' + self.reason if self.reason else ''}"
-                + (f" [{self.caveat}]" if self.caveat else ""))
+                + (f"; {self.cross_cpu}" if self.cross_cpu else "") + (f" [{self.caveat}]" if self.caveat else ""))
 
 
 @dataclass
@@ -173,6 +175,7 @@ class Comparison:
     repeatable: Verdict = field(default_factory=lambda: Verdict("repeatable", True))
     agrees: Verdict | None = None  # only with a reference B
     caveat: str | None = None  # the reference build failed its gates at convert (rkdet.records.gates)
+    cross_cpu: str | None = None  # A and the reference B were computed on two CPU classes: why A-vs-B is numeric
 
     @property
     def mode(self) -> str:
@@ -216,6 +219,7 @@ class _Engine:
         self.overlay: dict[str, Any] | None = None
         self.notes: list[str] = []
         self.norms: dict[tuple[str, str], float] = {}  # |reference|^2 per reference hash
+        self.cross_cpu = False  # the reference B was made on another CPU class: A-vs-B within the cross-CPU bound passes
 
     # -- layout ----------------------------------------------------------------------------
     def layout_for(self, record: Record, src: ResultSource) -> Layout:
@@ -226,7 +230,7 @@ class _Engine:
 
     # -- per-pair numerics -----------------------------------------------------------------
     def measure(self, ref_src: ResultSource, ref: OutputRef, cand_src: ResultSource, cand: OutputRef,
-                where: str) -> tuple[NumericStats, dict[str, NumericStats]]:
+                where: str, against_b: bool = False) -> tuple[NumericStats, dict[str, NumericStats]]:
         if ref.shape != cand.shape:
             raise InputError(f"{where}: output {cand.name} is {list(cand.shape)} but its reference is {list(ref.shape)}; "
                              f"the two sides come from different models or layouts")
@@ -238,6 +242,9 @@ class _Engine:
             self.norms[key] = reference_norm2(r)
         lsb = ref_src.quant_steps.get(ref.name) or cand_src.quant_steps.get(cand.name)
         tolerance = self.tolerance.for_output(cand.name)  # its own entry, else the default
+        if against_b and self.cross_cpu and r.dtype.kind == "f":  # another CPU class's FP32 kernels: numeric
+            finite = np.abs(r[np.isfinite(r)])
+            tolerance = cross_cpu_tolerance(tolerance, float(finite.max(initial=0.0)))
         stats = compare_arrays(r, c, tolerance, ref_norm2=self.norms[key], lsb=lsb)
         slices = {}
         assert self.layout is not None
@@ -355,7 +362,7 @@ class _Engine:
             if ref_rec is not None and ref_src is not None:  # against B first: the verdict names B before run 0
                 r = next(x for x in ref_rec.outputs if x.name == o.name)
                 if o.hash != r.hash:
-                    var.vs_reference, var.slices_vs_reference = self.measure(ref_src, r, src, o, where)
+                    var.vs_reference, var.slices_vs_reference = self.measure(ref_src, r, src, o, where, against_b=True)
                     self._check(analysis.role, "B", rec, o.name, var.vs_reference, var.slices_vs_reference, var)
             if o.hash != f.hash:
                 var.vs_first, var.slices_vs_first = self.measure(src, f, src, o, where)
@@ -466,6 +473,10 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
         if missing:
             notes.append(f"B has input(s) A lacks: {', '.join(missing)} (not compared)")
         notes.extend(run_setting_differences(a.run_info, b.run_info))
+        cross_cpu = cross_cpu_line(a, b)
+        if cross_cpu:
+            engine.cross_cpu = True
+            notes.append(cross_cpu)
     for role, src in (("A", a), ("B", b)):
         if src is not None and src.run_info.emulated:
             notes.append(f"{role} results are EMULATED: {src.run_info.backend_detail or src.run_info.backend}")
@@ -488,6 +499,7 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
     notes.append(f"decoder: {layout.detail}")
     comparison = Comparison(a_analysis, b_analysis, tolerance, layout, engine.failures, notes + engine.notes,
                             engine.hist.tolist())
+    comparison.cross_cpu = cross_cpu_line(a, b) if b is not None else None
     comparison.overlay = _finish_overlay(engine.overlay, a_analysis, b_analysis)
     decoded = layout.kind != "none"
     comparison.repeatable = _repeatable(a_analysis, decoded)
@@ -495,6 +507,8 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
     failed = not comparison.repeatable.ok or (comparison.agrees is not None and not comparison.agrees.ok)
     comparison.exit_code = EXIT_DIFFERENT if comparison.failures or failed else EXIT_OK
     comparison.verdict = verdict_line(comparison)
+    if comparison.cross_cpu and comparison.agrees is not None and comparison.agrees.outputs_differing:
+        comparison.verdict += f"; {comparison.cross_cpu}"
     caveat = next((s.build_caveat for s in (b, a) if s is not None and s.build_caveat), None)
     if caveat:  # a build that failed its gates at convert: every verdict line says so
         comparison.caveat = caveat
@@ -504,6 +518,17 @@ def run_comparison(a: ResultSource, b: ResultSource | None, tolerance: Tolerance
                 v.caveat = caveat
         comparison.verdict += f" [{caveat}]"
     return comparison
+
+
+def cross_cpu_line(a: ResultSource, b: ResultSource) -> str | None:
+    """Why A against the reference B is judged numerically: both record the CPU class their FP32 outputs were
+    computed on (run.json backend_options, a build's manifest) and the two differ; None when the classes are
+    equal or either is unknown (then bitwise, as declared). docs/FORMATS.md "CPU class"."""
+    theirs, ours = b.cpu_class, a.cpu_class
+    if not theirs or not ours or theirs == ours:
+        return None
+    return (f"reference made on CPU class {plain_value(theirs, 80)!r}, this run on {plain_value(ours, 80)!r}: compared "
+            f"numerically ({cross_cpu_phrase()}), not bitwise (FP32 kernels round differently across CPU classes)")
 
 
 def _finish_overlay(overlay: dict[str, Any] | None, a: SetAnalysis, b: SetAnalysis | None) -> dict[str, Any] | None:
@@ -570,6 +595,9 @@ def _agrees(c: Comparison, decoded: bool = True) -> Verdict:
     v = _distance(Verdict("agrees", not outside and not changed, ref, c.tolerance.describe()), stats)
     v.outputs_outside = len(outside)
     v.decisions_changed = changed if decoded else None
+    if c.cross_cpu:
+        v.cross_cpu = c.cross_cpu
+        v.tolerance = f"{v.tolerance}, or within the cross-CPU bound"
     if outside:
         f = outside[0]
         v.reason = f"input {f.input} output {f.output} outside tolerance ({'; '.join(f.stats.reasons) or 'slices'})"
@@ -595,7 +623,8 @@ def _verdict_core(c: Comparison) -> str:
     total = c.a.records + (c.b.records if c.b else 0)
     versus = f" against B ({c.b.source.short_label})" if c.b else " run-to-run"
     if not c.failures:
-        what = "bit-identical" if c.tolerance.bitwise else "within tolerance"
+        crossed = c.cross_cpu is not None and c.agrees is not None and c.agrees.outputs_differing > 0
+        what = "bit-identical" if c.tolerance.bitwise and not crossed else "within tolerance"
         distinct = max((len(ia.groups) for ia in c.a.inputs.values()), default=1)
         extra = "" if distinct == 1 else f" ({distinct} distinct results per input at most)"
         return f"SAME ({tol}): {c.a.records} inferences of {len(c.a.inputs)} input(s){versus}: all outputs {what}{extra}"

@@ -11,7 +11,7 @@ import math
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,14 @@ class ResultSource:
     quant_steps: dict[str, float] = field(default_factory=dict)  # output -> int8 scale (LSB), from a build
     build_caveat: str | None = None  # a build's golden set whose build failed its gates at convert (rkdet.records.gates)
     declared: dict[str, Any] | None = None  # a build's declared decisions (its config's decision.outputs)
+    build_cpu_class: str | None = None  # a build's golden set: the CPU class its manifest's environment.cpu records
+
+    @property
+    def cpu_class(self) -> str | None:
+        """The CPU class the FP32 outputs were computed on (rkdet.onboard.reference.cpu_class): run.json's
+        `backend_options.cpu_class`, else a golden set's build manifest's; None when neither records one."""
+        found = (self.run_info.backend_options or {}).get("cpu_class")
+        return found if isinstance(found, str) and found else self.build_cpu_class
 
     # -- overridden by the concrete kinds -------------------------------------------------
     def records(self) -> Iterator[Record]:
@@ -365,6 +373,9 @@ def _golden_set(path: Path, note: str | None = None, builds: Sequence[BuildRecor
         src.quant_steps = build.manifest.quant_steps
         src.build_caveat = None if build.gates.passed else build.gates.caveat(folder)
         src.declared = declared_of(build.manifest)
+        cpu = (build.manifest.environment or {}).get("cpu")
+        found = cpu.get("class") if isinstance(cpu, Mapping) else None
+        src.build_cpu_class = found if isinstance(found, str) and found else None
     return src
 
 

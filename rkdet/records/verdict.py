@@ -76,6 +76,9 @@ class VerdictRecord:
     min_cosine: float | None
     reason: str
     caveat: str | None  # the reference build failed its gates at convert
+    # agrees: why it was judged numerically, not bitwise (the reference made on another CPU class); None: as declared.
+    # Added without a schema bump: a record written before reads as None.
+    cross_cpu: str | None = None
 
     def __post_init__(self) -> None:
         _check(self)
