@@ -10,7 +10,8 @@ from rkdet.emulator.sysfs_fuse import profile_from_json, profile_to_json
 from rkdet.emulator.soc_sources import CHOICE
 from rkdet.emulator.socs import RK3588_SPEED_BINS, all_variants, missing_sources, rk3588, source_of, value_keys
 
-CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19|SDK|datasheet")
+CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19|SDK"
+                   r"|datasheet")
 
 
 @pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
@@ -80,5 +81,6 @@ def test_rk3576_npu_boot_variant_and_unverified_values_say_so() -> None:
     with pytest.raises(ValueError, match="950000000"):
         rk3576(npu_boot_hz=1000000000)
     for prof in (rk3576(), rk3562()):
-        assert source_of(prof, f"devfreq.{prof.devfreq_of('npu').name}.frequencies_hz").startswith(UNVERIFIED)  # type: ignore[union-attr]
+        node = prof.devfreq_of("npu")
+        assert node is not None and source_of(prof, f"devfreq.{node.name}.frequencies_hz").startswith(UNVERIFIED)
     assert [p.cpus for p in rk3576().cpu_policies] == [(0, 1, 2, 3), (4, 5, 6, 7)]
