@@ -12,6 +12,11 @@ on RK3588/RK3588S only), the mainline/BSP device trees for the NPU's devfreq nod
 in rk3588s.dtsi, which rk3588.dtsi includes; `npu@fde40000` in rk3568.dtsi; `npu@ffbc0000` in rv1126.dtsi),
 and rknn-toolkit2's target platforms (no "rk3588s" nor "rk3566" target: their models are built for
 rk3588 and rk3568).
+
+RK3576 and RK3562 (issue 34): the devfreq node names `27700000.npu` (RK3576) and `ff300000.npu` (RK3562) are
+the NPU unit addresses as recalled from Rockchip's BSP 6.1 `rk3576.dtsi` / `rk3562.dtsi` (`rknpu: npu@...`),
+NOT verified against the files in this session. RK3576's `core_aliases`: rknn-toolkit-lite2 on RK3576 runs
+`NPU_CORE_2` on core 0 (reported in issue 34 from a board; no Rockchip document found for it: unsourced).
 """
 
 from __future__ import annotations
@@ -31,15 +36,17 @@ class SocFacts:
     npu_family: str  # RKNPU1 | RKNPU2
     model_target: str  # the toolkit target_platform whose models run on this NPU
     npu_devfreq: str | None = None  # the NPU's devfreq node name (None: not known to rkdet)
+    # masks the runtime accepts although they name a core the NPU lacks, and the mask they run as
+    core_aliases: tuple[tuple[str, str], ...] = ()
 
 
 _ALL = (
     SocFacts("rk3588", 3, RKNPU2, "rk3588", "fdab0000.npu"),
     SocFacts("rk3588s", 3, RKNPU2, "rk3588", "fdab0000.npu"),  # the same die and NPU as rk3588
-    SocFacts("rk3576", 2, RKNPU2, "rk3576"),
+    SocFacts("rk3576", 2, RKNPU2, "rk3576", "27700000.npu", core_aliases=(("2", "0"),)),  # unsourced alias
     SocFacts("rk3568", 1, RKNPU2, "rk3568", "fde40000.npu"),
     SocFacts("rk3566", 1, RKNPU2, "rk3568", "fde40000.npu"),  # rk3568's NPU; toolkit2 builds it as rk3568
-    SocFacts("rk3562", 1, RKNPU2, "rk3562"),
+    SocFacts("rk3562", 1, RKNPU2, "rk3562", "ff300000.npu"),
     SocFacts("rv1126b", 1, RKNPU2, "rv1126b"),
     SocFacts("rv1126", 1, RKNPU1, "rv1126", "ffbc0000.npu"),
     SocFacts("rv1109", 1, RKNPU1, "rv1109"),
@@ -84,3 +91,9 @@ def core_masks(soc: str | None, masks: tuple[str, ...]) -> tuple[str, ...]:
     """The masks (of `masks`, the runtime's list) this SoC's NPU can run."""
     cores = npu_cores(soc)
     return tuple(m for m in masks if mask_needs(m) <= cores)
+
+
+def runs_as(soc: str | None, mask: str) -> str:
+    """The core mask a mask actually runs as on this SoC: itself, or its alias (RK3576: "2" runs as "0")."""
+    found = facts(soc)
+    return dict(found.core_aliases).get(mask, mask) if found else mask

@@ -165,3 +165,63 @@ RK3588["thermal_caps"] = ("drivers/soc/rockchip/rockchip_system_monitor.c on soc
                           "(each cited under cap.<node>)")
 RK3588["cooling_numbered"] = COOLING_NUMBERED
 RK3568["cooling_numbered"] = COOLING_NUMBERED
+
+# ---- RK3576 / RK3562 (issue 34) ----------------------------------------------------------------
+# Written without the kernel trees at hand: every value below that names a file was recalled from Rockchip's
+# BSP kernel 6.1 (rockchip-linux/kernel branch develop-6.1) or mainline, and says it is unverified.
+UNVERIFIED = "not verified in this session (recalled, check against the file): "
+_DT_61 = "BSP 6.1 arch/arm64/boot/dts/rockchip/"
+_CPU_GOV_61 = CHOICE + ("BSP 6.1 rockchip_linux_defconfig governor set not checked; schedutil default and the "
+                        "list order are emulator choices")
+_BSP61 = {
+    "kernel": CHOICE + "a BSP 6.1 release string (6.1.99); no board dump fixes it",
+    "cooling_devices": CHOICE + "none emulated (no source for the list)",
+    "thermal_caps": CHOICE + "none: no system-monitor cap is sourced for this SoC",
+    "cooling_numbered": COOLING_NUMBERED,
+    "cpuidle_states": CHOICE + "WFI and cpu-sleep as on the other RK35xx profiles (idle-states not checked)",
+    "devfreq_governors": _DEVFREQ_LIST,
+    "npu_cores": "rkdet/socs.py (Rockchip datasheets: RK3576 two NPU cores, 6 TOPS; RK3562 one core, 1 TOPS)",
+}
+
+_RK3576_DT = _DT_61 + "rk3576.dtsi "
+RK3576 = dict(_COMMON, **_BSP61, **{
+    "compatible": UNVERIFIED + "mainline arch/arm64/boot/dts/rockchip/rk3576-armsom-sige5.dts compatible",
+    "model": UNVERIFIED + "mainline arch/arm64/boot/dts/rockchip/rk3576-armsom-sige5.dts model",
+    "cpufreq.policy0.cpus": UNVERIFIED + _RK3576_DT + "cpu_l0..cpu_l3 (Cortex-A53) share cluster0_opp_table",
+    "cpufreq.policy4.cpus": UNVERIFIED + _RK3576_DT + "cpu_b0..cpu_b3 (Cortex-A72) share cluster1_opp_table",
+    "cpufreq.policy0.frequencies_khz": (UNVERIFIED + _RK3576_DT + "cluster0_opp_table 408000..1800000 kHz "
+                                        "(top: RK3576 datasheet, A53 up to 1.8 GHz)"),
+    "cpufreq.policy4.frequencies_khz": (UNVERIFIED + _RK3576_DT + "cluster1_opp_table 408000..2208000 kHz "
+                                        "(top: RK3576 datasheet, A72 up to 2.2 GHz)"),
+    "cpufreq.policy0.governor": _CPU_GOV_61, "cpufreq.policy0.governors": _CPU_GOV_61,
+    "cpufreq.policy4.governor": _CPU_GOV_61, "cpufreq.policy4.governors": _CPU_GOV_61,
+    "devfreq.27700000.npu": UNVERIFIED + _RK3576_DT + "rknpu: npu@27700000 (node name in rkdet/socs.py)",
+    "devfreq.27700000.npu.frequencies_hz": (UNVERIFIED + _RK3576_DT + "npu_opp_table 300..950 MHz (top 950 MHz: "
+                                            "issue 34's board report)"),
+    "devfreq.27700000.npu.governor": "rknpu driver rknpu_devfreq.c: rknpu_ondemand is the NPU's default governor",
+    "devfreq.27700000.npu.boot_hz": ("issue 34 board report: the NPU runs at 950 MHz (one vendor kernel boots it "
+                                     "at 300 MHz instead; test it with a profile variant)"),
+    "thermal.package-thermal.trips": (UNVERIFIED + "mainline arch/arm64/boot/dts/rockchip/rk3576.dtsi "
+                                      "thermal-zones package-thermal: 115 C critical"),
+    **{f"thermal.{z}.trips": UNVERIFIED + "mainline rk3576.dtsi thermal-zones " + z + ": no trips modelled"
+       for z in ("bigcore-thermal", "littlecore-thermal", "gpu-thermal", "npu-thermal", "ddr-thermal")},
+    **{f"thermal.{z}.millicelsius": CHOICE + "idle temperature about 40 C"
+       for z in ("package-thermal", "bigcore-thermal", "littlecore-thermal", "gpu-thermal", "npu-thermal",
+                 "ddr-thermal")},
+})
+
+_RK3562_DT = _DT_61 + "rk3562.dtsi "
+RK3562 = dict(_COMMON, **_BSP61, **{
+    "compatible": UNVERIFIED + _DT_61 + "rk3562-evb1-lp4x-v10.dts compatible",
+    "model": UNVERIFIED + _DT_61 + "rk3562-evb1-lp4x-v10.dts model",
+    "cpufreq.policy0.cpus": UNVERIFIED + _RK3562_DT + "cpu0..cpu3 (Cortex-A53) share cpu0_opp_table",
+    "cpufreq.policy0.frequencies_khz": (UNVERIFIED + _RK3562_DT + "cpu0_opp_table 408000..2016000 kHz "
+                                        "(top: RK3562 datasheet, A53 up to 2.0 GHz)"),
+    "cpufreq.policy0.governor": _CPU_GOV_61, "cpufreq.policy0.governors": _CPU_GOV_61,
+    "devfreq.ff300000.npu": UNVERIFIED + _RK3562_DT + "rknpu: npu@ff300000 (node name in rkdet/socs.py)",
+    "devfreq.ff300000.npu.frequencies_hz": UNVERIFIED + _RK3562_DT + "npu_opp_table 300..1000 MHz",
+    "devfreq.ff300000.npu.governor": "rknpu driver rknpu_devfreq.c: rknpu_ondemand is the NPU's default governor",
+    "devfreq.ff300000.npu.boot_hz": CHOICE + "the middle OPP (held by rknpu_ondemand); no dump fixes it",
+    "thermal.soc-thermal.trips": UNVERIFIED + _RK3562_DT + "thermal_zones soc-thermal: trip files not modelled",
+    "thermal.soc-thermal.millicelsius": CHOICE + "idle temperature 42 C",
+})

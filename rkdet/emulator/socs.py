@@ -8,7 +8,8 @@ empty. The citations themselves live in `rkdet.emulator.soc_sources`; the NPU's 
 node name) are read from `rkdet.socs`, where config, preflight and the fleet read them too.
 
 Variants are built by the factory functions (`rk3588` with its speed bin, kernel and image
-options; `rk3568`; `rv1126`), so tests can run every board script on every variant.
+options; `rk3568`; `rv1126`; `rk3576` with its NPU boot frequency; `rk3562`), so tests can run
+every board script on every variant.
 Frequencies are in the units the kernel prints: kHz for cpufreq, Hz for devfreq.
 """
 
@@ -302,6 +303,64 @@ def rv1126() -> SocProfile:
     )
 
 
+# ---- RK3576 / RK3562 (issue 34; BSP 6.1; soc_sources marks what was not verified) -------------------
+
+_CPU_GOVERNORS_61 = ("conservative", "ondemand", "userspace", "powersave", "performance", "schedutil")
+
+
+def rk3576(npu_boot_hz: int = 950000000) -> SocProfile:
+    """An RK3576 board (ArmSoM Sige5) on a BSP 6.1 kernel: two NPU cores, NPU up to 950 MHz.
+
+    `npu_boot_hz`: the NPU's frequency at boot (issue 34: one vendor kernel boots it at 300 MHz, not 950)."""
+    npu_opps = tuple(f * 1000000 for f in (300, 400, 500, 600, 700, 800, 900, 950))
+    if npu_boot_hz not in npu_opps:
+        raise ValueError(f"RK3576 NPU boot frequency {npu_boot_hz}: use one of {', '.join(map(str, npu_opps))}")
+    sources = dict(src.RK3576)
+    sources.update(src.image_options(True, True))
+    return SocProfile(
+        soc="rk3576",
+        compatible=("armsom,sige5", "rockchip,rk3576"),
+        model="ArmSoM Sige5",
+        kernel="6.1.99",
+        cpu_policies=(
+            CpuPolicy("policy0", (0, 1, 2, 3), _RK3588_LITTLE, "schedutil", _CPU_GOVERNORS_61),
+            CpuPolicy("policy4", (4, 5, 6, 7), _RK3588_BIG, "schedutil", _CPU_GOVERNORS_61),
+        ),
+        devfreq=(DevfreqNode(_npu("rk3576"), "npu", npu_opps, "rknpu_ondemand", boot_hz=npu_boot_hz),),
+        devfreq_governors=("rknpu_ondemand", "userspace", "powersave", "performance", "simple_ondemand"),
+        thermal_zones=(
+            ThermalZone("package-thermal", 40500, ((115000, "critical"),)),
+            ThermalZone("bigcore-thermal", 41000), ThermalZone("littlecore-thermal", 40300),
+            ThermalZone("gpu-thermal", 39800), ThermalZone("npu-thermal", 40100), ThermalZone("ddr-thermal", 39600),
+        ),
+        npu_cores=facts.npu_cores("rk3576"),
+        variant="" if npu_boot_hz == 950000000 else f"npu-boot-{npu_boot_hz // 1000000}",
+        sources=sources,
+    )
+
+
+def rk3562() -> SocProfile:
+    """An RK3562 EVB on a BSP 6.1 kernel: one NPU core."""
+    sources = dict(src.RK3562)
+    sources.update(src.image_options(True, True))
+    return SocProfile(
+        soc="rk3562",
+        compatible=("rockchip,rk3562-evb1-lp4x-v10", "rockchip,rk3562"),
+        model="Rockchip RK3562 EVB1 LP4X V10 Board",
+        kernel="6.1.99",
+        cpu_policies=(
+            CpuPolicy("policy0", (0, 1, 2, 3), _RK3588_LITTLE[:-1] + (1800000, 2016000), "schedutil",
+                      _CPU_GOVERNORS_61),
+        ),
+        devfreq=(DevfreqNode(_npu("rk3562"), "npu", tuple(f * 1000000 for f in (300, 400, 500, 600, 700, 800, 900,
+                                                                                1000)), "rknpu_ondemand"),),
+        devfreq_governors=("rknpu_ondemand", "userspace", "powersave", "performance", "simple_ondemand"),
+        thermal_zones=(ThermalZone("soc-thermal", 42000),),
+        npu_cores=facts.npu_cores("rk3562"),
+        sources=sources,
+    )
+
+
 def with_stack(prof: SocProfile, runtime: str | None = None, driver: str | None = None) -> SocProfile:
     """TEST CONTROL: the same board with another librknnrt version and/or rknpu driver version (a bare
     "1.4.0" becomes the library's "librknnrt version: 1.4.0 (...)" string and the driver's "RKNPU driver:
@@ -350,7 +409,8 @@ def with_multicore_split(prof: SocProfile, cores: int = 3, core_masks: tuple[int
 
 def all_variants() -> tuple[SocProfile, ...]:
     """The default profiles plus every variant (what 'board scripts pass on every variant' runs)."""
-    return (RK3588,) + rk3588_variants()[1:] + (RK3568, rk3568(compaction=False, thp=False), RV1126)
+    return (RK3588,) + rk3588_variants()[1:] + (RK3568, rk3568(compaction=False, thp=False), RV1126, RK3576,
+                                                rk3576(npu_boot_hz=300000000), RK3562)
 
 
 def _kernel_tuple(release: str) -> tuple[int, ...]:
@@ -363,8 +423,10 @@ def _kernel_tuple(release: str) -> tuple[int, ...]:
 RK3588 = rk3588()
 RK3568 = rk3568()
 RV1126 = rv1126()
+RK3576 = rk3576()
+RK3562 = rk3562()
 
-PROFILES: dict[str, SocProfile] = {p.soc: p for p in (RK3588, RK3568, RV1126)}
+PROFILES: dict[str, SocProfile] = {p.soc: p for p in (RK3588, RK3568, RV1126, RK3576, RK3562)}
 
 
 def profile(soc: str) -> SocProfile:
@@ -376,5 +438,6 @@ def profile(soc: str) -> SocProfile:
 
 
 __all__ = ["CpuPolicy", "DevfreqNode", "ThermalZone", "ThermalCap", "SocProfile", "PROFILES", "RK3588", "RK3568",
-           "RV1126", "RK3588_SPEED_BINS", "rk3588", "rk3568", "rv1126", "rk3588_variants", "all_variants",
+           "RV1126", "RK3576", "RK3562", "RK3588_SPEED_BINS", "rk3588", "rk3568", "rv1126", "rk3576", "rk3562",
+           "rk3588_variants", "all_variants",
            "profile", "value_keys", "source_of", "missing_sources", "with_stack"]

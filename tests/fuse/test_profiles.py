@@ -10,7 +10,8 @@ from rkdet.emulator.sysfs_fuse import profile_from_json, profile_to_json
 from rkdet.emulator.soc_sources import CHOICE
 from rkdet.emulator.socs import RK3588_SPEED_BINS, all_variants, missing_sources, rk3588, source_of, value_keys
 
-CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19|SDK")
+CITES = re.compile(r"\.dtsi?|\.c\b|defconfig|Kconfig|dump|dmesg|board|issue|TRM|rknn-toolkit2|uname|RKNPU2|kernel 4\.19|SDK"
+                   r"|datasheet")
 
 
 @pytest.mark.parametrize("profile", all_variants(), ids=lambda p: p.label)
@@ -58,8 +59,28 @@ def test_plain_tree_shows_cpuidle_governors_and_image_options_as_sourced(profile
     governors = (policy0 / "scaling_available_governors").read_text().split()
     if profile.kernel.startswith("5.10"):  # Rockchip's 5.10 defconfig: interactive, the default
         assert "interactive" in governors and (policy0 / "scaling_governor").read_text() == "interactive\n"
+    elif profile.kernel.startswith("6.1"):  # RK3576/RK3562 BSP 6.1: schedutil (an emulator choice, sourced so)
+        assert "schedutil" in governors and (policy0 / "scaling_governor").read_text() == "schedutil\n"
     else:  # RV1126 4.19
         assert governors == ["ondemand", "userspace", "performance"]
         assert (policy0 / "scaling_governor").read_text() == "ondemand\n"
     assert (root / "proc/sys/vm/compaction_proactiveness").exists() == profile.has_compaction_proactiveness
     assert (root / "sys/kernel/mm/transparent_hugepage/enabled").exists() == (profile.thp_enabled is not None)
+
+
+def test_rk3576_npu_boot_variant_and_unverified_values_say_so() -> None:
+    """The vendor kernel that boots RK3576's NPU at 300 MHz (issue 34) is a variant; values not checked
+    against the BSP files are marked so in their source, never presented as verified."""
+    from rkdet.emulator.soc_sources import UNVERIFIED
+    from rkdet.emulator.socs import rk3562, rk3576
+
+    slow = rk3576(npu_boot_hz=300000000)
+    npu = slow.devfreq_of("npu")
+    assert npu is not None and npu.boot_hz == 300000000 and slow.label == "rk3576[npu-boot-300]"
+    assert rk3576().devfreq_of("npu").boot_hz == 950000000  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="950000000"):
+        rk3576(npu_boot_hz=1000000000)
+    for prof in (rk3576(), rk3562()):
+        node = prof.devfreq_of("npu")
+        assert node is not None and source_of(prof, f"devfreq.{node.name}.frequencies_hz").startswith(UNVERIFIED)
+    assert [p.cpus for p in rk3576().cpu_policies] == [(0, 1, 2, 3), (4, 5, 6, 7)]

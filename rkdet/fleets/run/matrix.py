@@ -59,9 +59,11 @@ def plan(cells: list[MatrixCell], soc: str | None) -> list[Planned]:
     cores = socs.npu_cores(soc)
     out = []
     for cell in cells:
+        alias = socs.runs_as(soc, cell.core_mask)
         if descriptor(cell.backend).takes_core_mask and socs.mask_needs(cell.core_mask) > cores:
+            runs = f" (the runtime runs it as core mask {alias})" if alias != cell.core_mask else ""
             out.append(Planned(cell, f"{soc or 'this SoC'} has {cores} NPU core{'s' if cores != 1 else ''}; "
-                                     f"core mask {cell.core_mask} needs {socs.mask_needs(cell.core_mask)}"))
+                                     f"core mask {cell.core_mask} needs {socs.mask_needs(cell.core_mask)}{runs}"))
         else:
             out.append(Planned(cell))
     return out
