@@ -16,7 +16,8 @@ from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.link.transfer import push
 from rkdet.onboard import program
 
-APP = Path(__file__).resolve().parents[2] / "docs" / "examples" / "audit_serving_app.py"
+from audit_app import APP
+
 BUILD = "d" * 64
 
 

@@ -3,7 +3,6 @@ shows serving beside the deploy runs; an older database (schema 2) migrates to t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sqlite3
@@ -19,18 +18,8 @@ from rkdet.history.db import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, connect
 from rkdet.onboard.audit import AuditSettings, RKNNLite
 from rkdet.onboard.audit_watch import Canary
 
-APP = Path(__file__).resolve().parents[2] / "docs" / "examples" / "audit_serving_app.py"
-BUILD = "b" * 64
+from audit_app import APP_MODULE, BUILD
 
-
-def _app():
-    spec = importlib.util.spec_from_file_location("audit_serving_app_history", APP)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-APP_MODULE = _app()
 
 
 def serve(log: Path, count: int, runtime=None) -> None:

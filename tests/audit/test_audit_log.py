@@ -6,7 +6,6 @@ records, a chain rewritten past its anchor, a torn tail, and a kill -9 in the mi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -28,20 +27,9 @@ from rkdet.onboard.audit_chain import GENESIS, AuditChain, audit_files, line_has
 from rkdet.onboard.audit_prom import PROM_FILE
 from rkdet.onboard.audit_watch import Canary, Shadow
 
-REPO = Path(__file__).resolve().parents[2]
-APP = REPO / "docs" / "examples" / "audit_serving_app.py"
-BUILD = "b" * 64
+from audit_app import APP, APP_MODULE, BUILD, REPO
+
 OTHER = "c" * 64
-
-
-def _app():
-    spec = importlib.util.spec_from_file_location("audit_serving_app", APP)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-APP_MODULE = _app()
 
 
 def serve(log: Path, count: int = 3000, *, prom: Path | None = None, runtime=None, shadow=None,
