@@ -17,7 +17,7 @@ import click
 from rich.text import Text
 
 from rkdet.cli.options import connection_options, deploy_options
-from rkdet.config import DEFAULT_CONFIG, build_deploy_settings
+from rkdet.config import DEFAULT_CONFIG, DeploySettings, build_deploy_settings
 from rkdet.deploy.request import DeployRequest
 from rkdet.deploy.settings import settings_source
 from rkdet.errors import EXIT_OK, BoardError, InputError, RkdetError
@@ -124,7 +124,7 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
     return outcome
 
 
-def from_build_note(chosen: Any, config_path: Path | None) -> str:
+def from_build_note(chosen: DeploySettings, config_path: Path | None) -> str:
     """What a build folder decides on the board when no --config is given (issue 30 #16): its resolved
     config's board work dir and sudo are used (documented), so the log line names them."""
     if config_path is not None or not str(chosen.source).endswith("config.resolved.json"):
