@@ -36,16 +36,17 @@ def sidecar(fed: FedInput, npu: Mapping[str, Any] | None = None, *, int8emu: str
     return prep
 
 
-def push_int8_emulation(conn: BoardLink, folder: Path, model_dir: str, progress: bool = False
-                        ) -> tuple[TransferStats, str | None]:
+def push_int8_emulation(conn: BoardLink, folder: Path, model_dir: str, progress: bool = False,
+                        sha256: str | None = None) -> tuple[TransferStats, str | None]:
     """The build's (or cut's) INT8 emulation beside the model when it has one, checked a regular file
-    inside the folder (never a link followed); its file name for the sidecar, or None."""
+    inside the folder (never a link followed) and, when the manifest recorded one, its sha256; its file
+    name for the sidecar, or None."""
     from rkdet.records.build_files import regular_file
     from rkdet.records.manifest import INT8_EMULATION_FILE
 
     if not (Path(folder) / INT8_EMULATION_FILE).exists():
         return TransferStats(), None
-    local = regular_file(Path(folder), INT8_EMULATION_FILE)
+    local = regular_file(Path(folder), INT8_EMULATION_FILE, sha256, "int8_emulation.sha256")
     return push(conn, local, f"{model_dir}/{INT8_EMULATION_FILE}", progress=progress), INT8_EMULATION_FILE
 
 

@@ -74,7 +74,8 @@ def install_selfcheck(conn: BoardConnection, build: Path | BuildRecord, remote_d
     if emulated:  # the normalisation the real .rknn has baked in, for the test double
         int8emu = None
         if desc.emulated_double:  # the emulated NPU's computation: the build's INT8 emulation
-            pushed, int8emu = push_int8_emulation(conn, build_dir, remote_dir)
+            pushed, int8emu = push_int8_emulation(conn, build_dir, remote_dir,
+                                                  sha256=record.manifest.int8_emulation_sha256)
             stats.add(pushed)
         stats.add(push_sidecar(conn, fed, remote_dir, int8emu=int8emu))
     model = f"{remote_dir}/{desc.model_file}"

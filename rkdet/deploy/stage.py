@@ -106,7 +106,8 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
                        "steps": build.manifest.quant_steps if build.manifest else {}, "output": None}
             int8emu = None
             if build.origin != "imported":  # what the emulated NPU computes by default
-                pushed, int8emu = push_int8_emulation(conn, folder, layout.model_dir, progress)
+                sha = build.manifest.int8_emulation_sha256 if build.manifest is not None else None
+                pushed, int8emu = push_int8_emulation(conn, folder, layout.model_dir, progress, sha)
                 stats.add(pushed)
             stats.add(push_sidecar(conn, fed, layout.model_dir, npu, int8emu=int8emu))
         stats.add(push(conn, inputs, layout.inputs, progress=progress))

@@ -388,6 +388,12 @@ class Manifest:
         return {t.name: float(t.scale[0]) for t in self.rknn.header.outputs
                 if t.name is not None and t.dtype in ("int8", "uint8") and len(t.scale) == 1 and t.scale[0] > 0}
 
+    @property
+    def int8_emulation_sha256(self) -> str | None:
+        """The sha256 the build recorded for its INT8 emulation (what deploy checks before staging it)."""
+        digest = (self.int8_emulation or {}).get("sha256")
+        return digest if isinstance(digest, str) else None
+
     def need_fed_input(self, where: str | Path) -> FedInput:
         if self.fed_input is None:
             raise InputError(f"{where}: manifest.json has no fed_input; {ADVICE}")
