@@ -1,0 +1,199 @@
+"""The C audit library (rkdet/onboard/c/rkdet_audit.c) writes the log the Python library writes.
+
+The shipped example app (docs/examples/audit_serving_app.c, an emulated runtime: a tiny float32 MLP in C,
+a test double named as such) is built with gcc and serves a few thousand inferences; `rkdet audit verify`
+reads its log unchanged: intact, canonical lines, hashes equal to THE output hash; a chain the Python
+library continues (and the other way round) stays intact; an edited record, a removed file and a planted
+canary failure are found and named; a full disk (RLIMIT_FSIZE, a real kernel refusal) never stops the
+serving. The aarch64 cross build runs under qemu-user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rkdet.audit.verify import CANARY_FAILED, EDITED, FILE_REMOVED, NOTE_TORN_TAIL, NOTE_TRUNCATED_START, verify
+from rkdet.cli import main
+from rkdet.onboard.audit import AuditSettings, RKNNLite
+from rkdet.onboard.audit_chain import audit_files
+from rkdet.onboard.audit_prom import PROM_FILE
+from rkdet.onboard.hashing import output_hash
+
+from audit_app import APP_MODULE, BUILD, REPO
+
+C_DIR = REPO / "rkdet" / "onboard" / "c"
+C_APP = REPO / "docs" / "examples" / "audit_serving_app.c"
+SOURCES = [str(C_APP), str(C_DIR / "rkdet_audit.c")]
+CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", f"-I{C_DIR}"]
+
+
+def _compiler(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not installed; run .ci/setup")
+    return path
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("c-app") / "audit_serving_app"
+    done = subprocess.run([_compiler("gcc"), *CFLAGS, *SOURCES, "-lm", "-o", str(out)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def run_app(app: Path | list[str], log: Path, *args: str, limit_bytes: int | None = None) -> str:
+    def full_disk():  # a real refusal from the kernel: writes past the limit fail (EFBIG), SIGXFSZ ignored
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    cmd = [*(app if isinstance(app, list) else [str(app)]), "--log", str(log), "--build", BUILD, *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                          preexec_fn=full_disk if limit_bytes else None)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def kinds(result) -> list[str]:
+    return [f.kind for f in result.findings if f.failed]
+
+
+def lines(log: Path) -> list[bytes]:
+    return [ln for _, name in audit_files(str(log)) for ln in (log / name).read_bytes().split(b"\n")[:-1]]
+
+
+@pytest.fixture(scope="module")
+def served(app, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("c-served")
+    out = run_app(app, root / "log", "--prom", str(root / "prom"), "--count", "3000", "--max-file-bytes", "300000",
+                  "--canary-every", "500")
+    assert "served 3000 inferences (emulated-c); canary failures 0; audit records lost 0" in out
+    return root / "log", root / "prom"
+
+
+def test_c_log_is_intact_canonical_and_read_by_rkdet_audit_verify(served):
+    log, prom = served
+    assert len(audit_files(str(log))) >= 3  # rotated
+    result = verify(log, {BUILD})
+    assert not result.failed, result.findings
+    assert result.counts == {"open": len(audit_files(str(log))), "start": 1, "canary": 7, "inference": 3000, "stop": 1}
+    for line in lines(log):  # the very bytes the Python library would write for these records
+        record = json.loads(line)
+        assert json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() == line
+    out = CliRunner().invoke(main, ["audit", "verify", str(log), "--fingerprint", BUILD])
+    assert out.exit_code == 0 and "chain intact, seq 0..3012" in out.output, out.output
+    text = (prom / PROM_FILE).read_text()
+    assert f'rkdet_audit_inferences_total{{build="{BUILD[:16]}"}} 3000' in text
+    assert f'rkdet_audit_canary_runs_total{{build="{BUILD[:16]}"}} 7' in text
+
+
+def test_c_hashes_are_the_output_hash(app, tmp_path):
+    import numpy as np
+
+    n = 100_001  # not a multiple of sha256's 64-byte block
+    out = run_app(app, tmp_path / "log", "--bench-bytes", str(n))
+    assert out.startswith(f"bench bytes={n} ")
+    record = [json.loads(x) for x in lines(tmp_path / "log") if b'"kind":"inference"' in x][0]
+    x = (np.arange(n) % 256).astype(np.uint8).reshape(1, 1, 1, n)
+    y = np.arange(n // 4, dtype=np.float32).reshape(1, n // 4)
+    assert record["outputs"] == [output_hash(y)]
+    assert record["input"] == __import__("hashlib").sha256(output_hash(x).encode()).hexdigest()
+
+
+def test_python_and_c_continue_each_others_chain(app, tmp_path):
+    import numpy as np
+
+    log = tmp_path / "log"
+    run_app(app, log, "--count", "300")
+    lite = RKNNLite(audit=AuditSettings(str(log), build=BUILD, background=False),
+                    runtime=APP_MODULE.EmulatedTinyRuntime())
+    lite.init_runtime()
+    for _ in range(300):
+        lite.inference(inputs=[np.ones((1, 8), np.float32)])
+    lite.release()
+    run_app(app, log, "--count", "300")
+    result = verify(log, {BUILD})
+    assert not result.failed, result.findings
+    assert result.counts["inference"] == 900 and result.counts["start"] == 3
+
+
+def test_edited_record_and_removed_file_are_found(served, tmp_path):
+    log, _ = served
+    edited = tmp_path / "edited"
+    shutil.copytree(log, edited)
+    path = edited / "audit-00000001.jsonl"
+    body = path.read_bytes().split(b"\n")
+    body[10] = body[10].replace(b'"latency_us":', b'"latency_us":1')
+    path.write_bytes(b"\n".join(body))
+    result = verify(edited, {BUILD})
+    assert kinds(result) == [EDITED] and result.findings[0].where == "audit-00000001.jsonl:11"
+    removed = tmp_path / "removed"
+    shutil.copytree(log, removed)
+    (removed / "audit-00000001.jsonl").unlink()
+    result = verify(removed, {BUILD})
+    assert FILE_REMOVED in kinds(result)
+    assert any("audit-00000001.jsonl removed" in f.message for f in result.findings)
+
+
+def test_planted_canary_failure_is_found_and_counted(app, tmp_path):
+    out = run_app(app, tmp_path / "log", "--prom", str(tmp_path / "prom"), "--count", "1200", "--canary-every",
+                  "500", "--drift-after", "800")
+    assert "canary failures 1;" in out
+    result = verify(tmp_path / "log", {BUILD})
+    failures = [f for f in result.findings if f.kind == CANARY_FAILED]
+    assert kinds(result) == [CANARY_FAILED]
+    assert "golden 0 output 0 element 0" in failures[0].message
+    assert f'rkdet_audit_canary_failures_total{{build="{BUILD[:16]}"}} 1' in (tmp_path / "prom" / PROM_FILE).read_text()
+
+
+def test_full_disk_never_stops_serving_and_leaves_no_torn_line(app, tmp_path):
+    log = tmp_path / "log"
+    out = run_app(app, log, "--prom", str(tmp_path / "prom"), "--count", "3000", limit_bytes=150_000)
+    served, lost = out.split("served ")[1].split(" ")[0], out.split("audit records lost ")[1].strip()
+    assert served == "3000" and int(lost) > 1000
+    assert all(os.path.getsize(log / name) <= 150_000 for _, name in audit_files(str(log)))
+    assert 'rkdet_audit_log_write_failures_total{build="bbbbbbbbbbbbbbbb"} ' + lost in \
+        (tmp_path / "prom" / PROM_FILE).read_text()
+    run_app(app, log, "--count", "100")  # room again: the next start continues the chain
+    result = verify(log, {BUILD})
+    assert not result.failed and NOTE_TORN_TAIL not in [f.kind for f in result.findings], result.findings
+
+
+def test_torn_tail_is_declared_and_retention_keeps_max_files(app, tmp_path):
+    log = tmp_path / "log"
+    run_app(app, log, "--count", "50")
+    with open(log / audit_files(str(log))[-1][1], "ab") as handle:
+        handle.write(b'{"kind":"inference","se')  # a power cut in the middle of a write
+    run_app(app, log, "--count", "50")
+    result = verify(log, {BUILD})
+    assert not result.failed and NOTE_TORN_TAIL in [f.kind for f in result.findings], result.findings
+    opened = json.loads(log.joinpath(audit_files(str(log))[-1][1]).read_bytes().split(b"\n")[0])
+    assert opened["torn_tail"] == {"file": "audit-00000000.jsonl", "bytes": 23}
+    kept = tmp_path / "kept"
+    run_app(app, kept, "--count", "4000", "--max-file-bytes", "262144", "--max-files", "3")
+    indices = [index for index, _ in audit_files(str(kept))]
+    assert len(indices) == 3 and indices[0] >= 2 and indices == list(range(indices[0], indices[0] + 3))  # retention
+    result = verify(kept, {BUILD})
+    assert not result.failed and NOTE_TRUNCATED_START in [f.kind for f in result.findings]
+
+
+def test_aarch64_cross_build_under_qemu_writes_a_verifiable_chain(tmp_path):
+    exe = tmp_path / "audit_serving_app.aarch64"
+    done = subprocess.run([_compiler("aarch64-linux-gnu-gcc"), *CFLAGS, *SOURCES, "-lm", "-o", str(exe)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    qemu = [_compiler("qemu-aarch64"), "-L", "/usr/aarch64-linux-gnu", str(exe)]
+    out = run_app(qemu, tmp_path / "log", "--count", "1000", "--canary-every", "250")
+    assert "served 1000 inferences" in out
+    result = verify(tmp_path / "log", {BUILD})
+    assert not result.failed and result.counts["inference"] == 1000 and result.counts["canary"] == 5
