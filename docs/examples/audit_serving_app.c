@@ -58,7 +58,8 @@ static int bench(rkdet_audit *a, size_t nbytes) {
         if (r < rec) rec = r;
         if (p < pass) pass = p;
     }
-    printf("bench bytes=%lu record_s=%.9f pass_s=%.9f\n", (unsigned long)nbytes, rec, pass);
+    printf("bench bytes=%lu record_s=%.9f pass_s=%.9f sha256=%s\n", (unsigned long)nbytes, rec, pass,
+           rkdet_audit_hash_impl());
     free(in); free(out);
     return 0;
 }

@@ -52,13 +52,14 @@ def app(tmp_path_factory) -> Path:
     return out
 
 
-def run_app(app: Path | list[str], log: Path, *args: str, limit_bytes: int | None = None) -> str:
+def run_app(app: Path | list[str], log: Path, *args: str, limit_bytes: int | None = None, sha256: str = "") -> str:
     def full_disk():  # a real refusal from the kernel: writes past the limit fail (EFBIG), SIGXFSZ ignored
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 
     cmd = [*(app if isinstance(app, list) else [str(app)]), "--log", str(log), "--build", BUILD, *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+    env = dict(os.environ, RKDET_SHA256=sha256)  # "portable": the portable code even where the CPU has sha256
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env,
                           preexec_fn=full_disk if limit_bytes else None)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -97,17 +98,28 @@ def test_c_log_is_intact_canonical_and_read_by_rkdet_audit_verify(served):
     assert f'rkdet_audit_canary_runs_total{{build="{BUILD[:16]}"}} 7' in text
 
 
-def test_c_hashes_are_the_output_hash(app, tmp_path):
+def assert_hashes_are_the_output_hash(app: Path | list[str], log: Path, sha256: str) -> str:
+    """The bench mode's record: a uint8 input and a float32 output of known bytes, hashed by the C code."""
+    import hashlib
+
     import numpy as np
 
     n = 100_001  # not a multiple of sha256's 64-byte block
-    out = run_app(app, tmp_path / "log", "--bench-bytes", str(n))
+    out = run_app(app, log, "--bench-bytes", str(n), sha256=sha256)
     assert out.startswith(f"bench bytes={n} ")
-    record = [json.loads(x) for x in lines(tmp_path / "log") if b'"kind":"inference"' in x][0]
+    record = [json.loads(x) for x in lines(log) if b'"kind":"inference"' in x][0]
     x = (np.arange(n) % 256).astype(np.uint8).reshape(1, 1, 1, n)
     y = np.arange(n // 4, dtype=np.float32).reshape(1, n // 4)
     assert record["outputs"] == [output_hash(y)]
-    assert record["input"] == __import__("hashlib").sha256(output_hash(x).encode()).hexdigest()
+    assert record["input"] == hashlib.sha256(output_hash(x).encode()).hexdigest()
+    assert verify(log, {BUILD}).failed is False  # and every record hash (the line's sha256) links
+    return out.split("sha256=")[1].strip()
+
+
+@pytest.mark.parametrize("sha256", ["", "portable"])
+def test_c_hashes_are_the_output_hash(app, tmp_path, sha256):
+    used = assert_hashes_are_the_output_hash(app, tmp_path / "log", sha256)
+    assert used == (sha256 or used) and used in ("portable", "x86-sha-ni", "armv8-sha2")
 
 
 def test_python_and_c_continue_each_others_chain(app, tmp_path):
@@ -197,3 +209,6 @@ def test_aarch64_cross_build_under_qemu_writes_a_verifiable_chain(tmp_path):
     assert "served 1000 inferences" in out
     result = verify(tmp_path / "log", {BUILD})
     assert not result.failed and result.counts["inference"] == 1000 and result.counts["canary"] == 5
+    # qemu's default CPU has the ARMv8 SHA2 instructions: both sha256 codes give THE output hash
+    assert assert_hashes_are_the_output_hash(qemu, tmp_path / "accel", "") == "armv8-sha2"
+    assert assert_hashes_are_the_output_hash(qemu, tmp_path / "portable", "portable") == "portable"

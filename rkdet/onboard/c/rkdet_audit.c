@@ -7,6 +7,7 @@
  * record is one write() of the whole line on an O_APPEND descriptor; a short write is cut back
  * (ftruncate) so no torn line is left, and the record is counted as lost. POSIX C99 + pthreads. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* getauxval */
 #include "rkdet_audit.h"
 #include "rkdet_sha256.h"
 
@@ -531,6 +532,8 @@ int rkdet_audit_canary(rkdet_audit *a, const rkdet_audit_tensor *t, size_t n_gol
     pthread_mutex_unlock(&a->lock);
     return rc != 0 ? -1 : ok;
 }
+
+const char *rkdet_audit_hash_impl(void) { return rkdet_sha256_impl(); }
 
 void rkdet_audit_get_counters(rkdet_audit *a, rkdet_audit_counters *out) {
     if (!a || !out) return;

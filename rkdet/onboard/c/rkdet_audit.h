@@ -64,6 +64,10 @@ int rkdet_audit_canary(rkdet_audit *a, const rkdet_audit_tensor *outputs, size_t
 
 void rkdet_audit_get_counters(rkdet_audit *a, rkdet_audit_counters *out);
 
+/* Which sha256 code hashes: "armv8-sha2" or "x86-sha-ni" (the CPU's instructions, found at run time), or
+ * "portable"; RKDET_SHA256=portable in the environment forces the portable code. Same hashes either way. */
+const char *rkdet_audit_hash_impl(void);
+
 /* The `stop` record, the textfile, fsync, close; frees the handle (NULL is accepted). */
 void rkdet_audit_close(rkdet_audit *a);
 

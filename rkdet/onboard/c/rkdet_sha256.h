@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct { uint32_t h[8]; uint64_t len; unsigned char buf[64]; size_t fill; } rkdet_sha256_ctx;
@@ -48,15 +49,112 @@ static void rkdet_sha256_init(rkdet_sha256_ctx *c) {
     memcpy(c->h, iv, sizeof iv); c->len = 0; c->fill = 0;
 }
 
+/* ---- the CPU's own sha256 instructions where it has them (ARMv8 SHA2, x86 SHA-NI), chosen at run time ---- */
+#if defined(__aarch64__) && defined(__GNUC__) && defined(__linux__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#define RKDET_SHA256_ACCEL "armv8-sha2"
+__attribute__((target("+crypto")))
+static void rkdet_sha256_accel(uint32_t st[8], const unsigned char *p, size_t blocks) {
+    uint32x4_t s0 = vld1q_u32(&st[0]), s1 = vld1q_u32(&st[4]);
+    for (; blocks; blocks--, p += 64) {
+        uint32x4_t a0 = s0, a1 = s1, m[4]; int i;
+        for (i = 0; i < 4; i++) m[i] = vreinterpretq_u32_u8(vrev32q_u8(vld1q_u8(p + 16 * i)));
+        for (i = 0; i < 16; i++) {
+            uint32x4_t wk = vaddq_u32(m[i & 3], vld1q_u32(&rkdet_sha256_k[4 * i])), abcd = s0;
+            s0 = vsha256hq_u32(s0, s1, wk);
+            s1 = vsha256h2q_u32(s1, abcd, wk);
+            if (i < 12) m[i & 3] = vsha256su1q_u32(vsha256su0q_u32(m[i & 3], m[(i + 1) & 3]), m[(i + 2) & 3], m[(i + 3) & 3]);
+        }
+        s0 = vaddq_u32(s0, a0); s1 = vaddq_u32(s1, a1);
+    }
+    vst1q_u32(&st[0], s0); vst1q_u32(&st[4], s1);
+}
+static int rkdet_sha256_cpu_has(void) {
+#ifndef HWCAP_SHA2
+#define HWCAP_SHA2 (1 << 6)
+#endif
+    return (getauxval(AT_HWCAP) & HWCAP_SHA2) != 0;
+}
+#elif defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define RKDET_SHA256_ACCEL "x86-sha-ni"
+__attribute__((target("sha,sse4.1,ssse3")))
+static void rkdet_sha256_accel(uint32_t st[8], const unsigned char *p, size_t blocks) {
+    const __m128i mask = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+    __m128i t = _mm_loadu_si128((const __m128i *)&st[0]), s1 = _mm_loadu_si128((const __m128i *)&st[4]), s0;
+    t = _mm_shuffle_epi32(t, 0xB1);         /* CDAB */
+    s1 = _mm_shuffle_epi32(s1, 0x1B);       /* EFGH */
+    s0 = _mm_alignr_epi8(t, s1, 8);         /* ABEF */
+    s1 = _mm_blend_epi16(s1, t, 0xF0);      /* CDGH */
+    for (; blocks; blocks--, p += 64) {
+        __m128i a0 = s0, a1 = s1, m[4]; int i;
+        for (i = 0; i < 4; i++) m[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), mask);
+        for (i = 0; i < 16; i++) {
+            __m128i wk = _mm_add_epi32(m[i & 3], _mm_loadu_si128((const __m128i *)&rkdet_sha256_k[4 * i]));
+            s1 = _mm_sha256rnds2_epu32(s1, s0, wk);
+            s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(wk, 0x0E));
+            if (i < 12)
+                m[i & 3] = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(m[i & 3], m[(i + 1) & 3]),
+                                                              _mm_alignr_epi8(m[(i + 3) & 3], m[(i + 2) & 3], 4)),
+                                                m[(i + 3) & 3]);
+        }
+        s0 = _mm_add_epi32(s0, a0); s1 = _mm_add_epi32(s1, a1);
+    }
+    t = _mm_shuffle_epi32(s0, 0x1B);        /* FEBA */
+    s1 = _mm_shuffle_epi32(s1, 0xB1);       /* DCHG */
+    s0 = _mm_blend_epi16(t, s1, 0xF0);      /* DCBA */
+    s1 = _mm_alignr_epi8(s1, t, 8);         /* HGFE */
+    _mm_storeu_si128((__m128i *)&st[0], s0); _mm_storeu_si128((__m128i *)&st[4], s1);
+}
+static int rkdet_sha256_cpu_has(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) || !(c & (1u << 9))) return 0;  /* SSE4.1, SSSE3 */
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 29) & 1;  /* SHA */
+}
+#endif
+
+/* 1: the CPU's instructions, 0: portable C. RKDET_SHA256=portable in the environment forces the portable
+ * code (the tests compare both with hashlib; the bench measures both). */
+static int rkdet_sha256_use_accel(void) {
+#ifdef RKDET_SHA256_ACCEL
+    static int chosen = -1;
+    if (chosen < 0) {
+        const char *force = getenv("RKDET_SHA256");
+        chosen = (force && !strcmp(force, "portable")) ? 0 : rkdet_sha256_cpu_has();
+    }
+    return chosen;
+#else
+    return 0;
+#endif
+}
+
+static const char *rkdet_sha256_impl(void) {
+#ifdef RKDET_SHA256_ACCEL
+    if (rkdet_sha256_use_accel()) return RKDET_SHA256_ACCEL;
+#endif
+    return "portable";
+}
+
+static void rkdet_sha256_blocks(rkdet_sha256_ctx *c, const unsigned char *p, size_t blocks) {
+#ifdef RKDET_SHA256_ACCEL
+    if (rkdet_sha256_use_accel()) { rkdet_sha256_accel(c->h, p, blocks); return; }
+#endif
+    for (; blocks; blocks--, p += 64) rkdet_sha256_block(c, p);
+}
+
 static void rkdet_sha256_update(rkdet_sha256_ctx *c, const void *data, size_t n) {
     const unsigned char *p = (const unsigned char *)data;
     c->len += n;
     while (n && c->fill) {  /* finish a partial block */
         size_t take = 64 - c->fill; if (take > n) take = n;
         memcpy(c->buf + c->fill, p, take); c->fill += take; p += take; n -= take;
-        if (c->fill == 64) { rkdet_sha256_block(c, c->buf); c->fill = 0; }
+        if (c->fill == 64) { rkdet_sha256_blocks(c, c->buf, 1); c->fill = 0; }
     }
-    for (; n >= 64; p += 64, n -= 64) rkdet_sha256_block(c, p);  /* whole blocks straight from the data */
+    if (n >= 64) { rkdet_sha256_blocks(c, p, n / 64); p += n / 64 * 64; n %= 64; }  /* whole blocks from the data */
     if (n) { memcpy(c->buf, p, n); c->fill = n; }
 }
 
