@@ -7,11 +7,14 @@
  *
  *   cc -O2 -pthread -I rkdet/onboard/c docs/examples/audit_serving_app.c rkdet/onboard/c/rkdet_audit.c -lm
  *   ./a.out --log DIR --build HEX64 [--prom DIR] [--count N] [--canary-every N] [--max-file-bytes N]
- *           [--max-files N] [--drift-after N] [--bench-bytes N [--bench-out-bytes M] [--count ROUNDS]]
+ *           [--max-files N] [--drift-after N] [--background QUEUE]
+ *           [--bench-bytes N [--bench-out-bytes M] [--count ROUNDS]]
  *
+ * --background QUEUE: a recorder thread hashes and appends (the app's thread copies onto a queue of QUEUE).
  * --drift-after N plants a fault: after N inferences the runtime's outputs change (the canary must find it).
  * --bench-bytes N: instead of serving, time the audit record of an N-byte uint8 input and an M-byte (default N)
- * float32 output, ROUNDS times (default 20; bench/audit_c_overhead.py reads the line it prints). */
+ * float32 output, ROUNDS times (default 20), 10 ms apart (an inference's time: a recorder thread drains
+ * meanwhile); bench/audit_c_overhead.py reads the line it prints. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +63,7 @@ static int bench(rkdet_audit *a, size_t in_bytes, size_t out_bytes, int rounds) 
         rkdet_audit_inference(a, &ti, 1, &to, 1, 1000);
         cpu[k] = cpu_s() - c0;
         if (now_s() - w0 < best) best = now_s() - w0;
+        { struct timespec gap = {0, 10 * 1000 * 1000}; nanosleep(&gap, NULL); }  /* the next inference's time */
     }
     qsort(cpu, (size_t)rounds, sizeof *cpu, cmp_double);
     printf("bench bytes=%lu out_bytes=%lu record_cpu_s=%.9f record_wall_best_s=%.9f sha256=%s\n", (unsigned long)in_bytes,
@@ -83,6 +87,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--drift-after")) drift_after = strtoul(v, NULL, 10);
         else if (!strcmp(k, "--bench-bytes")) bench_bytes = strtoul(v, NULL, 10);
         else if (!strcmp(k, "--bench-out-bytes")) bench_out = strtoul(v, NULL, 10);
+        else if (!strcmp(k, "--background")) s.background_queue = (unsigned)strtoul(v, NULL, 10);
         else { fprintf(stderr, "audit_serving_app: unknown option %s\n", k); return 2; }
     }
     if (i < argc) { fprintf(stderr, "audit_serving_app: %s needs a value\n", argv[i]); return 2; }

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rkdet.audit.verify import CANARY_FAILED, EDITED, FILE_REMOVED, NOTE_TORN_TAIL, NOTE_TRUNCATED_START, verify
+from rkdet.audit.verify import (CANARY_FAILED, EDITED, FILE_REMOVED, NOTE_LOST_WRITES, NOTE_TORN_TAIL,
+                                NOTE_TRUNCATED_START, verify)
 from rkdet.cli import main
 from rkdet.onboard.audit import AuditSettings, RKNNLite
 from rkdet.onboard.audit_chain import audit_files
@@ -120,6 +121,24 @@ def assert_hashes_are_the_output_hash(app: Path | list[str], log: Path, sha256: 
 def test_c_hashes_are_the_output_hash(app, tmp_path, sha256):
     used = assert_hashes_are_the_output_hash(app, tmp_path / "log", sha256)
     assert used == (sha256 or used) and used in ("portable", "x86-sha-ni", "armv8-sha2")
+
+
+def test_recorder_thread_writes_the_same_records_and_a_full_queue_is_declared(app, served, tmp_path):
+    def inferences(log: Path) -> list[tuple[str, list[str]]]:
+        return [(r["input"], r["outputs"]) for r in map(json.loads, lines(log)) if r["kind"] == "inference"]
+
+    log = tmp_path / "log"
+    out = run_app(app, log, "--count", "3000", "--max-file-bytes", "300000", "--canary-every", "500",
+                  "--background", "4096")
+    assert "audit records lost 0" in out
+    result = verify(log, {BUILD})
+    assert not result.failed and result.counts["inference"] == 3000, result.findings
+    assert inferences(log) == inferences(served[0])  # what the calling thread wrote, in the same order
+    small = tmp_path / "small"
+    out = run_app(app, small, "--count", "20000", "--background", "1")  # the tiny model outruns the recorder
+    assert "served 20000 inferences" in out and int(out.split("audit records lost ")[1]) > 0
+    result = verify(small, {BUILD})
+    assert not result.failed and NOTE_LOST_WRITES in [f.kind for f in result.findings]
 
 
 def test_python_and_c_continue_each_others_chain(app, tmp_path):

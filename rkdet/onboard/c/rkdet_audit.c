@@ -37,8 +37,16 @@
 typedef struct { char *s; size_t n, cap; int oom; } buf_t;
 typedef struct { char *dtype; uint32_t ndim; uint64_t *shape; unsigned char *data; size_t size; } kept_t;
 
+typedef struct {  /* one inference's tensors, copied by the app's thread for the recorder thread */
+    rkdet_audit_tensor *t; size_t n_inputs, n_outputs, cap; uint64_t latency_us;
+} job_t;
+#define SPARE_JOBS 4  /* written jobs kept for reuse: no fresh pages (faults) for every copy */
+
 struct rkdet_audit {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;                 /* the chain, the counters, the textfile */
+    pthread_mutex_t qlock; pthread_cond_t qcond; pthread_t thread;  /* the recorder thread and its queue */
+    job_t **queue; unsigned qcap, qhead, qlen; int stopping, threaded;
+    job_t *spare[SPARE_JOBS]; unsigned nspare;
     char *dir, *prom_dir, build[65], core_mask[32];
     size_t max_file_bytes; unsigned max_files, fsync_every, prom_every;
     int fd; unsigned index; size_t size; unsigned unsynced;
@@ -153,6 +161,7 @@ static int render(record_t *r, buf_t *line) {
     return line->oom ? -1 : 0;
 }
 
+static void *recorder(void *arg);
 static int open_file(rkdet_audit *a, const char *reason, const char *torn_file, long torn_bytes, const char *unreadable);
 
 /* Append one record (consumes r); 0 written, -1 dropped and counted. The caller holds the lock. */
@@ -391,15 +400,20 @@ rkdet_audit *rkdet_audit_open(const rkdet_audit_settings *s, char *err, size_t e
     rec_str(&r, "canary_baseline", "first-run"); rec_str(&r, "shadow", NULL);
     append(a, "start", &r);
     write_prom(a);
+    if (s->background_queue) {  /* no thread (or no memory): recorded on the calling thread instead */
+        pthread_mutex_init(&a->qlock, NULL); pthread_cond_init(&a->qcond, NULL);
+        a->qcap = s->background_queue;
+        a->queue = (job_t **)calloc(a->qcap, sizeof *a->queue);
+        a->threaded = a->queue && pthread_create(&a->thread, NULL, recorder, a) == 0;
+        if (!a->threaded) { free(a->queue); a->queue = NULL; pthread_cond_destroy(&a->qcond); pthread_mutex_destroy(&a->qlock); }
+    }
     return a;
 }
 
-int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
-                          const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us) {
-    record_t r = {0}; rkdet_sha256_ctx ic; char h[65]; size_t i; double h0; buf_t *outs; int rc;
-    if (!a) return -1;
-    pthread_mutex_lock(&a->lock);
-    h0 = thread_cpu();
+/* hash (unlocked: the app's thread or the recorder's), then append under the lock */
+static int record_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
+                            const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us) {
+    record_t r = {0}; rkdet_sha256_ctx ic; char h[65]; size_t i; double h0 = thread_cpu(); buf_t *outs; int rc;
     rkdet_sha256_init(&ic);
     for (i = 0; i < n_inputs; i++) { output_hash(&inputs[i], h); rkdet_sha256_update(&ic, h, 64); }
     rkdet_sha256_hex(&ic, h);
@@ -408,13 +422,86 @@ int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size
     b_puts(outs, "[");
     for (i = 0; i < n_outputs; i++) { output_hash(&outputs[i], h); if (i) b_puts(outs, ","); b_jstr(outs, h); }
     b_puts(outs, "]");
-    a->c.hash_seconds += thread_cpu() - h0;
+    h0 = thread_cpu() - h0;
     rec_str(&r, "build", a->build); rec_str(&r, "core_mask", a->core_mask); rec_u64(&r, "latency_us", latency_us);
+    pthread_mutex_lock(&a->lock);
+    a->c.hash_seconds += h0;
     a->c.inferences++;
     rc = append(a, "inference", &r);
     if (a->c.inferences % a->prom_every == 0) write_prom(a);
     pthread_mutex_unlock(&a->lock);
     return rc;
+}
+
+static void *recorder(void *arg) {
+    rkdet_audit *a = (rkdet_audit *)arg;
+    for (;;) {
+        job_t *job;
+        pthread_mutex_lock(&a->qlock);
+        while (!a->qlen && !a->stopping) pthread_cond_wait(&a->qcond, &a->qlock);
+        if (!a->qlen) { pthread_mutex_unlock(&a->qlock); return NULL; }  /* stopping and drained */
+        job = a->queue[a->qhead]; a->qhead = (a->qhead + 1) % a->qcap; a->qlen--;
+        pthread_mutex_unlock(&a->qlock);
+        record_inference(a, job->t, job->n_inputs, job->t + job->n_inputs, job->n_outputs, job->latency_us);
+        pthread_mutex_lock(&a->qlock);
+        if (a->nspare < SPARE_JOBS) { a->spare[a->nspare++] = job; job = NULL; }
+        pthread_mutex_unlock(&a->qlock);
+        free(job);
+    }
+}
+
+/* one allocation holding the tensors' descriptions, dtypes, dims and bytes (the app may reuse its buffers) */
+static job_t *copy_job(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
+                       const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us) {
+    size_t n = n_inputs + n_outputs, bytes = sizeof(job_t) + n * sizeof(rkdet_audit_tensor), i;
+    job_t *job = NULL; char *p;
+    for (i = 0; i < n; i++) {
+        const rkdet_audit_tensor *t = i < n_inputs ? &inputs[i] : &outputs[i - n_inputs];
+        bytes += strlen(t->dtype) + 1 + t->ndim * sizeof(uint64_t) + t->size + 16;  /* + alignment */
+    }
+    pthread_mutex_lock(&a->qlock);  /* a spare large enough, else a new one */
+    for (i = 0; i < a->nspare; i++)
+        if (a->spare[i]->cap >= bytes) { job = a->spare[i]; a->spare[i] = a->spare[--a->nspare]; break; }
+    pthread_mutex_unlock(&a->qlock);
+    if (!job) {
+        if (!(job = (job_t *)malloc(bytes))) return NULL;
+        job->cap = bytes;
+    }
+    job->t = (rkdet_audit_tensor *)(job + 1); job->n_inputs = n_inputs; job->n_outputs = n_outputs;
+    job->latency_us = latency_us;
+    p = (char *)(job->t + n);
+    for (i = 0; i < n; i++) {
+        const rkdet_audit_tensor *t = i < n_inputs ? &inputs[i] : &outputs[i - n_inputs];
+        rkdet_audit_tensor *c = &job->t[i];
+        uint64_t *dims = (uint64_t *)(void *)p;  /* p stays 8-byte aligned: dims first, then bytes, then dtype */
+        memcpy(dims, t->shape, t->ndim * sizeof(uint64_t)); p += t->ndim * sizeof(uint64_t);
+        if (t->size) memcpy(p, t->data, t->size);
+        c->data = p; c->size = t->size; c->ndim = t->ndim; c->shape = dims;
+        p += (t->size + 7) / 8 * 8;
+        c->dtype = strcpy(p, t->dtype); p += strlen(t->dtype) + 1;
+        p += (8 - ((uintptr_t)p & 7)) & 7;
+    }
+    return job;
+}
+
+int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
+                          const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us) {
+    job_t *job; int queued = 0;
+    if (!a) return -1;
+    if (!a->threaded) return record_inference(a, inputs, n_inputs, outputs, n_outputs, latency_us);
+    job = copy_job(a, inputs, n_inputs, outputs, n_outputs, latency_us);
+    pthread_mutex_lock(&a->qlock);
+    if (job && a->qlen < a->qcap) {
+        a->queue[(a->qhead + a->qlen) % a->qcap] = job; a->qlen++; queued = 1;
+        pthread_cond_signal(&a->qcond);
+    }
+    pthread_mutex_unlock(&a->qlock);
+    if (queued) return 0;
+    free(job);  /* a full queue (or no memory): dropped and counted like a full disk */
+    pthread_mutex_lock(&a->lock);
+    a->c.write_failures++; a->lost++;
+    pthread_mutex_unlock(&a->lock);
+    return -1;
 }
 
 /* ---------- canary ---------- */
@@ -543,6 +630,13 @@ void rkdet_audit_get_counters(rkdet_audit *a, rkdet_audit_counters *out) {
 void rkdet_audit_close(rkdet_audit *a) {
     record_t r = {0};
     if (!a) return;
+    if (a->threaded) {  /* drain: every queued record is written before the stop record */
+        pthread_mutex_lock(&a->qlock); a->stopping = 1; pthread_cond_signal(&a->qcond); pthread_mutex_unlock(&a->qlock);
+        pthread_join(a->thread, NULL);
+        while (a->nspare) free(a->spare[--a->nspare]);
+        free(a->queue); pthread_cond_destroy(&a->qcond); pthread_mutex_destroy(&a->qlock);
+        a->threaded = 0;
+    }
     pthread_mutex_lock(&a->lock);
     rec_u64(&r, "served", a->c.inferences);
     append(a, "stop", &r);

@@ -7,7 +7,7 @@
  * logs of both unchanged. Nothing here blocks or fails the inference: a refused write (full disk) is
  * dropped, counted (rkdet_audit_counters, the textfile) and declared by the next record written
  * (`lost_before`); every call returns a status the app may ignore. Calls on one handle are serialized
- * by its own mutex. */
+ * by its own mutex; with settings.background_queue a recorder thread does the hashing and the append. */
 #ifndef RKDET_AUDIT_H
 #define RKDET_AUDIT_H
 
@@ -37,6 +37,9 @@ typedef struct {
     unsigned max_files;       /* keep at most this many files; 0: 64; at least 2 */
     unsigned fsync_every;     /* fsync after this many records; 0: the kernel's own writeback */
     unsigned prom_every;      /* rewrite the textfile every this many inferences; 0: 100 */
+    unsigned background_queue; /* 0: hash and append on the calling thread; N: the calling thread copies the
+                                  tensors onto a queue of N inferences and a recorder thread hashes and appends
+                                  (a full queue drops the record and counts it, like a full disk) */
 } rkdet_audit_settings;
 
 typedef struct {
@@ -52,7 +55,7 @@ typedef struct rkdet_audit rkdet_audit;
  * serve unaudited. */
 rkdet_audit *rkdet_audit_open(const rkdet_audit_settings *settings, char *err, size_t errlen);
 
-/* One `inference` record. 0: written; -1: dropped and counted (never raised). */
+/* One `inference` record. 0: written (or queued); -1: dropped and counted (never raised). */
 int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
                           const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us);
 
