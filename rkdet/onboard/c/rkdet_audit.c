@@ -337,7 +337,7 @@ static void write_prom(rkdet_audit *a) {
         b_puts(&b, "\n");
     }
     snprintf(path, sizeof path, "%s/" PROM_FILE, a->prom_dir);
-    snprintf(tmp, sizeof tmp, "%s/.rkdet_audit.prom.tmp-%ld", a->prom_dir, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s/.rkdet_audit.prom.tmp-%ld-%lx", a->prom_dir, (long)getpid(), (unsigned long)(uintptr_t)a);
     if (b.oom || (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))) { free(b.s); return; }  /* never over a link/device/FIFO */
     unlink(tmp);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -609,11 +609,16 @@ int rkdet_audit_canary(rkdet_audit *a, const rkdet_audit_tensor *t, size_t n_gol
     }
     b_puts(rec_field(&r, "ok"), ok ? "true" : "false");
     rec_str(&r, "build", a->build); rec_str(&r, "core_mask", a->core_mask);
+    if (!ok && (++a->alarms <= 10 || a->alarms % 1000 == 0)) {  /* bounded: the log and the counter hold every one */
+        int i;
+        for (i = 0; i < r.n; i++)
+            if (!strcmp(r.f[i].key, "first_difference") && r.f[i].val.s)
+                fprintf(stderr, "rkdet audit: canary_failure #%u: outputs differ bitwise from the baseline: %.400s\n",
+                        a->alarms, r.f[i].val.s);
+    }
     rc = append(a, "canary", &r);
     if (!ok) {
         a->c.canary_failures++;
-        if (++a->alarms <= 10 || a->alarms % 1000 == 0)
-            fprintf(stderr, "rkdet audit: canary_failure #%u: outputs differ bitwise from the baseline\n", a->alarms);
         write_prom(a);
     }
     pthread_mutex_unlock(&a->lock);
