@@ -117,6 +117,16 @@ def assert_hashes_are_the_output_hash(app: Path | list[str], log: Path, sha256: 
     return out.split("sha256=")[1].strip()
 
 
+def test_c_textfile_passes_promtool_check_metrics(served):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not installed; run .ci/setup (Debian package prometheus)")
+    text = (served[1] / PROM_FILE).read_text()
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
+    assert text.count("# TYPE ") == 8  # the counters the Python textfile has (audit_prom.COUNTERS)
+
+
 @pytest.mark.parametrize("sha256", ["", "portable"])
 def test_c_hashes_are_the_output_hash(app, tmp_path, sha256):
     used = assert_hashes_are_the_output_hash(app, tmp_path / "log", sha256)

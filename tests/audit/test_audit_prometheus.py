@@ -94,6 +94,15 @@ def test_shipped_rules_pass_promtool_and_name_only_our_counters():
     assert named and named <= {name for name, _ in COUNTERS}, named - {name for name, _ in COUNTERS}
 
 
+def test_python_textfile_passes_promtool_check_metrics():
+    from rkdet.onboard.audit_prom import render
+
+    text = render({name: 3 for name, _ in COUNTERS} | {"rkdet_audit_hash_seconds_total": 0.25}, BUILD)
+    done = subprocess.run([_tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
+
+
 def _alerts(prom: str, name: str) -> list[dict]:
     return [a for a in _get(f"{prom}/api/v1/alerts")["data"]["alerts"] if a["labels"].get("alertname") == name]
 
