@@ -1,6 +1,7 @@
 """On an emulated board (real OpenSSH sshd on 127.0.0.1): the example serving app serves a few thousand
 inferences with the audited RKNNLite, `rkdet audit pull` copies the log over the link, `verify` finds
-the chain intact and `report` charts it; a file removed on the board is found after the next pull."""
+the chain intact and `report` charts it; a file removed on the board is found after the next pull. The same
+for the example C app with the C library (cross-built for aarch64, run on the board under qemu-user)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,34 @@ def test_fleet_pull_over_an_inventory_one_folder_per_board_one_line_per_failure(
     both_sources = runner.invoke(main, [*args, "--board", board.target])
     assert both_sources.exit_code == 2 and "not both" in both_sources.output
     assert runner.invoke(main, ["audit", "pull", "--remote", log, "--out", str(out)]).exit_code == 2
+
+
+def test_c_app_on_the_board_serves_and_the_host_pulls_verifies_and_charts(board, tmp_path):
+    """The C library on the board: the example C app, cross-built for aarch64 here, pushed to the board and
+    run there under qemu-user (invoked explicitly, no binfmt); the host reads its log like the Python app's."""
+    import subprocess
+
+    from rkdet.emulator.capi_runtime import TARGETS
+
+    compiler, qemu, sysroot = TARGETS["aarch64"]
+    c_dir = Path(__file__).resolve().parents[2] / "rkdet" / "onboard" / "c"
+    exe = tmp_path / "audit_serving_app.aarch64"
+    subprocess.run([compiler, "-std=c99", "-O2", "-pthread", f"-I{c_dir}", str(APP.with_suffix(".c")),
+                    str(c_dir / "rkdet_audit.c"), "-lm", "-o", str(exe)], check=True, timeout=120, capture_output=True)
+    with board.connect() as conn:
+        log, remote_exe = f"{conn.home}/c-app-audit", f"{conn.home}/{exe.name}"
+        conn.run(["rm", "-rf", log])
+        push(conn, exe, remote_exe)
+        served = conn.run([qemu, "-L", sysroot, remote_exe, "--log", log, "--build", BUILD, "--count", "3000",
+                           "--max-file-bytes", "300000", "--canary-every", "500", "--background", "4096"],
+                          timeout=300).out
+        assert "served 3000 inferences (emulated-c); canary failures 0; audit records lost 0" in served
+    runner = CliRunner()
+    out = tmp_path / "pulled"
+    pulled = runner.invoke(main, ["audit", "pull", *_args(board), "--remote", log, "--out", str(out)],
+                           catch_exceptions=False)
+    assert pulled.exit_code == 0, pulled.output
+    ok = runner.invoke(main, ["audit", "verify", str(out), "--fingerprint", BUILD])
+    assert ok.exit_code == 0 and "chain intact, seq 0..3012 (canary 7, inference 3000" in ok.output, ok.output
+    rep = runner.invoke(main, ["audit", "report", str(out), "--fingerprint", BUILD, "--html", str(tmp_path / "r.html")])
+    assert rep.exit_code == 0 and "<svg" in (tmp_path / "r.html").read_text()
