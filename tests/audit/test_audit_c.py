@@ -241,3 +241,25 @@ def test_aarch64_cross_build_under_qemu_writes_a_verifiable_chain(tmp_path):
     # qemu's default CPU has the ARMv8 SHA2 instructions: both sha256 codes give THE output hash
     assert assert_hashes_are_the_output_hash(qemu, tmp_path / "accel", "") == "armv8-sha2"
     assert assert_hashes_are_the_output_hash(qemu, tmp_path / "portable", "portable") == "portable"
+
+
+def test_api_edges_refuse_with_one_line_and_never_crash(tmp_path):
+    exe = tmp_path / "api_edges"
+    done = subprocess.run([_compiler("gcc"), *CFLAGS, str(Path(__file__).parent / "c" / "api_edges.c"),
+                           str(C_DIR / "rkdet_audit.c"), "-lm", "-o", str(exe)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "a-file").write_text("")
+    done = subprocess.run([str(exe), str(tmp_path / "log"), str(tmp_path / "a-file"), BUILD], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = dict(line.split("=", 1) for line in done.stdout.splitlines())
+    assert got["file_as_folder"].endswith("a-file: not a folder (a symlink or file); name a folder for the log")
+    assert got["bad_build"] == "rkdet audit: settings.build must be the build fingerprint, 64 lowercase hex"
+    assert [got[k] for k in ("null_dtype", "null_data", "null_shape", "null_list", "canary_null")] == ["-1"] * 5
+    assert got["good"] == "0" and got["canary_baseline"] == "1" and got["canary_other_count"] == "0"
+    assert got["write_failures"] == "5" and got["inferences"] == "1"
+    result = verify(tmp_path / "log", {BUILD})
+    assert kinds(result) == [CANARY_FAILED]  # another count of golden outputs is a failure, named
+    assert NOTE_LOST_WRITES in [f.kind for f in result.findings]  # the refused calls, declared
+    assert not (tmp_path / "a-file").read_text()

@@ -484,10 +484,27 @@ static job_t *copy_job(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t 
     return job;
 }
 
+/* a tensor list the library can read (the app's mistake is counted as a lost record, never a crash) */
+static int readable(const rkdet_audit_tensor *t, size_t n) {
+    size_t i;
+    if (n && !t) return 0;
+    for (i = 0; i < n; i++)
+        if (!t[i].dtype || strlen(t[i].dtype) > 16 || (t[i].ndim && !t[i].shape) || (t[i].size && !t[i].data)) return 0;
+    return 1;
+}
+
+static int refused(rkdet_audit *a) {
+    pthread_mutex_lock(&a->lock);
+    a->c.write_failures++; a->lost++;
+    pthread_mutex_unlock(&a->lock);
+    return -1;
+}
+
 int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
                           const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us) {
     job_t *job; int queued = 0;
     if (!a) return -1;
+    if (!readable(inputs, n_inputs) || !readable(outputs, n_outputs)) return refused(a);
     if (!a->threaded) return record_inference(a, inputs, n_inputs, outputs, n_outputs, latency_us);
     job = copy_job(a, inputs, n_inputs, outputs, n_outputs, latency_us);
     pthread_mutex_lock(&a->qlock);
@@ -498,10 +515,7 @@ int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size
     pthread_mutex_unlock(&a->qlock);
     if (queued) return 0;
     free(job);  /* a full queue (or no memory): dropped and counted like a full disk */
-    pthread_mutex_lock(&a->lock);
-    a->c.write_failures++; a->lost++;
-    pthread_mutex_unlock(&a->lock);
-    return -1;
+    return refused(a);
 }
 
 /* ---------- canary ---------- */
@@ -581,6 +595,7 @@ static int keep_baseline(rkdet_audit *a, const rkdet_audit_tensor *t, size_t n_g
 int rkdet_audit_canary(rkdet_audit *a, const rkdet_audit_tensor *t, size_t n_golden, size_t n_outputs) {
     record_t r = {0}; buf_t *outs; char h[65]; size_t g, k; int ok = 1, rc;
     if (!a) return -1;
+    if ((n_golden && n_outputs > SIZE_MAX / n_golden) || !readable(t, n_golden * n_outputs)) return refused(a);
     pthread_mutex_lock(&a->lock);
     a->c.canary_runs++;
     outs = rec_field(&r, "outputs");

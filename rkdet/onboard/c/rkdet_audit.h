@@ -55,7 +55,8 @@ typedef struct rkdet_audit rkdet_audit;
  * serve unaudited. */
 rkdet_audit *rkdet_audit_open(const rkdet_audit_settings *settings, char *err, size_t errlen);
 
-/* One `inference` record. 0: written (or queued); -1: dropped and counted (never raised). */
+/* One `inference` record. 0: written (or queued); -1: dropped and counted (never raised; also for a tensor
+ * list the library cannot read: a NULL dtype, shape or data where one is needed). */
 int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
                           const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us);
 
