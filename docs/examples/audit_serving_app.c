@@ -3,14 +3,16 @@
  * On a board the inference is rknn_run() of the user's SDK; here it is a tiny fixed float32 MLP
  * (8 -> 16 -> 4, weights from a fixed LCG), an emulated runtime, a test double named as such: real
  * computation, never an NPU result. The audit calls are what an app on the C runtime adds:
- * rkdet_audit_open, rkdet_audit_inference per request, rkdet_audit_canary every N, rkdet_audit_close.
+ * rkdet_audit_open, rkdet_audit_inference per request, rkdet_audit_canary every N, rkdet_audit_shadow on a
+ * sample, rkdet_audit_close.
  *
  *   cc -O2 -pthread -I rkdet/onboard/c docs/examples/audit_serving_app.c rkdet/onboard/c/rkdet_audit.c -lm
  *   ./a.out --log DIR --build HEX64 [--prom DIR] [--count N] [--canary-every N] [--max-file-bytes N]
- *           [--max-files N] [--drift-after N] [--background QUEUE]
+ *           [--max-files N] [--drift-after N] [--background QUEUE] [--shadow PERTURB]
  *           [--bench-bytes N [--bench-out-bytes M] [--count ROUNDS]]
  *
  * --background QUEUE: a recorder thread hashes and appends (the app's thread copies onto a queue of QUEUE).
+ * --shadow PERTURB: every 10th input also runs on a candidate whose weights moved by PERTURB (0: the same).
  * --drift-after N plants a fault: after N inferences the runtime's outputs change (the canary must find it).
  * --bench-bytes N: instead of serving, time the audit record of an N-byte uint8 input and an M-byte (default N)
  * float32 output, ROUNDS times (default 20), 10 ms apart (an inference's time: a recorder thread drains
@@ -25,7 +27,7 @@
 
 #define BACKEND "emulated-c"  /* what made the outputs */
 
-static float W1[8][16], W2[16][4];
+static float W1[8][16], W2[16][4], W2_CANDIDATE[16][4];
 static unsigned long calls, drift_after;
 
 static void init_weights(void) {
@@ -33,13 +35,21 @@ static void init_weights(void) {
     for (i = 0; i < 8; i++) for (j = 0; j < 16; j++) { s = s * 1103515245u + 12345u; W1[i][j] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f; }
     for (i = 0; i < 16; i++) for (j = 0; j < 4; j++) { s = s * 1103515245u + 12345u; W2[i][j] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f; }
 }
+static void mlp(const float x[8], float y[4], float w2[16][4]) {
+    float h[16]; int i, j;
+    for (j = 0; j < 16; j++) { h[j] = 0; for (i = 0; i < 8; i++) h[j] += x[i] * W1[i][j]; if (h[j] < 0) h[j] = 0; }
+    for (j = 0; j < 4; j++) { y[j] = 0; for (i = 0; i < 16; i++) y[j] += h[i] * w2[i][j]; }
+}
 /* the emulated runtime: what rknn_run + rknn_outputs_get give on a board */
 static void infer(const float x[8], float y[4]) {
-    float h[16]; int i, j;
     calls++;
-    for (j = 0; j < 16; j++) { h[j] = 0; for (i = 0; i < 8; i++) h[j] += x[i] * W1[i][j]; if (h[j] < 0) h[j] = 0; }
-    for (j = 0; j < 4; j++) { y[j] = 0; for (i = 0; i < 16; i++) y[j] += h[i] * W2[i][j]; }
+    mlp(x, y, W2);
     if (drift_after && calls > drift_after) y[0] += 1e-3f;  /* the planted fault */
+}
+/* the candidate build (the shadow): the same weights, W2 moved by PERTURB toward larger magnitude */
+static void candidate_init(float perturb) {
+    int i, j;
+    for (i = 0; i < 16; i++) for (j = 0; j < 4; j++) W2_CANDIDATE[i][j] = W2[i][j] + (W2[i][j] > 0 ? perturb : W2[i][j] < 0 ? -perturb : 0);
 }
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec / 1e9; }
 static float rnd(unsigned long *s) { *s = *s * 6364136223846793005ul + 1442695040888963407ul; return (float)((*s >> 33) % 20001) / 10000.0f - 1.0f; }
@@ -75,6 +85,7 @@ static int bench(rkdet_audit *a, size_t in_bytes, size_t out_bytes, int rounds) 
 int main(int argc, char **argv) {
     rkdet_audit_settings s; rkdet_audit *a; char err[512]; int i;
     unsigned long count = 2000, canary_every = 500, served = 0, seed = 1, bench_bytes = 0, bench_out = 0;
+    float perturb = -1;  /* < 0: no shadow */
     float golden[3][8], golden_out[3][4];
     memset(&s, 0, sizeof s);
     for (i = 1; i + 1 < argc; i += 2) {
@@ -88,9 +99,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--bench-bytes")) bench_bytes = strtoul(v, NULL, 10);
         else if (!strcmp(k, "--bench-out-bytes")) bench_out = strtoul(v, NULL, 10);
         else if (!strcmp(k, "--background")) s.background_queue = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(k, "--shadow")) perturb = strtof(v, NULL);
         else { fprintf(stderr, "audit_serving_app: unknown option %s\n", k); return 2; }
     }
     if (i < argc) { fprintf(stderr, "audit_serving_app: %s needs a value\n", argv[i]); return 2; }
+    if (perturb >= 0) { s.shadow_build = "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"; s.shadow_report_every = 50; }
     a = rkdet_audit_open(&s, err, sizeof err);
     if (!a) { fprintf(stderr, "%s\n", err); return 2; }  /* this app refuses to serve unaudited */
     if (bench_bytes) {
@@ -99,6 +112,7 @@ int main(int argc, char **argv) {
         return i;
     }
     init_weights();
+    candidate_init(perturb > 0 ? perturb : 0);
     for (i = 0; i < 3; i++) { int j; for (j = 0; j < 8; j++) golden[i][j] = rnd(&seed); }
     {
         uint64_t xs[2] = {1, 8}, ys[2] = {1, 4};
@@ -115,6 +129,12 @@ int main(int argc, char **argv) {
                 rkdet_audit_inference(a, &ti, 1, &to, 1, (uint64_t)((now_s() - t0) * 1e6));  /* status ignored: serving goes on */
             }
             served++;
+            if (perturb >= 0 && n % 10 == 0) {  /* the shadow: every 10th live input also runs on the candidate */
+                float yc[4]; rkdet_audit_tensor ti = {"<f4", 2, xs, x, sizeof x}, to = {"<f4", 2, ys, y, sizeof y},
+                                                tc = {"<f4", 2, ys, yc, sizeof yc};
+                mlp(x, yc, W2_CANDIDATE);
+                rkdet_audit_shadow(a, &ti, 1, &to, &tc, 1);  /* the candidate's answer goes nowhere else */
+            }
             if (canary_every && n % canary_every == 0) {
                 for (i = 0; i < 3; i++) { infer(golden[i], golden_out[i]); gt[i].data = golden_out[i]; }
                 rkdet_audit_canary(a, gt, 3, 1);

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from rkdet.audit.verify import (CANARY_FAILED, EDITED, FILE_REMOVED, NOTE_LOST_WRITES, NOTE_TORN_TAIL,
-                                NOTE_TRUNCATED_START, verify)
+                                NOTE_TRUNCATED_START, SHADOW_DISAGREED, verify)
 from rkdet.cli import main
 from rkdet.onboard.audit import AuditSettings, RKNNLite
 from rkdet.onboard.audit_chain import audit_files
@@ -151,6 +151,25 @@ def test_recorder_thread_writes_the_same_records_and_a_full_queue_is_declared(ap
     assert not result.failed and NOTE_LOST_WRITES in [f.kind for f in result.findings]
 
 
+def test_shadow_disagreements_are_found_and_periods_recorded(app, tmp_path):
+    same = tmp_path / "same"
+    run_app(app, same, "--count", "1000", "--shadow", "0", "--prom", str(tmp_path / "prom"))
+    result = verify(same, {BUILD})
+    assert not result.failed and result.counts["shadow"] == 2, result.findings
+    periods = [r for r in map(json.loads, lines(same)) if r["kind"] == "shadow"]
+    assert all(p["samples"] == 50 and p["agreement"] == 1.0 and p["errors"][0]["max"] == 0.0 for p in periods)
+    assert f'rkdet_audit_shadow_samples_total{{build="{BUILD[:16]}"}} 100' in (tmp_path / "prom" / PROM_FILE).read_text()
+    moved = tmp_path / "moved"
+    run_app(app, moved, "--count", "1000", "--shadow", "0.5")
+    result = verify(moved, {BUILD})
+    found = [f for f in result.findings if f.kind == SHADOW_DISAGREED]
+    assert found and kinds(result) == [SHADOW_DISAGREED] * len(found)
+    assert "the candidate decided [" in found[0].message
+    periods = [r for r in map(json.loads, lines(moved)) if r["kind"] == "shadow"]
+    assert sum(p["disagreements"] for p in periods) == result.counts["shadow_disagreement"] == len(found)
+    assert all(0 < p["errors"][0]["p50"] <= p["errors"][0]["p99"] <= p["errors"][0]["max"] for p in periods)
+
+
 def test_python_and_c_continue_each_others_chain(app, tmp_path):
     import numpy as np
 
@@ -260,6 +279,37 @@ def test_api_edges_refuse_with_one_line_and_never_crash(tmp_path):
     assert got["good"] == "0" and got["canary_baseline"] == "1" and got["canary_other_count"] == "0"
     assert got["write_failures"] == "5" and got["inferences"] == "1"
     result = verify(tmp_path / "log", {BUILD})
-    assert kinds(result) == [CANARY_FAILED]  # another count of golden outputs is a failure, named
+    assert kinds(result) == [CANARY_FAILED, SHADOW_DISAGREED]  # another count of golden outputs; the shadow below
     assert NOTE_LOST_WRITES in [f.kind for f in result.findings]  # the refused calls, declared
     assert not (tmp_path / "a-file").read_text()
+    assert [got[k] for k in ("shadow_disagrees", "shadow_same", "shadow_agrees")] == ["0", "1", "1"]
+    import numpy as np
+
+    period = [r for r in map(json.loads, lines(tmp_path / "log")) if r["kind"] == "shadow"]
+    errors = np.abs(np.array([0.5, 2.0, -1.0, 0.25, 0.5, 2.0, -1.0, 0.25, 1, 2, 3, 4])
+                    - np.array([0.5, 1.0, 3.0, 0.0, 0.5, 2.0, -1.0, 0.25, 1, 2, 3, 5]))
+    assert period == [dict(period[0], samples=3, disagreements=1, agreement=1 - 1 / 3, candidate="f" * 64, errors=[
+        {"output": 0, "p50": float(np.percentile(errors, 50)), "p99": float(np.percentile(errors, 99)),
+         "max": float(errors.max())}])]  # numpy's definitions, the Python library's
+
+
+@pytest.mark.slow  # two ASan builds and a sanitized run: ~5 s on 2 busy cores
+def test_address_and_undefined_behaviour_sanitizers_find_nothing(tmp_path):
+    """Every path the tests above take (rotation, retention, the recorder thread, a full queue, canary failures,
+    shadow statistics, the API edges), once more under ASan and UBSan, any report fatal."""
+    flags = [*CFLAGS, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+    exes = {}
+    for name, main_c in (("app", str(C_APP)), ("edges", str(Path(__file__).parent / "c" / "api_edges.c"))):
+        exes[name] = tmp_path / name
+        done = subprocess.run([_compiler("gcc"), *flags, main_c, str(C_DIR / "rkdet_audit.c"), "-lm", "-o",
+                               str(exes[name])], capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr
+    out = run_app(exes["app"], tmp_path / "log", "--count", "3000", "--shadow", "0.3", "--background", "16",
+                  "--drift-after", "1000", "--max-files", "2", "--max-file-bytes", "262144", "--prom",
+                  str(tmp_path / "prom"))
+    assert "served 3000 inferences" in out
+    (tmp_path / "a-file").write_text("")
+    done = subprocess.run([str(exes["edges"]), str(tmp_path / "edges-log"), str(tmp_path / "a-file"), BUILD],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ERROR: AddressSanitizer" not in done.stderr, done.stderr
+    assert "runtime error" not in done.stderr

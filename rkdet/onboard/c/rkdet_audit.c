@@ -30,6 +30,8 @@
 #define SCHEMA "rkdet.audit/1"
 #define PROM_FILE "rkdet_audit.prom"
 #define MAX_FIELDS 16
+#define SHADOW_MAX_SAMPLES 20000  /* audit_watch.MAX_SAMPLES_PER_PERIOD: abs errors kept per output and period */
+#define SHADOW_MAX_OUTPUTS 16     /* outputs whose errors are kept (decisions cover every output) */
 #ifndef O_CLOEXEC
 #define O_CLOEXEC 0
 #endif
@@ -53,7 +55,10 @@ struct rkdet_audit {
     char prev[65]; uint64_t seq, lost;
     rkdet_audit_counters c;
     kept_t *baseline; size_t base_golden, base_outputs;
-    unsigned alarms;
+    unsigned alarms, shadow_alarms;
+    char shadow_build[65]; unsigned shadow_report_every;  /* the shadow: its period's statistics */
+    uint64_t shadow_samples, shadow_disagreements, period_samples, period_disagreements;
+    double *errors[SHADOW_MAX_OUTPUTS]; size_t n_errors[SHADOW_MAX_OUTPUTS]; size_t shadow_outputs;
 };
 
 /* ---------- text ---------- */
@@ -329,7 +334,7 @@ static void write_prom(rkdet_audit *a) {
     uint64_t values[7]; int i;
     if (!a->prom_dir) return;
     values[0] = a->c.inferences; values[1] = a->c.canary_runs; values[2] = a->c.canary_failures;
-    values[3] = 0; values[4] = 0; values[5] = a->c.chain_breaks; values[6] = a->c.write_failures;
+    values[3] = a->shadow_samples; values[4] = a->shadow_disagreements; values[5] = a->c.chain_breaks; values[6] = a->c.write_failures;
     for (i = 0; i < 8; i++) {
         b_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s{build=\"%.16s\"} ", names[i][0], names[i][1], names[i][0],
                  names[i][0], a->build);
@@ -388,6 +393,13 @@ rkdet_audit *rkdet_audit_open(const rkdet_audit_settings *s, char *err, size_t e
     if (a->max_file_bytes < 4 * MAX_LINE) a->max_file_bytes = 4 * MAX_LINE;
     a->max_files = s->max_files ? (s->max_files < 2 ? 2 : s->max_files) : DEFAULT_MAX_FILES;
     a->fsync_every = s->fsync_every; a->prom_every = s->prom_every ? s->prom_every : 100;
+    if (s->shadow_build && !is_hex64(s->shadow_build)) {
+        snprintf(err, errlen, "rkdet audit: settings.shadow_build must be the candidate's fingerprint, 64 lowercase hex");
+        free(a->dir); free(a->prom_dir); pthread_mutex_destroy(&a->lock); free(a);
+        return NULL;
+    }
+    if (s->shadow_build) memcpy(a->shadow_build, s->shadow_build, 65);
+    a->shadow_report_every = s->shadow_report_every ? s->shadow_report_every : 1000;
     memset(a->prev, '0', 64); a->prev[64] = 0;
     a->fd = -1;
     if (a->prom_dir) mkdir(a->prom_dir, 0755);
@@ -397,7 +409,7 @@ rkdet_audit *rkdet_audit_open(const rkdet_audit_settings *s, char *err, size_t e
         return NULL;
     }
     rec_str(&r, "build", a->build); rec_str(&r, "core_mask", a->core_mask);
-    rec_str(&r, "canary_baseline", "first-run"); rec_str(&r, "shadow", NULL);
+    rec_str(&r, "canary_baseline", "first-run"); rec_str(&r, "shadow", s->shadow_build ? s->shadow_build : NULL);
     append(a, "start", &r);
     write_prom(a);
     if (s->background_queue) {  /* no thread (or no memory): recorded on the calling thread instead */
@@ -474,7 +486,8 @@ static job_t *copy_job(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t 
         const rkdet_audit_tensor *t = i < n_inputs ? &inputs[i] : &outputs[i - n_inputs];
         rkdet_audit_tensor *c = &job->t[i];
         uint64_t *dims = (uint64_t *)(void *)p;  /* p stays 8-byte aligned: dims first, then bytes, then dtype */
-        memcpy(dims, t->shape, t->ndim * sizeof(uint64_t)); p += t->ndim * sizeof(uint64_t);
+        if (t->ndim) memcpy(dims, t->shape, t->ndim * sizeof(uint64_t));
+        p += t->ndim * sizeof(uint64_t);
         if (t->size) memcpy(p, t->data, t->size);
         c->data = p; c->size = t->size; c->ndim = t->ndim; c->shape = dims;
         p += (t->size + 7) / 8 * 8;
@@ -519,8 +532,11 @@ int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size
 }
 
 /* ---------- canary ---------- */
+static int same_dims(uint32_t na, const uint64_t *a, uint32_t nb, const uint64_t *b) {
+    return na == nb && (!na || !memcmp(a, b, na * sizeof *a));
+}
 static int same_tensor(const kept_t *k, const rkdet_audit_tensor *t) {
-    return strcmp(k->dtype, t->dtype) == 0 && k->ndim == t->ndim && !memcmp(k->shape, t->shape, t->ndim * sizeof *t->shape)
+    return strcmp(k->dtype, t->dtype) == 0 && same_dims(k->ndim, k->shape, t->ndim, t->shape)
            && k->size == t->size && (!t->size || !memcmp(k->data, t->data, t->size));
 }
 static void b_shape(buf_t *b, const char *dtype, uint32_t ndim, const uint64_t *shape) {
@@ -553,10 +569,15 @@ static void b_element(buf_t *b, const char *dtype, const unsigned char *p, size_
         b_puts(b, "\""); for (i = 0; i < width; i++) b_printf(b, "%02x", p[i]); b_puts(b, "\"");
     }
 }
+/* bytes per element from numpy's dtype.str ("<f4" -> 4); 0 when it says none */
+static size_t dtype_width(const char *dtype) {
+    int w = strlen(dtype) >= 3 ? atoi(dtype + 2) : 0;
+    return w > 0 && w <= 16 ? (size_t)w : 0;
+}
 static void first_difference(buf_t *b, const kept_t *k, const rkdet_audit_tensor *t, size_t golden, size_t output) {
-    size_t width = (size_t)atoi(t->dtype[0] ? t->dtype + 2 : "1"), i;
+    size_t width = dtype_width(t->dtype), i;
     b_puts(b, "{");
-    if (strcmp(k->dtype, t->dtype) || k->ndim != t->ndim || memcmp(k->shape, t->shape, t->ndim * sizeof *t->shape)
+    if (strcmp(k->dtype, t->dtype) || !same_dims(k->ndim, k->shape, t->ndim, t->shape)
         || k->size != t->size || width == 0 || t->size % width) {
         b_puts(b, "\"expected\":"); b_shape(b, k->dtype, k->ndim, k->shape);
         b_printf(b, ",\"golden\":%lu,\"got\":", (unsigned long)golden); b_shape(b, t->dtype, t->ndim, t->shape);
@@ -586,7 +607,7 @@ static int keep_baseline(rkdet_audit *a, const rkdet_audit_tensor *t, size_t n_g
         k->shape = (uint64_t *)malloc((t[i].ndim ? t[i].ndim : 1) * sizeof *k->shape);
         k->data = (unsigned char *)malloc(t[i].size ? t[i].size : 1);
         if (!k->dtype || !k->shape || !k->data) { free_baseline(a); return -1; }
-        memcpy(k->shape, t[i].shape, t[i].ndim * sizeof *k->shape);
+        if (t[i].ndim) memcpy(k->shape, t[i].shape, t[i].ndim * sizeof *k->shape);
         if (t[i].size) memcpy(k->data, t[i].data, t[i].size);
     }
     return 0;
@@ -640,6 +661,114 @@ int rkdet_audit_canary(rkdet_audit *a, const rkdet_audit_tensor *t, size_t n_gol
     return rc != 0 ? -1 : ok;
 }
 
+/* ---------- shadow ---------- */
+/* element i of a tensor as a double (float and integer dtypes of this byte order; NAN where unknown) */
+static double element(const rkdet_audit_tensor *t, size_t i, size_t width) {
+    const unsigned char *p = (const unsigned char *)t->data + i * width; char kind = t->dtype[0] ? t->dtype[1] : 0;
+    if (t->dtype[0] == '>') return NAN;
+    if (kind == 'f' && width == 4) { float f; memcpy(&f, p, 4); return f; }
+    if (kind == 'f' && width == 8) { double d; memcpy(&d, p, 8); return d; }
+    if (kind == 'f' && width == 2) { uint16_t h; memcpy(&h, p, 2); return half_to_double(h); }
+    if ((kind == 'i' || kind == 'u' || kind == 'b') && width <= 8) {
+        uint64_t u = 0; memcpy(&u, p, width);
+        if (kind == 'i' && width < 8 && (u >> (8 * width - 1)) & 1) u |= ~(uint64_t)0 << (8 * width);
+        return kind == 'i' ? (double)(int64_t)u : (double)u;
+    }
+    return NAN;
+}
+static size_t width_of(const rkdet_audit_tensor *t) {
+    size_t w = dtype_width(t->dtype);
+    return w ? w : 1;
+}
+/* numpy's argmax over the flat values: the first maximum, or the first NaN */
+static uint64_t decision(const rkdet_audit_tensor *t) {
+    size_t w = width_of(t), n = t->size / w, i, best = 0; double top = 0;
+    for (i = 0; i < n; i++) {
+        double v = element(t, i, w);
+        if (isnan(v)) return i;
+        if (i == 0 || v > top) { top = v; best = i; }
+    }
+    return best;
+}
+static int cmp_d(const void *x, const void *y) { double a = *(const double *)x, b = *(const double *)y; return a < b ? -1 : a > b; }
+/* numpy.percentile's default (linear) on sorted values */
+static double percentile(const double *v, size_t n, double q) {
+    double pos = q / 100.0 * (double)(n - 1); size_t lo = (size_t)pos; double frac = pos - (double)lo;
+    return lo + 1 < n ? v[lo] + (v[lo + 1] - v[lo]) * frac : v[lo];
+}
+static void b_float_or_str(buf_t *b, double v) {
+    if (isnan(v)) b_puts(b, "\"nan\""); else if (isinf(v)) b_puts(b, v > 0 ? "\"inf\"" : "\"-inf\""); else b_float(b, v);
+}
+/* the period's `shadow` record (then a new period); the caller holds the lock */
+static void shadow_period(rkdet_audit *a) {
+    record_t r = {0}; buf_t *e; size_t k;
+    if (!a->period_samples) return;
+    rec_u64(&r, "samples", a->period_samples); rec_u64(&r, "disagreements", a->period_disagreements);
+    b_float(rec_field(&r, "agreement"), 1.0 - (double)a->period_disagreements / (double)a->period_samples);
+    rec_str(&r, "candidate", a->shadow_build[0] ? a->shadow_build : "");
+    e = rec_field(&r, "errors");
+    b_puts(e, "[");
+    for (k = 0; k < a->shadow_outputs && k < SHADOW_MAX_OUTPUTS; k++) {
+        double zero = 0, *v = a->n_errors[k] ? a->errors[k] : &zero; size_t n = a->n_errors[k] ? a->n_errors[k] : 1;
+        qsort(v, n, sizeof *v, cmp_d);
+        b_puts(e, k ? ",{\"max\":" : "{\"max\":"); b_float_or_str(e, v[n - 1]);
+        b_printf(e, ",\"output\":%lu,\"p50\":", (unsigned long)k); b_float_or_str(e, percentile(v, n, 50));
+        b_puts(e, ",\"p99\":"); b_float_or_str(e, percentile(v, n, 99)); b_puts(e, "}");
+        a->n_errors[k] = 0;
+    }
+    b_puts(e, "]");
+    append(a, "shadow", &r);
+    a->period_samples = a->period_disagreements = 0;
+}
+
+int rkdet_audit_shadow(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
+                       const rkdet_audit_tensor *served, const rkdet_audit_tensor *candidate, size_t n_outputs) {
+    record_t r = {0}; rkdet_sha256_ctx ic; char h[65]; size_t k, i; int agree = 1, rc = 0; buf_t *want, *got, *outs;
+    if (!a) return -1;
+    if (!readable(inputs, n_inputs) || !readable(served, n_outputs) || !readable(candidate, n_outputs)) return refused(a);
+    want = rec_field(&r, "served_decision"); got = rec_field(&r, "shadow_decision");
+    b_puts(want, "["); b_puts(got, "[");
+    for (k = 0; k < n_outputs; k++) {
+        uint64_t dw = decision(&served[k]), dg = decision(&candidate[k]);
+        b_printf(want, k ? ",%llu" : "%llu", (unsigned long long)dw); b_printf(got, k ? ",%llu" : "%llu", (unsigned long long)dg);
+        if (dw != dg) agree = 0;
+    }
+    b_puts(want, "]"); b_puts(got, "]");
+    pthread_mutex_lock(&a->lock);
+    a->shadow_samples++; a->period_samples++;
+    if (n_outputs > a->shadow_outputs) a->shadow_outputs = n_outputs;
+    for (k = 0; k < n_outputs && k < SHADOW_MAX_OUTPUTS; k++) {  /* |served - candidate| per element, bounded */
+        const rkdet_audit_tensor *x = &served[k], *y = &candidate[k];
+        size_t w = width_of(x), n = x->size / w;
+        if (!same_dims(x->ndim, x->shape, y->ndim, y->shape) || width_of(y) * n != y->size) continue;
+        if (!a->errors[k] && !(a->errors[k] = (double *)malloc(SHADOW_MAX_SAMPLES * sizeof(double)))) continue;
+        for (i = 0; i < n && a->n_errors[k] < SHADOW_MAX_SAMPLES; i++)
+            a->errors[k][a->n_errors[k]++] = fabs(element(x, i, w) - element(y, i, width_of(y)));
+    }
+    if (!agree) {
+        a->shadow_disagreements++; a->period_disagreements++;
+        rkdet_sha256_init(&ic);
+        for (i = 0; i < n_inputs; i++) { output_hash(&inputs[i], h); rkdet_sha256_update(&ic, h, 64); }
+        rkdet_sha256_hex(&ic, h);
+        rec_str(&r, "input", h);
+        outs = rec_field(&r, "outputs");
+        b_puts(outs, "[");
+        for (k = 0; k < n_outputs; k++) { output_hash(&candidate[k], h); if (k) b_puts(outs, ","); b_jstr(outs, h); }
+        b_puts(outs, "]");
+        rec_str(&r, "build", a->build); rec_str(&r, "candidate", a->shadow_build[0] ? a->shadow_build : "");
+        if (++a->shadow_alarms <= 10 || a->shadow_alarms % 1000 == 0)
+            fprintf(stderr, "rkdet audit: shadow_disagreement #%u: served %.200s, candidate %.200s\n", a->shadow_alarms,
+                    want->s ? want->s : "?", got->s ? got->s : "?");
+        rc = append(a, "shadow_disagreement", &r);
+        write_prom(a);
+    } else {
+        rec_free(&r);
+    }
+    if (a->period_samples >= a->shadow_report_every) shadow_period(a);
+    pthread_mutex_unlock(&a->lock);
+    return rc != 0 ? -1 : agree;
+}
+
 const char *rkdet_audit_hash_impl(void) { return rkdet_sha256_impl(); }
 
 void rkdet_audit_get_counters(rkdet_audit *a, rkdet_audit_counters *out) {
@@ -658,11 +787,13 @@ void rkdet_audit_close(rkdet_audit *a) {
         a->threaded = 0;
     }
     pthread_mutex_lock(&a->lock);
+    shadow_period(a);  /* the last period's statistics, as the Python library's release() writes them */
     rec_u64(&r, "served", a->c.inferences);
     append(a, "stop", &r);
     write_prom(a);
     if (a->fd >= 0) { fsync(a->fd); close(a->fd); }
     free_baseline(a);
+    { size_t k; for (k = 0; k < SHADOW_MAX_OUTPUTS; k++) free(a->errors[k]); }
     pthread_mutex_unlock(&a->lock);
     pthread_mutex_destroy(&a->lock);
     free(a->dir); free(a->prom_dir); free(a);

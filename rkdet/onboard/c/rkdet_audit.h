@@ -40,6 +40,8 @@ typedef struct {
     unsigned background_queue; /* 0: hash and append on the calling thread; N: the calling thread copies the
                                   tensors onto a queue of N inferences and a recorder thread hashes and appends
                                   (a full queue drops the record and counts it, like a full disk) */
+    const char *shadow_build; /* the candidate's fingerprint (64 lowercase hex) when the app runs a shadow; else NULL */
+    unsigned shadow_report_every; /* a `shadow` record of the period's statistics every this many samples; 0: 1000 */
 } rkdet_audit_settings;
 
 typedef struct {
@@ -65,6 +67,15 @@ int rkdet_audit_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size
  * and name the first differing element. 1: equal (or the baseline); 0: a difference (counted, one line on
  * stderr, the textfile rewritten); -1: not recorded (a write refused, or no memory for the baseline). */
 int rkdet_audit_canary(rkdet_audit *a, const rkdet_audit_tensor *outputs, size_t n_golden, size_t n_outputs);
+
+/* One shadow sample: the app ran the candidate build on a sampled live input (`inputs`) after serving it;
+ * `served` are the outputs it returned, `candidate` the candidate's (never returned to anyone). The decisions
+ * (numpy's argmax of each output) are compared, |served - candidate| per element is accumulated (at most
+ * 20 000 values per output and period) and every shadow_report_every samples a `shadow` record gives
+ * P50/P99/max per output. 1: same decisions; 0: a `shadow_disagreement` record (counted, a line on stderr);
+ * -1: not recorded. */
+int rkdet_audit_shadow(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
+                       const rkdet_audit_tensor *served, const rkdet_audit_tensor *candidate, size_t n_outputs);
 
 void rkdet_audit_get_counters(rkdet_audit *a, rkdet_audit_counters *out);
 

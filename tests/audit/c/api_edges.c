@@ -32,5 +32,18 @@ int main(int argc, char **argv) {
     printf("write_failures=%llu\ninferences=%llu\n", (unsigned long long)c.write_failures, (unsigned long long)c.inferences);
     rkdet_audit_close(a);
     rkdet_audit_close(NULL);
+    {   /* the shadow's statistics on known numbers: three samples, one period */
+        float x[4] = {0}, s1[4] = {0.5f, 2.0f, -1.0f, 0.25f}, c1[4] = {0.5f, 1.0f, 3.0f, 0.0f},
+              s3[4] = {1, 2, 3, 4}, c3[4] = {1, 2, 3, 5};
+        rkdet_audit_tensor tx = {"<f4", 2, dims, x, sizeof x}, ts1 = {"<f4", 2, dims, s1, sizeof s1},
+                           tc1 = {"<f4", 2, dims, c1, sizeof c1}, ts3 = {"<f4", 2, dims, s3, sizeof s3},
+                           tc3 = {"<f4", 2, dims, c3, sizeof c3};
+        s.shadow_build = "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"; s.shadow_report_every = 3;
+        if (!(a = rkdet_audit_open(&s, err, sizeof err))) { printf("open=%s\n", err); return 1; }
+        printf("shadow_disagrees=%d\n", rkdet_audit_shadow(a, &tx, 1, &ts1, &tc1, 1));
+        printf("shadow_same=%d\n", rkdet_audit_shadow(a, &tx, 1, &ts1, &ts1, 1));
+        printf("shadow_agrees=%d\n", rkdet_audit_shadow(a, &tx, 1, &ts3, &tc3, 1));
+        rkdet_audit_close(a);
+    }
     return 0;
 }
