@@ -205,3 +205,22 @@ def test_the_overlay_is_bounded_and_a_crafted_one_is_not_shown() -> None:
         finding = decision_finding(dict(delta, overlay={"png": crafted, "block": "x"}))
         assert "<img" not in finding.html() and "<script>" not in finding.html()
     assert semantic.compare_label_maps(big, big).get("overlay") is None  # nothing changed: no image
+
+
+def test_a_report_keeps_a_bounded_number_of_overlays(tmp_path: Path) -> None:
+    """Many distinct changed label maps: the first MAX_DECISION_IMAGES keep their overlay, the rest are left
+    out and a note says so (a crafted result set cannot grow the reports without bound)."""
+    from rkdet.diff.compare import MAX_DECISION_IMAGES
+
+    model = seg_model(tmp_path / "seg.onnx")
+    n = MAX_DECISION_IMAGES + 4
+    outs = run_model(model, _images(n))
+    moved = [o.copy() for o in outs]
+    for o in moved:
+        o[0, :, 0, :] = o[0, ::-1, 0, :]
+    c = compare(_result_set(tmp_path / "board", moved), _result_set(tmp_path / "ref", outs), Tolerance())
+    deltas = [g.decision_vs_reference for ia in c.a.inputs.values() for g in ia.groups.values()]
+    changed = [d for d in deltas if d and d["changed"]]
+    assert len(changed) > MAX_DECISION_IMAGES
+    assert sum("overlay" in d for d in changed) == MAX_DECISION_IMAGES
+    assert any(n.startswith("decision images: the first 16 changed decisions") for n in c.notes)
