@@ -270,7 +270,7 @@ def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Log,
     """`rkdet layers` on the config as given: its worst layers by single error, how many layers it measured,
     and whether the loss comes from single layers or accumulates."""
     from rkdet.layers.rebuild import BuildSource, rebuild_and_analyse
-    from rkdet.layers.report import build_report
+    from rkdet.layers.report import build_report, onnx_label
 
     src = BuildSource(cfg, platform, None, None)
     rebuilt = rebuild_and_analyse(src, None, lambda m: progress(f"layers: {m}"), log_to=scratch / "toolkit-layers.log",
