@@ -175,6 +175,8 @@ _RK3576_DTSI = ("armbian/linux-rockchip@b66be74e62a6a8d7e9e8ff3e2713c438f010a928
                 "arch/arm64/boot/dts/rockchip/rk3576.dtsi (BSP 6.1) ")
 _RK3562_DTSI = ("armbian/linux-rockchip@8529d2cbe05efec239d92946a10cf02ec6d9b0d0 "
                 "arch/arm64/boot/dts/rockchip/rk3562.dtsi (BSP 6.1) ")
+_RK3562_EVB = ("armbian/linux-rockchip@61814cc01d627947f9c22a09428522b3e50348e1 "
+               "arch/arm64/boot/dts/rockchip/rk3562-evb1-lp4x-v10.dtsi ")
 _SIGE5_DTS = "torvalds/linux@ef4b19d3406c0a3e380892a56c5d607164645d81 arch/arm64/boot/dts/rockchip/rk3576-armsom-sige5.dts "
 _CPU_GOV_61 = CHOICE + ("BSP 6.1 rockchip_linux_defconfig governor set not checked; schedutil default and the "
                         "list order are emulator choices")
@@ -227,9 +229,8 @@ RK3576 = dict(_COMMON, **_BSP61, **{
 RK3562 = dict(_COMMON, **_BSP61, **{
     "npu_cores": (_RK3562_DTSI + "rknpu: npu@ff300000: one register range, one interrupt, one power domain "
                   "(RK3562_PD_NPU): one NPU core"),
-    "compatible": UNVERIFIED + "BSP 6.1 arch/arm64/boot/dts/rockchip/rk3562-evb1-lp4x-v10.dts compatible "
-                  "(the SoC's own 'rockchip,rk3562' is verified: " + _RK3562_DTSI.strip() + ")",
-    "model": UNVERIFIED + "BSP 6.1 arch/arm64/boot/dts/rockchip/rk3562-evb1-lp4x-v10.dts model",
+    "compatible": _RK3562_EVB + 'compatible = "rockchip,rk3562-evb1-lp4x-v10", "rockchip,rk3562"',
+    "model": _RK3562_EVB + 'model = "Rockchip RK3562 EVB1 LP4X V10 Board" (the .dts includes this .dtsi)',
     "cpufreq.policy0.cpus": _RK3562_DTSI + "cpu0..cpu3 (arm,cortex-a53) share cpu0_opp_table",
     "cpufreq.policy0.frequencies_khz": (_RK3562_DTSI + "cpu0-opp-table, RK3562 OPPs (opp-supported-hw 0xf9): "
                                         "408, 600, 816, 1008, 1200, 1416, 1608, 1800, 2016 MHz (the RK3562J's "
