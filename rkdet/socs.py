@@ -13,10 +13,15 @@ in rk3588s.dtsi, which rk3588.dtsi includes; `npu@fde40000` in rk3568.dtsi; `npu
 and rknn-toolkit2's target platforms (no "rk3588s" nor "rk3566" target: their models are built for
 rk3588 and rk3568).
 
-RK3576 and RK3562 (issue 34): the devfreq node names `27700000.npu` (RK3576) and `ff300000.npu` (RK3562) are
-the NPU unit addresses as recalled from Rockchip's BSP 6.1 `rk3576.dtsi` / `rk3562.dtsi` (`rknpu: npu@...`),
-NOT verified against the files in this session. RK3576's `core_aliases`: rknn-toolkit-lite2 on RK3576 runs
-`NPU_CORE_2` on core 0 (reported in issue 34 from a board; no Rockchip document found for it: unsourced).
+RK3576 and RK3562 (issue 34), checked against the device trees in this session: RK3576's NPU is
+`rknpu: npu@27700000` with two register ranges, interrupts `npu0_irq`/`npu1_irq` and power domains
+npu0/npu1 (two cores; armbian/linux-rockchip@b66be74e62a6a8d7e9e8ff3e2713c438f010a928
+arch/arm64/boot/dts/rockchip/rk3576.dtsi, the BSP 6.1 tree), so its devfreq node is `27700000.npu`;
+RK3562's is `rknpu: npu@ff300000` with one register range, interrupt and power domain (one core;
+armbian/linux-rockchip@8529d2cbe05efec239d92946a10cf02ec6d9b0d0 arch/arm64/boot/dts/rockchip/rk3562.dtsi),
+node `ff300000.npu`. RK3576's `core_aliases` stays UNSOURCED: issue 34 reports from a board that
+rknn-toolkit-lite2 runs `NPU_CORE_2` on core 0; no Rockchip document was found for it, and one user
+report (swdee/go-rknnlite issue 30, C API through go-rknnlite) says core mask 2 fails on RK3576 instead.
 """
 
 from __future__ import annotations

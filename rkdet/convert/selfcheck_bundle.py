@@ -4,7 +4,8 @@ Why: a serving app must know, before it takes traffic, that the board computes w
 promised. The bundle carries just enough for `rkdet-selfcheck` (rkdet/onboard/selfcheck.py, on the board):
 the model's sha256 and build fingerprint, a few golden inputs as fed, their expected outputs (hash
 and data, for both references: the board's NPU runtime is judged against the simulator, onnxruntime
-and the emulated runtime against onnx-fp32) and the decision summary per input. The format and its
+and the emulated runtime against onnx-fp32) and the decision summary per input; with a declared `decision:` section, the rule per output
+(`decision_rules`), so the self-check says whether the app's decision changed. The format and its
 encoding are defined once, in rkdet/onboard/bundle.py (the reader); this module only chooses and writes.
 
 Size: inputs are taken in sorted order while the bundle stays within `cap_bytes` (default 8 MiB;
@@ -64,6 +65,13 @@ def decision_summary(outputs: list[tuple[str, np.ndarray]], input_hw: tuple[int,
     return {"kind": "none"} if task is None else task.bundle_summary(layout, arrays)
 
 
+def declared_rules(outputs: list[tuple[str, np.ndarray]], declared: Mapping[str, Any]) -> dict[str, Any]:
+    """The bundle's `decision_rules`: the declared rule per output, checked against these outputs (the
+    layout's JSON), so rkdet-selfcheck can decide as the app does (rkdet/onboard/decisions.py)."""
+    layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs], declared=declared)
+    return {n: {k: v for k, v in r.items() if k != "top_k"} for n, r in layout.to_json().get("rules", {}).items()}
+
+
 def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]],
            declared: Mapping[str, Any] | None = None) -> dict[str, Any]:
     hw = decode.input_hw(tuple(tensor.shape))
@@ -106,6 +114,9 @@ def write_bundle(build: Path, manifest: Manifest, cap_bytes: int = DEFAULT_CAP_B
         doc["inputs"].append(entry)
         chosen.append(page.stem)
         size += cost
+    if declared and doc["inputs"] and refs:
+        first = sorted(refs)[0]
+        doc["decision_rules"] = declared_rules(refs[first][doc["inputs"][0]["name"]], declared)
     path = build / bundle_format.BUNDLE_FILE
     write_json_atomic(str(path), doc)
     return BundleInfo(path, path.stat().st_size, chosen, len(pages), sorted(refs))

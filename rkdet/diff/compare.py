@@ -202,6 +202,9 @@ def _decision_delta(task: DecisionTask | None, ref: Any, cand: Any) -> dict[str,
     return task.compare(ref, cand)
 
 
+MAX_DECISION_IMAGES = 16  # changed-pixel overlays kept per comparison (each at most ~50 kB of base64 PNG)
+
+
 def _decision_summary(task: DecisionTask | None, dec: Any) -> dict[str, Any] | None:
     return None if task is None or dec is None else task.summary(dec)
 
@@ -217,6 +220,7 @@ class _Engine:
         self.failures: list[Failure] = []
         self.hist = np.zeros(len(HIST_EDGES) + 1, dtype=np.int64)
         self.overlay: dict[str, Any] | None = None
+        self.decision_images = 0  # decision deltas that kept their image ("overlay"), at most MAX_DECISION_IMAGES
         self.notes: list[str] = []
         self.norms: dict[tuple[str, str], float] = {}  # |reference|^2 per reference hash
         self.cross_cpu = False  # the reference B was made on another CPU class: A-vs-B within the cross-CPU bound passes
@@ -350,6 +354,20 @@ class _Engine:
                     src.cache.put(ref.hash, arr)
                 yield pending[0]
 
+    def _bound_image(self, delta: dict[str, Any] | None) -> None:
+        """Keep a delta's image (a label map's changed-pixel overlay) for the first MAX_DECISION_IMAGES deltas
+        only, so a result set of many distinct results cannot grow the reports without bound."""
+        if not delta or "overlay" not in delta:
+            return
+        if self.decision_images < MAX_DECISION_IMAGES:
+            self.decision_images += 1
+            return
+        del delta["overlay"]
+        note = (f"decision images: the first {MAX_DECISION_IMAGES} changed decisions carry one in the reports; "
+                "later ones are left out")
+        if note not in self.notes:
+            self.notes.append(note)
+
     def _new_group(self, analysis: SetAnalysis, src: ResultSource, rec: Record, first: Record, ref_src: ResultSource | None,
                    ref_rec: Record | None, ia: InputAnalysis, group: Group, first_dec: Any, ref_dec: Any) -> None:
         """Measure every new hash of a new distinct result, and its decision deltas."""
@@ -376,6 +394,8 @@ class _Engine:
             group.decision_vs_first = _decision_delta(self.task, first_dec, cand)
         if changed_vs_ref:
             group.decision_vs_reference = _decision_delta(self.task, ref_dec, cand)
+        for d in (group.decision_vs_first, group.decision_vs_reference):
+            self._bound_image(d)
         delta = group.decision_vs_reference or group.decision_vs_first
         score = None if self.task is None or delta is None else self.task.plot_score(delta)
         if score is not None:

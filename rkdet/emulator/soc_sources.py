@@ -167,61 +167,88 @@ RK3588["cooling_numbered"] = COOLING_NUMBERED
 RK3568["cooling_numbered"] = COOLING_NUMBERED
 
 # ---- RK3576 / RK3562 (issue 34) ----------------------------------------------------------------
-# Written without the kernel trees at hand: every value below that names a file was recalled from Rockchip's
-# BSP kernel 6.1 (rockchip-linux/kernel branch develop-6.1) or mainline, and says it is unverified.
-UNVERIFIED = "not verified in this session (recalled, check against the file): "
-_DT_61 = "BSP 6.1 arch/arm64/boot/dts/rockchip/"
+# Checked against the files, read in this session: Rockchip's BSP 6.1 device trees as carried by Armbian's
+# rockchip kernel tree (the vendor develop-6.1 tree with Armbian's board files), at the commits named, and
+# mainline for the ArmSoM Sige5 board file. A value no file fixes says so (UNVERIFIED, or an emulator choice).
+UNVERIFIED = "not verified (no file found for it in this session): "
+_RK3576_DTSI = ("armbian/linux-rockchip@b66be74e62a6a8d7e9e8ff3e2713c438f010a928 "
+                "arch/arm64/boot/dts/rockchip/rk3576.dtsi (BSP 6.1) ")
+_RK3562_DTSI = ("armbian/linux-rockchip@8529d2cbe05efec239d92946a10cf02ec6d9b0d0 "
+                "arch/arm64/boot/dts/rockchip/rk3562.dtsi (BSP 6.1) ")
+_RK3562_EVB = ("armbian/linux-rockchip@61814cc01d627947f9c22a09428522b3e50348e1 "
+               "arch/arm64/boot/dts/rockchip/rk3562-evb1-lp4x-v10.dtsi ")
+_SIGE5_DTS = "torvalds/linux@ef4b19d3406c0a3e380892a56c5d607164645d81 arch/arm64/boot/dts/rockchip/rk3576-armsom-sige5.dts "
 _CPU_GOV_61 = CHOICE + ("BSP 6.1 rockchip_linux_defconfig governor set not checked; schedutil default and the "
                         "list order are emulator choices")
+_MALI = "mali_kbase_devfreq.c: simple_ondemand, available_frequencies listed descending (as on RK3588)"
 _BSP61 = {
     "kernel": CHOICE + "a BSP 6.1 release string (6.1.99); no board dump fixes it",
-    "cooling_devices": CHOICE + "none emulated (no source for the list)",
-    "thermal_caps": CHOICE + "none: no system-monitor cap is sourced for this SoC",
+    "cooling_devices": CHOICE + "none emulated (the device trees' cooling maps are not modelled as devices)",
+    "thermal_caps": CHOICE + "none: the system monitor's per-OPP temperature limits are not modelled for this SoC",
     "cooling_numbered": COOLING_NUMBERED,
-    "cpuidle_states": CHOICE + "WFI and cpu-sleep as on the other RK35xx profiles (idle-states not checked)",
     "devfreq_governors": _DEVFREQ_LIST,
-    "npu_cores": "rkdet/socs.py (Rockchip datasheets: RK3576 two NPU cores, 6 TOPS; RK3562 one core, 1 TOPS)",
 }
 
-_RK3576_DT = _DT_61 + "rk3576.dtsi "
 RK3576 = dict(_COMMON, **_BSP61, **{
-    "compatible": UNVERIFIED + "mainline arch/arm64/boot/dts/rockchip/rk3576-armsom-sige5.dts compatible",
-    "model": UNVERIFIED + "mainline arch/arm64/boot/dts/rockchip/rk3576-armsom-sige5.dts model",
-    "cpufreq.policy0.cpus": UNVERIFIED + _RK3576_DT + "cpu_l0..cpu_l3 (Cortex-A53) share cluster0_opp_table",
-    "cpufreq.policy4.cpus": UNVERIFIED + _RK3576_DT + "cpu_b0..cpu_b3 (Cortex-A72) share cluster1_opp_table",
-    "cpufreq.policy0.frequencies_khz": (UNVERIFIED + _RK3576_DT + "cluster0_opp_table 408000..1800000 kHz "
-                                        "(top: RK3576 datasheet, A53 up to 1.8 GHz)"),
-    "cpufreq.policy4.frequencies_khz": (UNVERIFIED + _RK3576_DT + "cluster1_opp_table 408000..2208000 kHz "
-                                        "(top: RK3576 datasheet, A72 up to 2.2 GHz)"),
+    "npu_cores": (_RK3576_DTSI + "rknpu: npu@27700000: two register ranges, interrupts npu0_irq/npu1_irq, power "
+                  "domains npu0/npu1 (RK3576_PD_NPU0/NPU1): two NPU cores"),
+    "compatible": _SIGE5_DTS + 'compatible = "armsom,sige5", "rockchip,rk3576"',
+    "model": _SIGE5_DTS + 'model = "ArmSoM Sige5"',
+    "cpufreq.policy0.cpus": _RK3576_DTSI + "cpu_l0..cpu_l3 (arm,cortex-a53, reg 0x0..0x3) share cluster0_opp_table",
+    "cpufreq.policy4.cpus": _RK3576_DTSI + "cpu_b0..cpu_b3 (arm,cortex-a72, reg 0x100..0x103) share cluster1_opp_table",
+    "cpufreq.policy0.frequencies_khz": (_RK3576_DTSI + "cluster0-opp-table: opp-408000000 .. opp-2208000000 "
+                                        "(408, 600, 816, 1008, 1200, 1416, 1608, 1800, 2016, 2208 MHz; no "
+                                        "opp-supported-hw: every OPP listed)"),
+    "cpufreq.policy4.frequencies_khz": (_RK3576_DTSI + "cluster1-opp-table: opp-408000000 .. opp-2304000000 "
+                                        "(the little table's OPPs plus 2304 MHz)"),
     "cpufreq.policy0.governor": _CPU_GOV_61, "cpufreq.policy0.governors": _CPU_GOV_61,
     "cpufreq.policy4.governor": _CPU_GOV_61, "cpufreq.policy4.governors": _CPU_GOV_61,
-    "devfreq.27700000.npu": UNVERIFIED + _RK3576_DT + "rknpu: npu@27700000 (node name in rkdet/socs.py)",
-    "devfreq.27700000.npu.frequencies_hz": (UNVERIFIED + _RK3576_DT + "npu_opp_table 300..950 MHz (top 950 MHz: "
-                                            "issue 34's board report)"),
+    "devfreq.27700000.npu": _RK3576_DTSI + "rknpu: npu@27700000 (the devfreq node name in rkdet/socs.py)",
+    "devfreq.27700000.npu.frequencies_hz": (_RK3576_DTSI + "npu-opp-table: opp-300000000 .. opp-1000000000 "
+                                            "(300..1000 MHz in 100 MHz steps); issue 34's 950 MHz board report is "
+                                            "not an OPP of this table"),
     "devfreq.27700000.npu.governor": "rknpu driver rknpu_devfreq.c: rknpu_ondemand is the NPU's default governor",
-    "devfreq.27700000.npu.boot_hz": ("issue 34 board report: the NPU runs at 950 MHz (one vendor kernel boots it "
-                                     "at 300 MHz instead; test it with a profile variant)"),
-    "thermal.package-thermal.trips": (UNVERIFIED + "mainline arch/arm64/boot/dts/rockchip/rk3576.dtsi "
-                                      "thermal-zones package-thermal: 115 C critical"),
-    **{f"thermal.{z}.trips": UNVERIFIED + "mainline rk3576.dtsi thermal-zones " + z + ": no trips modelled"
-       for z in ("bigcore-thermal", "littlecore-thermal", "gpu-thermal", "npu-thermal", "ddr-thermal")},
+    "devfreq.27700000.npu.boot_hz": (CHOICE + "the top OPP, held by rknpu_ondemand (the dtsi assigns clk_npu 198 MHz "
+                                     "at probe and names no rockchip,init-freq); the vendor kernel that boots it at "
+                                     "300 MHz (issue 34's board report) is a profile variant"),
+    "devfreq.27800000.gpu": _RK3576_DTSI + "gpu: gpu@27800000 (arm,mali-bifrost)",
+    "devfreq.27800000.gpu.frequencies_hz": _RK3576_DTSI + "gpu-opp-table: 300, 400, 500, 600, 700, 800, 900, 950 MHz",
+    "devfreq.27800000.gpu.governor": _MALI,
+    "devfreq.27800000.gpu.boot_hz": CHOICE + "the middle OPP under a load-driven governor with no load",
+    "cpuidle_states": _RK3576_DTSI + "idle-states: CPU_SLEEP (cpu-sleep) only; state0 is WFI",
+    **{f"thermal.{z}.trips": (_RK3576_DTSI + f"thermal-zones {z} (tsadc {i}): one trip, 115 C critical (hysteresis 2 C)")
+       for i, z in ((0, "soc-thermal"), (1, "bigcore-thermal"), (3, "ddr-thermal"), (4, "npu-thermal"),
+                    (5, "gpu-thermal"))},
+    "thermal.little-core-thermal.trips": (_RK3576_DTSI + "thermal-zones little-core-thermal (tsadc 2): 75 C passive, "
+                                          "85 C passive (cooling maps cpu_l0, cpu_b0, gpu), 115 C critical; the "
+                                          "system monitor's zone"),
     **{f"thermal.{z}.millicelsius": CHOICE + "idle temperature about 40 C"
-       for z in ("package-thermal", "bigcore-thermal", "littlecore-thermal", "gpu-thermal", "npu-thermal",
-                 "ddr-thermal")},
+       for z in ("soc-thermal", "bigcore-thermal", "little-core-thermal", "ddr-thermal", "npu-thermal", "gpu-thermal")},
 })
 
-_RK3562_DT = _DT_61 + "rk3562.dtsi "
 RK3562 = dict(_COMMON, **_BSP61, **{
-    "compatible": UNVERIFIED + _DT_61 + "rk3562-evb1-lp4x-v10.dts compatible",
-    "model": UNVERIFIED + _DT_61 + "rk3562-evb1-lp4x-v10.dts model",
-    "cpufreq.policy0.cpus": UNVERIFIED + _RK3562_DT + "cpu0..cpu3 (Cortex-A53) share cpu0_opp_table",
-    "cpufreq.policy0.frequencies_khz": (UNVERIFIED + _RK3562_DT + "cpu0_opp_table 408000..2016000 kHz "
-                                        "(top: RK3562 datasheet, A53 up to 2.0 GHz)"),
+    "npu_cores": (_RK3562_DTSI + "rknpu: npu@ff300000: one register range, one interrupt, one power domain "
+                  "(RK3562_PD_NPU): one NPU core"),
+    "compatible": _RK3562_EVB + 'compatible = "rockchip,rk3562-evb1-lp4x-v10", "rockchip,rk3562"',
+    "model": _RK3562_EVB + 'model = "Rockchip RK3562 EVB1 LP4X V10 Board" (the .dts includes this .dtsi)',
+    "cpufreq.policy0.cpus": _RK3562_DTSI + "cpu0..cpu3 (arm,cortex-a53) share cpu0_opp_table",
+    "cpufreq.policy0.frequencies_khz": (_RK3562_DTSI + "cpu0-opp-table, RK3562 OPPs (opp-supported-hw 0xf9): "
+                                        "408, 600, 816, 1008, 1200, 1416, 1608, 1800, 2016 MHz (the RK3562J's "
+                                        "opp-j-* are another chip)"),
     "cpufreq.policy0.governor": _CPU_GOV_61, "cpufreq.policy0.governors": _CPU_GOV_61,
-    "devfreq.ff300000.npu": UNVERIFIED + _RK3562_DT + "rknpu: npu@ff300000 (node name in rkdet/socs.py)",
-    "devfreq.ff300000.npu.frequencies_hz": UNVERIFIED + _RK3562_DT + "npu_opp_table 300..1000 MHz",
+    "devfreq.ff300000.npu": _RK3562_DTSI + "rknpu: npu@ff300000 (the devfreq node name in rkdet/socs.py)",
+    "devfreq.ff300000.npu.frequencies_hz": (_RK3562_DTSI + "npu-opp-table, RK3562 OPPs (opp-supported-hw 0xf9): "
+                                            "300..1000 MHz in 100 MHz steps"),
     "devfreq.ff300000.npu.governor": "rknpu driver rknpu_devfreq.c: rknpu_ondemand is the NPU's default governor",
-    "devfreq.ff300000.npu.boot_hz": CHOICE + "the middle OPP (held by rknpu_ondemand); no dump fixes it",
-    "thermal.soc-thermal.trips": UNVERIFIED + _RK3562_DT + "thermal_zones soc-thermal: trip files not modelled",
+    "devfreq.ff300000.npu.boot_hz": (_RK3562_DTSI + "npu-opp-table rockchip,init-freq = <1000000> (kHz): 1 GHz at "
+                                     "boot, held by rknpu_ondemand"),
+    "devfreq.ff320000.gpu": _RK3562_DTSI + "gpu: gpu@ff320000 (arm,mali-bifrost)",
+    "devfreq.ff320000.gpu.frequencies_hz": (_RK3562_DTSI + "gpu-opp-table, RK3562 OPPs (opp-supported-hw 0xf9): "
+                                            "300..900 MHz in 100 MHz steps"),
+    "devfreq.ff320000.gpu.governor": _MALI,
+    "devfreq.ff320000.gpu.boot_hz": CHOICE + "the middle OPP under a load-driven governor with no load",
+    "cpuidle_states": _RK3562_DTSI + "idle-states: CPU_SLEEP (cpu-sleep) only; state0 is WFI",
+    "thermal.soc-thermal.trips": (_RK3562_DTSI + "thermal-zones soc-thermal (tsadc 0, the only zone): 75 C passive, "
+                                  "85 C passive (cooling maps cpu0, gpu), 115 C critical"),
     "thermal.soc-thermal.millicelsius": CHOICE + "idle temperature 42 C",
 })

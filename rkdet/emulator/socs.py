@@ -303,18 +303,26 @@ def rv1126() -> SocProfile:
     )
 
 
-# ---- RK3576 / RK3562 (issue 34; BSP 6.1; soc_sources marks what was not verified) -------------------
+# ---- RK3576 / RK3562 (issue 34; BSP 6.1 device trees, each value's file in soc_sources) -----------
 
 _CPU_GOVERNORS_61 = ("conservative", "ondemand", "userspace", "powersave", "performance", "schedutil")
+_RK3576_LITTLE = (408000, 600000, 816000, 1008000, 1200000, 1416000, 1608000, 1800000, 2016000, 2208000)
+_RK3576_BIG = _RK3576_LITTLE + (2304000,)
+_STEPS_300 = tuple(f * 1000000 for f in (300, 400, 500, 600, 700, 800, 900))  # 300..900 MHz
+_RK3576_NPU = _STEPS_300 + (1000000000,)
+_RK3576_GPU_DESC = tuple(reversed(_STEPS_300 + (950000000,)))
+_RK3562_NPU = _STEPS_300 + (1000000000,)
+_RK3562_GPU_DESC = tuple(reversed(_STEPS_300))
+_CRITICAL = ((115000, "critical"),)
+_PASSIVE_75_85 = ((75000, "passive"), (85000, "passive"), (115000, "critical"))
 
 
-def rk3576(npu_boot_hz: int = 950000000) -> SocProfile:
-    """An RK3576 board (ArmSoM Sige5) on a BSP 6.1 kernel: two NPU cores, NPU up to 950 MHz.
+def rk3576(npu_boot_hz: int = 1000000000) -> SocProfile:
+    """An RK3576 board (ArmSoM Sige5) on a BSP 6.1 kernel: two NPU cores, NPU OPPs 300 MHz..1 GHz.
 
-    `npu_boot_hz`: the NPU's frequency at boot (issue 34: one vendor kernel boots it at 300 MHz, not 950)."""
-    npu_opps = tuple(f * 1000000 for f in (300, 400, 500, 600, 700, 800, 900, 950))
-    if npu_boot_hz not in npu_opps:
-        raise ValueError(f"RK3576 NPU boot frequency {npu_boot_hz}: use one of {', '.join(map(str, npu_opps))}")
+    `npu_boot_hz`: the NPU's frequency at boot (issue 34: one vendor kernel boots it at 300 MHz)."""
+    if npu_boot_hz not in _RK3576_NPU:
+        raise ValueError(f"RK3576 NPU boot frequency {npu_boot_hz}: use one of {', '.join(map(str, _RK3576_NPU))}")
     sources = dict(src.RK3576)
     sources.update(src.image_options(True, True))
     return SocProfile(
@@ -323,24 +331,25 @@ def rk3576(npu_boot_hz: int = 950000000) -> SocProfile:
         model="ArmSoM Sige5",
         kernel="6.1.99",
         cpu_policies=(
-            CpuPolicy("policy0", (0, 1, 2, 3), _RK3588_LITTLE, "schedutil", _CPU_GOVERNORS_61),
-            CpuPolicy("policy4", (4, 5, 6, 7), _RK3588_BIG, "schedutil", _CPU_GOVERNORS_61),
+            CpuPolicy("policy0", (0, 1, 2, 3), _RK3576_LITTLE, "schedutil", _CPU_GOVERNORS_61),
+            CpuPolicy("policy4", (4, 5, 6, 7), _RK3576_BIG, "schedutil", _CPU_GOVERNORS_61),
         ),
-        devfreq=(DevfreqNode(_npu("rk3576"), "npu", npu_opps, "rknpu_ondemand", boot_hz=npu_boot_hz),),
+        devfreq=(DevfreqNode(_npu("rk3576"), "npu", _RK3576_NPU, "rknpu_ondemand", boot_hz=npu_boot_hz),
+                 DevfreqNode("27800000.gpu", "gpu", _RK3576_GPU_DESC, "simple_ondemand")),
         devfreq_governors=("rknpu_ondemand", "userspace", "powersave", "performance", "simple_ondemand"),
         thermal_zones=(
-            ThermalZone("package-thermal", 40500, ((115000, "critical"),)),
-            ThermalZone("bigcore-thermal", 41000), ThermalZone("littlecore-thermal", 40300),
-            ThermalZone("gpu-thermal", 39800), ThermalZone("npu-thermal", 40100), ThermalZone("ddr-thermal", 39600),
+            ThermalZone("soc-thermal", 40500, _CRITICAL), ThermalZone("bigcore-thermal", 41000, _CRITICAL),
+            ThermalZone("little-core-thermal", 40300, _PASSIVE_75_85), ThermalZone("ddr-thermal", 39600, _CRITICAL),
+            ThermalZone("npu-thermal", 40100, _CRITICAL), ThermalZone("gpu-thermal", 39800, _CRITICAL),
         ),
         npu_cores=facts.npu_cores("rk3576"),
-        variant="" if npu_boot_hz == 950000000 else f"npu-boot-{npu_boot_hz // 1000000}",
+        variant="" if npu_boot_hz == _RK3576_NPU[-1] else f"npu-boot-{npu_boot_hz // 1000000}",
         sources=sources,
     )
 
 
 def rk3562() -> SocProfile:
-    """An RK3562 EVB on a BSP 6.1 kernel: one NPU core."""
+    """An RK3562 EVB on a BSP 6.1 kernel: one NPU core, booted at 1 GHz (the dtsi's init-freq)."""
     sources = dict(src.RK3562)
     sources.update(src.image_options(True, True))
     return SocProfile(
@@ -349,13 +358,12 @@ def rk3562() -> SocProfile:
         model="Rockchip RK3562 EVB1 LP4X V10 Board",
         kernel="6.1.99",
         cpu_policies=(
-            CpuPolicy("policy0", (0, 1, 2, 3), _RK3588_LITTLE[:-1] + (1800000, 2016000), "schedutil",
-                      _CPU_GOVERNORS_61),
+            CpuPolicy("policy0", (0, 1, 2, 3), _RK3588_LITTLE + (2016000,), "schedutil", _CPU_GOVERNORS_61),
         ),
-        devfreq=(DevfreqNode(_npu("rk3562"), "npu", tuple(f * 1000000 for f in (300, 400, 500, 600, 700, 800, 900,
-                                                                                1000)), "rknpu_ondemand"),),
+        devfreq=(DevfreqNode(_npu("rk3562"), "npu", _RK3562_NPU, "rknpu_ondemand", boot_hz=1000000000),
+                 DevfreqNode("ff320000.gpu", "gpu", _RK3562_GPU_DESC, "simple_ondemand")),
         devfreq_governors=("rknpu_ondemand", "userspace", "powersave", "performance", "simple_ondemand"),
-        thermal_zones=(ThermalZone("soc-thermal", 42000),),
+        thermal_zones=(ThermalZone("soc-thermal", 42000, _PASSIVE_75_85),),
         npu_cores=facts.npu_cores("rk3562"),
         sources=sources,
     )

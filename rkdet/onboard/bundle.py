@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Tuple
 
 from .backend_table import BACKENDS
 from .bounded import loads_bounded, read_regular
+from .decisions import check_rules
 from .hashing import output_hash
 from .identity import HEX64
 from .numpy_or_none import np
@@ -152,6 +153,9 @@ class Bundle(object):
                   "expected {name, shape, dtype}")
             _check_name(spec.get("name"), path + ": io.inputs[%d].name" % i)
         self.io = {"inputs": io["inputs"], "outputs": self.outputs}
+        why, self.decision_rules = check_rules(doc.get("decision_rules"), self.outputs, path + ": decision_rules")
+        if why is not None:
+            raise BundleError(why)
         entries = doc.get("inputs")
         _need(isinstance(entries, list) and 1 <= len(entries) <= MAX_INPUTS, path + ": inputs",
               "expected 1 to %d inputs" % MAX_INPUTS)

@@ -33,6 +33,7 @@ from .backend_table import facts as backend_facts
 from .backends import make_backend
 from .bounded import visible
 from .bundle import BUNDLE_FILE, Bundle, BundleError, decode_array
+from .decisions import changed_positions, decisions
 from .exits import RunnerError
 from .hashing import file_sha256, output_hash
 from .numpy_or_none import np
@@ -81,14 +82,16 @@ class Result(object):
     `ok` is True only for exit 0. `reference` is the result set the outputs were held against
     ("simulator" or "onnx-fp32"); `decisions` the bundle's expected decision summary per input for
     that reference (YOLOv8 detections or a top-1), for a serving app to log or compare.
+    `declared_changed`: for a bundle with declared rules (config `decision:`) that differs, the outputs
+    whose declared decision changed on the differing input ([] none changed; None: not judged).
     """
 
     __slots__ = ("exit_code", "status", "line", "reference", "backend", "emulated", "model", "inputs",
-                 "mismatch", "seconds", "decisions")
+                 "mismatch", "seconds", "decisions", "declared_changed")
 
     def __init__(self, exit_code, status, line, reference=None, backend=None, emulated=None, model=None,
-                 inputs=0, mismatch=None, seconds=0.0, decisions=None):
-        # type: (int, str, str, Optional[str], Optional[str], Optional[bool], Optional[str], int, Optional[Mismatch], float, Optional[Dict[str, Any]]) -> None
+                 inputs=0, mismatch=None, seconds=0.0, decisions=None, declared_changed=None):
+        # type: (int, str, str, Optional[str], Optional[str], Optional[bool], Optional[str], int, Optional[Mismatch], float, Optional[Dict[str, Any]], Optional[List[str]]) -> None
         self.exit_code = exit_code
         self.status = status  # "identical" | "differs" | "bad-bundle" | "usage" | "runtime"
         self.line = line
@@ -100,6 +103,7 @@ class Result(object):
         self.mismatch = mismatch
         self.seconds = seconds
         self.decisions = decisions
+        self.declared_changed = declared_changed
 
     @property
     def ok(self):
@@ -137,6 +141,30 @@ def _top1_note(decision, outputs):
     if top1 == decision.get("top1"):
         return "; top-1 unchanged (%d)" % top1
     return "; top-1 CHANGED: %d, expected %r" % (top1, decision.get("top1"))
+
+
+def _declared_note(spec, entry, ref, outputs):
+    # type: (Bundle, Dict[str, Any], str, List[Any]) -> Tuple[str, Optional[List[str]]]
+    """For a bundle with declared rules (config `decision:`): whether the app's decision changed on this
+    input, decided by the rule (rkdet/onboard/decisions.py) on the runtime's outputs and on the bundle's
+    expected ones. Returns the line's note and the outputs whose decision changed (None: not judged)."""
+    rules = spec.decision_rules
+    if not rules:
+        return "", None
+    index = {n: i for i, n in enumerate(spec.outputs)}
+    expected = {n: decode_array(entry["expected"][ref][index[n]], "%s.expected.%s.%s" % (entry["where"], ref, n))
+                for n in rules}
+    try:
+        want = decisions(rules, expected)
+        got = decisions(rules, {n: np.asarray(outputs[index[n]]) for n in rules})
+    except (ValueError, IndexError) as err:
+        return "; declared decisions not judged (%s)" % err, None
+    rows = changed_positions(want, got)
+    if not rows:
+        return "; declared decisions unchanged (%s)" % ", ".join(sorted(rules)), []
+    parts = ["%s %d/%d" % (n, c, p) + ("" if e is None else " (got %r, expected %r)" % (a, e))
+             for n, c, p, e, a in rows]
+    return "; declared decision CHANGED: " + ", ".join(parts), [r[0] for r in rows]
 
 
 def _sha_prefix(digest):
@@ -257,9 +285,11 @@ def _run(spec, runtime, inputs, started, facts):
             golden = decode_array(want, "%s.expected.%s.%s" % (entry["where"], ref, name))
             index, got, exp, detail = _first_difference(np.asarray(actual), golden)
             miss = Mismatch(entry["name"], name, index, exp, got, detail)
-            return _fail(EXIT_DIFFERENT, "differs", "DIFFERS from %s: %s%s (%s, model %s)"
-                         % (ref, miss.describe(), _top1_note(entry["decisions"].get(ref), outputs), runtime.detail,
-                            os.path.basename(facts["model"])), started, mismatch=miss, **facts)
+            declared, changed = _declared_note(spec, entry, ref, outputs)
+            return _fail(EXIT_DIFFERENT, "differs", "DIFFERS from %s: %s%s%s (%s, model %s)"
+                         % (ref, miss.describe(), _top1_note(entry["decisions"].get(ref), outputs), declared,
+                            runtime.detail, os.path.basename(facts["model"])), started, mismatch=miss,
+                         declared_changed=changed, **facts)
     seconds = time.time() - started
     line = "IDENTICAL to %s: %d input%s x %d outputs, bit for bit (%s; build %s, %s; %.2f s)" % (
         ref, len(inputs), "" if len(inputs) == 1 else "s", len(names), runtime.detail, spec.fingerprint[:16],

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rkdet.config import RkdetConfig
 from rkdet.convert.hermetic import BuildWatch, DeadlineReached
@@ -37,6 +37,9 @@ from rkdet.search.space import (
     quantize_variants,
 )
 from rkdet.log import Log
+
+if TYPE_CHECKING:
+    from rkdet.layers.report import Layer
 
 SCHEMA = "rkdet.search/2"  # 2: cost order, measured build seconds, budget, untried variants, loss shape
 LAYERS_MAX_INPUTS = 2  # as `rkdet layers` by default: the golden inputs that stray furthest
@@ -281,8 +284,32 @@ def _worst_single(cfg: RkdetConfig, platform: str, scratch: Path, progress: Log,
     shape = loss_shape([x.single.cosine for x in measured],
                        (onnx_label(first), float(first.entire.cosine)) if first and first.entire.cosine is not None
                        else None, list(report.output_cosine.values()), threshold, gate_failed=True)
-    return ([{"layer": x.index, "rknn_name": x.rknn_name, "onnx": onnx_label(x), "single_cosine": x.single.cosine}
-             for x in report.worst_single], len(measured), shape)
+    return worst_entries(report.worst_single, report.layers), len(measured), shape
+
+
+def worst_entries(worst: list[Layer], layers: list[Layer]) -> list[dict[str, Any]]:
+    """search.json's worst_single: each ranked layer, and the float16 request it becomes (`float16`: the
+    layer itself, the nearest ONNX layer the toolkit honours for a layer it added, or None with why)."""
+    from rkdet.layers.report import onnx_label  # onnx: imported when the hybrid stage runs
+    from rkdet.search import float16_requests
+
+    return [{"layer": x.index, "rknn_name": x.rknn_name, "onnx": onnx_label(x), "single_cosine": x.single.cosine,
+             "float16": r.requested, "float16_why": r.why}
+            for x, r in zip(worst, float16_requests.requests(worst, layers))]
+
+
+def hybrid_requests(worst: list[dict[str, Any]], progress: Log) -> list[str]:
+    """The layer names the hybrid variants ask float16 for, in rank order; a mapped or dropped request is
+    said once on the progress log."""
+    names = []
+    for w in worst:
+        asked = w.get("float16", w["rknn_name"])
+        if asked != w["rknn_name"]:
+            progress(f"hybrid stage: float16 for {w['rknn_name']} "
+                     + (f"asked as {asked}: {w['float16_why']}" if asked else f"not asked: {w['float16_why']}"))
+        if asked:
+            names.append(asked)
+    return names
 
 
 def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all: bool, progress: Log,
@@ -371,7 +398,7 @@ def search(cfg: RkdetConfig, platform: str, out: Path, space: Space, search_all:
                     stage = [float_variant(start, bool(cfg.quantize.float_layers))]
                 else:
                     ks = hybrid_ks(space, measured, len(worst or []))
-                    stage = hybrid_variants(start, ks, [w["rknn_name"] for w in worst or []],
+                    stage = hybrid_variants(start, ks, hybrid_requests(worst or [], progress),
                                             list(cfg.quantize.float_layers))
                 for variant in stage:
                     if run(variant) and not search_all:

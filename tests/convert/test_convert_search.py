@@ -70,6 +70,7 @@ def test_a_hybrid_layer_fixes_the_fragile_conv(first_pass):
     ]
     # `rkdet layers` names the fragile conv as the worst layer by single error: that is the one made float16
     assert doc["worst_single"][0]["rknn_name"] == "c2" and "cancelling_conv" in doc["worst_single"][0]["onnx"]
+    assert doc["worst_single"][0]["float16"] == "c2"  # an ONNX layer: asked float16 as itself
     for v in variants:  # every variant: options, per-output fidelity, float layers, fingerprint
         assert re.fullmatch(r"[0-9a-f]{64}", v["fingerprint"])
         assert [g["subject"] for g in v["gates"] if g["gate"] == "cosine"] == ["y"] and "y" in v["slices"]
@@ -123,7 +124,7 @@ def test_search_all_tries_every_variant_in_order(first_pass, search_all):
     assert [(v["index"], v["stage"], v["changes"]) for v in variants] == [
         (0, "config", {}), (1, "quantize", {"quantize.algorithm": "mmse"}),
         (2, "hybrid", {"quantize.float_layers": ["c2"]}),
-        (3, "hybrid", {"quantize.float_layers": ["c2", doc["worst_single"][1]["rknn_name"]]}),
+        (3, "hybrid", {"quantize.float_layers": ["c2", doc["worst_single"][1]["float16"]]}),  # the layer asked
     ]
     assert [v["status"] for v in variants[:3]] == ["fail", "fail", "pass"] and variants[3]["status"] in ("pass", "fail")
     # the first passing variant is the one installed and written, whatever passes after it

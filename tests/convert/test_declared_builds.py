@@ -37,6 +37,8 @@ def test_a_declared_decision_is_gated_recorded_and_judged_by_diff(tmp_path: Path
     assert manifest["inputs"]["config"]["resolved"]["decision"]["outputs"]["prob"]["threshold"] == 0.7
     selfcheck = json.loads((build / "selfcheck.json").read_text())
     assert all(d["kind"] == "declared" for e in selfcheck["inputs"] for d in e["decisions"].values())
+    assert selfcheck["decision_rules"] == {"prob": {"rule": "threshold", "axis": 1, "channel": 1, "threshold": 0.7,
+                                                    "boxes": None}}  # rkdet-selfcheck decides by it
     proc = run_rkdet("diff", str(build / "golden" / "onnx-fp32"), str(build), "--json")
     report = json.loads(proc.stdout)
     assert report["layout"]["kind"] == "declared", proc.stderr

@@ -145,3 +145,82 @@ def test_diff_reports_changed_pixels_and_mean_iou(tmp_path: Path) -> None:
     assert delta["kind"] == "semantic" and 0 < delta["changed_pixels"] <= W and delta["mean_iou"] < 1
     same = compare(_result_set(tmp_path / "again", outs), ref, Tolerance())
     assert same.agrees is not None and same.agrees.decisions_changed == 0 and same.exit_code == 0
+
+
+def _png_pixels(uri: str) -> np.ndarray:
+    """The RGB pixels of a data: URI PNG, read by Pillow (an independent decoder)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    assert uri.startswith("data:image/png;base64,")
+    with Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))) as im:
+        assert im.format == "PNG"
+        return np.asarray(im.convert("RGB"))
+
+
+def test_the_html_report_shows_where_pixels_changed(tmp_path: Path) -> None:
+    """rkdet diff's HTML shows the changed pixels of a label map as an overlay: red exactly on the row
+    whose scores were reversed (at the map's own size, H x W), grey elsewhere."""
+    import re
+
+    from rkdet.diff.report import write_reports
+
+    model = seg_model(tmp_path / "seg.onnx")
+    outs = run_model(model, _images(2))
+    ref = _result_set(tmp_path / "ref", outs)
+    moved = [o.copy() for o in outs]
+    moved[1][0, :, 3, :] = moved[1][0, ::-1, 3, :]  # row 3's class scores reversed
+    c = compare(_result_set(tmp_path / "board", moved), ref, Tolerance())
+    delta = next(iter(c.a.inputs["in1"].groups.values())).decision_vs_reference
+    assert delta["overlay"]["width"] == W and delta["overlay"]["height"] == H and delta["overlay"]["block"] == 1
+    html = write_reports(c, tmp_path / "report")["html"].read_text()
+    uris = re.findall(r'<img class="label-overlay"[^>]* src="(data:image/png;base64,[A-Za-z0-9+/=]+)"', html)
+    assert len(uris) == 1, "one changed label map, one overlay"
+    pixels = _png_pixels(uris[0])
+    assert pixels.shape == (H, W, 3)
+    red = np.all(pixels == semantic.label_overlay.CHANGED_RGB, axis=-1)
+    expected = semantic.labels(moved[1][0]) != semantic.labels(outs[1][0])
+    assert expected.any() and np.array_equal(red, expected)
+    assert not red[np.arange(H) != 3].any()
+    assert 'src="data:' in html and "http://" not in html.split("<style>")[1] and "https://" not in html
+
+
+def test_the_overlay_is_bounded_and_a_crafted_one_is_not_shown() -> None:
+    """A large map is shrunk to at most MAX_SIDE per side (a changed pixel keeps its block red); an overlay
+    entry that is not base64 PNG (markup, another file type, too long) is left out of the HTML."""
+    big = np.zeros((1000, 700), np.int64)
+    cand = big.copy()
+    cand[999, 0] = 5
+    delta = semantic.compare_label_maps(big, cand)
+    o = delta["overlay"]
+    assert max(o["width"], o["height"]) <= semantic.label_overlay.MAX_SIDE and o["block"] == 8
+    pixels = _png_pixels(semantic.label_overlay.data_uri(o))
+    red = np.all(pixels == semantic.label_overlay.CHANGED_RGB, axis=-1)
+    assert red.sum() == 1 and red[999 // 8, 0]
+    assert 'class="label-overlay"' in decision_finding(delta).html()
+    for crafted in ('"><script>alert(1)</script>', "R0lGODlhAQABAAAAACw=",  # markup; a GIF
+                    "iVBORw0KGgo" + "A" * (semantic.label_overlay.MAX_PNG_BASE64 + 1), None, 5):
+        finding = decision_finding(dict(delta, overlay={"png": crafted, "block": "x"}))
+        assert "<img" not in finding.html() and "<script>" not in finding.html()
+    assert semantic.compare_label_maps(big, big).get("overlay") is None  # nothing changed: no image
+
+
+def test_a_report_keeps_a_bounded_number_of_overlays(tmp_path: Path) -> None:
+    """Many distinct changed label maps: the first MAX_DECISION_IMAGES keep their overlay, the rest are left
+    out and a note says so (a crafted result set cannot grow the reports without bound)."""
+    from rkdet.diff.compare import MAX_DECISION_IMAGES
+
+    model = seg_model(tmp_path / "seg.onnx")
+    n = MAX_DECISION_IMAGES + 4
+    outs = run_model(model, _images(n))
+    moved = [o.copy() for o in outs]
+    for o in moved:
+        o[0, :, 0, :] = o[0, ::-1, 0, :]
+    c = compare(_result_set(tmp_path / "board", moved), _result_set(tmp_path / "ref", outs), Tolerance())
+    deltas = [g.decision_vs_reference for ia in c.a.inputs.values() for g in ia.groups.values()]
+    changed = [d for d in deltas if d and d["changed"]]
+    assert len(changed) > MAX_DECISION_IMAGES
+    assert sum("overlay" in d for d in changed) == MAX_DECISION_IMAGES
+    assert any(n.startswith("decision images: the first 16 changed decisions") for n in c.notes)

@@ -69,18 +69,26 @@ def test_plain_tree_shows_cpuidle_governors_and_image_options_as_sourced(profile
 
 
 def test_rk3576_npu_boot_variant_and_unverified_values_say_so() -> None:
-    """The vendor kernel that boots RK3576's NPU at 300 MHz (issue 34) is a variant; values not checked
-    against the BSP files are marked so in their source, never presented as verified."""
+    """The vendor kernel that boots RK3576's NPU at 300 MHz (issue 34) is a variant of the dtsi's OPP table
+    (300 MHz..1 GHz); values checked against a file cite it (repository@commit path), and the ones no file
+    was found for are marked unverified, never presented as verified."""
     from rkdet.emulator.soc_sources import UNVERIFIED
     from rkdet.emulator.socs import rk3562, rk3576
 
     slow = rk3576(npu_boot_hz=300000000)
     npu = slow.devfreq_of("npu")
     assert npu is not None and npu.boot_hz == 300000000 and slow.label == "rk3576[npu-boot-300]"
-    assert rk3576().devfreq_of("npu").boot_hz == 950000000  # type: ignore[union-attr]
-    with pytest.raises(ValueError, match="950000000"):
-        rk3576(npu_boot_hz=1000000000)
-    for prof in (rk3576(), rk3562()):
+    assert rk3576().devfreq_of("npu").boot_hz == 1000000000  # type: ignore[union-attr]
+    assert rk3576().devfreq_of("npu").frequencies_hz[-1] == 1000000000  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="1000000000"):
+        rk3576(npu_boot_hz=950000000)  # issue 34's 950 MHz is not an OPP of rk3576.dtsi
+    for prof, commit in ((rk3576(), "b66be74e62a6a8d7e9e8ff3e2713c438f010a928"),
+                         (rk3562(), "8529d2cbe05efec239d92946a10cf02ec6d9b0d0")):
         node = prof.devfreq_of("npu")
-        assert node is not None and source_of(prof, f"devfreq.{node.name}.frequencies_hz").startswith(UNVERIFIED)
+        cited = source_of(prof, f"devfreq.{node.name}.frequencies_hz")  # type: ignore[union-attr]
+        assert cited is not None and cited.startswith(f"armbian/linux-rockchip@{commit} ")
+        assert not cited.startswith(UNVERIFIED) and prof.devfreq_of("gpu") is not None
+        unverified = sorted(k for k in value_keys(prof) if (source_of(prof, k) or "").startswith(UNVERIFIED))
+        assert unverified == [], unverified  # every value cites a file, or says it is an emulator choice
+    assert rk3562().devfreq_of("npu").boot_hz == 1000000000  # type: ignore[union-attr]  # rockchip,init-freq
     assert [p.cpus for p in rk3576().cpu_policies] == [(0, 1, 2, 3), (4, 5, 6, 7)]

@@ -29,12 +29,13 @@ from rkdet.decode.common import CONF_THRESHOLD, Detections, Layout
 from rkdet.decode.tasks import detection
 from rkdet.decode.tasks.base import Arrays, DecisionTask, GateCount, GateLimits, SameDecision, marked_html
 from rkdet.errors import InputError
+from rkdet.onboard import decisions as onboard_decisions  # THE per-position decision (the self-check's too)
 
 KIND = "declared"  # the layout and the records' "kind"
 SAME = SameDecision("declared", "declared rule", None,
                     "the same decision under the app's declared rule (config `decision:`) at every position")
 MAX_CHANGED_FRACTION = 0.01  # convert's gate: per output, at most 1 % of a map's positions may change
-RULES = ("argmax", "threshold", "pixel-argmax", "pixel-threshold", "boxes")
+RULES = onboard_decisions.RULES
 
 
 class RuleSource(Protocol):
@@ -121,16 +122,13 @@ def layout_of(outputs: list[tuple[str, tuple[int, ...]]], declared: Mapping[str,
 
 def _along(rule: Rule, array: np.ndarray) -> np.ndarray:
     """The output with the rule's axis last (float64)."""
-    return np.moveaxis(np.asarray(array, dtype=np.float64), rule.axis, -1)
+    return onboard_decisions.along(rule.axis, array)
 
 
 def decide_output(rule: Rule, array: np.ndarray) -> np.ndarray:
-    """The decision at every position: a label (argmax; the first maximum) or a bool (threshold)."""
-    x = _along(rule, array)
-    if rule.is_threshold:
-        assert rule.channel is not None and rule.threshold is not None
-        return x[..., rule.channel] > rule.threshold
-    return np.argmax(x, axis=-1).astype(np.int64)
+    """The decision at every position: a label (argmax; the first maximum) or a bool (threshold), as the
+    on-board self-check decides it (rkdet/onboard/decisions.py)."""
+    return onboard_decisions.decide(rule.rule, rule.axis, rule.channel, rule.threshold, array)
 
 
 def decide_boxes(rule: Rule, scores: np.ndarray, boxes: np.ndarray, floor: float | None = None) -> Detections:

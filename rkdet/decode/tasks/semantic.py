@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rkdet.decode.common import CONF_THRESHOLD, Layout
+from rkdet.decode.tasks import label_overlay
 from rkdet.decode.tasks.base import Arrays, DecisionTask, GateCount, GateLimits, SameDecision, marked_html
 
 KIND = "semantic-seg"  # the layout
@@ -88,16 +89,21 @@ def class_iou(reference: np.ndarray, candidate: np.ndarray) -> dict[int, float]:
 
 
 def compare_label_maps(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any]:
-    """The diff's delta between two label maps (JSON-ready): changed pixels, per-class IoU, mean IoU."""
+    """The diff's delta between two label maps (JSON-ready): changed pixels, per-class IoU, mean IoU, and
+    where the pixels changed (`overlay`, a small PNG: rkdet/decode/tasks/label_overlay.py) when any did."""
     if reference.shape != candidate.shape:
         raise ValueError(f"label maps {reference.shape} and {candidate.shape} differ in shape")
-    changed = int((reference != candidate).sum())
+    moved = reference != candidate
+    changed = int(moved.sum())
     ious = class_iou(reference, candidate)
     worst = sorted(ious.items(), key=lambda kv: (kv[1], kv[0]))[:MAX_LISTED_CLASSES]
-    return {"kind": RECORD, "task": SAME.task, "pixels": int(reference.size), "changed_pixels": changed,
-            "changed_fraction": changed / reference.size if reference.size else 0.0,
-            "mean_iou": float(np.mean(list(ious.values()))) if ious else 1.0,
-            "classes_judged": len(ious), "class_iou": {str(c): v for c, v in worst}, "changed": changed > 0}
+    delta = {"kind": RECORD, "task": SAME.task, "pixels": int(reference.size), "changed_pixels": changed,
+             "changed_fraction": changed / reference.size if reference.size else 0.0,
+             "mean_iou": float(np.mean(list(ious.values()))) if ious else 1.0,
+             "classes_judged": len(ious), "class_iou": {str(c): v for c, v in worst}, "changed": changed > 0}
+    if changed and reference.ndim == 2:
+        delta["overlay"] = label_overlay.encode(reference, moved)
+    return delta
 
 
 def probabilities(scores: np.ndarray) -> np.ndarray:
@@ -133,6 +139,8 @@ class SemanticFinding:
     pixels: int
     mean_iou: float
     kind: str = RECORD
+    overlay: str | None = None  # a data: URI of the PNG where pixels changed (label_overlay.data_uri checked it)
+    block: int = 1  # each overlay pixel is a block x block square of the label map
 
     def terminal_text(self) -> str:
         if not self.changed:
@@ -140,7 +148,13 @@ class SemanticFinding:
         return f"{self.changed_pixels} px changed ({100 * self.changed_pixels / self.pixels:.2f}%), mIoU {self.mean_iou:.3f}"
 
     def html(self) -> str:
-        return marked_html(self)
+        """The marked line and, when pixels changed, the overlay: reference labels grey, changed pixels red."""
+        line = marked_html(self)
+        if self.overlay is None:
+            return line
+        scale = f", each pixel a {self.block}x{self.block} block" if self.block > 1 else ""
+        return (f'{line}<br><img class="label-overlay" style="image-rendering:pixelated;min-width:96px" '
+                f'alt="changed pixels in red over the reference labels in grey{scale}" src="{self.overlay}">')
 
 
 class SemanticSegmentation(DecisionTask):
@@ -174,8 +188,11 @@ class SemanticSegmentation(DecisionTask):
         return bool(delta.get("changed"))
 
     def finding(self, delta: dict[str, Any]) -> SemanticFinding:
+        overlay = delta.get("overlay")
+        block = overlay.get("block") if isinstance(overlay, dict) else None
         return SemanticFinding(bool(delta["changed"]), int(delta["changed_pixels"]), int(delta["pixels"]),
-                               float(delta["mean_iou"]))
+                               float(delta["mean_iou"]), overlay=label_overlay.data_uri(overlay),
+                               block=block if isinstance(block, int) and 1 <= block <= 1 << 20 else 1)
 
     def gate(self, layout: Layout, ref: dict[str, Arrays], sim: dict[str, Arrays], limits: GateLimits) -> GateCount:
         per_input = {name: compare_gate(class_map(layout, ref[name]), class_map(layout, sim[name]), limits)
