@@ -1,0 +1,134 @@
+"""Each task's accuracy against labels, from one variant's outputs decoded by the task registry.
+
+* classification: top-1 (the headline) and top-5, the class order numpy's stable argsort gives (a tie to
+  the lower index, as the diff's top-k).
+* semantic segmentation: mean IoU over the data set: each class's intersections and unions summed over
+  every image (the semantic task's one IoU rule, `semantic.class_overlaps`), classes absent from both the
+  labels and the predictions left out, pixels labelled 255 not judged; pixel accuracy beside it.
+* detection (and YOLOv8-seg's boxes): COCO box mAP@0.5:0.95 (the headline) and mAP@0.5 by pycocotools'
+  COCOeval, the detections decoded down to score EVAL_CONF (Ultralytics' and the model zoo's mAP setting)
+  and mapped from the model input back to the page through the letterbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rkdet.accuracy.inputs import BuildModel, FedImage, fed_label_map
+from rkdet.accuracy.labels import IGNORE, ClassLabels, CocoLabels, LabelSet, MapLabels, read_label_map
+from rkdet.accuracy.runs import VariantOutputs
+from rkdet.decode.tasks import DecisionTask, classification, detection, segmentation, semantic
+from rkdet.errors import InputError
+
+EVAL_CONF = 0.001  # detections kept for mAP (a precision-recall curve needs the low scores too)
+
+
+@dataclass(frozen=True)
+class Score:
+    """One variant's accuracy: the headline metric and the others beside it."""
+
+    metric: str  # "top-1", "mIoU", "box mAP@0.5:0.95"
+    value: float  # 0..1
+    others: dict[str, float] = field(default_factory=dict)
+    samples: int = 0
+
+
+def _need(labels: LabelSet, kind: type, what: str) -> None:
+    if not isinstance(labels, kind):
+        raise InputError(f"{labels.source}: these labels do not fit the model, which decides {what}")
+
+
+def top_k(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict[str, FedImage]) -> Score:
+    _need(labels, ClassLabels, "a class per image (labels: a folder per class or a CSV)")
+    assert isinstance(labels, ClassLabels)
+    hits1 = hits5 = 0
+    for s in labels.samples:
+        scores = model.task.decide(model.layout, run.outputs[s.name])
+        order = np.argsort(-scores, kind="stable")
+        truth = labels.truth[s.name]
+        hits1 += int(order[0] == truth)
+        hits5 += int(truth in order[:5].tolist())
+    n = len(labels.samples)
+    return Score("top-1", hits1 / n, {"top-5": hits5 / n}, n)
+
+
+def mean_iou(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict[str, FedImage]) -> Score:
+    _need(labels, MapLabels, "a label per pixel (labels: a folder of PNG label maps)")
+    assert isinstance(labels, MapLabels)
+    totals: dict[int, list[int]] = {}
+    right = judged = 0
+    for s in labels.samples:
+        truth_full = read_label_map(labels.maps[s.name], fed[s.name].letterbox.source_size, int(model.layout.nc or 0))
+        truth = fed_label_map(model, truth_full, IGNORE)
+        predicted = model.task.decide(model.layout, run.outputs[s.name])
+        keep = truth != IGNORE
+        t, p = truth[keep].astype(np.int64), predicted[keep]
+        for c, (inter, union) in semantic.class_overlaps(t, p).items():
+            acc = totals.setdefault(c, [0, 0])
+            acc[0] += inter
+            acc[1] += union
+        right += int((t == p).sum())
+        judged += int(keep.sum())
+    ious = semantic.iou_of({c: (i, u) for c, (i, u) in totals.items()})
+    return Score("mIoU", semantic.mean_iou(ious), {"pixel accuracy": right / judged if judged else 1.0,
+                                                   "classes judged": float(len(ious))}, len(labels.samples))
+
+
+def coco_map(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict[str, FedImage]) -> Score:
+    _need(labels, CocoLabels, "boxes (labels: a COCO .json)")
+    assert isinstance(labels, CocoLabels)
+    try:
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+    except ImportError:
+        raise InputError("detection accuracy needs pycocotools (a host dependency of rkdet: pip install rkdet's "
+                         "requirements/host.lock.txt)") from None
+    found = []
+    for s in labels.samples:
+        dets = model.task.decide(model.layout, run.outputs[s.name], EVAL_CONF)
+        box = fed[s.name].letterbox
+        h, w = box.source_size
+        for (x1, y1, x2, y2), score, cls in zip(dets.boxes, dets.scores, dets.classes):
+            if not 0 <= int(cls) < len(labels.category_ids):
+                continue
+            a, b = (x1 - box.pad_left) / box.scale_x, (y1 - box.pad_top) / box.scale_y
+            c, d = (x2 - box.pad_left) / box.scale_x, (y2 - box.pad_top) / box.scale_y
+            a, c = float(np.clip(a, 0, w)), float(np.clip(c, 0, w))
+            b, d = float(np.clip(b, 0, h)), float(np.clip(d, 0, h))
+            if c > a and d > b:
+                found.append({"image_id": labels.image_ids[s.name], "category_id": labels.category_ids[int(cls)],
+                              "bbox": [a, b, c - a, d - b], "score": float(score)})
+    n = len(labels.samples)
+    if not found:
+        return Score("box mAP@0.5:0.95", 0.0, {"mAP@0.5": 0.0, "detections": 0.0}, n)
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress and summary
+        truth = COCO()
+        truth.dataset = labels.document
+        truth.createIndex()
+        evaluation = COCOeval(truth, truth.loadRes(found), "bbox")
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    stats = [max(0.0, float(v)) for v in evaluation.stats]  # -1: no ground truth in that range
+    return Score("box mAP@0.5:0.95", stats[0], {"mAP@0.5": stats[1], "detections": float(len(found))}, n)
+
+
+Metric = Callable[[BuildModel, LabelSet, VariantOutputs, dict[str, FedImage]], Score]
+METRICS: dict[DecisionTask, Metric] = {  # the task registry's tasks -> their accuracy against labels
+    classification.TASK: top_k,
+    semantic.TASK: mean_iou,
+    detection.TASK: coco_map,
+    segmentation.TASK: coco_map,  # box mAP; mask AP is not measured yet
+}
+
+
+def metric_for(model: BuildModel) -> Metric:
+    found = METRICS.get(model.task)
+    if found is None:
+        raise InputError(f"{model.folder}: no accuracy metric for {model.layout.detail}")
+    return found

@@ -1,0 +1,65 @@
+"""`rkdet accuracy BUILD --labels …`: the build's accuracy against ground truth, FP32 against the INT8
+emulation and any board's pulled results, with MLPerf's 99 % / 99.9 % of FP32 lines (docs/ACCURACY.md).
+
+Exit codes: 0 every row holds the --require line, 1 a row below it, 2 bad input (labels, build, results).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rkdet.errors import EXIT_DIFFERENT, InputError
+from rkdet.log import log_console, output_console
+from rkdet.textsafe import markup_escaped
+
+
+@click.command("accuracy")
+@click.argument("build", type=click.Path(path_type=Path))
+@click.option("--labels", "labels_path", required=True, type=click.Path(path_type=Path),
+              help="Ground truth: a COCO .json (detection), a folder per class or a file,class CSV (classification), "
+                   "or a folder of PNG label maps (semantic segmentation).")
+@click.option("--images", type=click.Path(path_type=Path),
+              help="The labelled images (default: beside the labels file; class folders hold their own).")
+@click.option("--results", "results", multiple=True, type=click.Path(path_type=Path),
+              help="A board's pulled result set for the labelled images (repeatable): one row each.")
+@click.option("--require", type=click.Choice(["99", "99.9"]), default="99", show_default=True,
+              help="The line (percent of FP32 accuracy) every row must hold for exit 0.")
+@click.option("--out", type=click.Path(path_type=Path), help="Where accuracy.json goes (default: the build folder).")
+@click.option("--json", "as_json", is_flag=True, help="Print accuracy.json on stdout.")
+def accuracy_command(build: Path, labels_path: Path, images: Path | None, results: tuple[Path, ...], require: str,
+                     out: Path | None, as_json: bool) -> None:
+    """Accuracy against labels: FP32, the INT8 emulation and board results on the same inputs.
+
+    Exit codes: 0 every row holds the --require line, 1 a row below it, 2 bad input.
+    """
+    import json
+
+    from rkdet.accuracy.measure import measure
+    from rkdet.accuracy.table import terminal_lines
+    from rkdet.records.accuracy import FILE, write_accuracy
+    from rkdet.records.build import load_build
+    from rkdet.records.io import check_may_write
+
+    record_build = load_build(build, complete=False)
+    target = (out if out is not None else build) / FILE
+    check_may_write(target, "accuracy.json")
+    console = log_console()
+    record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)))
+    try:
+        write_accuracy(target, record)
+    except OSError as exc:
+        raise InputError(f"{target}: cannot write ({exc.strerror}); choose another folder with --out") from None
+    report = output_console(stderr=as_json)
+    for line in terminal_lines(list(record.rows)):
+        report.print(markup_escaped(line), highlight=False)
+    for note in record.notes:
+        report.print(f"note: {markup_escaped(note)}", highlight=False)
+    report.print(f"wrote {markup_escaped(str(target))}", highlight=False)
+    if as_json:
+        click.echo(json.dumps(record.to_json(), indent=2, sort_keys=True))
+    line = float(require) / 100
+    if any(not ok for row in record.rows for at, ok in row.lines if abs(at - line) < 1e-9):
+        sys.exit(EXIT_DIFFERENT)
