@@ -15,8 +15,10 @@ from rkdet.records.build import BuildRecord
 
 
 def measure(build: BuildRecord, labels_path: Path, images: Path | None, results: tuple[Path, ...],
-            progress: Log) -> AccuracyRecord:
-    """FP32, the build's emulation and each board result set against the labels, as one record."""
+            progress: Log, *, simulate: bool = False, config: Path | None = None,
+            toolkit_log: Path | None = None) -> AccuracyRecord:
+    """FP32, the build's emulation, the simulator (`simulate`: a hermetic rebuild) and each board result set
+    against the labels, as one record."""
     model = load_model(build)
     labels = read_labels(labels_path, images, classes=model.layout.nc or None, per_pixel=model.task is semantic.TASK)
     metric = metric_for(model)
@@ -31,6 +33,11 @@ def measure(build: BuildRecord, labels_path: Path, images: Path | None, results:
         variants.append(emulated)
     else:
         notes.append(f"{build.folder.name} has no INT8 emulation (model.int8emu.onnx): no quantized row")
+    if simulate:
+        simulated, match = runs.simulator(model, fed, config, progress, toolkit_log)
+        variants.append(simulated)
+        if not match:
+            notes.append(f"the simulator row is a rebuild whose fingerprint differs from {build.folder.name}'s")
     variants += boards
     scored: list[tuple[str, str, Score]] = []
     for v in variants:

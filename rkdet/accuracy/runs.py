@@ -17,6 +17,8 @@ from rkdet.accuracy.inputs import BuildModel, FedImage
 from rkdet.convert.golden import onnxruntime_reference
 from rkdet.diff.resultset import open_source
 from rkdet.errors import InputError
+from rkdet.layers.rebuild import from_build, rebuild_and_simulate
+from rkdet.log import Log
 
 Outputs = dict[str, dict[str, np.ndarray]]  # input name -> output name -> array
 
@@ -47,6 +49,20 @@ def emulation(model: BuildModel, fed: dict[str, FedImage]) -> VariantOutputs | N
         return None
     outputs, detail = onnx_outputs(model, model.emulation_bytes, fed)
     return VariantOutputs(f"{model.quantized} (emulation)", f"model.int8emu.onnx, {detail}", outputs)
+
+
+def simulator(model: BuildModel, fed: dict[str, FedImage], config: Path | None, progress: Log,
+              log_to: Path | None = None) -> tuple[VariantOutputs, bool | None]:
+    """The toolkit's simulator on the labelled images: the build rebuilt in the hermetic worker with its
+    recorded options (rkdet.layers.rebuild, as `rkdet layers` does), the labelled tensors simulated beside the
+    golden inputs; (the row, whether the rebuilt fingerprint equals the build's). `config`: where a
+    published build's model and images are (it records names only)."""
+    src = from_build(model.folder, config, "rkdet accuracy {build} --simulator")
+    match, outputs = rebuild_and_simulate(src, {name: f.tensor for name, f in fed.items()}, progress, log_to)
+    said = ("the rebuilt fingerprint equals the build's" if match else
+            "WARNING: the rebuilt fingerprint differs from the build's: these are the rebuild's outputs")
+    return VariantOutputs(f"{model.quantized} (simulator)", f"rknn-toolkit2 simulator, hermetic rebuild: {said}",
+                          outputs), match
 
 
 def board_results(model: BuildModel, folder: Path, names: tuple[str, ...]) -> VariantOutputs:

@@ -24,18 +24,20 @@ def rows(scores: list[tuple[str, str, Score]]) -> list[AccuracyRow]:
     return out
 
 
+PERCENT = ("top-5", "mAP@0.5", "pixel accuracy")  # the side metrics shown as percentages (the rest are counts)
+
+
 def terminal_lines(table: list[AccuracyRow]) -> list[str]:
-    """A plain-text table (the report console prints it)."""
-    metric = table[0].metric
+    """A plain-text table (the report console prints it): one column per metric, then each MLPerf line."""
     others = list(table[0].others)
-    head = [f"{'variant':<28}", f"{metric:>18}", f"{'delta vs FP32':>14}"] + [f"{k:>14}" for k in others] + \
-        [f"{f'>= {100 * line:g}% FP32':>14}" for line in LINES]
-    lines = ["".join(head)]
+    lines_head = [f">= {100 * line:g}% FP32" for line in LINES]
+    heads = [table[0].metric, "delta vs FP32", *others, *lines_head]
+    widths = [max(12, len(h) + 2) for h in heads]
+    name_w = max(10, *(len(r.variant) for r in table)) + 2
+    out = ["variant".ljust(name_w) + "".join(h.rjust(w) for h, w in zip(heads, widths))]
     for row in table:
-        cells = [f"{row.variant[:27]:<28}", f"{100 * row.value:>17.2f}%", f"{100 * row.delta:>+13.2f}%"]
-        cells += [f"{(100 * row.others[k]):>13.2f}%" if k in ("top-5", "mAP@0.5", "pixel accuracy")
-                  else f"{row.others.get(k, 0):>14g}" for k in others]
-        cells += [f"{'(reference)' if row.variant == table[0].variant else ('pass' if ok else 'FAIL'):>14}"
-                  for _, ok in row.lines]
-        lines.append("".join(cells))
-    return lines
+        cells = [f"{100 * row.value:.2f}%", f"{100 * row.delta:+.2f}%"]
+        cells += [f"{100 * row.others.get(k, 0):.2f}%" if k in PERCENT else f"{row.others.get(k, 0):g}" for k in others]
+        cells += ["(reference)" if row is table[0] else ("pass" if ok else "FAIL") for _, ok in row.lines]
+        out.append(row.variant.ljust(name_w) + "".join(c.rjust(w) for c, w in zip(cells, widths)))
+    return out

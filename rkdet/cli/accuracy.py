@@ -1,5 +1,5 @@
 """`rkdet accuracy BUILD --labels …`: the build's accuracy against ground truth, FP32 against the INT8
-emulation and any board's pulled results, with MLPerf's 99 % / 99.9 % of FP32 lines (docs/ACCURACY.md).
+emulation, the simulator (--simulator) and any board's pulled results, with MLPerf's 99 % / 99.9 % of FP32 lines (docs/ACCURACY.md).
 
 Exit codes: 0 every row holds the --require line, 1 a row below it, 2 bad input (labels, build, results).
 """
@@ -25,12 +25,18 @@ from rkdet.textsafe import markup_escaped
               help="The labelled images (default: beside the labels file; class folders hold their own).")
 @click.option("--results", "results", multiple=True, type=click.Path(path_type=Path),
               help="A board's pulled result set for the labelled images (repeatable): one row each.")
+@click.option("--simulator", "simulate", is_flag=True,
+              help="Also the toolkit's simulator: rebuilds the build in the hermetic toolkit worker (as rkdet layers "
+                   "does) and simulates the labelled images; its fingerprint is checked against the build's.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="With --simulator: the config that built BUILD, for where its model and images are "
+                   "(a published build records names only).")
 @click.option("--require", type=click.Choice(["99", "99.9"]), default="99", show_default=True,
               help="The line (percent of FP32 accuracy) every row must hold for exit 0.")
 @click.option("--out", type=click.Path(path_type=Path), help="Where accuracy.json goes (default: the build folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print accuracy.json on stdout.")
-def accuracy_command(build: Path, labels_path: Path, images: Path | None, results: tuple[Path, ...], require: str,
-                     out: Path | None, as_json: bool) -> None:
+def accuracy_command(build: Path, labels_path: Path, images: Path | None, results: tuple[Path, ...],
+                     simulate: bool, config_path: Path | None, require: str, out: Path | None, as_json: bool) -> None:
     """Accuracy against labels: FP32, the INT8 emulation and board results on the same inputs.
 
     Exit codes: 0 every row holds the --require line, 1 a row below it, 2 bad input.
@@ -47,7 +53,9 @@ def accuracy_command(build: Path, labels_path: Path, images: Path | None, result
     target = (out if out is not None else build) / FILE
     check_may_write(target, "accuracy.json")
     console = log_console()
-    record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)))
+    record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)),
+                     simulate=simulate, config=config_path,
+                     toolkit_log=target.parent / "toolkit-accuracy.log" if simulate else None)
     try:
         write_accuracy(target, record)
     except OSError as exc:
