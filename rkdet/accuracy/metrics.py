@@ -22,6 +22,7 @@ import numpy as np
 from rkdet.accuracy.inputs import BuildModel, FedImage, fed_label_map
 from rkdet.accuracy.labels import IGNORE, ClassLabels, CocoLabels, LabelSet, MapLabels, read_label_map
 from rkdet.accuracy.runs import VariantOutputs
+from rkdet.convert.images import Letterbox
 from rkdet.decode.tasks import DecisionTask, classification, detection, segmentation, semantic
 from rkdet.errors import InputError
 
@@ -79,6 +80,23 @@ def mean_iou(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict
                                                    "classes judged": float(len(ious))}, len(labels.samples))
 
 
+def page_detections(model: BuildModel, arrays: dict[str, np.ndarray], box: Letterbox, conf: float
+                    ) -> list[tuple[int, list[float], float]]:
+    """One image's detections (class index, COCO [x, y, width, height] on the page, score): decoded by the
+    task, mapped from the model input back through the letterbox, clipped to the page; empty boxes dropped."""
+    dets = model.task.decide(model.layout, arrays, conf)
+    h, w = box.source_size
+    out = []
+    for (x1, y1, x2, y2), score, cls in zip(dets.boxes, dets.scores, dets.classes):
+        a = float(np.clip((x1 - box.pad_left) / box.scale_x, 0, w))
+        c = float(np.clip((x2 - box.pad_left) / box.scale_x, 0, w))
+        b = float(np.clip((y1 - box.pad_top) / box.scale_y, 0, h))
+        d = float(np.clip((y2 - box.pad_top) / box.scale_y, 0, h))
+        if c > a and d > b and int(cls) >= 0:
+            out.append((int(cls), [a, b, c - a, d - b], float(score)))
+    return out
+
+
 def coco_map(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict[str, FedImage]) -> Score:
     _need(labels, CocoLabels, "boxes (labels: a COCO .json)")
     assert isinstance(labels, CocoLabels)
@@ -88,21 +106,11 @@ def coco_map(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict
     except ImportError:
         raise InputError("detection accuracy needs pycocotools (a host dependency of rkdet: pip install rkdet's "
                          "requirements/host.lock.txt)") from None
-    found = []
-    for s in labels.samples:
-        dets = model.task.decide(model.layout, run.outputs[s.name], EVAL_CONF)
-        box = fed[s.name].letterbox
-        h, w = box.source_size
-        for (x1, y1, x2, y2), score, cls in zip(dets.boxes, dets.scores, dets.classes):
-            if not 0 <= int(cls) < len(labels.category_ids):
-                continue
-            a, b = (x1 - box.pad_left) / box.scale_x, (y1 - box.pad_top) / box.scale_y
-            c, d = (x2 - box.pad_left) / box.scale_x, (y2 - box.pad_top) / box.scale_y
-            a, c = float(np.clip(a, 0, w)), float(np.clip(c, 0, w))
-            b, d = float(np.clip(b, 0, h)), float(np.clip(d, 0, h))
-            if c > a and d > b:
-                found.append({"image_id": labels.image_ids[s.name], "category_id": labels.category_ids[int(cls)],
-                              "bbox": [a, b, c - a, d - b], "score": float(score)})
+    found = [{"image_id": labels.image_ids[s.name], "category_id": labels.category_ids[cls], "bbox": bbox,
+              "score": score}
+             for s in labels.samples
+             for cls, bbox, score in page_detections(model, run.outputs[s.name], fed[s.name].letterbox, EVAL_CONF)
+             if cls < len(labels.category_ids)]
     n = len(labels.samples)
     if not found:
         return Score("box mAP@0.5:0.95", 0.0, {"mAP@0.5": 0.0, "detections": 0.0}, n)
