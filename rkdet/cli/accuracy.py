@@ -25,6 +25,8 @@ from rkdet.textsafe import markup_escaped
               help="The labelled images (default: beside the labels file; class folders hold their own).")
 @click.option("--results", "results", multiple=True, type=click.Path(path_type=Path),
               help="A board's pulled result set for the labelled images (repeatable): one row each.")
+@click.option("--variant", "variants", multiple=True, type=click.Path(path_type=Path),
+              help="Another build of the same model (e.g. float16: quantize.enabled false), repeatable: its rows too.")
 @click.option("--simulator", "simulate", is_flag=True,
               help="Also the toolkit's simulator: rebuilds the build in the hermetic toolkit worker (as rkdet layers "
                    "does) and simulates the labelled images; its fingerprint is checked against the build's.")
@@ -36,7 +38,7 @@ from rkdet.textsafe import markup_escaped
 @click.option("--out", type=click.Path(path_type=Path), help="Where accuracy.json goes (default: the build folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print accuracy.json on stdout.")
 def accuracy_command(build: Path, labels_path: Path, images: Path | None, results: tuple[Path, ...],
-                     simulate: bool, config_path: Path | None, require: str, out: Path | None, as_json: bool) -> None:
+                     variants: tuple[Path, ...], simulate: bool, config_path: Path | None, require: str, out: Path | None, as_json: bool) -> None:
     """Accuracy against labels: FP32, the INT8 emulation and board results on the same inputs.
 
     Exit codes: 0 every row holds the --require line, 1 a row below it, 2 bad input.
@@ -50,12 +52,13 @@ def accuracy_command(build: Path, labels_path: Path, images: Path | None, result
     from rkdet.records.io import check_may_write
 
     record_build = load_build(build, complete=False)
+    others = tuple(load_build(v, complete=False) for v in variants)
     target = (out if out is not None else build) / FILE
     check_may_write(target, "accuracy.json")
     console = log_console()
     record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)),
-                     simulate=simulate, config=config_path,
-                     toolkit_log=target.parent / "toolkit-accuracy.log" if simulate else None)
+                     others=others, simulate=simulate, config=config_path,
+                     toolkit_logs=target.parent if simulate else None)
     try:
         write_accuracy(target, record)
     except OSError as exc:

@@ -25,8 +25,9 @@ def _convert(folder: Path, cfg: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def colour_builds(tmp_path_factory) -> dict[str, Path]:
-    """{"classifier": build, "segmenter": build, "root": folder}: both tiny models converted for rk3588
-    (calibration and golden images of the same colours the labelled sets use). Read-only."""
+    """{"classifier": build, "classifier16": its float16 build, "segmenter": build, "root": folder (cls.yaml
+    there is the classifier's config)}: the tiny models converted for rk3588 (calibration and golden images
+    of the same colours the labelled sets use). Read-only."""
     def make(root: Path) -> Path:
         solid_images(root / "cal", 3, seed=1)
         solid_images(root / "gold", 1, seed=2)
@@ -36,10 +37,14 @@ def colour_builds(tmp_path_factory) -> dict[str, Path]:
                            name="colour", preprocess={"resize": "stretch"})
         seg = write_config(root / "seg.yaml", colour_segmenter(root / "seg.onnx"), root / "scal", root / "sgold",
                            name="colourseg", preprocess={"resize": "stretch"})
+        cls16 = write_config(root / "cls16.yaml", root / "cls.onnx", root / "cal", root / "gold", name="colour16",
+                             preprocess={"resize": "stretch"},
+                             quantize={"dataset": str(root / "cal"), "enabled": False, "force_fp16": True})
         (root / "builds.json").write_text(json.dumps({"classifier": str(_convert(root, cls)),
-                                                      "segmenter": str(_convert(root, seg))}))
+                                                      "segmenter": str(_convert(root, seg)),
+                                                      "classifier16": str(_convert(root, cls16))}))
         return root
 
     root = shared_across_workers(tmp_path_factory, "accuracy-colour-builds", make)
     builds = json.loads((root / "builds.json").read_text())
-    return {"classifier": Path(builds["classifier"]), "segmenter": Path(builds["segmenter"]), "root": root}
+    return {**{k: Path(v) for k, v in builds.items()}, "root": root}

@@ -97,3 +97,30 @@ def test_a_row_below_the_line_exits_1(colour_builds, tmp_path) -> None:
     rows = read_accuracy(tmp_path / "o" / "accuracy.json").rows
     assert rows[-1].variant.startswith("board: ") and abs(rows[-1].value - 1 / 3) < 1e-12
     assert [ok for _, ok in rows[-1].lines] == [False, False] and "FAIL" in proc.stdout
+
+
+def test_a_float16_build_and_the_simulator_add_their_rows(colour_builds, tmp_path) -> None:
+    """`--variant` (the float16 build of the same model) and `--simulator` (a hermetic rebuild of each,
+    fingerprint checked): FP32, INT8 emulation, INT8 simulator, float16 simulator, all right on every image."""
+    truth = solid_images(tmp_path / "images", 1, seed=11)
+    labels = _class_folders(tmp_path / "labels", truth, tmp_path / "images")
+    proc = run_rkdet("accuracy", str(colour_builds["classifier"]), "--variant", str(colour_builds["classifier16"]),
+                     "--simulator", "--config", str(colour_builds["root"] / "cls.yaml"), "--labels", str(labels),
+                     "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_accuracy(tmp_path / "o" / "accuracy.json").rows
+    assert [r.variant for r in rows] == ["FP32", "INT8 (emulation)", "INT8 (simulator)", "float16 (simulator)"]
+    assert all(r.value == 1.0 for r in rows)
+    assert all("the rebuilt fingerprint equals the build's" in r.detail for r in rows[2:])
+    assert (tmp_path / "o" / f"toolkit-accuracy-{colour_builds['classifier16'].name}.log").is_file()
+
+
+def test_a_variant_of_another_model_is_refused_in_one_line(colour_builds, tmp_path) -> None:
+    truth = solid_images(tmp_path / "images", 1, seed=12)
+    labels = _class_folders(tmp_path / "labels", truth, tmp_path / "images")
+    proc = run_rkdet("accuracy", str(colour_builds["classifier"]), "--variant", str(colour_builds["segmenter"]),
+                     "--labels", str(labels), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"rkdet: --variant {colour_builds['segmenter']}: not a build of {colour_builds['classifier'].name}'s model "
+        "(its prepared model.onnx differs); compare builds of one model with the same preprocessing"]
