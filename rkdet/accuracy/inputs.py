@@ -22,7 +22,7 @@ from rkdet.decode import Layout, detect_layout
 from rkdet.decode.tasks import DecisionTask, task_of
 from rkdet.errors import InputError
 from rkdet.records.build import BuildRecord
-from rkdet.records.io import read_capped
+from rkdet.records.io import read_capped, save_array_atomic
 from rkdet.records.manifest import INT8_EMULATION_FILE
 
 MAX_MODEL_BYTES = 2 << 30  # an ONNX file read from a build folder
@@ -110,3 +110,17 @@ def fed_label_map(model: BuildModel, label_map: np.ndarray, ignore: int) -> np.n
     pp = model.preprocess.model_copy(update={"interpolation": "nearest", "pad_value": ignore, "channel_order": "rgb"})
     tensor, _ = preprocess(np.repeat(label_map[:, :, None], 3, axis=2), model.input_hw, pp)
     return tensor[0, :, :, 0]
+
+
+def save_fed(fed: dict[str, FedImage], folder: Path) -> None:
+    """The fed tensors as `<image name>.npy` (uint8 NHWC), the inputs folder rkdet-run takes (`--inputs`; it
+    names each result by the file stem), so a board's run on them is scored with `--results`. The folder
+    must be new or empty: rkdet never mixes its files into another set."""
+    if folder.exists() and (not folder.is_dir() or folder.is_symlink() or any(folder.iterdir())):
+        raise InputError(f"--save-inputs {folder}: exists and is not an empty folder; name a new folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, f in sorted(fed.items()):
+            save_array_atomic(str(folder / f"{name}.npy"), f.tensor)
+    except OSError as exc:
+        raise InputError(f"--save-inputs {folder}: cannot write ({exc.strerror}); name another folder") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rkdet.accuracy import runs, table
-from rkdet.accuracy.inputs import BuildModel, FedImage, feed, load_model
+from rkdet.accuracy.inputs import BuildModel, FedImage, feed, load_model, save_fed
 from rkdet.accuracy.labels import read_labels
 from rkdet.accuracy.metrics import Score, metric_for
 from rkdet.decode.tasks import semantic
@@ -50,9 +50,11 @@ def _quantized_rows(model: BuildModel, fed: dict[str, FedImage], simulate: bool,
 
 def measure(build: BuildRecord, labels_path: Path, images: Path | None, results: tuple[Path, ...],
             progress: Log, *, others: tuple[BuildRecord, ...] = (), simulate: bool = False,
-            config: Path | None = None, toolkit_logs: Path | None = None) -> AccuracyRecord:
+            config: Path | None = None, toolkit_logs: Path | None = None,
+            save_inputs: Path | None = None) -> AccuracyRecord:
     """FP32, then each build's quantized rows (`others`: more builds of the same model), then each board
-    result set, against the labels, as one record (`toolkit_logs`: the folder for each simulator rebuild's log)."""
+    result set, against the labels, as one record (`toolkit_logs`: the folder for each simulator rebuild's log; `save_inputs`: a new folder
+    for the fed tensors, rkdet-run's `--inputs`)."""
     model = load_model(build)
     extra = [load_model(b) for b in others]
     for other in extra:
@@ -63,6 +65,9 @@ def measure(build: BuildRecord, labels_path: Path, images: Path | None, results:
     boards = [runs.board_results(model, folder, names) for folder in results]  # refused before anything runs
     progress(f"{len(names)} labelled image(s): preprocessing as {build.folder.name} is fed")
     fed = feed(model, labels.samples)
+    if save_inputs is not None:  # for rkdet-run on a board (--inputs), then scored here with --results
+        save_fed(fed, save_inputs)
+        progress(f"wrote the {len(fed)} fed tensor(s) to {save_inputs} (rkdet-run --inputs)")
     notes: list[str] = []
     variants = [runs.fp32(model, fed)]
     for each in (model, *extra):

@@ -33,12 +33,16 @@ from rkdet.textsafe import markup_escaped
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="With --simulator: the config that built BUILD, for where its model and images are "
                    "(a published build records names only).")
+@click.option("--save-inputs", type=click.Path(path_type=Path),
+              help="Write the labelled images as fed (<name>.npy, uint8 NHWC) to this new folder: rkdet-run's --inputs "
+                   "on a board, whose pulled result set --results then scores.")
 @click.option("--require", type=click.Choice(["99", "99.9"]), default="99", show_default=True,
               help="The line (percent of FP32 accuracy) every row must hold for exit 0.")
 @click.option("--out", type=click.Path(path_type=Path), help="Where accuracy.json goes (default: the build folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print accuracy.json on stdout.")
 def accuracy_command(build: Path, labels_path: Path, images: Path | None, results: tuple[Path, ...],
-                     variants: tuple[Path, ...], simulate: bool, config_path: Path | None, require: str, out: Path | None, as_json: bool) -> None:
+                     variants: tuple[Path, ...], simulate: bool, config_path: Path | None, save_inputs: Path | None,
+                     require: str, out: Path | None, as_json: bool) -> None:
     """Accuracy against labels: FP32, the INT8 emulation and board results on the same inputs.
 
     Exit codes: 0 every row holds the --require line, 1 a row below it, 2 bad input.
@@ -58,7 +62,7 @@ def accuracy_command(build: Path, labels_path: Path, images: Path | None, result
     console = log_console()
     record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)),
                      others=others, simulate=simulate, config=config_path,
-                     toolkit_logs=target.parent if simulate else None)
+                     toolkit_logs=target.parent if simulate else None, save_inputs=save_inputs)
     try:
         write_accuracy(target, record)
     except OSError as exc:

@@ -124,3 +124,37 @@ def test_a_variant_of_another_model_is_refused_in_one_line(colour_builds, tmp_pa
     assert proc.stderr.strip().splitlines() == [
         f"rkdet: --variant {colour_builds['segmenter']}: not a build of {colour_builds['classifier'].name}'s model "
         "(its prepared model.onnx differs); compare builds of one model with the same preprocessing"]
+
+
+def test_saved_inputs_run_by_rkdet_run_score_as_a_board_row(colour_builds, tmp_path) -> None:
+    """--save-inputs writes the fed tensors rkdet-run takes; its result set (here the on-board program on this
+    host, onnxruntime backend: the reference's session) scored with --results gives exactly FP32's row."""
+    import subprocess
+
+    from rkdet.onboard.reference import fp32_input
+
+    truth = solid_images(tmp_path / "images", 2, seed=13)
+    labels = _class_folders(tmp_path / "labels", truth, tmp_path / "images")
+    build = colour_builds["classifier"]
+    proc = run_rkdet("accuracy", str(build), "--labels", str(labels), "--save-inputs", str(tmp_path / "fed"),
+                     "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.stem for p in (tmp_path / "fed").glob("*.npy")) == sorted(truth)
+    # the onnxruntime backend is fed the FP32 model's input, as deploy stages it (the NPU backends take these files)
+    (tmp_path / "fed32").mkdir()
+    for f in (tmp_path / "fed").glob("*.npy"):
+        np.save(tmp_path / "fed32" / f.name, fp32_input(np.load(f), (0, 0, 0), (255, 255, 255)))
+    run = subprocess.run([sys.executable, "-m", "rkdet.onboard", "run", "--model", str(build / "model.onnx"),
+                          "--inputs", str(tmp_path / "fed32"), "--repeats", "2", "--backend", "onnxruntime",
+                          "--out", str(tmp_path / "board")], capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    proc = run_rkdet("accuracy", str(build), "--labels", str(labels), "--results", str(tmp_path / "board"),
+                     "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    fp32, _, board = read_accuracy(tmp_path / "o" / "accuracy.json").rows
+    assert board.variant == "board: onnxruntime" and (board.value, board.delta) == (fp32.value, 0.0) == (1.0, 0.0)
+    # the folder is new or empty: a second save there is refused in one line
+    proc = run_rkdet("accuracy", str(build), "--labels", str(labels), "--save-inputs", str(tmp_path / "fed"),
+                     "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        f"rkdet: --save-inputs {tmp_path / 'fed'}: exists and is not an empty folder; name a new folder")
