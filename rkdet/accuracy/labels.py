@@ -60,6 +60,7 @@ class CocoLabels:
     source: Path
     samples: tuple[Sample, ...]
     image_ids: dict[str, int]  # sample name -> COCO image id
+    sizes: dict[str, tuple[int, int]]  # sample name -> (height, width) as the file declares it
     category_ids: tuple[int, ...]  # model class index i -> COCO category id category_ids[i] (sorted ids)
     document: dict[str, Any] = field(repr=False)  # the checked ground truth, as pycocotools reads it
     has_masks: bool = False
@@ -207,7 +208,7 @@ def coco(path: Path, images: Path | None, classes: int | None) -> CocoLabels:
             raise InputError(f"{where}: needs id, file_name, width, height")
         name = im["file_name"]
         image_id = _int_id(im.get("id"), where, "id")
-        width, height = (_number(im.get(k), where, k) for k in ("width", "height"))
+        width, height = (_int_id(im.get(k), where, k) for k in ("width", "height"))
         stem = Path(name).stem
         if Path(name).name != name or stem not in found:
             raise InputError(f"{where}: file_name {name[:80]!r} is not in {base}; name a file in that folder")
@@ -253,8 +254,14 @@ def coco(path: Path, images: Path | None, classes: int | None) -> CocoLabels:
         clean_anns.append(clean)
     document = {"images": clean_images, "annotations": clean_anns,
                 "categories": [{"id": c, "name": str(c)} for c in cat_ids]}
-    return CocoLabels(path, tuple(sorted(samples, key=lambda s: s.name.encode())), image_ids, tuple(cat_ids),
-                      document, masks)
+    every_mask = masks and all(POLYGONS_KEY in a for a in clean_anns)
+    if masks and not every_mask:
+        first = next(i for i, a in enumerate(clean_anns) if POLYGONS_KEY not in a)
+        raise InputError(f"{path}: annotations[{first}] has no segmentation while others do; give every annotation "
+                         "its polygons (mask AP) or none (box AP)")
+    names = {im["id"]: Path(im["file_name"]).stem for im in clean_images}
+    return CocoLabels(path, tuple(sorted(samples, key=lambda s: s.name.encode())), image_ids,
+                      {names[i]: (int(h), int(w)) for i, (w, h) in sizes.items()}, tuple(cat_ids), document, every_mask)
 
 
 def read_labels(path: Path, images: Path | None, *, classes: int | None, per_pixel: bool) -> LabelSet:

@@ -5,9 +5,10 @@
 * semantic segmentation: mean IoU over the data set: each class's intersections and unions summed over
   every image (the semantic task's one IoU rule, `semantic.class_overlaps`), classes absent from both the
   labels and the predictions left out, pixels labelled 255 not judged; pixel accuracy beside it.
-* detection (and YOLOv8-seg's boxes): COCO box mAP@0.5:0.95 (the headline) and mAP@0.5 by pycocotools'
-  COCOeval, the detections decoded down to score EVAL_CONF (Ultralytics' and the model zoo's mAP setting)
-  and mapped from the model input back to the page through the letterbox.
+* detection: COCO box mAP@0.5:0.95 (the headline) and mAP@0.5 by pycocotools' COCOeval, the detections
+  decoded down to score EVAL_CONF (Ultralytics' and the model zoo's mAP setting) and mapped from the model
+  input back to the page through the letterbox; YOLOv8-seg with polygons in every label: mask mAP (the
+  headline), each mask mapped to the page the same way and RLE-encoded, box mAP beside it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rkdet.accuracy.inputs import BuildModel, FedImage, fed_label_map
-from rkdet.accuracy.labels import IGNORE, ClassLabels, CocoLabels, LabelSet, MapLabels, read_label_map
+from rkdet.accuracy.labels import IGNORE, POLYGONS_KEY, ClassLabels, CocoLabels, LabelSet, MapLabels, read_label_map
 from rkdet.accuracy.runs import VariantOutputs
 from rkdet.convert.images import Letterbox
 from rkdet.decode.tasks import DecisionTask, classification, detection, segmentation, semantic
@@ -80,50 +81,94 @@ def mean_iou(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict
                                                    "classes judged": float(len(ious))}, len(labels.samples))
 
 
+@dataclass(frozen=True)
+class PageDetection:
+    """One detection on the page: class index, COCO [x, y, width, height], score, and its mask on the page
+    (bool (H, W)) when the model gives masks."""
+
+    cls: int
+    bbox: list[float]
+    score: float
+    mask: np.ndarray | None = None
+
+
+def page_mask(mask: np.ndarray, stride: float, box: Letterbox) -> np.ndarray:
+    """A mask at the prototypes' grid (Hm, Wm) as the page's pixels (H, W): each page pixel's centre mapped
+    through the letterbox into the model input, then to the prototype cell holding it (outside: False)."""
+    h, w = box.source_size
+    hm, wm = mask.shape
+    rows = np.floor(((np.arange(h) + 0.5) * box.scale_y + box.pad_top) / stride).astype(np.int64)
+    cols = np.floor(((np.arange(w) + 0.5) * box.scale_x + box.pad_left) / stride).astype(np.int64)
+    inside = ((rows >= 0) & (rows < hm))[:, None] & ((cols >= 0) & (cols < wm))[None, :]
+    return mask[np.clip(rows, 0, hm - 1)][:, np.clip(cols, 0, wm - 1)] & inside
+
+
 def page_detections(model: BuildModel, arrays: dict[str, np.ndarray], box: Letterbox, conf: float
-                    ) -> list[tuple[int, list[float], float]]:
-    """One image's detections (class index, COCO [x, y, width, height] on the page, score): decoded by the
-    task, mapped from the model input back through the letterbox, clipped to the page; empty boxes dropped."""
+                    ) -> list[PageDetection]:
+    """One image's detections on the page: decoded by the task, mapped from the model input back through
+    the letterbox, clipped to the page; empty boxes dropped; masks (YOLOv8-seg) mapped the same way."""
     dets = model.task.decide(model.layout, arrays, conf)
     h, w = box.source_size
     out = []
-    for (x1, y1, x2, y2), score, cls in zip(dets.boxes, dets.scores, dets.classes):
+    for k, ((x1, y1, x2, y2), score, cls) in enumerate(zip(dets.boxes, dets.scores, dets.classes)):
         a = float(np.clip((x1 - box.pad_left) / box.scale_x, 0, w))
         c = float(np.clip((x2 - box.pad_left) / box.scale_x, 0, w))
         b = float(np.clip((y1 - box.pad_top) / box.scale_y, 0, h))
         d = float(np.clip((y2 - box.pad_top) / box.scale_y, 0, h))
         if c > a and d > b and int(cls) >= 0:
-            out.append((int(cls), [a, b, c - a, d - b], float(score)))
+            mask = None if dets.masks is None else page_mask(dets.masks[k], dets.mask_stride, box)
+            out.append(PageDetection(int(cls), [a, b, c - a, d - b], float(score), mask))
     return out
 
 
-def coco_map(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict[str, FedImage]) -> Score:
-    _need(labels, CocoLabels, "boxes (labels: a COCO .json)")
-    assert isinstance(labels, CocoLabels)
-    try:
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
-    except ImportError:
-        raise InputError("detection accuracy needs pycocotools (a host dependency of rkdet: pip install rkdet's "
-                         "requirements/host.lock.txt)") from None
-    found = [{"image_id": labels.image_ids[s.name], "category_id": labels.category_ids[cls], "bbox": bbox,
-              "score": score}
-             for s in labels.samples
-             for cls, bbox, score in page_detections(model, run.outputs[s.name], fed[s.name].letterbox, EVAL_CONF)
-             if cls < len(labels.category_ids)]
-    n = len(labels.samples)
+def _cocoeval(labels: CocoLabels, found: list[dict], kind: str) -> tuple[float, float]:
+    """(mAP@0.5:0.95, mAP@0.5) of `found` by pycocotools' COCOeval (`kind`: "bbox" or "segm")."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
     if not found:
-        return Score("box mAP@0.5:0.95", 0.0, {"mAP@0.5": 0.0, "detections": 0.0}, n)
+        return 0.0, 0.0
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints its progress and summary
         truth = COCO()
         truth.dataset = labels.document
         truth.createIndex()
-        evaluation = COCOeval(truth, truth.loadRes(found), "bbox")
+        evaluation = COCOeval(truth, truth.loadRes(found), kind)
         evaluation.evaluate()
         evaluation.accumulate()
         evaluation.summarize()
-    stats = [max(0.0, float(v)) for v in evaluation.stats]  # -1: no ground truth in that range
-    return Score("box mAP@0.5:0.95", stats[0], {"mAP@0.5": stats[1], "detections": float(len(found))}, n)
+    return max(0.0, float(evaluation.stats[0])), max(0.0, float(evaluation.stats[1]))  # -1: no ground truth
+
+
+def coco_map(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict[str, FedImage]) -> Score:
+    """Box mAP; with masks from the model and polygons in every label, mask mAP is the headline."""
+    _need(labels, CocoLabels, "boxes (labels: a COCO .json)")
+    assert isinstance(labels, CocoLabels)
+    try:
+        from pycocotools import mask as mask_utils
+    except ImportError:
+        raise InputError("detection accuracy needs pycocotools (a host dependency of rkdet: pip install rkdet's "
+                         "requirements/host.lock.txt)") from None
+    boxes, masks = [], []
+    for s in labels.samples:
+        if fed[s.name].letterbox.source_size != labels.sizes[s.name]:
+            h, w = fed[s.name].letterbox.source_size
+            raise InputError(f"{labels.source}: image {s.image.name!r} is {w}x{h} but the file says "
+                             f"{labels.sizes[s.name][1]}x{labels.sizes[s.name][0]}; fix its width and height")
+        for det in page_detections(model, run.outputs[s.name], fed[s.name].letterbox, EVAL_CONF):
+            if det.cls >= len(labels.category_ids):
+                continue
+            common = {"image_id": labels.image_ids[s.name], "category_id": labels.category_ids[det.cls],
+                      "score": det.score}
+            boxes.append({**common, "bbox": det.bbox})
+            if det.mask is not None:
+                masks.append({**common, POLYGONS_KEY: mask_utils.encode(np.asfortranarray(det.mask.astype(np.uint8)))})
+    box_map, box_50 = _cocoeval(labels, boxes, "bbox")
+    others = {"mAP@0.5": box_50, "detections": float(len(boxes))}
+    if labels.has_masks and masks:
+        mask_map, mask_50 = _cocoeval(labels, masks, "segm")
+        return Score("mask mAP@0.5:0.95", mask_map, {"mask mAP@0.5": mask_50, "box mAP@0.5:0.95": box_map, **others},
+                     len(labels.samples))
+    return Score("box mAP@0.5:0.95", box_map, others, len(labels.samples))
 
 
 Metric = Callable[[BuildModel, LabelSet, VariantOutputs, dict[str, FedImage]], Score]
@@ -131,7 +176,7 @@ METRICS: dict[DecisionTask, Metric] = {  # the task registry's tasks -> their ac
     classification.TASK: top_k,
     semantic.TASK: mean_iou,
     detection.TASK: coco_map,
-    segmentation.TASK: coco_map,  # box mAP; mask AP is not measured yet
+    segmentation.TASK: coco_map,  # mask mAP when the labels carry polygons, else box mAP
 }
 
 
