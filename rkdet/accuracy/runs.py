@@ -86,6 +86,6 @@ def board_results(model: BuildModel, folder: Path, names: tuple[str, ...]) -> Va
         raise InputError(f"--results {folder}: no result for labelled image {absent[0]!r} ({len(absent)} missing); run the "
                          "board on the labelled images (rkdet-run names each input by its file stem)")
     info = source.run_info
-    backend = info.backend or "unknown backend"
+    backend = (info.backend or "unknown backend")[:40]  # a board's word: bounded before it names a row
     emulated = " (emulated board)" if info.emulated else ""
     return VariantOutputs(f"board: {backend}{emulated}", f"{folder}: {info.backend_detail or backend}", first)
