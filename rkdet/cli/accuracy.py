@@ -58,11 +58,17 @@ def accuracy_command(build: Path, labels_path: Path, images: Path | None, result
     record_build = load_build(build, complete=False)
     others = tuple(load_build(v, complete=False) for v in variants)
     target = (out if out is not None else build) / FILE
-    check_may_write(target, "accuracy.json")
+    created = not target.parent.exists()
+    check_may_write(target, "accuracy.json")  # before the work: a folder we cannot write is one line now
     console = log_console()
-    record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)),
-                     others=others, simulate=simulate, config=config_path,
-                     toolkit_logs=target.parent if simulate else None, save_inputs=save_inputs)
+    try:
+        record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)),
+                         others=others, simulate=simulate, config=config_path,
+                         toolkit_logs=target.parent if simulate else None, save_inputs=save_inputs)
+    except BaseException:
+        if created and target.parent.is_dir() and not any(target.parent.iterdir()):
+            target.parent.rmdir()  # the --out folder made for this run: nothing is left behind a refusal
+        raise
     try:
         write_accuracy(target, record)
     except OSError as exc:
