@@ -51,10 +51,11 @@ def _quantized_rows(model: BuildModel, fed: dict[str, FedImage], simulate: bool,
 def measure(build: BuildRecord, labels_path: Path, images: Path | None, results: tuple[Path, ...],
             progress: Log, *, others: tuple[BuildRecord, ...] = (), simulate: bool = False,
             config: Path | None = None, toolkit_logs: Path | None = None,
-            save_inputs: Path | None = None) -> AccuracyRecord:
-    """FP32, then each build's quantized rows (`others`: more builds of the same model), then each board
-    result set, against the labels, as one record (`toolkit_logs`: the folder for each simulator rebuild's log; `save_inputs`: a new folder
-    for the fed tensors, rkdet-run's `--inputs`)."""
+            save_inputs: Path | None = None, float16: bool = False) -> AccuracyRecord:
+    """FP32, then each build's quantized rows (`others`: more builds of the same model), a float16 build made
+    from the build's config (`float16`), then each board result set, against the labels, as one record.
+    `toolkit_logs`: the folder for each simulator rebuild's log; `save_inputs`: a new folder for the fed
+    tensors (rkdet-run's `--inputs`)."""
     model = load_model(build)
     extra = [load_model(b) for b in others]
     for other in extra:
@@ -72,6 +73,9 @@ def measure(build: BuildRecord, labels_path: Path, images: Path | None, results:
     variants = [runs.fp32(model, fed)]
     for each in (model, *extra):
         variants += _quantized_rows(each, fed, simulate, config, progress, toolkit_logs, notes)
+    if float16:
+        log = None if toolkit_logs is None else toolkit_logs / "toolkit-accuracy-float16.log"
+        variants.append(runs.float16_made(model, fed, config, progress, log))
     variants += boards
     scored: list[tuple[str, str, Score]] = []
     for v in variants:

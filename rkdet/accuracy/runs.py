@@ -17,7 +17,7 @@ from rkdet.accuracy.inputs import BuildModel, FedImage
 from rkdet.convert.golden import onnxruntime_reference
 from rkdet.diff.resultset import open_source
 from rkdet.errors import InputError
-from rkdet.layers.rebuild import from_build, rebuild_and_simulate
+from rkdet.layers.rebuild import BuildSource, from_build, rebuild_and_simulate
 from rkdet.log import Log
 
 Outputs = dict[str, dict[str, np.ndarray]]  # input name -> output name -> array
@@ -63,6 +63,19 @@ def simulator(model: BuildModel, fed: dict[str, FedImage], config: Path | None, 
             "WARNING: the rebuilt fingerprint differs from the build's: these are the rebuild's outputs")
     return VariantOutputs(f"{model.quantized} (simulator)", f"rknn-toolkit2 simulator, hermetic rebuild: {said}",
                           outputs), match
+
+
+def float16_made(model: BuildModel, fed: dict[str, FedImage], config: Path | None, progress: Log,
+                 log_to: Path | None = None) -> VariantOutputs:
+    """A float16 build made from the build's own config with quantization off (`quantize.enabled: false,
+    force_fp16: true`: what a float16 build folder is) in the hermetic worker, the labelled images simulated;
+    its prepared graph is checked to be the build's. No build folder is written: the row is the simulator's."""
+    src = from_build(model.folder, config, "rkdet accuracy {build} --float16")
+    quantize = src.cfg.quantize.model_copy(update={"enabled": False, "force_fp16": True, "float_layers": []})
+    made = BuildSource(src.cfg.model_copy(update={"quantize": quantize}), src.platform, None, src.manifest)
+    _, outputs = rebuild_and_simulate(made, {name: f.tensor for name, f in fed.items()}, progress, log_to)
+    return VariantOutputs("float16 (simulator, made)", "rknn-toolkit2 simulator, a float16 build made from the "
+                          "build's config (quantize.enabled false, force_fp16 true) in the hermetic worker", outputs)
 
 
 def board_results(model: BuildModel, folder: Path, names: tuple[str, ...]) -> VariantOutputs:

@@ -30,8 +30,11 @@ from rkdet.textsafe import markup_escaped
 @click.option("--simulator", "simulate", is_flag=True,
               help="Also the toolkit's simulator: rebuilds the build in the hermetic toolkit worker (as rkdet layers "
                    "does) and simulates the labelled images; its fingerprint is checked against the build's.")
+@click.option("--float16", is_flag=True,
+              help="Also a float16 build made from BUILD's config (quantization off) in the hermetic toolkit worker, "
+                   "the labelled images simulated (no build folder is written; --variant takes one you have).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="With --simulator: the config that built BUILD, for where its model and images are "
+              help="With --simulator or --float16: the config that built BUILD, for where its model and images are "
                    "(a published build records names only).")
 @click.option("--save-inputs", type=click.Path(path_type=Path),
               help="Write the labelled images as fed (<name>.npy, uint8 NHWC) to this new folder: rkdet-run's --inputs "
@@ -41,7 +44,8 @@ from rkdet.textsafe import markup_escaped
 @click.option("--out", type=click.Path(path_type=Path), help="Where accuracy.json goes (default: the build folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print accuracy.json on stdout.")
 def accuracy_command(build: Path, labels_path: Path, images: Path | None, results: tuple[Path, ...],
-                     variants: tuple[Path, ...], simulate: bool, config_path: Path | None, save_inputs: Path | None,
+                     variants: tuple[Path, ...], simulate: bool, float16: bool, config_path: Path | None,
+                     save_inputs: Path | None,
                      require: str, out: Path | None, as_json: bool) -> None:
     """Accuracy against labels: FP32, the INT8 emulation and board results on the same inputs.
 
@@ -64,7 +68,8 @@ def accuracy_command(build: Path, labels_path: Path, images: Path | None, result
     try:
         record = measure(record_build, labels_path, images, tuple(results), lambda m: console.log(markup_escaped(m)),
                          others=others, simulate=simulate, config=config_path,
-                         toolkit_logs=target.parent if simulate else None, save_inputs=save_inputs)
+                         toolkit_logs=target.parent if simulate or float16 else None, save_inputs=save_inputs,
+                         float16=float16)
     except BaseException:
         if created and target.parent.is_dir() and not any(target.parent.iterdir()):
             target.parent.rmdir()  # the --out folder made for this run: nothing is left behind a refusal

@@ -158,3 +158,17 @@ def test_saved_inputs_run_by_rkdet_run_score_as_a_board_row(colour_builds, tmp_p
                      "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
         f"rkdet: --save-inputs {tmp_path / 'fed'}: exists and is not an empty folder; name a new folder")
+
+
+def test_float16_makes_a_float16_build_from_the_config_and_scores_it(colour_builds, tmp_path) -> None:
+    """--float16 without a float16 build folder: one made from the build's config in the hermetic worker (its
+    prepared graph checked against the build's), simulated; it gives the float16 build folder's simulator row."""
+    truth = solid_images(tmp_path / "cimages", 1, seed=14)
+    labels = _class_folders(tmp_path / "labels", truth, tmp_path / "cimages")
+    proc = run_rkdet("accuracy", str(colour_builds["classifier"]), "--float16", "--config",
+                     str(colour_builds["root"] / "cls.yaml"), "--labels", str(labels), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = read_accuracy(tmp_path / "o" / "accuracy.json").rows
+    assert [r.variant for r in rows] == ["FP32", "INT8 (emulation)", "float16 (simulator, made)"]
+    assert rows[-1].value == 1.0 and "made from the build's config" in rows[-1].detail
+    assert (tmp_path / "o" / "toolkit-accuracy-float16.log").is_file()
