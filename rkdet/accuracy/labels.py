@@ -96,7 +96,8 @@ def _class_index(text: str, where: str, classes: int | None) -> int:
 def class_folders(folder: Path, classes: int | None) -> ClassLabels:
     """A folder per class, named by the class index (`0/`, `1/`, ... or `003-cat/`: the digits before '-')."""
     samples, truth = [], {}
-    subfolders = sorted((p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda q: q.name.encode())
+    subfolders = sorted((p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()),
+                        key=lambda q: q.name.encode())
     if not subfolders:
         raise InputError(f"{folder}: no class folders; put each class's images in a folder named by its index")
     for sub in subfolders:

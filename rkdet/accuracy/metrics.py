@@ -139,15 +139,21 @@ def _cocoeval(labels: CocoLabels, found: list[dict], kind: str) -> tuple[float, 
     return max(0.0, float(evaluation.stats[0])), max(0.0, float(evaluation.stats[1]))  # -1: no ground truth
 
 
+def _pycocotools_mask():  # type: ignore[no-untyped-def]
+    """pycocotools' mask module, or one line saying how to get it (a host dependency in the lock)."""
+    try:
+        from pycocotools import mask
+    except ImportError:
+        raise InputError("detection accuracy needs pycocotools (a host dependency of rkdet: pip install rkdet's "
+                         "requirements/host.lock.txt)") from None
+    return mask
+
+
 def coco_map(model: BuildModel, labels: LabelSet, run: VariantOutputs, fed: dict[str, FedImage]) -> Score:
     """Box mAP; with masks from the model and polygons in every label, mask mAP is the headline."""
     _need(labels, CocoLabels, "boxes (labels: a COCO .json)")
     assert isinstance(labels, CocoLabels)
-    try:
-        from pycocotools import mask as mask_utils
-    except ImportError:
-        raise InputError("detection accuracy needs pycocotools (a host dependency of rkdet: pip install rkdet's "
-                         "requirements/host.lock.txt)") from None
+    mask_utils = _pycocotools_mask()
     boxes, masks = [], []
     for s in labels.samples:
         if fed[s.name].letterbox.source_size != labels.sizes[s.name]:
@@ -184,4 +190,6 @@ def metric_for(model: BuildModel) -> Metric:
     found = METRICS.get(model.task)
     if found is None:
         raise InputError(f"{model.folder}: no accuracy metric for {model.layout.detail}")
+    if found is coco_map:
+        _pycocotools_mask()  # before any work: a missing evaluator is one line up front
     return found

@@ -24,7 +24,8 @@ def rows(scores: list[tuple[str, str, Score]]) -> list[AccuracyRow]:
     return out
 
 
-PERCENT = ("top-5", "mAP@0.5", "pixel accuracy", "mask mAP@0.5", "box mAP@0.5:0.95")  # the side metrics shown as percentages (the rest are counts)
+# the side metrics shown as percentages (the rest are counts)
+PERCENT = ("top-5", "mAP@0.5", "pixel accuracy", "mask mAP@0.5", "box mAP@0.5:0.95")
 
 
 def terminal_lines(table: list[AccuracyRow]) -> list[str]:

@@ -1,5 +1,6 @@
 """`rkdet accuracy BUILD --labels …`: the build's accuracy against ground truth, FP32 against the INT8
-emulation, the simulator (--simulator) and any board's pulled results, with MLPerf's 99 % / 99.9 % of FP32 lines (docs/ACCURACY.md).
+emulation, the simulator (--simulator), float16 builds and any board's pulled results, with MLPerf's
+99 % / 99.9 % of FP32 lines (docs/ACCURACY.md).
 
 Exit codes: 0 every row holds the --require line, 1 a row below it, 2 bad input (labels, build, results).
 """

@@ -43,10 +43,10 @@ class AccuracyRow:
                                                            bool(f.flag(f.obj(v, w), "passed", w, required=True))),
                         required=True) or ()
         others = f.mapping(doc, "others", where) or {}
+        value, delta, ratio = (float(f.number(doc, k, where, required=True) or 0) for k in ("value", "delta", "ratio"))
         return cls(f.text(doc, "variant", where, required=True) or "", f.text(doc, "detail", where) or "",
-                   f.text(doc, "metric", where, required=True) or "", float(f.number(doc, "value", where, required=True)),
-                   float(f.number(doc, "delta", where, required=True)), float(f.number(doc, "ratio", where, required=True)),
-                   tuple(lines), {str(k): float(f.a_number(v, where.at("others").at(str(k)))) for k, v in others.items()})
+                   f.text(doc, "metric", where, required=True) or "", value, delta, ratio, tuple(lines),
+                   {str(k): float(f.a_number(v, where.at("others").at(str(k)))) for k, v in others.items()})
 
 
 @dataclass(frozen=True)
