@@ -4,7 +4,8 @@ The CLI catches `RkdetError` and prints `rkdet: <message>` with no traceback, th
 `exit_code`. Exit codes are part of the interface (documented in the README):
 
     0  ok / same / deterministic and within tolerance
-    1  difference found (a verdict, not an error: raised only by diff/deploy paths as DifferenceFound)
+    1  difference found (a verdict, not an error: raised only by diff/deploy paths as DifferenceFound;
+       `rkdet accuracy`: a row below the --require line of FP32 accuracy)
     2  bad input, usage or config error; unreadable data ("trouble", as diffoscope)
     3  board or connection problem
     4  conversion failed (`rkdet convert --search`: no variant passes every gate)

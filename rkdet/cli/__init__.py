@@ -57,6 +57,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 # Each command where it lives, imported only when it runs (rkdet/cli/lazy.py).
 COMMANDS = {
+    "accuracy": "rkdet.cli.accuracy:accuracy_command",  # accuracy against labels (FP32, INT8 emulation, board)
     "audit": "rkdet.cli.audit:audit_group",
     "board": "rkdet.cli.board:board_group",
     "compare-builds": "rkdet.cli.compare_builds:compare_builds_command",

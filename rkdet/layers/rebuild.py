@@ -66,7 +66,7 @@ class Rebuild:
         return None if self.build_fingerprint is None else self.fingerprint == self.build_fingerprint
 
 
-def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
+def from_build(folder: Path, paths_from: Path | None = None, command: str = "rkdet layers {build}") -> BuildSource:
     """Read a build folder; a missing or unreadable piece is one line naming it (exit 2).
 
     A published build records its model and image folders by name only (no machine paths), so where
@@ -105,7 +105,7 @@ def from_build(folder: Path, paths_from: Path | None = None) -> BuildSource:
             if value is not None and not Path(value).is_absolute():
                 raise InputError(f"{folder / 'config.resolved.json'}: {section}.{key} is {str(value)!r} without its "
                                  f"location (a published build records no machine paths); pass the config that "
-                                 f"built it: rkdet layers {folder} --config FILE")
+                                 f"built it: {command.format(build=folder)} --config FILE")
     cfg = cfg.model_copy(update={"target": cfg.target.model_copy(update={"toolkit1_python": own_python})})
     return BuildSource(cfg, doc.platform, folder, doc, record)
 
@@ -199,25 +199,13 @@ def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, lo
                         _save(folder / "reference" / f"{name}.{i}.npy", outs[out])
                         files.append(f"reference/{name}.{i}.npy")
                     job["reference"][name] = files
-            write_atomic(str(folder / "job.json"), json.dumps(job, sort_keys=True))  # the worker sees all or none
             progress(f"{platform}: rebuilding with {tk.name} {tk.version} and analysing "
                      f"{min(max_inputs or len(analyse), len(analyse))} of {len(analyse)} input(s) per layer "
                      "(hermetic subprocess)")
             started = time.monotonic()
-            run = session.worker.go()
+            result = _run_worker(session, job, f"{platform}: {tk.name} {tk.version}", log_to)
             wall = time.monotonic() - started
-            if log_to is not None:
-                log_to.write_text(run.log)
-            result_file = folder / "result.json"
-            result = json.loads(result_file.read_text()) if result_file.exists() else None
-            if run.returncode != 0 or not result or not result.get("ok"):
-                where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
-                raise ConversionError(f"{platform}: {tk.name} {tk.version} failed at {where}")
-            content = manifest.rknn_content_fingerprint(folder / "model.rknn")
-            sim_hashes = {name: {out: output_hash(np.load(folder / f, allow_pickle=False))
-                                 for out, f in zip(model.output_names, files)}
-                          for name, files in result["simulator_outputs"].items()}
-            fingerprint = build_fingerprint(model_fp, golden_records(gold), content, sim_hashes)
+            fingerprint, _ = _rebuilt_fingerprint(folder, model, model_fp, gold, result)
             analyses = [read_analysis(name, folder / rel) for name, rel in result["analysis"].items()]
             timings = dict(result.get("timings", {}), worker_s=wall)
             ranking = {name: cos for name, cos in result.get("ranking", [])}
@@ -227,3 +215,71 @@ def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, lo
         session.close()
 
 
+
+
+def _run_worker(session: ToolkitSession, job: dict, what: str, log_to: Path | None) -> dict:
+    """Write the job (all or none), run the hermetic worker, and read its result.json; a failure is one line."""
+    folder = session.folder
+    write_atomic(str(folder / "job.json"), json.dumps(job, sort_keys=True))  # the worker sees all or none
+    run = session.worker.go()
+    if log_to is not None:
+        log_to.write_text(run.log)
+    result_file = folder / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.exists() else None
+    if run.returncode != 0 or not result or not result.get("ok"):
+        where = f"{result['stage']}: {result['error']}" if result else f"worker exited {run.returncode}"
+        raise ConversionError(f"{what} failed at {where}")
+    return result
+
+
+def _rebuilt_fingerprint(folder: Path, model: PreparedModel, model_fp: str, gold: Materialized, result: dict
+                         ) -> tuple[str, dict[str, dict[str, np.ndarray]]]:
+    """The rebuild's build fingerprint (from the golden inputs' simulator outputs only, as convert computes
+    it) and every simulator output the worker wrote, loaded."""
+    content = manifest.rknn_content_fingerprint(folder / "model.rknn")
+    outputs = {name: {out: np.load(folder / f, allow_pickle=False) for out, f in zip(model.output_names, files)}
+               for name, files in result["simulator_outputs"].items()}
+    golden_names = {f.name for f in gold.files}
+    sim_hashes = {name: {out: output_hash(a) for out, a in arrays.items()}
+                  for name, arrays in outputs.items() if name in golden_names}
+    return build_fingerprint(model_fp, golden_records(gold), content, sim_hashes), outputs
+
+
+EXTRA_PREFIX = "extra-"  # the worker's names for inputs simulated beside the golden ones
+
+
+def rebuild_and_simulate(src: BuildSource, inputs: dict[str, np.ndarray], progress: Log,
+                         log_to: Path | None = None) -> tuple[bool | None, dict[str, dict[str, np.ndarray]]]:
+    """Rebuild `src` exactly as `rkdet layers` does and run the toolkit's simulator on `inputs` (uint8 NHWC,
+    as fed) beside the golden inputs: (whether the rebuilt fingerprint equals the build's, None without a
+    build; the simulator's outputs per input name). The simulator runs only a model built in the same
+    process, so this is the one way to simulate inputs other than the golden ones."""
+    cfg, platform = src.cfg, src.platform
+    tk = find_toolkit(platform, cfg)
+    if not tk.has_simulator:
+        raise InputError(f"{platform}: {tk.name} has no simulator; simulating needs rknn-toolkit2")
+    cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
+    gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
+    key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
+    session = ToolkitSession(key, tk.python, tk.worker)
+    try:
+        progress("preparing the model and the images as rkdet convert does")
+        model, cal, gold = prepared_as_built(src, cal_files, gold_files)
+        model_fp = model_identity(cfg, platform, model, cal, tk).fingerprint
+        with session:
+            folder = session.folder
+            job = toolkit_job(folder, src, model, cal, gold, {}, model_fp)
+            names = {}
+            for i, (name, tensor) in enumerate(sorted(inputs.items())):
+                rel = f"extra/{i:05d}.npy"
+                _save(folder / rel, tensor)
+                names[f"{EXTRA_PREFIX}{i:05d}"] = name
+                job["golden"].append([f"{EXTRA_PREFIX}{i:05d}", rel])
+            progress(f"{platform}: rebuilding with {tk.name} {tk.version} and simulating {len(inputs)} input(s) "
+                     "(hermetic subprocess)")
+            result = _run_worker(session, job, f"{platform}: {tk.name} {tk.version}", log_to)
+            fingerprint, outputs = _rebuilt_fingerprint(folder, model, model_fp, gold, result)
+        match = None if src.manifest is None else fingerprint == src.manifest.fingerprint
+        return match, {names[k]: v for k, v in outputs.items() if k in names}
+    finally:
+        session.close()

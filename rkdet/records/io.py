@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rkdet.errors import InputError, RkdetError
-from rkdet.onboard.atomic import write_atomic, write_json_atomic  # the one atomic writer (host and board)
+from rkdet.onboard.atomic import save_array_atomic, write_atomic, write_json_atomic  # the one atomic writer (host and board)
 
 # THE atomic writer (temp name in the same folder, fsync, rename; never renamed over a device, FIFO or
 # symlink) is defined once beside the board-side program (rkdet/onboard/atomic.py, stdlib only), which
