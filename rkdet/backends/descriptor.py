@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rkdet.onboard.backend_table import BackendFacts, reference
+from rkdet.onboard.backend_table import NATIVE_EXEC_ENV, BackendFacts, reference
 
 #: preflight rows a backend may need (rkdet.boardinfo.preflight implements them)
 ROW_NPU_STACK = "npu-stack"  # the RKNN runtime library, its version against the toolkit, the compatibility table
@@ -78,7 +78,10 @@ class Backend:
                 "--out", out]
 
     def runner_command(self, program: str, args: Sequence[str]) -> list[str]:
-        """The runner's full command line: the on-board program's `run` with `args` (a native runner directly)."""
+        """The runner's full command line: the on-board program's `run` with `args`; a native runner
+        directly, through the board's own launcher when the board names one (NATIVE_EXEC_ENV: the emulated
+        board's qemu-user, rkdet.onboard.backend_table)."""
         if self.native_runner:
-            return [program, *args]
+            launch = f'exec ${{{NATIVE_EXEC_ENV}:+"${NATIVE_EXEC_ENV}"}} "$0" "$@"'
+            return ["sh", "-c", launch, program, *args]
         return ["python3", program, "run", *args]

@@ -40,6 +40,10 @@ TABLE = {f.name: f for f in (RKNNLITE, ONNXRUNTIME, RKNN_C)}  # type: Dict[str, 
 BACKENDS = tuple(TABLE)  # type: Tuple[str, ...]  # run.json "backend", `--backend` choices, in this order
 NPU_BACKENDS = "|".join(f.name for f in TABLE.values() if f.on_npu)  # for a message: the backends a core mask applies to
 DEFAULT_BACKEND = RKNNLITE.name  # what rkdet-run, deploy and the config run when no backend is named
+# A native runner (rkdet-run-c) is started as `exec ${RKDET_NATIVE_EXEC:+"$RKDET_NATIVE_EXEC"} PROGRAM ARGS`:
+# unset on a real board (the program runs itself); rkdet's emulated board sets it to its qemu-user
+# launcher (rkdet/emulator/capi_double/board_exec.py), as an x86-64 host cannot exec an aarch64 binary.
+NATIVE_EXEC_ENV = "RKDET_NATIVE_EXEC"
 
 
 def facts(name):

@@ -18,8 +18,8 @@ def test_deploy_runs_the_backend_runner_inside_run_pinned() -> None:
         argv = runner_argv(layout, s, ["--expect-sha256", "0" * 64])
         assert argv[:3] == ["sh", "/w/scripts/run-pinned.sh", "--"]
         assert layout.runner == f"/w/{desc.runner_program}"
-        if desc.native_runner:  # rkdet-run-c: run directly, no python3
-            assert argv[3] == layout.runner and argv[4] == "--model"
+        if desc.native_runner:  # rkdet-run-c: run directly (through the board's launcher if it names one), no python3
+            assert argv[3:5] == ["sh", "-c"] and argv[6] == layout.runner and argv[7] == "--model"
         else:
             assert argv[3:6] == ["python3", layout.runner, "run"]
         assert argv[argv.index("--model") + 1] == f"{layout.model_dir}/{desc.model_file}"
@@ -27,8 +27,25 @@ def test_deploy_runs_the_backend_runner_inside_run_pinned() -> None:
         assert argv[-4:] == ["--cpu-affinity", "4,5", "--expect-sha256", "0" * 64]
         assert layout.fp32_inputs is desc.fp32_input
         unpinned = runner_argv(layout, RunSettings(backend=name, pin=False), [])
-        assert unpinned[0] == ("python3" if not desc.native_runner else layout.runner)
+        assert unpinned[0] == ("python3" if not desc.native_runner else "sh")
         assert "run-pinned.sh" not in " ".join(unpinned)
+
+
+def test_a_native_runner_runs_itself_unless_the_board_names_a_launcher() -> None:
+    """The native runner's command under a real sh: the program with its arguments as given (quoted), or, on
+    a board whose session names NATIVE_EXEC_ENV (the emulated board's qemu-user launcher), that launcher
+    with the program and its arguments."""
+    import os
+    import subprocess
+
+    from rkdet.onboard.backend_table import NATIVE_EXEC_ENV
+
+    native = next(d for d in REGISTRY.values() if d.native_runner)
+    argv = native.runner_command("/bin/echo", ["a b", "$HOME", "'c"])
+    env = {k: v for k, v in os.environ.items() if k != NATIVE_EXEC_ENV}
+    assert subprocess.run(argv, capture_output=True, text=True, env=env).stdout == "a b $HOME 'c\n"
+    launched = subprocess.run(argv, capture_output=True, text=True, env={**env, NATIVE_EXEC_ENV: "/bin/echo"})
+    assert launched.stdout == "/bin/echo a b $HOME 'c\n"
 
 
 def test_the_bisection_gets_the_same_recipe_with_its_fault_control() -> None:

@@ -352,7 +352,7 @@ static void pin_cpus(const char *text, char *applied, size_t room) {
 typedef struct {
     args_t *a; char model_sha[65]; char api[300], drv[300]; char custom[1100]; char fp[65]; int have_custom;
     buf_t check; sample_t *samples; int n_samples; rknn_tensor_attr *in_attr, *out_attr; uint32_t n_in, n_out;
-    int in_type, in_fmt, emulated; double started; char affinity[600];
+    int in_type, in_fmt, emulated, emulates_npu; double started; char affinity[600];
     char names[MAX_OUTPUTS][RKNN_MAX_NAME_LEN + 16];
 } run_t;
 
@@ -369,7 +369,8 @@ static void run_json(run_t *r, buf_t *b, const char *status, double finished) {
              fmt_name(r->in_fmt), dtype_by_type(r->in_type) ? dtype_by_type(r->in_type)->name : "?", r->a->pass_through, r->a->want_float);
     b_printf(b, ", \"contexts\": 1, \"core_mask\": "); b_jstr(b, r->a->core_mask);
     b_puts(b, ", \"embedded_fingerprint\": "); b_jstr_or_null(b, r->fp[0] ? r->fp : NULL);
-    b_printf(b, ", \"emulated\": %s, \"emulates_npu\": false, \"error\": ", r->emulated ? "true" : "false");
+    b_printf(b, ", \"emulated\": %s, \"emulates_npu\": %s, \"error\": ", r->emulated ? "true" : "false",
+             r->emulates_npu ? "true" : "false");
     b_jstr_or_null(b, g_error[0] ? g_error : NULL);
     if (finished > 0) b_printf(b, ", \"finished_unix\": %.6f", finished); else b_puts(b, ", \"finished_unix\": null");
     b_puts(b, ", \"inputs\": [");
@@ -471,7 +472,9 @@ int main(int argc, char **argv) {
     { rknn_sdk_version v; memset(&v, 0, sizeof v);
       rk("rknn_query(RKNN_QUERY_SDK_VERSION)", rknn_query(ctx, RKNN_QUERY_SDK_VERSION, &v, sizeof v));
       snprintf(r.api, sizeof r.api, "%.256s", v.api_version); snprintf(r.drv, sizeof r.drv, "%.256s", v.drv_version);
-      r.emulated = strstr(r.api, "rkdet-test-double") != NULL; }
+      r.emulated = strstr(r.api, "rkdet-test-double") != NULL;
+      /* only rkdet's double says it serves the emulated NPU (the build's INT8 emulation): judged by the simulator */
+      r.emulates_npu = r.emulated && strstr(r.api, "emulates-npu") != NULL; }
 #ifndef RKDET_RKNPU1  /* RKNPU1 has no custom-string query: the identity check rests on the model's sha256 */
     { rknn_custom_string cs; memset(&cs, 0, sizeof cs);
       if (rknn_query(ctx, RKNN_QUERY_CUSTOM_STRING, &cs, sizeof cs) == RKNN_SUCC) {
