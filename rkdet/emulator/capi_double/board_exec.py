@@ -14,17 +14,26 @@ pinned job's kill and restore see one process).
 Runs ON THE BOARD as a script (board python3: stdlib, numpy, the on-board program on PYTHONPATH):
 `python3 board_exec.py ARCH API PROGRAM ARGS...`. Errors are one line on stderr, exit 3 (board trouble).
 
-TEST CONTROLS (never on a real board): env RKDET_CAPI_REJECT_OP=NAME makes the double refuse the model
-at rknn_init naming that op (an op the C runtime rejects that lite2 runs, rknn-toolkit2#448);
-RKDET_CAPI_QUANT_OUTPUTS=1 serves every output as the runtime's INT8 with a scale and zero point
-(each float value is then exactly (q - zp) * scale, so want_float=1 gives lite2's floats bit for bit
-and want_float=0 the raw int8: rknn-toolkit2#445).
+Outputs are served as float32 (what lite2's double computed: with want_float=1 the C runner then reads the
+very same floats); a runner that asks for the runtime's own outputs (--want-float 0) gets each output as
+INT8 (scale max|v|/127, zero point 0: what an INT8 model's runtime hands out before dequantising).
+
+TEST CONTROLS (never on a real board), the file `$RKDET_EMU_CONTROL_DIR/capi.json`, re-read at every launch:
+`{"args": [...], "reject_op": NAME}`: `args` are appended to the runner's arguments, as an application's own
+settings would differ from lite2's (e.g. ["--want-float", "0"]: rknn-toolkit2#445; ["--input-fmt", "nchw"]:
+NCHW data declared to a runtime that transposes it); `reject_op` makes the double refuse the model at
+rknn_init naming that op (an op the C runtime rejects that lite2 runs, rknn-toolkit2#448).
 """
 
 import hashlib
 import os
 import subprocess
 import sys
+
+try:
+    from typing import Any, Optional  # noqa: F401  (type comments)
+except ImportError:  # pragma: no cover
+    pass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: architecture -> (cross compiler, qemu-user program, sysroot): Debian's packages
@@ -95,9 +104,9 @@ def _flags(args):
     """The runner's flags this launcher needs (the runner itself checks them all)."""
     found = {}
     for at in range(0, len(args) - 1):
-        if args[at].startswith("--") and args[at] in ("--model", "--inputs", "--out", "--input-fmt", "--pass-through",
-                                                      "--core-mask", "--npu-cores"):
-            found.setdefault(args[at], args[at + 1])
+        if args[at] in ("--model", "--inputs", "--out", "--input-fmt", "--pass-through", "--want-float",
+                        "--core-mask", "--npu-cores"):
+            found[args[at]] = args[at + 1]  # the last one given wins, as in the runner
     return found
 
 
@@ -124,6 +133,21 @@ def _double_library(arch, rknpu1):
         _fail("the test-double %s does not compile: %s" % (library_name(rknpu1), done.stderr.decode()[-300:]))
     os.rename(tmp, lib)
     return folder
+
+
+def _control():
+    # type: () -> dict
+    """The TEST CONTROL file's settings (empty without one)."""
+    import json
+    folder = os.environ.get("RKDET_EMU_CONTROL_DIR")
+    path = os.path.join(folder, "capi.json") if folder else ""
+    if not path or not os.path.isfile(path):
+        return {}
+    with open(path) as handle:
+        doc = json.loads(handle.read(65536))
+    if not isinstance(doc, dict) or not all(isinstance(a, str) for a in doc.get("args") or []):
+        _fail("%s: expected {\"args\": [strings], \"reject_op\": name}" % path)
+    return doc
 
 
 def _runtime_version():
@@ -153,23 +177,17 @@ def _native_input(arr, declared, model_fmt, pass_through):
     return np.ascontiguousarray(arr.reshape(n, b, c, a).transpose(0, 3, 1, 2))
 
 
-def _quantised(out):
-    """(int8 values, zp, scale) whose dequantisation (q - zp) * scale gives `out` back exactly, when the
-    values allow it (an INT8 model's outputs lie on such a grid); else None (served as float)."""
+def _int8(values):
+    # type: (Any) -> tuple
+    """(scale, encode): the output as the runtime's INT8 (scale max|v|/127, zero point 0)."""
     import numpy as np
-    flat = np.asarray(out, dtype=np.float32).ravel()
-    nonzero = np.unique(np.abs(flat[flat != 0]))
-    if flat.size == 0 or nonzero.size == 0:
-        return np.zeros(np.shape(out), dtype=np.int8), 0, 1.0
-    scale = float(nonzero[0])
-    q = np.rint(flat / scale)
-    if q.min() < -128 or q.max() > 127 or not np.array_equal(np.float32(q * scale), flat):
-        return None
-    return q.astype(np.int8).reshape(np.shape(out)), 0, scale
+    top = float(max(np.max(np.abs(v)) for v in values)) if values else 0.0
+    scale = float(np.float32(top / 127.0)) if top > 0 else 1.0
+    return scale, lambda o: np.clip(np.rint(np.asarray(o, dtype=np.float64) / scale), -128, 127).astype(np.int8).tobytes()
 
 
-def serve_for(args, folder):
-    # type: (list, str) -> str
+def serve_for(args, folder, reject_op=None):
+    # type: (list, str, Optional[str]) -> str
     """Compute the outputs the runner's inputs get on this emulated board and leave them in `folder`."""
     import numpy as np
     from rkdet.onboard.backend_table import RKNNLITE
@@ -194,7 +212,7 @@ def serve_for(args, folder):
     model_fmt = layouts[0]
     declared = flags.get("--input-fmt", "model")
     declared = model_fmt if declared == "model" else declared
-    quant = os.environ.get("RKDET_CAPI_QUANT_OUTPUTS") == "1"
+    raw_outputs = flags.get("--want-float") == "0"
     names = spec.get("outputs")
     computed = []  # (key, [outputs]) per input
     for arr in arrays:
@@ -203,21 +221,21 @@ def serve_for(args, folder):
     backend.close()
     outputs, encode = [], []
     for k, first in enumerate(computed[0][1]):
-        q = _quantised(np.concatenate([outs[k].ravel() for _, outs in computed])) if quant else None
         name = names[k] if names and k < len(names) else "output%d" % k
-        if q is None:
+        if raw_outputs:
+            scale, enc = _int8([outs[k] for _, outs in computed])
+            outputs.append((name, "int8", 0, scale, first.shape))
+            encode.append(enc)
+        else:
             outputs.append((name, "float32", 0, 1.0, first.shape))
             encode.append(lambda o: np.ascontiguousarray(o, dtype=np.float32).tobytes())
-        else:
-            outputs.append((name, "int8", q[1], q[2], first.shape))
-            encode.append(lambda o, s=q[2]: np.rint(np.asarray(o, dtype=np.float32) / s).astype(np.int8).tobytes())
     facts = read_rknn_facts(model) or {}
     emulates = bool(getattr(backend, "emulates_npu", False))
     version = "%s (rkdet-test-double%s)" % (_runtime_version(), ", emulates-npu" if emulates else "")
     in_name = (spec.get("inputs") or [{}])[0].get("name") or "input0"
     cores = int(flags.get("--npu-cores") or _cores())
     lines = model_lines((in_name, str(arrays[0].dtype), model_fmt, list(arrays[0].shape)), outputs, cores,
-                        facts.get("custom_string") or "", version, os.environ.get("RKDET_CAPI_REJECT_OP"))
+                        facts.get("custom_string") or "", version, reject_op)
     os.makedirs(os.path.join(folder, "outputs"))
     with open(os.path.join(folder, "model.txt"), "w") as handle:
         handle.write("\n".join(lines) + "\n")
@@ -243,14 +261,16 @@ def main(argv):
     # type: (list) -> int
     if len(argv) < 4 or argv[1] not in TARGETS or argv[2] not in ("rknpu1", "rknpu2"):
         _fail("usage: board_exec.py aarch64|armhf rknpu1|rknpu2 PROGRAM ARGS...")
-    arch, rknpu1, program, args = argv[1], argv[2] == "rknpu1", argv[3], argv[4:]
+    control = _control()
+    arch, rknpu1, program = argv[1], argv[2] == "rknpu1", argv[3]
+    args = argv[4:] + list(control.get("args") or [])
     qemu, sysroot = _tool(TARGETS[arch][1]), TARGETS[arch][2]
     libdir = _double_library(arch, rknpu1)
     out = _flags(args).get("--out")
     folder = ""
     if out:
         folder = os.path.join(os.path.dirname(os.path.abspath(out)) or ".", "capi-double.%d" % os.getpid())
-        folder = serve_for(args, folder)
+        folder = serve_for(args, folder, control.get("reject_op"))
     env = ["-E", "LD_LIBRARY_PATH=" + libdir] + (["-E", "%s=%s" % (DOUBLE_ENV, folder)] if folder else [])
     try:
         os.execv(qemu, [qemu, "-L", sysroot] + env + [program] + list(args))
