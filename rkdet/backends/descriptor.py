@@ -34,6 +34,7 @@ class Backend:
     # architecture (`rkdet runner build`, rkdet.backends.capi_build) that deploy pushes in its place
     runner_program: str = "rkdet-onboard.pyz"
     native_runner: bool = False  # the runner is a native program run directly (no python3, no `run` verb)
+    one_mask_per_run: bool = False  # its runner takes one core mask and one context per run (a fleet splits sessions)
     # the run.json keys its runner records about it (rkdet.records.run_info.RunInfo reads them)
     run_json: tuple[str, ...] = ("backend", "backend_detail", "emulated", "emulates_npu", "stack", "backend_options")
 

@@ -19,4 +19,4 @@ RUNNER_PROGRAM = "rkdet-run-c"
 BACKEND = Backend(RKNN_C, preflight_rows=(ROW_NPU_STACK,),
                   probe_facts=("soc", "runtime_version", "runtime_library", "rknpu_version"),
                   emulated_double=True, embeds_fingerprint=True,
-                  runner_program=RUNNER_PROGRAM, native_runner=True)
+                  runner_program=RUNNER_PROGRAM, native_runner=True, one_mask_per_run=True)

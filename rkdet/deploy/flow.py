@@ -162,10 +162,10 @@ class Deployment:
             self.log(AUTO_WARNING)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         native: Path | None = None
+        if desc.one_mask_per_run and ("," in s.core_mask or s.contexts > 1):
+            raise InputError(f"--backend {desc.name}: its runner runs one core mask and one context per run; "
+                             f"pass one --core-mask (not {s.core_mask}) and no --contexts")
         if desc.native_runner:  # rkdet-run-c: the one `rkdet runner build` made for this board's architecture
-            if "," in s.core_mask or s.contexts > 1:
-                raise InputError(f"--backend {desc.name}: rkdet-run-c runs one core mask and one context per run; "
-                                 f"pass one --core-mask (not {s.core_mask}) and no --contexts")
             built = built_runner(arch_of_soc(socs.is_rknpu1(fit.soc)))
             self.log(f"runner {built.describe()}; the board runs {fit.runtime_version or 'a runtime of unknown version'}")
             unchecked = check_board_runtime(built, fit.runtime_version, conn.target.label)

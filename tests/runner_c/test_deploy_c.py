@@ -81,6 +81,9 @@ def test_deploy_rknn_c_repeatable_and_agrees_from_the_c_runner(c_board, two_page
         for output in entry["outputs"]:
             assert output["distinct"] == 1 and output["first_hash"] == output["reference_hash"]
     sent = record["transfer"]["files_sent"]
+    import sqlite3
+    with sqlite3.connect(out / "rkdet.db") as db:  # history records the run under its backend
+        assert db.execute("SELECT backend, core_mask FROM runs").fetchall() == [(C_BACKEND, "0")]
 
     again = _deploy(c_board, two_page_build, out, runner_cache, "--repeats", "1")
     assert again.returncode == 0, again.stderr[-3000:]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rkdet.backends.registry import backend as descriptor
 from rkdet.records.build import BuildRecord
 from rkdet.deploy.settings import resolve_build
 from rkdet.link.connect import ConnectionOptions, open_connection
@@ -276,13 +277,15 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Matrix
                 raise InputError(f"board is {soc or 'of an unknown SoC'}; no --build targets it "
                                  f"(given: {', '.join(b.platform for b in builds)})")
             result.build, result.fingerprint = str(build.folder), build.fingerprint
-            sessions: dict[str, list[MatrixCell]] = {}
+            sessions: dict[tuple[str, str], list[MatrixCell]] = {}
             for planned in plan(cells, soc):
                 if planned.skip:
                     log(f"{planned.cell.name}: skipped: {planned.skip}")
                     result.cells.append(CellResult(planned.cell, SKIPPED, reason=planned.skip))
                 else:
-                    sessions.setdefault(planned.cell.backend, []).append(planned.cell)
+                    # a backend whose runner takes one mask a run gets a session per mask
+                    own = planned.cell.core_mask if descriptor(planned.cell.backend).one_mask_per_run else ""
+                    sessions.setdefault((planned.cell.backend, own), []).append(planned.cell)
             for group in sessions.values():
                 if stop.is_set() or clock() >= deadline:
                     why = "interrupted before this cell" if stop.is_set() else \
