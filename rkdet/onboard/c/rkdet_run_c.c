@@ -268,6 +268,21 @@ static void output_hash(const dtype_t *dt, uint32_t ndim, const uint64_t *shape,
     free(h.s);
 }
 
+/* Each input's previous outputs, kept so that a repeat equal byte for byte reuses its hash (a memcmp, not a
+ * sha256 of megabytes): what rkdet-run's recorder does. Bounded: past SEEN_BUDGET bytes, outputs are hashed. */
+#define SEEN_BUDGET ((size_t)256 << 20)
+typedef struct { unsigned char *buf; size_t n; char hash[65]; } seen_t;
+static size_t g_seen_bytes;
+static void hash_or_reuse(seen_t *sv, const dtype_t *dt, uint32_t ndim, const uint64_t *shape, const void *data, size_t n,
+                          char out[65]) {
+    if (sv->buf && sv->n == n && !memcmp(sv->buf, data, n)) { memcpy(out, sv->hash, 65); return; }
+    output_hash(dt, ndim, shape, data, n, out);
+    if (!sv->buf && g_seen_bytes + n <= SEEN_BUDGET && (sv->buf = (unsigned char *)malloc(n ? n : 1)) != NULL) {
+        g_seen_bytes += n; sv->n = n;
+    }
+    if (sv->buf && sv->n == n) { memcpy(sv->buf, data, n); memcpy(sv->hash, out, 65); }
+}
+
 /* ---------- settings ---------- */
 typedef struct {
     const char *model, *inputs, *out, *core_mask, *expect_fp, *expect_sha, *input_fmt, *cpu_affinity;
@@ -451,7 +466,7 @@ static int rk(const char *what, int ret) {
 int main(int argc, char **argv) {
     args_t a; run_t r; rknn_context ctx = 0; rknn_input_output_num io; int mask;
     unsigned char *model; size_t model_size; buf_t b = {0}; char path[4400]; int idx_fd, snap_fd, i, code;
-    uint32_t k; long run; track_t *track; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
+    uint32_t k; long run; track_t *track; seen_t *seen; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
     memset(&r, 0, sizeof r);
     if (parse_args(argc, argv, &a)) return EXIT_BAD_INPUT;
     r.a = &a;
@@ -544,6 +559,8 @@ int main(int argc, char **argv) {
     close(snap_fd);
 
     track = (track_t *)calloc((size_t)r.n_samples, sizeof(track_t));
+    seen = (seen_t *)calloc((size_t)r.n_samples * r.n_out, sizeof(seen_t));
+    if (!track || !seen) fail(EXIT_BOARD, "out of memory for %d inputs", r.n_samples);
     for (run = -a.warmup; run < a.repeats; run++) {
         for (i = 0; i < r.n_samples; i++) {
             sample_t *s = &r.samples[i]; rknn_input in; double t0, t1, tu; buf_t line = {0}, set = {0};
@@ -575,7 +592,7 @@ int main(int argc, char **argv) {
                 if (count * dt->size != outs[k].size || !outs[k].buf)
                     fail(EXIT_BOARD, "output %s: the runtime returned %u bytes, %s%s wants %llu", r.names[k], outs[k].size,
                          dt->name, "", (unsigned long long)(count * dt->size));
-                output_hash(dt, at->n_dims, shape, outs[k].buf, outs[k].size, h);
+                hash_or_reuse(&seen[(size_t)i * r.n_out + k], dt, at->n_dims, shape, outs[k].buf, outs[k].size, h);
                 snprintf(path, sizeof path, "%s/outputs/%s.npy", a.out, h);
                 if (stat(path, &st) != 0) {  /* content-addressed: each distinct output once, before its index line */
                     buf_t npy = {0}; npy_bytes(&npy, dt, at->n_dims, shape, outs[k].buf, outs[k].size);
