@@ -19,4 +19,8 @@ RUNNER_PROGRAM = "rkdet-run-c"
 BACKEND = Backend(RKNN_C, preflight_rows=(ROW_NPU_STACK,),
                   probe_facts=("soc", "runtime_version", "runtime_library", "rknpu_version"),
                   emulated_double=True, embeds_fingerprint=True,
-                  runner_program=RUNNER_PROGRAM, native_runner=True, one_mask_per_run=True)
+                  runner_program=RUNNER_PROGRAM, native_runner=True, one_mask_per_run=True,
+                  # what an application chooses, and lite2 chooses for you (docs/RUNNER_C.md)
+                  runner_settings={"want_float": ("--want-float", ("1", "0")),
+                                   "pass_through": ("--pass-through", ("0", "1")),
+                                   "input_fmt": ("--input-fmt", ("model", "nchw", "nhwc"))})

@@ -161,19 +161,28 @@ def _install_selfcheck(conn: BoardConnection, build: BuildRecord, outcome: Deplo
 def run_backend_pair(request: DeployRequest, pair: tuple[str, str], *, as_json: bool = False) -> int:
     """`deploy --backends A,B`: the build deployed with A, then B, on the same board (each its own pinned,
     restored run, recorded in history), then the pair's cell (rkdet.diff.backend_pair): SAME bitwise, or
-    the outputs and settings that differ, or what B's runtime said when it ran nothing. Written to
+    the outputs and settings that differ, or what B's runtime said when it ran nothing (each
+    --runner-setting goes to the backend whose runner takes it: the application's settings). Written to
     <B's run folder>/backends.json; exit 0 when SAME and both runs passed, else 1 (a run that could not
     start at all: its own exit code)."""
     from dataclasses import replace
 
     from rkdet.diff.backend_pair import compare_backends, refused_pair
 
+    from rkdet.backends.registry import backend as descriptor
+
     console = log_console()
+    given = request.run.runner_settings  # each --runner-setting goes to the backend(s) whose runner takes it
+    for item in given:
+        if not any(item.partition("=")[0].strip() in descriptor(n).runner_settings for n in pair):
+            raise InputError(f"--runner-setting {item}: neither {pair[0]} nor {pair[1]} takes it")
     outcomes: list[DeployOutcome] = []
     for name in pair:
         console.log(literal(f"--backends: deploying with {name}"))
+        own = tuple(s for s in given if s.partition("=")[0].strip() in descriptor(name).runner_settings)
         try:
-            outcome = run_deploy(replace(request, run=replace(request.run, backend=name)), as_json=False)
+            outcome = run_deploy(replace(request, run=replace(request.run, backend=name, runner_settings=own)),
+                                 as_json=False)
         except BoardError as err:
             folder = _latest_run(request.out)
             if len(outcomes) != 1 or folder is None or folder == outcomes[0].folder:

@@ -48,6 +48,32 @@ def test_a_native_runner_runs_itself_unless_the_board_names_a_launcher() -> None
     assert launched.stdout == "/bin/echo a b $HOME 'c\n"
 
 
+def test_runner_settings_go_to_a_runner_that_takes_them_and_nowhere_else() -> None:
+    """--runner-setting KEY=VALUE: the backend's declared flag with an allowed value; a key its runner does
+    not take, a value it does not allow or a malformed item is one line (exit 2)."""
+    import pytest
+
+    from rkdet.deploy.settings import runner_settings
+    from rkdet.errors import InputError
+
+    takers = [d for d in REGISTRY.values() if d.runner_settings]
+    others = [d for d in REGISTRY.values() if not d.runner_settings]
+    assert takers and others
+    for desc in takers:
+        key, (flag, allowed) = next(iter(desc.runner_settings.items()))
+        s = RunSettings(backend=desc.name, runner_settings=runner_settings(desc.name, (f"{key}={allowed[-1]}",)))
+        argv = runner_argv(RemoteLayout.for_run("/w", FP, "run-1", desc.name), s)
+        assert argv[argv.index(flag) + 1] == allowed[-1]
+        assert RunSettings.from_json(s.to_json()) == s  # kept for --resume
+        with pytest.raises(InputError, match=f"expected {key}="):
+            runner_settings(desc.name, (f"{key}=bogus",))
+        with pytest.raises(InputError, match="expected KEY=VALUE"):
+            runner_settings(desc.name, (key,))
+    for desc in others:
+        with pytest.raises(InputError, match=f"--backend {desc.name} takes no such setting"):
+            runner_settings(desc.name, ("want_float=0",))
+
+
 def test_the_bisection_gets_the_same_recipe_with_its_fault_control() -> None:
     s = RunSettings(repeats=2, pin=True, pin_env={"RKDET_PIN_CPU": "max"}, fault="hang-after:1")
     argv = pinned_command("/w/bisect/rkdet-onboard.pyz", "/w/scripts", s, "/w/bisect/x/model.rknn", "/w/in", "/w/out",

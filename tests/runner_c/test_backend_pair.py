@@ -45,7 +45,7 @@ def world(default_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         shutil.rmtree(control, ignore_errors=True)
 
 
-def _pair(world: dict, out: Path, control: dict | None) -> tuple[subprocess.CompletedProcess, dict | None]:
+def _pair(world: dict, out: Path, control: dict | None, *extra: str) -> tuple[subprocess.CompletedProcess, dict | None]:
     plant = world["control"] / "capi.json"
     plant.unlink(missing_ok=True)
     if control is not None:
@@ -54,7 +54,7 @@ def _pair(world: dict, out: Path, control: dict | None) -> tuple[subprocess.Comp
     args = ["deploy", "--board", b.target, "--user", b.user, "--identity", str(b.identity_file),
             "--known-hosts", str(b.known_hosts_file), "--ssh-config", "/dev/null", "--config", str(CONFIG),
             "--build", str(world["build"]), "--out", str(out), "--core-mask", "0", "--repeats", "1",
-            "--backends", f"{LITE},{C_API}"]
+            "--backends", f"{LITE},{C_API}", *extra]
     done = subprocess.run([sys.executable, "-m", "rkdet.cli", *args], capture_output=True, text=True, cwd=REPO,
                           timeout=600, env={**os.environ, "RKDET_RUNNER_CACHE": str(world["cache"])})
     found = sorted(out.glob("*/*/*/backends.json"))
@@ -70,7 +70,8 @@ def test_a_clean_double_is_same_bitwise(world, tmp_path):
 
 
 def test_want_float_0_is_named_with_its_outputs_445(world, tmp_path):
-    done, cell = _pair(world, tmp_path / "r", {"args": ["--want-float", "0"]})
+    """The application's setting given to deploy (it goes to the C runner only: lite2 takes no such setting)."""
+    done, cell = _pair(world, tmp_path / "r", None, "--runner-setting", "want_float=0")
     assert done.returncode == 1, done.stderr[-3000:]
     assert cell is not None and cell["same"] is False
     assert cell["settings"] == [{"key": "want_float", "a": 1, "b": 0}]
@@ -80,6 +81,7 @@ def test_want_float_0_is_named_with_its_outputs_445(world, tmp_path):
 
 
 def test_nchw_declared_for_nhwc_data_is_named(world, tmp_path):
+    """Planted by the emulated board's test control (as an application built with that setting would run)."""
     done, cell = _pair(world, tmp_path / "r", {"args": ["--input-fmt", "nchw"]})
     assert done.returncode == 1, done.stderr[-3000:]
     assert cell is not None and cell["settings"] == [{"key": "input_fmt", "a": "nhwc", "b": "nchw"}]
