@@ -61,6 +61,7 @@ def _pair(world: dict, out: Path, control: dict | None, *extra: str) -> tuple[su
     return done, (json.loads(found[-1].read_text()) if found else None)
 
 
+@pytest.mark.slow
 def test_a_clean_double_is_same_bitwise(world, tmp_path):
     done, cell = _pair(world, tmp_path / "r", None)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -69,6 +70,7 @@ def test_a_clean_double_is_same_bitwise(world, tmp_path):
     assert f"{C_API} vs {LITE}: SAME (bitwise)" in done.stderr
 
 
+@pytest.mark.slow
 def test_want_float_0_is_named_with_its_outputs_445(world, tmp_path):
     """The application's setting given to deploy (it goes to the C runner only: lite2 takes no such setting)."""
     done, cell = _pair(world, tmp_path / "r", None, "--runner-setting", "want_float=0")
@@ -80,6 +82,7 @@ def test_want_float_0_is_named_with_its_outputs_445(world, tmp_path):
     assert "want_float rknn_c=0 vs rknnlite=1" in done.stderr and "box0" in done.stderr
 
 
+@pytest.mark.slow
 def test_nchw_declared_for_nhwc_data_is_named(world, tmp_path):
     """Planted by the emulated board's test control (as an application built with that setting would run)."""
     done, cell = _pair(world, tmp_path / "r", {"args": ["--input-fmt", "nchw"]})
@@ -88,6 +91,7 @@ def test_nchw_declared_for_nhwc_data_is_named(world, tmp_path):
     assert cell["outputs"] and {d["how"] for d in cell["outputs"]} == {"values differ bitwise"}
 
 
+@pytest.mark.slow
 def test_an_op_only_lite2_runs_is_named_448(world, tmp_path):
     done, cell = _pair(world, tmp_path / "r", {"reject_op": "Floor"})
     assert done.returncode == 1, done.stderr[-3000:]

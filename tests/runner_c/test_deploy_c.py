@@ -61,6 +61,7 @@ def _runs(out: Path) -> list[Path]:
     return sorted((p.parent for p in out.glob("*/*/*/deploy.json")), key=lambda p: p.name)
 
 
+@pytest.mark.slow
 def test_deploy_rknn_c_repeatable_and_agrees_from_the_c_runner(c_board, two_page_build, runner_cache, tmp_path):
     out = tmp_path / "results"
     done = _deploy(c_board, two_page_build, out, runner_cache, "--repeats", "2")
@@ -91,6 +92,7 @@ def test_deploy_rknn_c_repeatable_and_agrees_from_the_c_runner(c_board, two_page
     assert second["files_sent"] == 0 and second["files_skipped"] == sent  # the runner too: skip-unchanged
 
 
+@pytest.mark.slow
 def test_a_runner_of_another_runtime_header_is_refused_before_the_push(c_board, two_page_build, tmp_path):
     sdk = build_double("aarch64", tmp_path / "grown-sdk", grown_abi=True, version="2.6.0")
     build_runner(sdk, "aarch64", tmp_path / "cache")

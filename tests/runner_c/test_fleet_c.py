@@ -10,6 +10,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
+import pytest
+
 from rkdet.backends.capi_build import build_runner
 from rkdet.emulator.capi_runtime import build_double
 from rkdet.onboard.backend_table import BACKENDS, DEFAULT_BACKEND
@@ -22,6 +24,7 @@ from shared_build import trim_golden  # noqa: E402
 C_API = BACKENDS[-1]
 
 
+@pytest.mark.slow
 def test_fleet_matrix_runs_the_c_backend_as_an_axis(default_build, tmp_path, monkeypatch):
     assert C_API == "rknn_c"
     build = trim_golden(Path(shutil.copytree(default_build, tmp_path / "build" / default_build.name)), 1)
