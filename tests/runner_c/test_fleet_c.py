@@ -24,6 +24,17 @@ from shared_build import trim_golden  # noqa: E402
 C_API = BACKENDS[-1]
 
 
+def test_a_one_mask_runner_gets_a_session_per_mask_the_others_one_per_backend():
+    from rkdet.backends.registry import REGISTRY
+    from rkdet.fleets.run.matrix import MatrixCell
+    from rkdet.fleets.run.one_board import sessions
+
+    one_mask = [d.name for d in REGISTRY.values() if d.one_mask_per_run]
+    assert one_mask == [C_API]
+    cells = [MatrixCell(m, b) for b in (DEFAULT_BACKEND, C_API) for m in ("0", "1", "0_1")]
+    assert sessions(cells) == [cells[:3], [cells[3]], [cells[4]], [cells[5]]]
+
+
 @pytest.mark.slow
 def test_fleet_matrix_runs_the_c_backend_as_an_axis(default_build, tmp_path, monkeypatch):
     assert C_API == "rknn_c"
