@@ -378,7 +378,11 @@ static void run_json(run_t *r, buf_t *b, const char *status, double finished) {
     struct utsname u; int i; uint32_t k;
     b->n = 0; b_puts(b, "{");
     b_printf(b, "\"affinity\": %s, \"backend\": \"rknn_c\", \"backend_detail\": ", r->affinity[0] ? r->affinity : "null");
+#ifdef RKDET_RKNPU1
+    { char detail[700]; snprintf(detail, sizeof detail, "rkdet-run-c on librknn_api (RKNPU1) %s (driver %s)", r->api, r->drv); b_jstr(b, detail); }
+#else
     { char detail[700]; snprintf(detail, sizeof detail, "rkdet-run-c on librknnrt %s (driver %s)", r->api, r->drv); b_jstr(b, detail); }
+#endif
     b_printf(b, ", \"backend_options\": {\"core_mask\": "); b_jstr(b, r->a->core_mask);
     b_printf(b, ", \"input_fmt\": \"%s\", \"input_type\": \"%s\", \"pass_through\": %d, \"want_float\": %d}",
              fmt_name(r->in_fmt), dtype_by_type(r->in_type) ? dtype_by_type(r->in_type)->name : "?", r->a->pass_through, r->a->want_float);
