@@ -102,7 +102,7 @@ def test_wheel_carries_the_board_scripts_from_the_single_source(wheel: Path) -> 
     assert onboard | {"rkdet/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
     # rkdet-run-c's source (built against the user's SDK) and the C runtime double with rkdet's test header
     assert {"rkdet/onboard/c/rkdet_run_c.c", "rkdet/emulator/capi_double/rknn_api.h",
-            "rkdet/emulator/capi_double/rknnrt_double.c"} <= names
+            "rkdet/emulator/capi_double/rknnrt_double.c", "rkdet/emulator/capi_double/board_exec.py"} <= names
     assert not {"rkdet/runner.py", "rkdet/selfcheck.py"} & names
     assert "rkdet-run = rkdet.onboard.run:main" in entry_points
     assert "rkdet-selfcheck = rkdet.onboard.selfcheck:main" in entry_points  # check before you serve (docs/SELFCHECK.md)
