@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkdet.errors import InputError, RkdetError
+from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.io import write_atomic
 
 #: target architecture -> (cross compiler, its sysroot for qemu-user -L)
@@ -48,6 +49,45 @@ class BuiltRunner:
     source_sha256: str
     key: str
     api: str = "rknpu2"  # rknpu2 (librknnrt) or rknpu1 (librknn_api: RV1126/RV1109)
+    runtime_version: str | None = None  # the version the SDK's runtime library carries: what the header is of
+
+    def describe(self) -> str:
+        """What preflight says it was built for."""
+        return (f"rkdet-run-c for {self.arch} ({self.api}), built against rknn_api.h sha256 {self.header_sha256[:16]} "
+                f"of runtime {self.runtime_version or 'of unknown version'}")
+
+
+_VERSION = re.compile(rb"(?:librknnrt|librknn_runtime|librknn_api) version:? ?([0-9]+\.[0-9]+\.[0-9]+)")
+_TEXT_VERSION = re.compile(r"([0-9]+\.[0-9]+\.[0-9]+)")
+
+
+def library_version(lib: Path) -> str | None:
+    """The X.Y.Z in a runtime library's "librknnrt version: X.Y.Z (...)" string (what probe.sh reads on a
+    board), or None; read bounded (a runtime library is a few MiB)."""
+    try:
+        with open(lib, "rb") as handle:
+            found = _VERSION.search(handle.read(64 << 20))
+    except OSError:
+        return None
+    return found.group(1).decode("ascii") if found else None
+
+
+def check_board_runtime(built: BuiltRunner, board_runtime: str | None, host: str) -> str | None:
+    """Preflight, before the push: the runtime the runner's header belongs to against the board's runtime.
+    The runtime checks struct sizes (ret=-5, rockchip-linux/rknn-toolkit#440) and a board's library does not
+    say them, so a runner of another runtime version's header is refused (BoardError, one line naming both);
+    None when they match, else (one unknown) the warning to keep."""
+    found = _TEXT_VERSION.search(board_runtime or "")
+    board = found.group(1) if found else None
+    if board is None or built.runtime_version is None:
+        return (f"rkdet-run-c: not checked that its header ({built.runtime_version or 'runtime version unknown'}) "
+                f"is the board's runtime's ({board or 'version unknown'}); a struct-size mismatch fails as ret=-5")
+    if board != built.runtime_version:
+        raise BoardError(f"{host}: rkdet-run-c was built against the rknn_api.h of runtime {built.runtime_version} "
+                         f"(sha256 {built.header_sha256[:16]}) but the board runs {board}: their struct sizes may "
+                         f"differ (ret=-5); run `rkdet runner build --sdk DIR --arch {built.arch}` with the SDK of "
+                         f"runtime {board}")
+    return None
 
 
 def runner_source() -> Path:
@@ -96,10 +136,11 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def build_key(header: Path, arch: str) -> tuple[str, str, str]:
-    """(key, header sha256, source sha256): what a built runner is cached and found by."""
+def build_key(header: Path, arch: str, runtime_version: str | None = None) -> tuple[str, str, str]:
+    """(key, header sha256, source sha256): what a built runner is cached and found by (the runtime version
+    its SDK's library carries too: what preflight compares with the board's)."""
     header_sha, source_sha = _sha256(header), _sha256(runner_source())
-    key = hashlib.sha256(f"{header_sha}|{arch}|{source_sha}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{header_sha}|{arch}|{source_sha}|{runtime_version}".encode()).hexdigest()[:24]
     return key, header_sha, source_sha
 
 
@@ -108,9 +149,11 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
     if arch not in ARCHES:
         raise InputError(f"--arch {arch!r}: expected {' or '.join(ARCHES)}")
     header, libdir, rknpu1 = find_sdk_files(sdk, arch)
-    key, header_sha, source_sha = build_key(header, arch)
+    version = library_version(libdir / (RKNPU1_LIB if rknpu1 else RKNPU2_LIB))
+    key, header_sha, source_sha = build_key(header, arch, version)
     folder = cache / f"{arch}-{key}"
-    built = BuiltRunner(folder / "rkdet-run-c", arch, header_sha, source_sha, key, "rknpu1" if rknpu1 else "rknpu2")
+    built = BuiltRunner(folder / "rkdet-run-c", arch, header_sha, source_sha, key, "rknpu1" if rknpu1 else "rknpu2",
+                        version)
     if built.path.is_file() and (folder / BUILD_RECORD).is_file():
         return built
     compiler = ARCHES[arch][0]
@@ -132,6 +175,7 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
         raise RunnerBuildError(f"{header}: rkdet-run-c does not compile against this header: {first}")
     os.replace(tmp, built.path)
     record = {"schema": "rkdet.runner-build/1", "arch": arch, "api": "rknpu1" if rknpu1 else "rknpu2", "header": header.name, "header_sha256": header_sha,
+              "runtime_version": version,
               "source_sha256": source_sha, "key": key, "compiler": compiler}
     write_atomic(folder / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return built
@@ -164,5 +208,7 @@ def built_runner(arch: str, cache: Path | None = None) -> BuiltRunner:
         raise InputError(f"--backend rknn_c: no rkdet-run-c built for {arch} in {cache}; "
                          f"run `rkdet runner build --sdk DIR --arch {arch}` ({SDK_HINT})")
     _, program, doc = max(found, key=lambda item: item[0])
+    version = doc.get("runtime_version")
     return BuiltRunner(program, arch, str(doc.get("header_sha256")), str(doc.get("source_sha256")), str(doc.get("key")),
-                       str(doc.get("api", "rknpu2")))
+                       str(doc.get("api", "rknpu2")),
+                       version if isinstance(version, str) and _TEXT_VERSION.fullmatch(version) else None)

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rkdet.onboard.backend_table import BackendFacts, reference
+from rkdet.errors import InputError
+
+from rkdet.onboard.backend_table import NATIVE_EXEC_ENV, BackendFacts, reference
 
 #: preflight rows a backend may need (rkdet.boardinfo.preflight implements them)
 ROW_NPU_STACK = "npu-stack"  # the RKNN runtime library, its version against the toolkit, the compatibility table
@@ -34,6 +36,9 @@ class Backend:
     # architecture (`rkdet runner build`, rkdet.backends.capi_build) that deploy pushes in its place
     runner_program: str = "rkdet-onboard.pyz"
     native_runner: bool = False  # the runner is a native program run directly (no python3, no `run` verb)
+    one_mask_per_run: bool = False  # its runner takes one core mask and one context per run (a fleet splits sessions)
+    # the runtime settings its runner takes from deploy (`--runner-setting KEY=VALUE`): KEY -> (flag, allowed values)
+    runner_settings: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     # the run.json keys its runner records about it (rkdet.records.run_info.RunInfo reads them)
     run_json: tuple[str, ...] = ("backend", "backend_detail", "emulated", "emulates_npu", "stack", "backend_options")
 
@@ -77,8 +82,26 @@ class Backend:
                 "--core-mask", core_mask, "--backend", self.name, "--snapshot-every", str(snapshot_every),
                 "--out", out]
 
+    def setting_args(self, settings: Mapping[str, str]) -> list[str]:
+        """The runner flags for `settings` (`--runner-setting KEY=VALUE`); InputError (exit 2) for a key its
+        runner does not take or a value it does not allow."""
+        args: list[str] = []
+        for key, value in sorted(settings.items()):
+            if key not in self.runner_settings:
+                takes = ", ".join(self.runner_settings) or "none"
+                raise InputError(f"--runner-setting {key}={value}: --backend {self.name} takes no such setting "
+                                 f"(it takes: {takes})")
+            flag, allowed = self.runner_settings[key]
+            if value not in allowed:
+                raise InputError(f"--runner-setting {key}={value}: expected {key}={' or '.join(allowed)}")
+            args += [flag, value]
+        return args
+
     def runner_command(self, program: str, args: Sequence[str]) -> list[str]:
-        """The runner's full command line: the on-board program's `run` with `args` (a native runner directly)."""
+        """The runner's full command line: the on-board program's `run` with `args`; a native runner
+        directly, through the board's own launcher when the board names one (NATIVE_EXEC_ENV: the emulated
+        board's qemu-user, rkdet.onboard.backend_table)."""
         if self.native_runner:
-            return [program, *args]
+            launch = f'exec ${{{NATIVE_EXEC_ENV}:+"${NATIVE_EXEC_ENV}"}} "$0" "$@"'
+            return ["sh", "-c", launch, program, *args]
         return ["python3", program, "run", *args]

@@ -45,6 +45,10 @@ def deploy_command(**opts: Any) -> None:
     2 usage/config error, 3 board or connection problem, 130 interrupted (board restored).
     """
     request = DeployRequest.from_options(opts)
+    if opts.get("backends"):
+        if opts["resume"] or opts["install_selfcheck"] or opts["backend"]:
+            raise InputError("--backends runs two fresh deploys: drop --backend, --resume and --install-selfcheck")
+        raise SystemExit(run_backend_pair(request, opts["backends"], as_json=opts["as_json"]))
     outcome = run_deploy(request, resume=opts["resume"], install_selfcheck=opts["install_selfcheck"],
                          as_json=opts["as_json"])
     if outcome.record is not None and outcome.record.status == "complete":
@@ -152,6 +156,75 @@ def _install_selfcheck(conn: BoardConnection, build: BuildRecord, outcome: Deplo
                          f"(exit {res.rc}): {line[0][:300]}")
     log(f"self-check installed in {remote} and run once: {line[0][:300]}")
     log(f"for a systemd unit (docs/SELFCHECK.md): ExecStartPre={done.command_line}")
+
+
+def run_backend_pair(request: DeployRequest, pair: tuple[str, str], *, as_json: bool = False) -> int:
+    """`deploy --backends A,B`: the build deployed with A, then B, on the same board (each its own pinned,
+    restored run, recorded in history), then the pair's cell (rkdet.diff.backend_pair): SAME bitwise, or
+    the outputs and settings that differ, or what B's runtime said when it ran nothing (each
+    --runner-setting goes to the backend whose runner takes it: the application's settings). Written to
+    <B's run folder>/backends.json; exit 0 when SAME and both runs passed, else 1 (a run that could not
+    start at all: its own exit code)."""
+    from dataclasses import replace
+
+    from rkdet.diff.backend_pair import compare_backends, refused_pair
+
+    from rkdet.backends.registry import backend as descriptor
+
+    console = log_console()
+    given = request.run.runner_settings  # each --runner-setting goes to the backend(s) whose runner takes it
+    for item in given:
+        if not any(item.partition("=")[0].strip() in descriptor(n).runner_settings for n in pair):
+            raise InputError(f"--runner-setting {item}: neither {pair[0]} nor {pair[1]} takes it")
+    outcomes: list[DeployOutcome] = []
+    for name in pair:
+        console.log(literal(f"--backends: deploying with {name}"))
+        own = tuple(s for s in given if s.partition("=")[0].strip() in descriptor(name).runner_settings)
+        try:
+            outcome = run_deploy(replace(request, run=replace(request.run, backend=name, runner_settings=own)),
+                                 as_json=False)
+        except BoardError as err:
+            folder = _latest_run(request.out)
+            if len(outcomes) != 1 or folder is None or folder == outcomes[0].folder:
+                raise
+            cell = refused_pair(pair[0], name, _runtime_said(folder, str(err)))
+            return _report_pair(console, cell, folder, as_json)
+        if outcome.record is not None and outcome.record.status == "complete":
+            record_run(request.out, outcome.folder)
+        outcomes.append(outcome)
+    a, b = outcomes
+    cell = compare_backends(a.folder / "result", b.folder / "result")
+    code = _report_pair(console, cell, b.folder, as_json)
+    return max(code, a.exit_code, b.exit_code)
+
+
+def _latest_run(out: Path) -> Path | None:
+    """The newest run folder under a results root (the one a failed deploy left)."""
+    found = sorted(out.glob("*/*/*/deploy.json"), key=lambda p: p.parent.name)
+    return found[-1].parent if found else None
+
+
+def _runtime_said(folder: Path, error: str) -> str:
+    """What a run that produced nothing said: the runtime's last line in its job.log (not rkdet's own
+    records), with deploy's error; bounded and made printable by the caller."""
+    try:
+        text = (folder / "job.log").read_text(errors="replace")[-65536:]
+    except OSError:
+        return error
+    said = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("{") and "rkdet" not in ln[:6]]
+    return f"{said[-1][:200]} ({error})" if said else error
+
+
+def _report_pair(console: Any, cell: Any, folder: Path, as_json: bool) -> int:
+    from rkdet.records.io import SHARED, write_json
+
+    write_json(folder / "backends.json", cell.to_json(), SHARED)
+    for line in cell.lines():
+        console.print(literal(line, "green" if cell.same else "red"), soft_wrap=True)
+    console.print(Text.assemble("backend pair: ", literal(folder / "backends.json")))
+    if as_json:
+        click.echo(json.dumps(cell.to_json(), indent=2, sort_keys=True))
+    return EXIT_OK if cell.same else 1
 
 
 def record_run(results: Path, folder: Path) -> None:

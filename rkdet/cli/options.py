@@ -31,6 +31,17 @@ def _core_masks(ctx: Any, param: Any, value: str | None) -> str | None:
         raise click.BadParameter(str(exc)) from None
 
 
+def _backend_pair(ctx: Any, param: Any, value: str | None) -> tuple[str, str] | None:
+    """--backends A,B: two distinct backends of the registry, else exit 2."""
+    if value is None:
+        return None
+    names = tuple(v.strip() for v in value.split(","))
+    unknown = [n for n in names if n not in BACKENDS]
+    if len(names) != 2 or names[0] == names[1] or unknown:
+        raise click.BadParameter(f"{value!r}: expected two distinct backends A,B of {', '.join(BACKENDS)}")
+    return names[0], names[1]
+
+
 # name -> (parameter declarations, click.option keyword arguments)
 _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     # -- connection (ConnectionOptions; --sudo is RunOverrides.sudo) --
@@ -78,6 +89,15 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "backend": (("--backend",), dict(
         type=click.Choice(BACKENDS), default=None,
         help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU.")),
+    "backends": (("--backends",), dict(
+        default=None, metavar="A,B", callback=_backend_pair,
+        help="Run the build through both backends, one after the other on the same board (each pinned and "
+             "restored), and say whether B's outputs equal A's bitwise, else which output and setting differ "
+             "(e.g. rknnlite,rknn_c: what was proven against what ships; docs/RUNNER_C.md).")),
+    "runner_setting": (("--runner-setting",), dict(
+        multiple=True, metavar="KEY=VALUE",
+        help="A runtime setting of the backend's runner, as your application chooses it (repeatable; rknn_c: "
+             "want_float=1|0, pass_through=0|1, input_fmt=model|nchw|nhwc; docs/RUNNER_C.md).")),
     "out": (("--out",), dict(
         type=click.Path(path_type=Path), default=Path("results"), show_default=True,
         help="Results root: <out>/<board>/<fingerprint>/<run-id>/ (runs are recorded in <out>/rkdet.db).")),
@@ -115,7 +135,7 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 
 CONNECTION = ("board", "user", "port", "identity", "known_hosts", "ssh_config", "accept_new_host_key", "sudo",
               "connect_timeout", "sftp_timeout")
-DEPLOY = ("config_path", "build", "repeats", "warmup", "core_mask", "contexts", "backend", "out", "workdir",
+DEPLOY = ("config_path", "build", "repeats", "warmup", "core_mask", "contexts", "backend", "backends", "runner_setting", "out", "workdir",
           "state_dir", "no_pin", "keep", "resume", "install_selfcheck", "allow_failed_build", "timeout",
           "lock_timeout", "emulator_fault", "emulator_npu", "as_json")
 

@@ -33,7 +33,7 @@ from rkdet.deploy.judge import judge
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.boardinfo.preflight import BoardFit, check_board
 from rkdet.backends.registry import backend as descriptor
-from rkdet.backends.capi_build import arch_of_soc, built_runner
+from rkdet.backends.capi_build import arch_of_soc, built_runner, check_board_runtime
 from rkdet import socs
 from rkdet.boardinfo.remote_scripts import is_emulated_runtime, probe_board, state_dir_for
 from rkdet.deploy.settings import AUTO_WARNING, RunSettings
@@ -162,13 +162,14 @@ class Deployment:
             self.log(AUTO_WARNING)
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         native: Path | None = None
+        if desc.one_mask_per_run and ("," in s.core_mask or s.contexts > 1):
+            raise InputError(f"--backend {desc.name}: its runner runs one core mask and one context per run; "
+                             f"pass one --core-mask (not {s.core_mask}) and no --contexts")
         if desc.native_runner:  # rkdet-run-c: the one `rkdet runner build` made for this board's architecture
-            if "," in s.core_mask or s.contexts > 1:
-                raise InputError(f"--backend {desc.name}: rkdet-run-c runs one core mask and one context per run; "
-                                 f"pass one --core-mask (not {s.core_mask}) and no --contexts")
             built = built_runner(arch_of_soc(socs.is_rknpu1(fit.soc)))
-            self.log(f"runner rkdet-run-c for {built.arch} ({built.api}), built against rknn_api.h sha256 "
-                     f"{built.header_sha256[:16]}")
+            self.log(f"runner {built.describe()}; the board runs {fit.runtime_version or 'a runtime of unknown version'}")
+            unchecked = check_board_runtime(built, fit.runtime_version, conn.target.label)
+            fit = replace(fit, warnings=(*fit.warnings, unchecked)) if unchecked else fit
             native = built.path
         transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
                                       self.progress, s.emulate_npu if emulated else None, native_runner=native))

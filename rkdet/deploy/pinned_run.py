@@ -33,6 +33,7 @@ def pinned_command(program: str, scripts_dir: str, settings: RunSettings, model:
     desc = backend(settings.backend)
     args = desc.runner_args(model, inputs, out, repeats=settings.repeats, warmup=warmup, core_mask=core_mask,
                             snapshot_every=snapshot_every)
+    args += desc.setting_args(settings.runner_settings)
     if affinity and settings.cpu_affinity:
         args += ["--cpu-affinity", ",".join(map(str, settings.cpu_affinity))]
     argv = desc.runner_command(program, [*args, *extra])

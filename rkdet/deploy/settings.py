@@ -58,9 +58,11 @@ class RunOverrides:
     emulate_npu: int | None = None  # --emulator-npu
     timeout: float = 3600.0
     lock_timeout: int = 0
+    runner_settings: tuple[str, ...] = ()  # --runner-setting KEY=VALUE (the backend's runner's own settings)
 
     # the click option names that differ from the field names
-    _FLAGS: ClassVar[dict[str, str]] = {"fault": "emulator_fault", "emulate_npu": "emulator_npu"}
+    _FLAGS: ClassVar[dict[str, str]] = {"fault": "emulator_fault", "emulate_npu": "emulator_npu",
+                                        "runner_settings": "runner_setting"}
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> RunOverrides:
@@ -97,6 +99,7 @@ class RunSettings:
     timeout: float = 3600.0
     lock_timeout: int = 0  # seconds the pinned job waits for the board lock (rkdet.boardinfo.lock)
     tolerances: Tolerance = field(default_factory=Tolerance)
+    runner_settings: dict[str, str] = field(default_factory=dict)  # the backend's runner settings (descriptor)
 
     @classmethod
     def from_config(cls, sections: DeploySettings, overrides: RunOverrides | None = None) -> RunSettings:
@@ -116,13 +119,15 @@ class RunSettings:
                    pin=board.pin and not o.no_pin, pin_env=pin_env_from_config(board),
                    sudo=board.sudo if o.sudo is None else o.sudo, workdir=o.workdir or board.workdir,
                    state_dir=o.state_dir, keep=o.keep, fault=o.fault, emulate_npu=o.emulate_npu,
-                   timeout=o.timeout, lock_timeout=o.lock_timeout, tolerances=sections.tolerances)
+                   timeout=o.timeout, lock_timeout=o.lock_timeout, tolerances=sections.tolerances,
+                   runner_settings=runner_settings(chosen, o.runner_settings))
 
     def to_json(self) -> dict[str, Any]:
         """Every field, JSON-ready (`from_json` gives back an equal record)."""
         doc = asdict(self)
         doc["cpu_affinity"] = list(self.cpu_affinity) if self.cpu_affinity is not None else None
         doc["pin_env"] = dict(self.pin_env)
+        doc["runner_settings"] = dict(self.runner_settings)
         doc["tolerances"] = self.tolerances.to_json()
         return doc
 
@@ -160,8 +165,24 @@ class RunSettings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
                 raise InputError(f"{where}: {name} has the wrong type ({type(value).__name__})")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.pin_env.items()):
-            raise InputError(f"{where}: pin_env must map names to strings")
+        for name in ("pin_env", "runner_settings"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise InputError(f"{where}: {name} must map names to strings")
+        descriptor(self.backend).setting_args(self.runner_settings)  # a setting its runner takes, an allowed value
+
+
+def runner_settings(backend: str, given: tuple[str, ...]) -> dict[str, str]:
+    """`--runner-setting KEY=VALUE` flags as a mapping, checked against the backend's runner (exit 2 naming
+    the flag otherwise)."""
+    found: dict[str, str] = {}
+    for item in given:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--runner-setting {item!r}: expected KEY=VALUE")
+        found[key.strip()] = value.strip()
+    descriptor(backend).setting_args(found)
+    return found
 
 
 def resolve_build(config_path: Path | None, build: Path | BuildRecord | None) -> tuple[BuildRecord, DeploySettings]:

@@ -10,7 +10,6 @@ Run it under Debian's qemu-user, invoked explicitly (`qemu_command`): no binfmt 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,15 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from rkdet.emulator.capi_double import board_exec
+from rkdet.emulator.capi_double.board_exec import DOUBLE_ENV, FORMATS, TARGETS, TENSOR_TYPES, fnv1a64
+
 DOUBLE_DIR = Path(__file__).resolve().parent / "capi_double"
 TEST_HEADER = DOUBLE_DIR / "rknn_api.h"  # rkdet's own ABI declarations (tests only)
-#: architecture -> (cross compiler, qemu-user program, sysroot)
-TARGETS = {"aarch64": ("aarch64-linux-gnu-gcc", "qemu-aarch64", "/usr/aarch64-linux-gnu"),
-           "armhf": ("arm-linux-gnueabihf-gcc", "qemu-arm", "/usr/arm-linux-gnueabihf")}
-#: rknn_tensor_type / rknn_tensor_format numbers of the documented ABI
-TENSOR_TYPES = {"float32": 0, "float16": 1, "int8": 2, "uint8": 3, "int16": 4, "uint16": 5, "int32": 6}
-FORMATS = {"nchw": 0, "nhwc": 1}
-DOUBLE_ENV = "RKDET_RKNN_DOUBLE"  # where the double finds the emulator's folder
+__all__ = ["DOUBLE_ENV", "FORMATS", "TARGETS", "TENSOR_TYPES", "Tensor", "build_double", "fnv1a64", "qemu_command",
+           "serve"]
 
 
 @dataclass(frozen=True)
@@ -41,27 +38,22 @@ class Tensor:
     scale: float = 1.0
 
 
-def build_double(arch: str, sdk: Path, *, grown_abi: bool = False, rknpu1: bool = False) -> Path:
+def build_double(arch: str, sdk: Path, *, grown_abi: bool = False, rknpu1: bool = False,
+                 version: str | None = None) -> Path:
     """An SDK-shaped folder (include/rknn_api.h: rkdet's declarations; lib/librknnrt.so: the double)
-    for `arch`; `grown_abi` builds the double as a runtime of a newer header (another struct size),
-    `rknpu1` as RKNPU1's librknn_api.so (4-argument rknn_init, no custom string, no core mask)."""
-    compiler = TARGETS[arch][0]
+    for `arch`; `grown_abi` makes both the header and the double those of a newer runtime (another
+    struct size), `rknpu1` RKNPU1's librknn_api.so (4-argument rknn_init, no custom string, no core
+    mask); `version` the runtime version the library carries (default 2.5.0)."""
     (sdk / "include").mkdir(parents=True, exist_ok=True)
     (sdk / "lib").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(TEST_HEADER, sdk / "include" / "rknn_api.h")
-    cmd = [compiler, "-std=c99", "-O2", "-fPIC", "-shared", "-Wno-misleading-indentation", "-I", str(DOUBLE_DIR),
-           *(["-DRKDET_TEST_ABI_GROWN"] if grown_abi else []), *(["-DRKDET_RKNPU1"] if rknpu1 else []),
-           "-o", str(sdk / "lib" / ("librknn_api.so" if rknpu1 else "librknnrt.so")), str(DOUBLE_DIR / "rknnrt_double.c")]
-    subprocess.run(cmd, check=True, timeout=300, capture_output=True)
+    header = TEST_HEADER.read_text()
+    if grown_abi:  # the header of that newer runtime declares the grown struct
+        header = "#define RKDET_TEST_ABI_GROWN 1\n" + header
+    (sdk / "include" / "rknn_api.h").write_text(header)
+    out = sdk / "lib" / board_exec.library_name(rknpu1)
+    subprocess.run(board_exec.compile_command(arch, str(out), grown_abi, rknpu1, version), check=True, timeout=300,
+                   capture_output=True)
     return sdk
-
-
-def fnv1a64(data: bytes) -> str:
-    """The double's key for an input: FNV-1a 64 of the input's bytes in the model's own type and layout."""
-    h = 1469598103934665603
-    for byte in data:
-        h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
 
 
 def serve(folder: Path, model_input: Tensor, outputs: Sequence[Tensor],
@@ -70,11 +62,9 @@ def serve(folder: Path, model_input: Tensor, outputs: Sequence[Tensor],
     """Leave the emulator's computation where the double reads it: the model's tensors and, for each
     input (its native bytes), every output's native array."""
     (folder / "outputs").mkdir(parents=True, exist_ok=True)
-    lines = [f"input {model_input.name} {TENSOR_TYPES[model_input.dtype]} {FORMATS[model_input.fmt]} "
-             f"{len(model_input.shape)} {' '.join(map(str, model_input.shape))}"]
-    lines += [f"output {t.name} {TENSOR_TYPES[t.dtype]} {t.zero_point} {t.scale!r} {len(t.shape)} "
-              f"{' '.join(map(str, t.shape))}" for t in outputs]
-    lines += [f"cores {cores}"] + ([f"custom {custom}"] if custom else []) + ([f"version {version}"] if version else [])
+    lines = board_exec.model_lines((model_input.name, model_input.dtype, model_input.fmt, model_input.shape),
+                                   [(o.name, o.dtype, o.zero_point, o.scale, o.shape) for o in outputs], cores, custom,
+                                   version)
     (folder / "model.txt").write_text("\n".join(lines) + "\n")
     for raw, arrays in computed.items():
         data = b"".join(np.ascontiguousarray(a, dtype=t.dtype).tobytes() for a, t in zip(arrays, outputs))

@@ -34,10 +34,12 @@ from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.emulator.socs import SocProfile, with_compute
 from rkdet.emulator.socs import profile as soc_profile
 from rkdet.errors import BoardError, InputError
+from rkdet.onboard.backend_table import NATIVE_EXEC_ENV
 
 SSHD = Path("/usr/sbin/sshd")
 ECHO = Path("/bin/echo")
 RUNTIME_DOUBLE = Path(__file__).resolve().parent / "runtime_double"
+CAPI_DOUBLE = Path(__file__).resolve().parent / "capi_double"  # the C runtime's double and the native launcher
 _STD_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -83,6 +85,19 @@ def _keygen(path: Path, comment: str) -> str:
     if res.returncode != 0:
         raise BoardError(f"emulator: ssh-keygen failed: {res.stderr.strip()}")
     return path.with_name(path.name + ".pub").read_text().strip()
+
+
+def _native_launcher(bindir: Path, python: Path, soc: str) -> Path:
+    """The board's launcher for a native runner (NATIVE_EXEC_ENV): capi_double/board_exec.py, which runs
+    the cross-compiled program for this SoC's architecture under qemu-user over the C runtime's double."""
+    from rkdet import socs
+
+    rknpu1 = socs.is_rknpu1(soc)
+    launcher = bindir / "rkdet-native-exec"
+    launcher.write_text(f"#!/bin/sh\nexec {_sh_quote(str(python))} {_sh_quote(str(CAPI_DOUBLE / 'board_exec.py'))} "
+                        f"{'armhf rknpu1' if rknpu1 else 'aarch64 rknpu2'} \"$@\"\n")
+    os.chmod(launcher, 0o755)
+    return launcher
 
 
 def _config_value(text: str) -> str:
@@ -363,7 +378,7 @@ class EmulatedBoard:
             raise InputError(f"emulator: python {self.python} not found")
         # what the board user runs (the interpreter, its venv, the emulated runtime) may sit behind a 0700
         # folder (a clone in /root, a venv under a private home or temp dir): reached in the namespace
-        self._reach = users.reach_plan([*_python_prefixes(self.python), RUNTIME_DOUBLE], entry,
+        self._reach = users.reach_plan([*_python_prefixes(self.python), RUNTIME_DOUBLE, CAPI_DOUBLE], entry,
                                        also_keep=[self.workdir, self.board_dir, self.root])
         board_python = self.python
         wrapper = bindir / "python3"
@@ -373,6 +388,7 @@ class EmulatedBoard:
             wrapper.write_text(hostile.wrapper_text(str(board_python), bindir))
             hostile.write_control(self.board_dir)
         os.chmod(wrapper, 0o755)
+        native = _native_launcher(bindir, wrapper, self.soc)
         if self.variant.busybox:
             applets = subprocess.run([str(users.BUSYBOX), "--list"], capture_output=True, text=True).stdout.split()
             for name in applets:
@@ -388,7 +404,7 @@ class EmulatedBoard:
         onboard = program.build(str(self.board_dir / "lib"))
         path = str(bindir) if self.variant.busybox else f"{bindir}:{_STD_PATH}"
         self.env = {"RKDET_ROOT": str(self.root), "PATH": path, "PYTHONPATH": f"{RUNTIME_DOUBLE}:{onboard}",
-                    "HOME": str(self.home), "RKDET_EMULATED": "1", **self._extra_env}
+                    "HOME": str(self.home), "RKDET_EMULATED": "1", NATIVE_EXEC_ENV: str(native), **self._extra_env}
 
     def _write_sshd_config(self, client_pub: str) -> None:
         setenv = " ".join(_config_value(f"{k}={v}") for k, v in self.env.items())

@@ -40,6 +40,18 @@ TABLE = {f.name: f for f in (RKNNLITE, ONNXRUNTIME, RKNN_C)}  # type: Dict[str, 
 BACKENDS = tuple(TABLE)  # type: Tuple[str, ...]  # run.json "backend", `--backend` choices, in this order
 NPU_BACKENDS = "|".join(f.name for f in TABLE.values() if f.on_npu)  # for a message: the backends a core mask applies to
 DEFAULT_BACKEND = RKNNLITE.name  # what rkdet-run, deploy and the config run when no backend is named
+# The runtime settings a backend's runner chooses without saying so (rkdet-run-c records every one of them
+# in run.json `backend_options`): lite2 dequantises INT8 outputs itself (rknn-toolkit2#445: want_float),
+# feeds 4-D input as NHWC (transposing NCHW silently) and never passes input through untouched. A
+# backend-pair cell (rkdet.diff.backend_pair) compares these with what the other runner recorded.
+IMPLICIT_OPTIONS = {RKNNLITE.name: {"want_float": 1, "pass_through": 0, "input_fmt": "nhwc"}}  # type: Dict[str, Dict[str, object]]
+#: the settings a backend-pair cell compares (rkdet-run-c's flags --want-float, --pass-through, --input-fmt)
+PAIR_SETTINGS = ("want_float", "pass_through", "input_fmt", "input_type")
+
+# A native runner (rkdet-run-c) is started as `exec ${RKDET_NATIVE_EXEC:+"$RKDET_NATIVE_EXEC"} PROGRAM ARGS`:
+# unset on a real board (the program runs itself); rkdet's emulated board sets it to its qemu-user
+# launcher (rkdet/emulator/capi_double/board_exec.py), as an x86-64 host cannot exec an aarch64 binary.
+NATIVE_EXEC_ENV = "RKDET_NATIVE_EXEC"
 
 
 def facts(name):

@@ -152,6 +152,7 @@ class PublishedSettings:
     timeout: float | None = None
     lock_timeout: int | None = None
     tolerances: JsonObject | None = None
+    runner_settings: Mapping[str, str] | None = None  # --runner-setting: the backend runner's own settings
     fault_injected: bool | None = None
     emulated_npu_lsb_k: int | None = None
 

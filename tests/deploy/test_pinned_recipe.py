@@ -18,8 +18,8 @@ def test_deploy_runs_the_backend_runner_inside_run_pinned() -> None:
         argv = runner_argv(layout, s, ["--expect-sha256", "0" * 64])
         assert argv[:3] == ["sh", "/w/scripts/run-pinned.sh", "--"]
         assert layout.runner == f"/w/{desc.runner_program}"
-        if desc.native_runner:  # rkdet-run-c: run directly, no python3
-            assert argv[3] == layout.runner and argv[4] == "--model"
+        if desc.native_runner:  # rkdet-run-c: run directly (through the board's launcher if it names one), no python3
+            assert argv[3:5] == ["sh", "-c"] and argv[6] == layout.runner and argv[7] == "--model"
         else:
             assert argv[3:6] == ["python3", layout.runner, "run"]
         assert argv[argv.index("--model") + 1] == f"{layout.model_dir}/{desc.model_file}"
@@ -27,8 +27,51 @@ def test_deploy_runs_the_backend_runner_inside_run_pinned() -> None:
         assert argv[-4:] == ["--cpu-affinity", "4,5", "--expect-sha256", "0" * 64]
         assert layout.fp32_inputs is desc.fp32_input
         unpinned = runner_argv(layout, RunSettings(backend=name, pin=False), [])
-        assert unpinned[0] == ("python3" if not desc.native_runner else layout.runner)
+        assert unpinned[0] == ("python3" if not desc.native_runner else "sh")
         assert "run-pinned.sh" not in " ".join(unpinned)
+
+
+def test_a_native_runner_runs_itself_unless_the_board_names_a_launcher() -> None:
+    """The native runner's command under a real sh: the program with its arguments as given (quoted), or, on
+    a board whose session names NATIVE_EXEC_ENV (the emulated board's qemu-user launcher), that launcher
+    with the program and its arguments."""
+    import os
+    import subprocess
+
+    from rkdet.onboard.backend_table import NATIVE_EXEC_ENV
+
+    native = next(d for d in REGISTRY.values() if d.native_runner)
+    argv = native.runner_command("/bin/echo", ["a b", "$HOME", "'c"])
+    env = {k: v for k, v in os.environ.items() if k != NATIVE_EXEC_ENV}
+    assert subprocess.run(argv, capture_output=True, text=True, env=env).stdout == "a b $HOME 'c\n"
+    launched = subprocess.run(argv, capture_output=True, text=True, env={**env, NATIVE_EXEC_ENV: "/bin/echo"})
+    assert launched.stdout == "/bin/echo a b $HOME 'c\n"
+
+
+def test_runner_settings_go_to_a_runner_that_takes_them_and_nowhere_else() -> None:
+    """--runner-setting KEY=VALUE: the backend's declared flag with an allowed value; a key its runner does
+    not take, a value it does not allow or a malformed item is one line (exit 2)."""
+    import pytest
+
+    from rkdet.deploy.settings import runner_settings
+    from rkdet.errors import InputError
+
+    takers = [d for d in REGISTRY.values() if d.runner_settings]
+    others = [d for d in REGISTRY.values() if not d.runner_settings]
+    assert takers and others
+    for desc in takers:
+        key, (flag, allowed) = next(iter(desc.runner_settings.items()))
+        s = RunSettings(backend=desc.name, runner_settings=runner_settings(desc.name, (f"{key}={allowed[-1]}",)))
+        argv = runner_argv(RemoteLayout.for_run("/w", FP, "run-1", desc.name), s)
+        assert argv[argv.index(flag) + 1] == allowed[-1]
+        assert RunSettings.from_json(s.to_json()) == s  # kept for --resume
+        with pytest.raises(InputError, match=f"expected {key}="):
+            runner_settings(desc.name, (f"{key}=bogus",))
+        with pytest.raises(InputError, match="expected KEY=VALUE"):
+            runner_settings(desc.name, (key,))
+    for desc in others:
+        with pytest.raises(InputError, match=f"--backend {desc.name} takes no such setting"):
+            runner_settings(desc.name, ("want_float=0",))
 
 
 def test_the_bisection_gets_the_same_recipe_with_its_fault_control() -> None:

@@ -102,7 +102,7 @@ def test_wheel_carries_the_board_scripts_from_the_single_source(wheel: Path) -> 
     assert onboard | {"rkdet/emulator/runtime_double/rknnlite/api/__init__.py"} <= names
     # rkdet-run-c's source (built against the user's SDK) and the C runtime double with rkdet's test header
     assert {"rkdet/onboard/c/rkdet_run_c.c", "rkdet/emulator/capi_double/rknn_api.h",
-            "rkdet/emulator/capi_double/rknnrt_double.c"} <= names
+            "rkdet/emulator/capi_double/rknnrt_double.c", "rkdet/emulator/capi_double/board_exec.py"} <= names
     # the C serving audit library apps on the C runtime build in (docs/AUDIT.md)
     assert {"rkdet/onboard/c/rkdet_audit.c", "rkdet/onboard/c/rkdet_audit.h", "rkdet/onboard/c/rkdet_sha256.h"} <= names
     assert not {"rkdet/runner.py", "rkdet/selfcheck.py"} & names

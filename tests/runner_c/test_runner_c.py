@@ -287,3 +287,24 @@ def test_a_crafted_npy_is_one_line_and_nothing_written(world, tmp_path):
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "a.npy" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_repeat_that_differs_is_hashed_again_not_reused(world, tmp_path):
+    """rkdet-run-c reuses an output's hash only when a repeat equals the input's previous outputs byte for
+    byte: a runtime that flips one bit on one call (the double's TEST CONTROL `flip K`) gives that run its own
+    hash (its file holds the flipped array), the next run the first hash again, and exit 1 (diverged)."""
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    (served / "model.txt").write_text((served / "model.txt").read_text() + "flip 3\n")  # s1's second run
+    args = ["--model", str(world["model"]), "--inputs", str(world["inputs"]), "--repeats", "3", "--warmup", "0",
+            "--out", str(tmp_path / "o")]
+    done = subprocess.run(qemu_command(ARCH, world["runner"].path, args,
+                                       {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(world["sdk"] / "lib")}),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    s1 = [r["outputs"][0]["hash"] for r in read_index(str(tmp_path / "o")) if r["input"] == "s1"]
+    s0 = {r["outputs"][0]["hash"] for r in read_index(str(tmp_path / "o")) if r["input"] == "s0"}
+    assert len(s0) == 1 and s1[0] == s1[2] != s1[1]
+    flipped = np.load(tmp_path / "o" / "outputs" / f"{s1[1]}.npy")
+    assert output_hash(flipped) == s1[1]
+    clean = world["computed"][world["samples"]["s1"].tobytes()][0]
+    assert np.count_nonzero(flipped.view(np.uint8) != np.ascontiguousarray(clean).view(np.uint8)) == 1

@@ -9,7 +9,10 @@
  * from the emulator's computation, which the emulated board leaves in $RKDET_RKNN_DOUBLE/:
  *   model.txt        one line per tensor:  input NAME TYPE FMT NDIMS D...
  *                                         output NAME TYPE ZP SCALE NDIMS D...
- *                    and "cores N", "custom TEXT" (the model's custom string), "version TEXT"
+ *                    and "cores N", "custom TEXT" (the model's custom string), "version TEXT",
+ *                    "reject OP" (TEST CONTROL: rknn_init refuses the model over an op it lacks, #448),
+ *                    "flip K" (TEST CONTROL: the K-th rknn_run of the process, from 0, flips the lowest bit
+ *                    of the first output's first byte: a runtime that is not repeatable)
  *   outputs/KEY.bin  every output's native bytes, concatenated, for the input whose native bytes
  *                    have FNV-1a 64 hash KEY (16 hex digits)
  */
@@ -20,9 +23,18 @@
 #include "rknn_api.h"
 
 #define MAXT 16
+#ifndef RKDET_DOUBLE_VERSION
+#define RKDET_DOUBLE_VERSION "2.5.0"
+#endif
+/* the version string a runtime library carries (what probe.sh and `rkdet runner build` read from the file) */
+#ifdef RKDET_RKNPU1
+__attribute__((used)) const char rkdet_double_version_string[] = "librknn_api version: " RKDET_DOUBLE_VERSION " (rkdet-test-double)";
+#else
+__attribute__((used)) const char rkdet_double_version_string[] = "librknnrt version: " RKDET_DOUBLE_VERSION " (rkdet-test-double)";
+#endif
 typedef struct { char name[RKNN_MAX_NAME_LEN]; int type, fmt; int32_t zp; float scale; uint32_t n_dims, dims[RKNN_MAX_DIMS]; } tensor_t;
 static struct {
-    int ready, cores; char dir[1024], custom[1024], version[256];
+    int ready, cores; long runs, flip_at; char dir[1024], custom[1024], version[256], reject[256];
     tensor_t in, out[MAXT]; int n_out; unsigned char *input; size_t input_size; unsigned char *result; size_t result_size;
 } M;
 
@@ -49,8 +61,8 @@ int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag, 
     (void)flag; (void)extend;
     if (!context || !model || !size) return RKNN_ERR_PARAM_INVALID;
     if (!dir) { fprintf(stderr, "rknnrt test double: RKDET_RKNN_DOUBLE is not set (the emulated board sets it)\n"); return RKNN_ERR_MODEL_INVALID; }
-    memset(&M, 0, sizeof M); M.cores = 3; snprintf(M.dir, sizeof M.dir, "%s", dir);
-    snprintf(M.version, sizeof M.version, "2.5.0 (rkdet-test-double)");
+    memset(&M, 0, sizeof M); M.cores = 3; M.flip_at = -1; snprintf(M.dir, sizeof M.dir, "%s", dir);
+    snprintf(M.version, sizeof M.version, "%s (rkdet-test-double)", RKDET_DOUBLE_VERSION);
     snprintf(path, sizeof path, "%s/model.txt", dir);
     if (!(f = fopen(path, "r"))) return RKNN_ERR_MODEL_INVALID;
     while (fgets(line, sizeof line, f)) {
@@ -64,8 +76,14 @@ int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag, 
         else if (!strcmp(word, "cores")) M.cores = atoi(p);
         else if (!strcmp(word, "custom")) snprintf(M.custom, sizeof M.custom, "%s", p);
         else if (!strcmp(word, "version")) snprintf(M.version, sizeof M.version, "%s", p);
+        else if (!strcmp(word, "reject")) snprintf(M.reject, sizeof M.reject, "%s", p);
+        else if (!strcmp(word, "flip")) M.flip_at = atol(p);
     }
     fclose(f);
+    if (M.reject[0]) {
+        fprintf(stderr, "rknnrt test double: op %s is not supported by this runtime (TEST CONTROL, rknn-toolkit2#448)\n", M.reject);
+        return RKNN_ERR_MODEL_INVALID;
+    }
     if (!M.n_out || !M.in.n_dims) return RKNN_ERR_MODEL_INVALID;
     M.ready = 1; *context = 1; return RKNN_SUCC;
 }
@@ -175,7 +193,9 @@ int rknn_run(rknn_context c, rknn_run_extend *e) {
         fprintf(stderr, "rknnrt test double: the emulator computed no outputs for input %016llx\n", (unsigned long long)h);
         return RKNN_ERR_FAIL;
     }
-    fclose(f); return RKNN_SUCC;
+    fclose(f);
+    if (M.runs++ == M.flip_at && want) M.result[0] ^= 1u;
+    return RKNN_SUCC;
 }
 int rknn_outputs_get(rknn_context c, uint32_t n, rknn_output out[], rknn_output_extend *e) {
     uint32_t k, i; size_t off = 0;

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rkdet.backends.registry import backend as descriptor
 from rkdet.records.build import BuildRecord
 from rkdet.deploy.settings import resolve_build
 from rkdet.link.connect import ConnectionOptions, open_connection
@@ -276,14 +277,14 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Matrix
                 raise InputError(f"board is {soc or 'of an unknown SoC'}; no --build targets it "
                                  f"(given: {', '.join(b.platform for b in builds)})")
             result.build, result.fingerprint = str(build.folder), build.fingerprint
-            sessions: dict[str, list[MatrixCell]] = {}
+            runnable: list[MatrixCell] = []
             for planned in plan(cells, soc):
                 if planned.skip:
                     log(f"{planned.cell.name}: skipped: {planned.skip}")
                     result.cells.append(CellResult(planned.cell, SKIPPED, reason=planned.skip))
                 else:
-                    sessions.setdefault(planned.cell.backend, []).append(planned.cell)
-            for group in sessions.values():
+                    runnable.append(planned.cell)
+            for group in sessions(runnable):
                 if stop.is_set() or clock() >= deadline:
                     why = "interrupted before this cell" if stop.is_set() else \
                         f"the board's time budget ({common.board_timeout:g} s) was spent"
@@ -312,6 +313,16 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Matrix
     result.state = _board_state(soc, result.cells)
     result.seconds = clock() - started
     return result
+
+
+def sessions(cells: list[MatrixCell]) -> list[list[MatrixCell]]:
+    """The pinned sessions that run `cells`: one per backend (its core masks cells of one runner session),
+    and one per mask for a backend whose runner takes one mask a run (descriptor `one_mask_per_run`)."""
+    groups: dict[tuple[str, str], list[MatrixCell]] = {}
+    for cell in cells:
+        own = cell.core_mask if descriptor(cell.backend).one_mask_per_run else ""
+        groups.setdefault((cell.backend, own), []).append(cell)
+    return list(groups.values())
 
 
 def _one_line(err: BaseException) -> str:

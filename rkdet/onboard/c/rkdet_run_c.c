@@ -268,6 +268,21 @@ static void output_hash(const dtype_t *dt, uint32_t ndim, const uint64_t *shape,
     free(h.s);
 }
 
+/* Each input's previous outputs, kept so that a repeat equal byte for byte reuses its hash (a memcmp, not a
+ * sha256 of megabytes): what rkdet-run's recorder does. Bounded: past SEEN_BUDGET bytes, outputs are hashed. */
+#define SEEN_BUDGET ((size_t)256 << 20)
+typedef struct { unsigned char *buf; size_t n; char hash[65]; } seen_t;
+static size_t g_seen_bytes;
+static void hash_or_reuse(seen_t *sv, const dtype_t *dt, uint32_t ndim, const uint64_t *shape, const void *data, size_t n,
+                          char out[65]) {
+    if (sv->buf && sv->n == n && !memcmp(sv->buf, data, n)) { memcpy(out, sv->hash, 65); return; }
+    output_hash(dt, ndim, shape, data, n, out);
+    if (!sv->buf && g_seen_bytes + n <= SEEN_BUDGET && (sv->buf = (unsigned char *)malloc(n ? n : 1)) != NULL) {
+        g_seen_bytes += n; sv->n = n;
+    }
+    if (sv->buf && sv->n == n) { memcpy(sv->buf, data, n); memcpy(sv->hash, out, 65); }
+}
+
 /* ---------- settings ---------- */
 typedef struct {
     const char *model, *inputs, *out, *core_mask, *expect_fp, *expect_sha, *input_fmt, *cpu_affinity;
@@ -352,7 +367,7 @@ static void pin_cpus(const char *text, char *applied, size_t room) {
 typedef struct {
     args_t *a; char model_sha[65]; char api[300], drv[300]; char custom[1100]; char fp[65]; int have_custom;
     buf_t check; sample_t *samples; int n_samples; rknn_tensor_attr *in_attr, *out_attr; uint32_t n_in, n_out;
-    int in_type, in_fmt, emulated; double started; char affinity[600];
+    int in_type, in_fmt, emulated, emulates_npu; double started; char affinity[600];
     char names[MAX_OUTPUTS][RKNN_MAX_NAME_LEN + 16];
 } run_t;
 
@@ -363,13 +378,18 @@ static void run_json(run_t *r, buf_t *b, const char *status, double finished) {
     struct utsname u; int i; uint32_t k;
     b->n = 0; b_puts(b, "{");
     b_printf(b, "\"affinity\": %s, \"backend\": \"rknn_c\", \"backend_detail\": ", r->affinity[0] ? r->affinity : "null");
+#ifdef RKDET_RKNPU1
+    { char detail[700]; snprintf(detail, sizeof detail, "rkdet-run-c on librknn_api (RKNPU1) %s (driver %s)", r->api, r->drv); b_jstr(b, detail); }
+#else
     { char detail[700]; snprintf(detail, sizeof detail, "rkdet-run-c on librknnrt %s (driver %s)", r->api, r->drv); b_jstr(b, detail); }
+#endif
     b_printf(b, ", \"backend_options\": {\"core_mask\": "); b_jstr(b, r->a->core_mask);
     b_printf(b, ", \"input_fmt\": \"%s\", \"input_type\": \"%s\", \"pass_through\": %d, \"want_float\": %d}",
              fmt_name(r->in_fmt), dtype_by_type(r->in_type) ? dtype_by_type(r->in_type)->name : "?", r->a->pass_through, r->a->want_float);
     b_printf(b, ", \"contexts\": 1, \"core_mask\": "); b_jstr(b, r->a->core_mask);
     b_puts(b, ", \"embedded_fingerprint\": "); b_jstr_or_null(b, r->fp[0] ? r->fp : NULL);
-    b_printf(b, ", \"emulated\": %s, \"emulates_npu\": false, \"error\": ", r->emulated ? "true" : "false");
+    b_printf(b, ", \"emulated\": %s, \"emulates_npu\": %s, \"error\": ", r->emulated ? "true" : "false",
+             r->emulates_npu ? "true" : "false");
     b_jstr_or_null(b, g_error[0] ? g_error : NULL);
     if (finished > 0) b_printf(b, ", \"finished_unix\": %.6f", finished); else b_puts(b, ", \"finished_unix\": null");
     b_puts(b, ", \"inputs\": [");
@@ -450,7 +470,7 @@ static int rk(const char *what, int ret) {
 int main(int argc, char **argv) {
     args_t a; run_t r; rknn_context ctx = 0; rknn_input_output_num io; int mask;
     unsigned char *model; size_t model_size; buf_t b = {0}; char path[4400]; int idx_fd, snap_fd, i, code;
-    uint32_t k; long run; track_t *track; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
+    uint32_t k; long run; track_t *track; seen_t *seen; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
     memset(&r, 0, sizeof r);
     if (parse_args(argc, argv, &a)) return EXIT_BAD_INPUT;
     r.a = &a;
@@ -471,7 +491,9 @@ int main(int argc, char **argv) {
     { rknn_sdk_version v; memset(&v, 0, sizeof v);
       rk("rknn_query(RKNN_QUERY_SDK_VERSION)", rknn_query(ctx, RKNN_QUERY_SDK_VERSION, &v, sizeof v));
       snprintf(r.api, sizeof r.api, "%.256s", v.api_version); snprintf(r.drv, sizeof r.drv, "%.256s", v.drv_version);
-      r.emulated = strstr(r.api, "rkdet-test-double") != NULL; }
+      r.emulated = strstr(r.api, "rkdet-test-double") != NULL;
+      /* only rkdet's double says it serves the emulated NPU (the build's INT8 emulation): judged by the simulator */
+      r.emulates_npu = r.emulated && strstr(r.api, "emulates-npu") != NULL; }
 #ifndef RKDET_RKNPU1  /* RKNPU1 has no custom-string query: the identity check rests on the model's sha256 */
     { rknn_custom_string cs; memset(&cs, 0, sizeof cs);
       if (rknn_query(ctx, RKNN_QUERY_CUSTOM_STRING, &cs, sizeof cs) == RKNN_SUCC) {
@@ -541,6 +563,8 @@ int main(int argc, char **argv) {
     close(snap_fd);
 
     track = (track_t *)calloc((size_t)r.n_samples, sizeof(track_t));
+    seen = (seen_t *)calloc((size_t)r.n_samples * r.n_out, sizeof(seen_t));
+    if (!track || !seen) fail(EXIT_BOARD, "out of memory for %d inputs", r.n_samples);
     for (run = -a.warmup; run < a.repeats; run++) {
         for (i = 0; i < r.n_samples; i++) {
             sample_t *s = &r.samples[i]; rknn_input in; double t0, t1, tu; buf_t line = {0}, set = {0};
@@ -572,7 +596,7 @@ int main(int argc, char **argv) {
                 if (count * dt->size != outs[k].size || !outs[k].buf)
                     fail(EXIT_BOARD, "output %s: the runtime returned %u bytes, %s%s wants %llu", r.names[k], outs[k].size,
                          dt->name, "", (unsigned long long)(count * dt->size));
-                output_hash(dt, at->n_dims, shape, outs[k].buf, outs[k].size, h);
+                hash_or_reuse(&seen[(size_t)i * r.n_out + k], dt, at->n_dims, shape, outs[k].buf, outs[k].size, h);
                 snprintf(path, sizeof path, "%s/outputs/%s.npy", a.out, h);
                 if (stat(path, &st) != 0) {  /* content-addressed: each distinct output once, before its index line */
                     buf_t npy = {0}; npy_bytes(&npy, dt, at->n_dims, shape, outs[k].buf, outs[k].size);

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Bench: what rkdet-run-c costs on top of the inference it records, against its peer, and its peak memory.
+
+Peer: a bare C loop (bench/c/capi_bare_loop.c) over the SAME runtime library (rkdet's test double of
+librknnrt, rkdet/emulator/capi_double) with the same model, inputs and served outputs: rknn_inputs_set,
+rknn_run, rknn_outputs_get, rknn_outputs_release and nothing else. Both are built in this run with the same
+compiler and flags against the same header (rkdet's test ABI header), and run in interleaved blocks so the
+machine's load hits both alike.
+
+Overhead per inference (target <= 1 % of wall): each contender runs a short and a long block (REPEATS_SHORT
+and REPEATS_LONG passes over the inputs); the marginal wall per inference is (long - short) / (extra
+inferences), so process start, model load and input reading cancel. Overhead = runner's marginal wall / the
+bare loop's - 1. Peak memory: each process's max RSS (wait4), the long block.
+
+The double computes nothing (it reads the served outputs from a file), so the bare loop's inference is
+what the runtime's calls cost with no NPU work: the ratio is an upper bound of the runner's share; a real
+NPU inference adds its compute time to both sides. The second table row says the runner's own time per
+inference in ms, to compare with a board's inference latency.
+
+`--arch host` (default) builds both natively (gcc) for a measurement without an emulator in the way;
+`--arch aarch64` cross-compiles and runs both under qemu-aarch64 (explicitly), as the emulated board does.
+
+Usage: .venv/bin/python bench/capi_overhead.py [--arch host|aarch64] [--blocks 5] [--inputs 8]
+       [--short 2] [--long 12] [--out bench/results/runner_c.md] [--append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from rkdet.backends.capi_build import runner_source  # noqa: E402
+from rkdet.emulator.capi_double import board_exec  # noqa: E402
+from rkdet.emulator.capi_runtime import DOUBLE_ENV, TEST_HEADER, Tensor, fnv1a64, qemu_command, serve  # noqa: E402
+
+BARE = REPO / "bench" / "c" / "capi_bare_loop.c"
+FLAGS = ["-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation"]
+# the default model's outputs at 640x640 (rkdet convert configs/yolov8.yaml): box/cls heads at 3 strides
+OUTPUTS = [Tensor(f"{kind}{i}", "float32", (1, ch, s, s)) for i, s in enumerate((80, 40, 20))
+           for kind, ch in (("box", 64), ("cls", 11))]
+INPUT = Tensor("images", "uint8", (1, 640, 640, 3), fmt="nhwc")
+
+
+def build(arch: str, work: Path) -> tuple[Path, Path, Path]:
+    """(runner, bare loop, library folder), built with the same compiler and flags against the test header."""
+    inc, lib = work / "include", work / "lib"
+    inc.mkdir()
+    lib.mkdir()
+    shutil.copyfile(TEST_HEADER, inc / "rknn_api.h")
+    double = board_exec.compile_command("aarch64", str(lib / "librknnrt.so"))
+    cc = "gcc" if arch == "host" else double[0]
+    subprocess.run([cc, *double[1:]], check=True, timeout=300)
+    out = []
+    for name, src in (("rkdet-run-c", runner_source()), ("capi_bare_loop", BARE)):
+        subprocess.run([cc, *FLAGS, "-I", str(inc), "-o", str(work / name), str(src), "-L", str(lib), "-lrknnrt"],
+                       check=True, timeout=300)
+        out.append(work / name)
+    return out[0], out[1], lib
+
+
+def timed(cmd: list[str], env: dict[str, str], rss_file: Path) -> tuple[float, int]:
+    """Wall seconds and max RSS (KiB) of one process, as GNU time reports its child (a process forked from
+    this Python would count the interpreter's pages in its high-water mark); time adds the same fork and
+    wait to both contenders."""
+    t0 = time.perf_counter()
+    done = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed ({done.returncode}): {done.stderr.decode()[-400:]}")
+    return wall, int(rss_file.read_text().split()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", choices=("host", "aarch64"), default="host")
+    ap.add_argument("--blocks", type=int, default=5)
+    ap.add_argument("--inputs", type=int, default=8)
+    ap.add_argument("--short", type=int, default=2)
+    ap.add_argument("--long", type=int, default=12)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "runner_c.md")
+    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--result-root", type=Path, default=None,
+                    help="where rkdet-run-c writes its result folder (default: the bench's temp dir; /dev/shm: tmpfs)")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rkdet-bench-capi-"))
+    try:
+        runner, bare, lib = build(a.arch, work)
+        rng = np.random.default_rng(0)
+        (work / "inputs").mkdir()
+        raws, computed = [], {}
+        for i in range(a.inputs):
+            x = rng.integers(0, 256, INPUT.shape, dtype=np.uint8)
+            np.save(work / "inputs" / f"in{i}.npy", x)
+            (work / f"in{i}.raw").write_bytes(x.tobytes())
+            raws.append(str(work / f"in{i}.raw"))
+            computed[x.tobytes()] = [rng.standard_normal(t.shape).astype(np.float32) for t in OUTPUTS]
+        served = serve(work / "served", INPUT, OUTPUTS, computed)
+        assert len({fnv1a64(k) for k in computed}) == a.inputs
+        model = work / "model.rknn"
+        model.write_bytes(os.urandom(1 << 20))  # the double reads no model; the runner hashes it once (setup)
+        env = {**os.environ, DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(lib)}
+
+        def command(which: str, repeats: int, out: Path) -> list[str]:
+            if which == "bare":
+                prog, args = bare, [str(model), *raws, str(repeats)]
+            else:
+                shutil.rmtree(out, ignore_errors=True)
+                prog, args = runner, ["--model", str(model), "--inputs", str(work / "inputs"), "--repeats",
+                                      str(repeats), "--out", str(out), "--core-mask", "auto"]
+            if a.arch == "host":
+                return [str(prog), *args]
+            return qemu_command("aarch64", prog, args, {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(lib)})
+
+        walls: dict[str, dict[int, list[float]]] = {w: {a.short: [], a.long: []} for w in ("bare", "runner")}
+        rss: dict[str, int] = {"bare": 0, "runner": 0}
+        result = Path(tempfile.mkdtemp(prefix="rkdet-bench-capi-out-", dir=a.result_root)) / "result"
+        for _ in range(a.blocks):
+            order = [(w, r) for w in ("bare", "runner") for r in (a.short, a.long)]
+            random.shuffle(order)
+            for which, repeats in order:
+                wall, peak = timed(command(which, repeats, result), env, work / "rss.txt")
+                walls[which][repeats].append(wall)
+                if repeats == a.long:
+                    rss[which] = max(rss[which], peak)
+        extra = (a.long - a.short) * a.inputs
+        per = {w: [(lo - sh) / extra for sh, lo in zip(walls[w][a.short], walls[w][a.long])] for w in walls}
+        ratios = [r / b - 1 for r, b in zip(per["runner"], per["bare"])]
+        med = {w: statistics.median(v) for w, v in per.items()}
+        load = os.getloadavg()[0]
+        out_bytes = sum(t.shape[1] * t.shape[2] * t.shape[3] * 4 for t in OUTPUTS)
+        lines = [
+            f"## {time.strftime('%Y-%m-%d')}: {a.arch} ({platform.machine()}{', qemu-aarch64' if a.arch != 'host' else ''}), "
+            f"load average {load:.1f} on {os.cpu_count()} CPUs",
+            "",
+            f"{a.inputs} inputs 1x640x640x3 uint8, 6 float32 outputs ({out_bytes / 1e6:.2f} MB per inference, the "
+            f"default model's shapes), {a.blocks} interleaved blocks of {a.short} and {a.long} passes; the result "
+            f"folder on {result.parent} ({'tmpfs' if _is_tmpfs(result.parent) else 'disk'}: each index line is fsync'd).",
+            "",
+            "| | bare C loop | rkdet-run-c | overhead |",
+            "|---|---|---|---|",
+            f"| marginal wall per inference, median (ms) | {med['bare'] * 1e3:.3f} | {med['runner'] * 1e3:.3f} | "
+            f"{statistics.median(ratios) * 100:+.0f} % (blocks {min(ratios) * 100:+.0f} .. {max(ratios) * 100:+.0f} %) |",
+            f"| rkdet-run-c's own time per inference (ms) | | {(med['runner'] - med['bare']) * 1e3:.3f} | |",
+            f"| peak RSS, long block (MiB) | {rss['bare'] / 1024:.1f} | {rss['runner'] / 1024:.1f} | "
+            f"{(rss['runner'] / max(rss['bare'], 1) - 1) * 100:+.0f} % |",
+            "",
+        ]
+        text = "\n".join(lines)
+        print(text)
+        if a.append and a.out.exists():
+            a.out.write_text(a.out.read_text() + "\n" + text)
+        else:
+            a.out.write_text("# rkdet-run-c: overhead and peak memory against a bare C loop\n\n"
+                             "Written by `bench/capi_overhead.py` (its docstring says how).\n\n" + text)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if "result" in locals():
+            shutil.rmtree(result.parent, ignore_errors=True)
+
+
+def _is_tmpfs(path: Path) -> bool:
+    try:
+        return subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True).stdout.strip() == "tmpfs"
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""A backend-pair cell: the same build run through two backends on one board, e.g. what was proven (lite2)
+against what ships (the C API): SAME bitwise, or which output differs and which runtime setting explains it.
+
+Why its own verdict and not `rkdet diff A B`: the two runs are meant to be one program, so any difference is
+a finding, and the useful answer names the setting the two runners chose differently (want_float, input
+layout, pass-through: rkdet-run-c records them all; lite2's are rkdet.onboard.backend_table.IMPLICIT_OPTIONS)
+or, when one backend did not run the model at all, what its runtime said (an op only one of them runs).
+Backend names are data here (from run.json), never compared with literals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rkdet.diff.resultset import ResultSetDir
+from rkdet.onboard.backend_table import IMPLICIT_OPTIONS, PAIR_SETTINGS
+
+PAIR_SCHEMA = "rkdet.backend-pair/1"
+
+
+@dataclass(frozen=True)
+class SettingDiff:
+    """A runtime setting the two runners chose differently."""
+
+    key: str
+    a: Any
+    b: Any
+
+    def text(self, a: str, b: str) -> str:
+        return f"{self.key} {b}={self.b} vs {a}={self.a}"
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """One output of one input whose first run differs between the backends."""
+
+    input: str
+    output: str
+    how: str  # "dtype float32 vs int8", "shape ...", "bytes", "missing"
+
+
+@dataclass(frozen=True)
+class BackendPair:
+    """The cell's verdict: `same` (bitwise on every output of every input) or what differs and why."""
+
+    a: str
+    b: str
+    same: bool
+    outputs: tuple[OutputDiff, ...] = ()
+    settings: tuple[SettingDiff, ...] = ()
+    refused: str | None = None  # a backend that ran nothing: "NAME: what its runtime said"
+    compared: int = 0  # inputs compared
+
+    def lines(self) -> list[str]:
+        """The terminal's lines: the verdict, then each differing output named with the settings that differ."""
+        head = f"{self.b} vs {self.a}"
+        if self.refused:
+            return [f"{head}: DIFFERENT: {self.refused}; {self.a} ran the model"]
+        if self.same:
+            return [f"{head}: SAME (bitwise): every output of {self.compared} input(s) bit-identical"]
+        why = ", ".join(s.text(self.a, self.b) for s in self.settings) or "no runtime setting differs (the runtimes compute differently)"
+        names = sorted({d.output for d in self.outputs})
+        out = [f"{head}: DIFFERENT: {len(names)} output(s) ({', '.join(names)}); setting(s): {why}"]
+        out += [f"  input {d.input} output {d.output}: {d.how}" for d in self.outputs[:20]]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": PAIR_SCHEMA, "a": self.a, "b": self.b, "same": self.same, "compared": self.compared,
+                "refused": self.refused,
+                "outputs": [{"input": d.input, "output": d.output, "how": d.how} for d in self.outputs],
+                "settings": [{"key": s.key, "a": s.a, "b": s.b} for s in self.settings]}
+
+
+def effective_settings(backend: str, recorded: dict[str, Any] | None) -> dict[str, Any]:
+    """What a runner chose: its backend's implicit settings, overridden by what its run.json records."""
+    found = dict(IMPLICIT_OPTIONS.get(backend, {}))
+    found.update({k: v for k, v in (recorded or {}).items() if k in PAIR_SETTINGS})
+    return found
+
+
+def _first_runs(source: ResultSetDir) -> dict[str, dict[str, tuple[str, str, tuple[int, ...]]]]:
+    """input -> output -> (hash, dtype, shape) of each input's first run."""
+    firsts: dict[str, dict[str, tuple[str, str, tuple[int, ...]]]] = {}
+    for rec in source.records():
+        if rec.input not in firsts:
+            firsts[rec.input] = {o.name: (o.hash, o.dtype, o.shape) for o in rec.outputs}
+    return firsts
+
+
+def compare_backends(a: Path, b: Path) -> BackendPair:
+    """The cell over two result sets of one build: `a` (e.g. lite2's), `b` (e.g. rkdet-run-c's)."""
+    sa, sb = ResultSetDir(a), ResultSetDir(b)
+    na, nb = sa.run_info.backend or "A", sb.run_info.backend or "B"
+    opts_a = effective_settings(na, dict(sa.run_info.backend_options or {}))
+    opts_b = effective_settings(nb, dict(sb.run_info.backend_options or {}))
+    settings = tuple(SettingDiff(k, opts_a[k], opts_b[k]) for k in PAIR_SETTINGS
+                     if k in opts_a and k in opts_b and str(opts_a[k]) != str(opts_b[k]))
+    fa, fb = _first_runs(sa), _first_runs(sb)
+    diffs: list[OutputDiff] = []
+    for name in sorted(set(fa) | set(fb)):
+        outs_a, outs_b = fa.get(name, {}), fb.get(name, {})
+        for output in list(outs_a) + [o for o in outs_b if o not in outs_a]:
+            x, y = outs_a.get(output), outs_b.get(output)
+            if x is None or y is None:
+                diffs.append(OutputDiff(name, output, f"missing in {na if x is None else nb}"))
+            elif x[1] != y[1]:
+                diffs.append(OutputDiff(name, output, f"dtype {x[1]} vs {y[1]}"))
+            elif x[2] != y[2]:
+                diffs.append(OutputDiff(name, output, f"shape {list(x[2])} vs {list(y[2])}"))
+            elif x[0] != y[0]:
+                diffs.append(OutputDiff(name, output, "values differ bitwise"))
+    return BackendPair(na, nb, not diffs, tuple(diffs), settings, compared=len(set(fa) & set(fb)))
+
+
+def refused_pair(a: str, b: str, said: str) -> BackendPair:
+    """The cell when backend `b` ran nothing (its runtime refused the model): what it said."""
+    return BackendPair(a, b, False, refused=f"{b} ran nothing: {said}")
+
+
+__all__ = ["BackendPair", "OutputDiff", "PAIR_SCHEMA", "SettingDiff", "compare_backends", "effective_settings",
+           "refused_pair"]
