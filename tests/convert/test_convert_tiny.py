@@ -66,12 +66,21 @@ def test_build_folder_is_complete(first_build):
     assert fed.dtype == np.uint8 and fed.shape == (1, 32, 32, 3)
 
 
-def test_same_inputs_same_fingerprint(first_build, tiny_assets, tmp_path):
+@pytest.fixture(scope="module")
+def verified_again(tiny_assets, tmp_path_factory) -> dict:
+    """A second convert of the shared tiny build's inputs (its own config file and out folder), with --verify:
+    the same-inputs test compares its build with the first, the verify test reads its verify record (one
+    convert for both: the build --verify installs is the convert's own, its rebuild only checks it)."""
     from tiny_models import write_config
 
+    tmp = tmp_path_factory.mktemp("again")
+    cfg = write_config(tmp / "again.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"])
+    return _build(cfg, tmp / "out", "--verify")
+
+
+def test_same_inputs_same_fingerprint(first_build, verified_again):
     build, _ = first_build
-    cfg = write_config(tmp_path / "again.yaml", tiny_assets["onnx"], tiny_assets["cal"], tiny_assets["gold"])
-    again = _build(cfg, tmp_path / "out")
+    again = verified_again
     assert again["fingerprint"] == build["fingerprint"]
     a = json.loads((Path(build["folder"]) / "manifest.json").read_text())
     b = json.loads((Path(again["folder"]) / "manifest.json").read_text())
@@ -126,8 +135,8 @@ def test_force_fp16_builds_float(tiny_assets, tmp_path):
     assert all(t["dtype"].startswith("float") for t in header["outputs"])
 
 
-def test_verify_reports_bytes_and_fingerprint_separately(tiny_config, tmp_path):
-    build = _build(tiny_config(), tmp_path / "out", "--verify")
+def test_verify_reports_bytes_and_fingerprint_separately(verified_again):
+    build = verified_again
     verify = build["verify"]
     assert verify["fingerprint_identical"] is True
     assert verify["simulator_outputs_identical"] is True
