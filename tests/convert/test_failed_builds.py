@@ -121,6 +121,7 @@ def test_a_build_of_another_fingerprint_is_not_replaced_without_force(assets, ti
     again = run_rkdet("convert", "--config", str(first), "--out", str(out), "--json")  # same fingerprint: silent
     assert again.returncode == 0 and json.loads(again.stdout)["builds"][0]["fingerprint"] == fp1, again.stderr[-2000:]
     assert "--force" not in again.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["tiny-rk3588"]  # replaced in place, nothing else left
     refused = run_rkdet("convert", "--config", str(second), "--out", str(out))
     assert refused.returncode == 2, refused.stderr[-3000:]
     lines = [ln for ln in refused.stderr.splitlines() if ln.startswith("rkdet: ")]
