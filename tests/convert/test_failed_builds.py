@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import sys
 import time
@@ -109,16 +110,18 @@ def test_diff_against_a_failed_build_says_so_and_judges_no_decision(failed, tmp_
         assert python_spellings(shown) == [], python_spellings(shown)
 
 
-def test_a_build_of_another_fingerprint_is_not_replaced_without_force(assets, tmp_path):
+def test_a_build_of_another_fingerprint_is_not_replaced_without_force(assets, tiny_build, tmp_path):
     out = tmp_path / "out"
     first = write_config(tmp_path / "a.yaml", assets["onnx"], assets["cal"], assets["gold"])
     second = write_config(tmp_path / "b.yaml", assets["onnx2"], assets["cal"], assets["gold"])
-    proc = run_rkdet("convert", "--config", str(first), "--out", str(out), "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    fp1 = json.loads(proc.stdout)["builds"][0]["fingerprint"]
+    # the first build: the run's shared tiny build (the same model and images as `first`), copied to `out`
+    _, shared = tiny_build
+    shutil.copytree(shared["folder"], out / "tiny-rk3588")
+    fp1 = shared["fingerprint"]
     again = run_rkdet("convert", "--config", str(first), "--out", str(out), "--json")  # same fingerprint: silent
     assert again.returncode == 0 and json.loads(again.stdout)["builds"][0]["fingerprint"] == fp1, again.stderr[-2000:]
     assert "--force" not in again.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["tiny-rk3588"]  # replaced in place, nothing else left
     refused = run_rkdet("convert", "--config", str(second), "--out", str(out))
     assert refused.returncode == 2, refused.stderr[-3000:]
     lines = [ln for ln in refused.stderr.splitlines() if ln.startswith("rkdet: ")]
