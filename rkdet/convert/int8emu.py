@@ -6,8 +6,13 @@ never shows); replaying the simulator's stored outputs answers golden inputs onl
 planted mid-graph. This model computes like the NPU for any input: every tensor the build keeps in
 int8 is rounded to its int8 grid (QuantizeLinear / DequantizeLinear with the toolkit's scale and zero
 point), every tensor it keeps in float16 to float16, and the weights and biases the table lists to
-their per-channel grids (weights asymmetric int8 with a zero point per channel, biases int32).
-It is close to the simulator, not bitwise (docs/EMULATOR.md has the measured distance).
+their per-channel grids (weights asymmetric int8 with a zero point per channel, biases int32), in
+float32 rounding half to even as the toolkit does; a Conv over a channel Concat is split per part as the
+toolkit builds it (`split_concat`). Layer by layer, fed the simulator's own inputs, every op of the
+default model then equals the simulator; over the whole network it is close, not bitwise: the float32
+summation order of a Conv differs, which moves values sitting on a rounding tie by one step, and the
+network amplifies those steps as much as another summation order of this very model does
+(docs/EMULATOR.md has the measured distance and that noise floor).
 
 The table is the toolkit's own (toolkit2_worker.py writes `quantization.json`); the tensor names are
 the ONNX's, so a fault at a named tensor (the runtime double's RKDET_EMU_FAULT_TENSOR) applies to the
@@ -60,6 +65,37 @@ def _int8_params(entry: Mapping[str, Any] | None) -> tuple[float, int] | None:
     return float(scale[0]), int(zero[0]) if zero else 0
 
 
+INT_RANGES = {"int8": (-128, 127), "int16": (-32768, 32767), "int32": (-(2 ** 31), 2 ** 31 - 1)}
+
+
+def on_grid(w: np.ndarray, entry: Mapping[str, Any] | None, axis: int | None) -> np.ndarray | None:
+    """`w` (a weight, `axis` its output-channel axis, or a bias) rounded to the grid `entry` gives it, as
+    float32; None when the entry gives none. Weights are per output channel and asymmetric (rknn-toolkit2
+    2.5.0: scale (max - min) / 255 and a zero point per channel), biases int32 with per-channel scales.
+    Computed as the toolkit computes it, in float32 and rounding half to even: `w / scale` in float64
+    puts a weight at -42.5000016 where float32 gives -42.5, which rounds to -42 (measured on the default
+    model: one weight in model.3 was a step off in float64, every Conv equals the simulator's in float32)."""
+    if not entry:
+        return None
+    w32 = np.asarray(w, np.float32)
+    if entry.get("dtype") == "float16":
+        return w32.astype(np.float16).astype(np.float32)
+    bits = INT_RANGES.get(entry.get("dtype"))
+    scale = np.asarray(entry.get("scale") or [], np.float32)
+    zero = np.asarray(entry.get("zero_point") or [0] * scale.size, np.float32)
+    if bits is None or not scale.size or not (scale > 0).all() or zero.size != scale.size:
+        return None
+    axis = axis if w32.ndim > 1 else 0
+    if axis is None or scale.size not in (1, w32.shape[axis] if w32.ndim else 1):
+        return None
+    shape = [1] * w32.ndim
+    if scale.size > 1:
+        shape[axis] = -1
+    s_, z_ = scale.reshape(shape), zero.reshape(shape)
+    q = np.clip(np.round(w32 / s_) + z_, *bits)  # np.round: half to even
+    return ((q - z_) * s_).astype(np.float32)
+
+
 def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, weights: bool = WEIGHTS) -> Emulation:
     """`onnx_bytes` with every tensor of `table` rounded as the build keeps it (see the module doc);
     `weights`: also round the Conv/Gemm/MatMul weights and biases the table lists to their grids."""
@@ -105,39 +141,78 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
         return half(name + SUFFIX, name) if kind == "float16" else qdq(name + SUFFIX, name, params)
 
     def weight(node: Any) -> None:
-        """Round the node's initializer weight and bias to the grids the table gives them, in place: weights
-        per output channel, asymmetric (rknn-toolkit2 2.5.0: scale (max - min) / 255 and a zero point per
-        channel), biases int32 with their per-channel scales."""
+        """Round the node's initializer weight and bias to the grids the table gives them, in place (`on_grid`)."""
         if not weights or node.op_type not in WEIGHTED:
             return
         for k in (1, 2):
             if len(node.input) <= k or node.input[k] not in inits:
                 continue
             init, entry = inits[node.input[k]], table.get(node.input[k])
-            if not entry:
-                continue
-            w = numpy_helper.to_array(init).astype(np.float64)
-            if entry.get("dtype") == "float16":
-                init.CopyFrom(numpy_helper.from_array(w.astype(np.float16).astype(np.float32), init.name))
+            rounded = on_grid(numpy_helper.to_array(init), entry, WEIGHTED[node.op_type] if k == 1 else 0)
+            if rounded is not None:
+                init.CopyFrom(numpy_helper.from_array(rounded, init.name))
                 counts["weights"] += 1
-                continue
-            bits = {"int8": (-128, 127), "int16": (-32768, 32767), "int32": (-(2 ** 31), 2 ** 31 - 1)}.get(entry.get("dtype"))
-            scale = np.asarray(entry.get("scale") or [], np.float64)
-            zero = np.asarray(entry.get("zero_point") or [0] * scale.size, np.float64)
-            if bits is None or not scale.size or not (scale > 0).all() or zero.size != scale.size:
-                continue
-            axis = WEIGHTED[node.op_type] if k == 1 and w.ndim > 1 else 0
-            if axis is None or scale.size not in (1, w.shape[axis] if w.ndim else 1):
-                continue
-            shape = [1] * w.ndim
-            if scale.size > 1:
-                shape[axis] = -1
-            s_, z_ = scale.reshape(shape), zero.reshape(shape)
-            q = np.clip(np.round(w / s_) + z_, *bits)
-            init.CopyFrom(numpy_helper.from_array(((q - z_) * s_).astype(np.float32), init.name))
-            counts["weights"] += 1
 
     outputs = {o.name for o in graph.output}
+    producers = {out: n for n in graph.node for out in n.output}
+    replaced: set[str] = set()  # initializers of the Convs split_concat replaced
+    taken = set(producers) | set(inits) | {i.name for i in graph.input}
+
+    def split_concat(node: Any) -> list[Any] | None:
+        """A Conv over a channel Concat, as the toolkit builds it when its table has `<part>_conv` entries:
+        one Conv per concatenated part (its slice of the weights on the grid of `<part>_conv_i1`, the
+        bias, `<part>_conv_i2`, on one of them), each part's output `<part>_conv` rounded to its own grid
+        (int8, unless `qmode: replace`: fused into the sum), then their sum, which carries the Conv's
+        output name. Measured on the default model (model.12/cv1, model.15/cv1): the partial Conv over the
+        upsampled input is an int8 tensor of its own in the simulator. None: not such a Conv."""
+        src = producers.get(node.input[0]) if node.op_type == "Conv" and node.input else None
+        if src is None or src.op_type != "Concat" or len(node.input) < 2 or node.input[1] not in inits:
+            return None
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        concat_axis = next((helper.get_attribute_value(a) for a in src.attribute if a.name == "axis"), None)
+        parts = list(src.input)
+        if attrs.get("group", 1) != 1 or concat_axis not in (1, -3) or len(set(parts)) != len(parts):
+            return None
+        entries = [(table.get(f"{p}_conv"), table.get(f"{p}_conv_i1")) for p in parts]
+        clash = any(f"{p}_conv{x}" in taken for p in parts for x in ("", "_i1", "_i2"))
+        if clash or not all(e and w for e, w in entries):
+            return None
+        widths = [int((w.get("shape") or [0, 0])[1]) for _, w in entries]
+        w_all = numpy_helper.to_array(inits[node.input[1]])
+        has_bias = len(node.input) > 2 and bool(node.input[2])
+        biased = [p for p in parts if table.get(f"{p}_conv_i2")]
+        if sum(widths) != w_all.shape[1] or min(widths) <= 0 or len(biased) != (1 if has_bias else 0):
+            return None
+        if has_bias and node.input[2] not in inits:
+            return None
+        made: list[Any] = []
+        partial: list[str] = []
+        start = 0
+        for p, width in zip(parts, widths):
+            w_part = w_all[:, start:start + width]
+            start += width
+            rounded = on_grid(w_part, table[f"{p}_conv_i1"], 0) if weights else None
+            consts.append(numpy_helper.from_array(np.asarray(w_part if rounded is None else rounded, np.float32),
+                                                  f"{p}_conv_i1"))
+            counts["weights"] += rounded is not None
+            inputs = [renamed_inputs.get(p, p), f"{p}_conv_i1"]
+            if p in biased:
+                b = numpy_helper.to_array(inits[node.input[2]])
+                rounded = on_grid(b, table[f"{p}_conv_i2"], 0) if weights else None
+                consts.append(numpy_helper.from_array(np.asarray(b if rounded is None else rounded, np.float32),
+                                                      f"{p}_conv_i2"))
+                counts["weights"] += rounded is not None
+                inputs.append(f"{p}_conv_i2")
+            more = emit(f"{p}_conv", graph_output=False)
+            made.append(helper.make_node("Conv", inputs, [f"{p}_conv{SUFFIX}" if more else f"{p}_conv"],
+                                         name=f"{node.name or node.output[0]}{SUFFIX}_{len(partial)}", **attrs))
+            made += more
+            partial.append(f"{p}_conv")
+        replaced.update(node.input[1:])
+        made.append(helper.make_node("Sum", partial, [node.output[0]],
+                                     name=f"{node.name or node.output[0]}{SUFFIX}_sum"))
+        return made
+
     for i in graph.input:  # the fed input as the NPU takes it: `<input>_int8`
         params = _int8_params(table.get(f"{i.name}_int8")) or _int8_params(table.get(i.name))
         if params is not None and i.name not in inits:
@@ -148,7 +223,12 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
         for k, name in enumerate(node.input):
             if name in renamed_inputs:
                 node.input[k] = renamed_inputs[name]
-        weight(node)
+        split = split_concat(node)
+        if split is not None:  # the Sum carries the Conv's output name: rounded below like the Conv's would be
+            nodes += split[:-1]
+            node = split[-1]
+        else:
+            weight(node)
         extra: list[Any] = []
         for k, name in enumerate(node.output):
             more = emit(name, graph_output=name in outputs)
@@ -156,6 +236,10 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
                 node.output[k] = name + SUFFIX
                 extra += more
         nodes += [node, *extra]
+    read = {name for n in nodes for name in n.input}
+    unused = [i for i in graph.initializer if i.name not in read and i.name in replaced]  # a split Conv's own weights
+    for init in unused:
+        graph.initializer.remove(init)
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(consts)
