@@ -8,10 +8,11 @@ int8 is rounded to its int8 grid (QuantizeLinear / DequantizeLinear with the too
 point), every tensor it keeps in float16 to float16, and the weights and biases the table lists to
 their per-channel grids (weights asymmetric int8 with a zero point per channel, biases int32), in
 float32 rounding half to even as the toolkit does; a Conv over a channel Concat is split per part as the
-toolkit builds it (`split_concat`). Layer by layer, fed the simulator's own inputs, every op of the
-default model then equals the simulator; over the whole network it is close, not bitwise: the float32
-summation order of a Conv differs, which moves values sitting on a rounding tie by one step, and the
-network amplifies those steps as much as another summation order of this very model does
+toolkit builds it, and so is a Conv it follows by an identity "select" Conv (`split_parts`). Layer by
+layer, fed the simulator's own inputs, every op of the default model then equals the simulator, and on
+small models the whole network does, bit for bit; on the default model it is close, not bitwise: the
+float32 summation order of a Conv differs, which moves a value sitting on a rounding tie by one step,
+and this network amplifies such steps as much as another summation order of the emulation itself does
 (docs/EMULATOR.md has the measured distance and that noise floor).
 
 The table is the toolkit's own (toolkit2_worker.py writes `quantization.json`); the tensor names are
@@ -155,50 +156,62 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
 
     outputs = {o.name for o in graph.output}
     producers = {out: n for n in graph.node for out in n.output}
-    replaced: set[str] = set()  # initializers of the Convs split_concat replaced
+    replaced: set[str] = set()  # initializers of the Convs split_parts replaced
     taken = set(producers) | set(inits) | {i.name for i in graph.input}
 
-    def split_concat(node: Any) -> list[Any] | None:
-        """A Conv over a channel Concat, as the toolkit builds it when its table has `<part>_conv` entries:
-        one Conv per concatenated part (its slice of the weights on the grid of `<part>_conv_i1`, the
-        bias, `<part>_conv_i2`, on one of them), each part's output `<part>_conv` rounded to its own grid
-        (int8, unless `qmode: replace`: fused into the sum), then their sum, which carries the Conv's
-        output name. Measured on the default model (model.12/cv1, model.15/cv1): the partial Conv over the
-        upsampled input is an int8 tensor of its own in the simulator. None: not such a Conv."""
-        src = producers.get(node.input[0]) if node.op_type == "Conv" and node.input else None
-        if src is None or src.op_type != "Concat" or len(node.input) < 2 or node.input[1] not in inits:
+    def split_parts(node: Any) -> list[Any] | None:
+        """A Conv whose input the toolkit's table lists as `<part>_conv`, as the toolkit builds it: one Conv
+        per part, its output `<part>_conv` rounded to its own grid (int8, unless `qmode: replace`: fused
+        into the sum), then their sum, which carries the Conv's output name. Parts: the inputs of a channel
+        Concat the Conv reads (each its slice of the weights on the grid of `<part>_conv_i1`, the bias,
+        `<part>_conv_i2`, on one of them), else the Conv's own input when the table also has
+        `<node name>_select_i1` (an identity Conv the toolkit puts behind it; the Conv's own weights and
+        bias). Measured layer by layer against the simulator: the default model's partial Conv over the
+        upsampled input (model.12/cv1, model.15/cv1) and a split head's first Conv (`images_conv`) are
+        int8 tensors of their own. None: not such a Conv."""
+        if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in inits:
             return None
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        concat_axis = next((helper.get_attribute_value(a) for a in src.attribute if a.name == "axis"), None)
-        parts = list(src.input)
-        if attrs.get("group", 1) != 1 or concat_axis not in (1, -3) or len(set(parts)) != len(parts):
+        src = producers.get(node.input[0])
+        concat = src is not None and src.op_type == "Concat" and next(
+            (helper.get_attribute_value(a) for a in src.attribute if a.name == "axis"), None) in (1, -3)
+        own = next((k for k, v in renamed_inputs.items() if v == node.input[0]), node.input[0])  # a graph input
+        parts = list(src.input) if concat else [own]
+        if concat and (attrs.get("group", 1) != 1 or len(set(parts)) != len(parts)):
             return None
-        entries = [(table.get(f"{p}_conv"), table.get(f"{p}_conv_i1")) for p in parts]
-        clash = any(f"{p}_conv{x}" in taken for p in parts for x in ("", "_i1", "_i2"))
-        if clash or not all(e and w for e, w in entries):
+        if not concat and not (node.name and table.get(f"{node.name}_select_i1")):
+            return None  # `<input>_conv` without the select Conv belongs to a Concat this input also feeds
+        if any(f"{p}_conv{x}" in taken for p in parts for x in ("", "_i1", "_i2")):
             return None
-        widths = [int((w.get("shape") or [0, 0])[1]) for _, w in entries]
-        w_all = numpy_helper.to_array(inits[node.input[1]])
         has_bias = len(node.input) > 2 and bool(node.input[2])
-        biased = [p for p in parts if table.get(f"{p}_conv_i2")]
-        if sum(widths) != w_all.shape[1] or min(widths) <= 0 or len(biased) != (1 if has_bias else 0):
-            return None
         if has_bias and node.input[2] not in inits:
+            return None
+        w_all = numpy_helper.to_array(inits[node.input[1]])
+        if concat:
+            grids = [(table.get(f"{p}_conv_i1"), table.get(f"{p}_conv_i2")) for p in parts]
+            widths = [int(((w or {}).get("shape") or [0, 0])[1]) for w, _ in grids]
+            biased = [p for p, (_, b) in zip(parts, grids) if b]
+        else:
+            grids = [(table.get(node.input[1]), table.get(node.input[2]) if has_bias else None)]
+            widths, biased = [int(w_all.shape[1])], parts if has_bias else []
+        if not all(table.get(f"{p}_conv") for p in parts) or not all(w for w, _ in grids):
+            return None
+        if sum(widths) != w_all.shape[1] or min(widths) <= 0 or len(biased) != (1 if has_bias else 0):
             return None
         made: list[Any] = []
         partial: list[str] = []
         start = 0
-        for p, width in zip(parts, widths):
+        for p, width, (w_grid, b_grid) in zip(parts, widths, grids):
             w_part = w_all[:, start:start + width]
             start += width
-            rounded = on_grid(w_part, table[f"{p}_conv_i1"], 0) if weights else None
+            rounded = on_grid(w_part, w_grid, 0) if weights else None
             consts.append(numpy_helper.from_array(np.asarray(w_part if rounded is None else rounded, np.float32),
                                                   f"{p}_conv_i1"))
             counts["weights"] += rounded is not None
             inputs = [renamed_inputs.get(p, p), f"{p}_conv_i1"]
             if p in biased:
                 b = numpy_helper.to_array(inits[node.input[2]])
-                rounded = on_grid(b, table[f"{p}_conv_i2"], 0) if weights else None
+                rounded = on_grid(b, b_grid, 0) if weights else None
                 consts.append(numpy_helper.from_array(np.asarray(b if rounded is None else rounded, np.float32),
                                                       f"{p}_conv_i2"))
                 counts["weights"] += rounded is not None
@@ -223,7 +236,7 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
         for k, name in enumerate(node.input):
             if name in renamed_inputs:
                 node.input[k] = renamed_inputs[name]
-        split = split_concat(node)
+        split = split_parts(node)
         if split is not None:  # the Sum carries the Conv's output name: rounded below like the Conv's would be
             nodes += split[:-1]
             node = split[-1]

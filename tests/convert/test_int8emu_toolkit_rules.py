@@ -1,7 +1,9 @@
 """The INT8 emulation follows the toolkit where it departs from a plain fake-quantization (each rule
 measured layer by layer against rknn-toolkit2 2.5.0's simulator on the default model, docs/EMULATOR.md):
 weights rounded in float32, half to even; a Conv over a channel Concat split into one Conv per part, the
-part over an int8 `<part>_conv` tensor rounded on its own grid before the sum. Tiny models, no toolkit."""
+part over an int8 `<part>_conv` tensor rounded on its own grid before the sum; a Conv the toolkit follows by
+an identity "select" Conv (a split head's first Conv) rounded on its `<input>_conv` grid. Tiny models, no
+toolkit."""
 
 from __future__ import annotations
 
@@ -100,3 +102,33 @@ def test_a_conv_over_a_concat_without_the_toolkits_parts_stays_whole() -> None:
     model = onnx.load_from_string(int8emu.fake_quantize(_model(), table).onnx_bytes)
     assert [n.op_type for n in model.graph.node if n.op_type in ("Conv", "Sum")] == ["Conv"]
     assert "a_conv" not in {o for n in model.graph.node for o in n.output}
+
+
+def _first_conv() -> bytes:
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W", "B"], ["y"], name="conv0", kernel_shape=[1, 1])], "first_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+
+
+FIRST = {"x_conv": {"dtype": "int8", "scale": [A_SCALE], "zero_point": [A_ZERO]},  # as a split head's `images_conv`
+         "conv0_select_i1": {"dtype": "int8", "scale": [1 / 255] * 4, "zero_point": [-128] * 4, "shape": [4, 1, 1, 1]},
+         "W": _channel(W, 4), "B": {"dtype": "int32", "scale": [1e-4] * 4, "zero_point": [0] * 4}}
+
+
+def test_a_conv_the_toolkit_follows_by_a_select_conv_is_rounded_on_its_own_grid() -> None:
+    import onnxruntime as ort
+
+    x = RNG.normal(0, 1, (1, 5, 4, 4)).astype(np.float32)
+    got = ort.InferenceSession(int8emu.fake_quantize(_first_conv(), FIRST).onnx_bytes,
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    w, bias = int8emu.on_grid(W, FIRST["W"], 0), int8emu.on_grid(B, FIRST["B"], 0)
+    plain = np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x) + bias.reshape(1, -1, 1, 1)
+    assert np.allclose(got, _q(plain, A_SCALE, A_ZERO), atol=A_SCALE * 1e-3)
+    assert not np.allclose(got, plain, atol=A_SCALE * 1e-3)
+    # without the select Conv, `x_conv` is a Concat part's (the input feeds one elsewhere): the Conv stays whole
+    alone = {k: v for k, v in FIRST.items() if k != "conv0_select_i1"}
+    model = onnx.load_from_string(int8emu.fake_quantize(_first_conv(), alone).onnx_bytes)
+    assert "x_conv" not in {o for n in model.graph.node for o in n.output}
