@@ -8,7 +8,8 @@ int8 is rounded to its int8 grid (QuantizeLinear / DequantizeLinear with the too
 point), every tensor it keeps in float16 to float16, and the weights and biases the table lists to
 their per-channel grids (weights asymmetric int8 with a zero point per channel, biases int32), in
 float32 rounding half to even as the toolkit does; a Conv over a channel Concat is split per part as the
-toolkit builds it, and so is a Conv it follows by an identity "select" Conv (`split_parts`). Layer by
+toolkit builds it, and so is a Conv it follows by an identity "select" Conv (`split_parts`); a hybrid
+build's conversions between int8 and float16 layers are rounded for the readers (`emit`). Layer by
 layer, fed the simulator's own inputs, every op of the default model then equals the simulator, and on
 small models the whole network does, bit for bit; on the default model it is close, not bitwise: the
 float32 summation order of a Conv differs, which moves a value sitting on a rounding tie by one step,
@@ -134,12 +135,22 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
         return ("int8", params) if params else None
 
     def emit(name: str, *, graph_output: bool) -> list[Any]:
-        """Nodes rounding tensor `name` (renamed `name + SUFFIX` at its producer), or [] when kept as is."""
+        """Nodes rounding tensor `name` (renamed `name + SUFFIX` at its producer), or [] when kept as is.
+        A hybrid build converts a tensor between an int8 and a float16 layer (`<name>__float16`,
+        `<name>__int8` in its table): its readers get it rounded as it is kept, then converted so."""
         how = rounding(name, graph_output=graph_output)
-        if how is None:
-            return []
-        kind, params = how
-        return half(name + SUFFIX, name) if kind == "float16" else qdq(name + SUFFIX, name, params)
+        twin = None if graph_output else (
+            ("float16", None) if (table.get(f"{name}__float16") or {}).get("dtype") == "float16"
+            else ("int8", _int8_params(table.get(f"{name}__int8"))) if _int8_params(table.get(f"{name}__int8"))
+            else None)
+        steps = [step for step in (how, twin) if step is not None]
+        made: list[Any] = []
+        source = name + SUFFIX
+        for k, (kind, params) in enumerate(steps):
+            target = name if k == len(steps) - 1 else f"{name}{SUFFIX}_kept"
+            made += half(source, target) if kind == "float16" else qdq(source, target, params)
+            source = target
+        return made
 
     def weight(node: Any) -> None:
         """Round the node's initializer weight and bias to the grids the table gives them, in place (`on_grid`)."""

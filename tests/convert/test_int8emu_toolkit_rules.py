@@ -2,8 +2,8 @@
 measured layer by layer against rknn-toolkit2 2.5.0's simulator on the default model, docs/EMULATOR.md):
 weights rounded in float32, half to even; a Conv over a channel Concat split into one Conv per part, the
 part over an int8 `<part>_conv` tensor rounded on its own grid before the sum; a Conv the toolkit follows by
-an identity "select" Conv (a split head's first Conv) rounded on its `<input>_conv` grid. Tiny models, no
-toolkit."""
+an identity "select" Conv (a split head's first Conv) rounded on its `<input>_conv` grid; a hybrid build's
+int8 <-> float16 conversions rounded for their readers. Tiny models, no toolkit."""
 
 from __future__ import annotations
 
@@ -132,3 +132,31 @@ def test_a_conv_the_toolkit_follows_by_a_select_conv_is_rounded_on_its_own_grid(
     alone = {k: v for k, v in FIRST.items() if k != "conv0_select_i1"}
     model = onnx.load_from_string(int8emu.fake_quantize(_first_conv(), alone).onnx_bytes)
     assert "x_conv" not in {o for n in model.graph.node for o in n.output}
+
+
+def test_a_hybrid_builds_conversions_between_int8_and_float16_layers() -> None:
+    # measured: a chain built with one float16 layer (quantize.float_layers) was 3 LSB off the simulator
+    # until the readers of its int8 -> float16 -> int8 conversions (`c__float16`, `r__int8`) got them so
+    import onnxruntime as ort
+
+    scale = 0.006316714193306717  # float16 holds no multiple of it exactly
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+         helper.make_node("Identity", ["r"], ["y"])], "hybrid",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+    grid = {"dtype": "int8", "scale": [scale], "zero_point": [-128]}
+    table = {"c": grid, "c__float16": {**grid, "dtype": "float16"}, "r": {**grid, "dtype": "float16"}, "r__int8": grid}
+    x = np.linspace(0.01, 1.5, 64, dtype=np.float32).reshape(1, 64)
+
+    def steps(t: dict) -> np.ndarray:
+        y = ort.InferenceSession(int8emu.fake_quantize(model, t).onnx_bytes,
+                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        return y.astype(np.float64) / scale
+
+    on_grid = steps(table)
+    assert np.abs(on_grid - np.round(on_grid)).max() < 1e-4  # read as int8 after the float16 layer
+    assert np.allclose(on_grid * scale, _q(x, scale, -128), atol=scale * 1e-3)
+    halved = steps({k: v for k, v in table.items() if k != "r__int8"})
+    assert np.abs(halved - np.round(halved)).max() > 1e-3  # float16 values, off the grid
