@@ -70,8 +70,8 @@ def demo_config(config_path: Path | None, data: Path | None) -> Path:
 @click.option("--compute", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True,
               help="What the emulated runtime computes: fp32 (TEST CONTROL), the prepared FP32 ONNX, judged "
                    "bitwise against the build's onnx-fp32 golden; int8, the build's INT8 emulation (the emulated "
-                   "NPU), judged against the simulator (docs/EMULATOR.md: on the default model not yet within "
-                   "its bitwise tolerance, so the verdict is NO with the distance).")
+                   "NPU), judged against the simulator (docs/EMULATOR.md: on the default model as close as its float32 "
+                   "noise floor allows, not within its bitwise tolerance, so the verdict is NO with the distance).")
 def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, out: Path, soc: str | None, sysfs: str,
                  repeats: int | None, compute: str) -> None:
     """Convert the default model, deploy it to an emulated board, print the verdict.
