@@ -9,12 +9,12 @@ point), every tensor it keeps in float16 to float16, and the weights and biases 
 their per-channel grids (weights asymmetric int8 with a zero point per channel, biases int32), in
 float32 rounding half to even as the toolkit does; a Conv over a channel Concat is split per part as the
 toolkit builds it, and so is a Conv it follows by an identity "select" Conv (`split_parts`); a hybrid
-build's conversions between int8 and float16 layers are rounded for the readers (`emit`). Layer by
-layer, fed the simulator's own inputs, every op of the default model then equals the simulator, and on
-small models the whole network does, bit for bit; on the default model it is close, not bitwise: the
-float32 summation order of a Conv differs, which moves a value sitting on a rounding tie by one step,
-and this network amplifies such steps as much as another summation order of the emulation itself does
-(docs/EMULATOR.md has the measured distance and that noise floor).
+build's conversions between int8 and float16 layers are rounded for the readers (`emit`); a Sigmoid is
+computed as 1 / (1 + exp(-x)) (`sigmoid`). Each rule was found layer by layer against the simulator's
+own tensors; with them small models equal the simulator bit for bit and the default model nearly so
+(docs/EMULATOR.md has the measured distance, and the noise floor of a model that amplifies a single
+rounding step: without the Sigmoid rule the default model was as far from the simulator as two float32
+summation orders of the emulation are from each other).
 
 The table is the toolkit's own (toolkit2_worker.py writes `quantization.json`); the tensor names are
 the ONNX's, so a fault at a named tensor (the runtime double's RKDET_EMU_FAULT_TENSOR) applies to the
@@ -98,9 +98,11 @@ def on_grid(w: np.ndarray, entry: Mapping[str, Any] | None, axis: int | None) ->
     return ((q - z_) * s_).astype(np.float32)
 
 
-def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, weights: bool = WEIGHTS) -> Emulation:
+def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, weights: bool = WEIGHTS,
+                  sigmoid_as_exp: bool = True) -> Emulation:
     """`onnx_bytes` with every tensor of `table` rounded as the build keeps it (see the module doc);
-    `weights`: also round the Conv/Gemm/MatMul weights and biases the table lists to their grids."""
+    `weights`: also round the Conv/Gemm/MatMul weights and biases the table lists to their grids;
+    `sigmoid_as_exp`: Sigmoid computed as 1 / (1 + exp(-x)) (`sigmoid`; off: a control, onnxruntime's kernel)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -237,6 +239,19 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
                                      name=f"{node.name or node.output[0]}{SUFFIX}_sum"))
         return made
 
+    def sigmoid(node: Any) -> list[Any]:
+        """Sigmoid as Reciprocal(1 + Exp(-x)), the float32 steps the simulator's results follow: fed its own
+        Conv outputs, the default model's Swish outputs (x * Sigmoid(x), rounded to int8) equal the
+        simulator's in all but 1 of 10M elements over 3 pages, onnxruntime's Sigmoid kernel (a rational
+        approximation) in all but 11; each such element is a value on a rounding tie that then spreads."""
+        x, out = node.input[0], node.output[0]
+        one, neg, exp, den = (f"{out}{SUFFIX}_{k}" for k in ("one", "neg", "exp", "den"))
+        consts.append(helper.make_tensor(one, TensorProto.FLOAT, [], [1.0]))
+        more = emit(out, graph_output=out in outputs)
+        return [helper.make_node("Neg", [x], [neg]), helper.make_node("Exp", [neg], [exp]),
+                helper.make_node("Add", [exp, one], [den]),
+                helper.make_node("Reciprocal", [den], [out + SUFFIX if more else out]), *more]
+
     for i in graph.input:  # the fed input as the NPU takes it: `<input>_int8`
         params = _int8_params(table.get(f"{i.name}_int8")) or _int8_params(table.get(i.name))
         if params is not None and i.name not in inits:
@@ -247,6 +262,9 @@ def fake_quantize(onnx_bytes: bytes, table: Mapping[str, Mapping[str, Any]], *, 
         for k, name in enumerate(node.input):
             if name in renamed_inputs:
                 node.input[k] = renamed_inputs[name]
+        if node.op_type == "Sigmoid" and sigmoid_as_exp:
+            nodes += sigmoid(node)
+            continue
         split = split_parts(node)
         if split is not None:  # the Sum carries the Conv's output name: rounded below like the Conv's would be
             nodes += split[:-1]

@@ -3,7 +3,8 @@ measured layer by layer against rknn-toolkit2 2.5.0's simulator on the default m
 weights rounded in float32, half to even; a Conv over a channel Concat split into one Conv per part, the
 part over an int8 `<part>_conv` tensor rounded on its own grid before the sum; a Conv the toolkit follows by
 an identity "select" Conv (a split head's first Conv) rounded on its `<input>_conv` grid; a hybrid build's
-int8 <-> float16 conversions rounded for their readers. Tiny models, no toolkit."""
+int8 <-> float16 conversions rounded for their readers; Sigmoid as 1 / (1 + exp(-x)). Tiny models, no
+toolkit."""
 
 from __future__ import annotations
 
@@ -160,3 +161,29 @@ def test_a_hybrid_builds_conversions_between_int8_and_float16_layers() -> None:
     assert np.allclose(on_grid * scale, _q(x, scale, -128), atol=scale * 1e-3)
     halved = steps({k: v for k, v in table.items() if k != "r__int8"})
     assert np.abs(halved - np.round(halved)).max() > 1e-3  # float16 values, off the grid
+
+
+# measured on the default model: (Swish input, its output's int8 scale and zero point, the simulator's value)
+# for elements on a rounding tie, where onnxruntime's Sigmoid kernel rounds one step the other way
+SWISH_TIES = [(0.47088307, 0.03051286491693235, -119, -109), (-2.6005476, 0.03993467536627077, -121, -126),
+              (8.600417, 0.25668164141037886, -127, -93), (-3.981133, 0.029177722860785092, -118, -121),
+              (-1.5744789, 0.021611777590770348, -115, -128), (1.7219503, 0.05962726099818361, -123, -99)]
+
+
+def test_sigmoid_is_computed_as_the_simulator_computes_it() -> None:
+    import onnxruntime as ort
+
+    from rkdet.onboard.reference import session_options
+
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])], "swish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+    for x, scale, zero, simulator in SWISH_TIES:
+        table = {"y": {"dtype": "int8", "scale": [scale], "zero_point": [zero]}}
+        emulation = int8emu.fake_quantize(model, table).onnx_bytes
+        assert "Sigmoid" not in {n.op_type for n in onnx.load_from_string(emulation).graph.node}
+        session = ort.InferenceSession(emulation, session_options(ort), providers=["CPUExecutionProvider"])
+        y = session.run(None, {"x": np.full((1, 64), x, np.float32)})[0]  # 64 wide: the vectorised path
+        assert set((np.round(y.astype(np.float64) / scale) + zero).ravel().tolist()) == {simulator}, (x, y[0, 0])
