@@ -3,7 +3,10 @@
 For each build folder given: on its golden inputs, per output, the max distance in LSB (the output's int8
 step from the manifest), the min cosine, and the detections that agree (rkdet's decision gate, the
 simulator standing where FP32 usually stands); the same for the FP32 ONNX, the emulated board's previous
-computation, as a control. Writes a Markdown table (docs/EMULATOR.md quotes it).
+computation, as a control; and the noise floor: the INT8 emulation computed with another float32 summation
+order (onnxruntime's NCHWc Conv kernels, graph optimization "all") against itself as the emulated board
+computes it (the reference session's "extended"): how far two computations of one INT8 model lie apart
+when only the order of their float32 sums differs. Writes a Markdown table (docs/EMULATOR.md quotes it).
 
     .venv/bin/python bench/int8emu_distance.py BUILD [BUILD ...] --out bench/results/int8emu.md
 """
@@ -19,16 +22,17 @@ import numpy as np
 from rkdet.config import FidelitySection
 from rkdet.convert import fidelity, int8emu
 from rkdet.diff.resultset import quant_steps
-from rkdet.onboard.reference import fp32_input
+from rkdet.onboard.reference import REFERENCE_GRAPH_OPT, fp32_input, session_options
 from rkdet.records.manifest import read_manifest
 
 
-def _outputs(onnx_bytes: bytes, inputs: dict[str, np.ndarray], mean, std) -> dict[str, dict[str, np.ndarray]]:
+def _outputs(onnx_bytes: bytes, inputs: dict[str, np.ndarray], mean, std,
+             graph_opt: str = REFERENCE_GRAPH_OPT) -> dict[str, dict[str, np.ndarray]]:
+    """Each input's outputs, computed as the emulated board's runtime double computes (its session options)."""
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    session = ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(onnx_bytes, session_options(ort, graph_opt=graph_opt),
+                                   providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return {k: dict(zip(names, session.run(None, {session.get_inputs()[0].name: fp32_input(x, mean, std)})))
             for k, x in inputs.items()}
@@ -51,18 +55,23 @@ def measure(build: Path) -> list[str]:
     names = tuple(o.name for o in doc.inputs.onnx_prepared.outputs)
     shapes = doc.output_shapes
     rows = []
-    for label, path in (("INT8 emulation", build / int8emu.FILE), ("FP32 ONNX (control)", build / "model.onnx")):
-        got = _outputs(path.read_bytes(), inputs, fed.mean, fed.std)
-        report = fidelity.measure(got, sim, names, shapes, doc.inputs.onnx_prepared.prepare, FidelitySection(),
+    emulation = (build / int8emu.FILE).read_bytes()
+    int8 = _outputs(emulation, inputs, fed.mean, fed.std)
+    runs = (("INT8 emulation", int8, sim),
+            ("FP32 ONNX (control)", _outputs((build / "model.onnx").read_bytes(), inputs, fed.mean, fed.std), sim),
+            ("noise floor: INT8 emulation, NCHWc sums, vs itself",
+             _outputs(emulation, inputs, fed.mean, fed.std, "all"), int8))
+    for label, got, ref in runs:
+        report = fidelity.measure(got, ref, names, shapes, doc.inputs.onnx_prepared.prepare, FidelitySection(),
                                   input_hw=tuple(doc.inputs.onnx_prepared.input_shape_nchw[2:]))
         per_input = (report.decision or {}).get("inputs") or {}
         agreed = (f"{sum(v['agree'] for v in per_input.values())}/{sum(v['detections'] for v in per_input.values())}"
                   if per_input else "n/a (no decoder for these outputs)")
         for out in names:
             step = steps.get(out)
-            lsb = max(float(np.abs(got[k][out].astype(np.float64) - sim[k][out].astype(np.float64)).max()) for k in sim)
-            cos = min(_cos(got[k][out], sim[k][out]) for k in sim)
-            exact = np.mean([np.mean(got[k][out] == sim[k][out]) for k in sim])
+            lsb = max(float(np.abs(got[k][out].astype(np.float64) - ref[k][out].astype(np.float64)).max()) for k in sim)
+            cos = min(_cos(got[k][out], ref[k][out]) for k in sim)
+            exact = np.mean([np.mean(got[k][out] == ref[k][out]) for k in sim])
             rows.append(f"| {build.name} | {label} | {out} | {lsb / step:.1f} | {cos:.5f} | {exact:.3f} | {agreed} |"
                         if step else f"| {build.name} | {label} | {out} | (float, max abs {lsb:.4g}) | {cos:.5f} | "
                                      f"{exact:.3f} | {agreed} |")

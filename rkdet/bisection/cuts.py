@@ -99,9 +99,11 @@ class CutBuilder:
     def _int8_cut(self, folder: Path, own: dict | None) -> None:
         """`folder/model.int8emu.onnx`: the cut model (folder/model.onnx) fake-quantized with the full build's
         table (rkdet.convert.int8emu) plus the cut's own int8 copies behind its outputs (cut_worker's
-        `own_params`), what the emulated NPU runs for this cut. Nothing when the build has no table."""
+        `own_params`), what the emulated NPU runs for this cut. Nothing when the build has no table. Made
+        again for a cached cut too (it costs no toolkit run), so a cut cached by an older rkdet is computed
+        with this rkdet's emulation, as the full build's model is; written only when it changed."""
         table_path = self.build / int8emu.TABLE
-        if not table_path.is_file() or (folder / int8emu.FILE).is_file():
+        if not table_path.is_file():
             return
         table = {**read_json_object(table_path), **(own or {})}  # bounded: a build folder is input
         try:
@@ -109,7 +111,9 @@ class CutBuilder:
         except Exception as exc:  # a crafted or damaged table: one line, never a traceback
             raise InputError(f"{table_path}: not a quantization table rkdet can apply to the cut model "
                              f"({exc.__class__.__name__}: {str(exc)[:200]}); re-run rkdet convert") from None
-        write_atomic(str(folder / int8emu.FILE), emulation.onnx_bytes)
+        target = folder / int8emu.FILE
+        if not target.is_file() or target.read_bytes() != emulation.onnx_bytes:
+            write_atomic(str(target), emulation.onnx_bytes)
 
     def get(self, point: CutPoint) -> CutModel:
         folder = self.root / cut_key(point)

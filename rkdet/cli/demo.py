@@ -67,11 +67,11 @@ def demo_config(config_path: Path | None, data: Path | None) -> Path:
 @click.option("--soc", default=None, help="Emulated SoC (default: the config's first platform).")
 @click.option("--sysfs", type=click.Choice(["auto", "fuse", "plain"]), default="auto", show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=None, help="Override run.repeats.")
-@click.option("--compute", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True,
-              help="What the emulated runtime computes: fp32 (TEST CONTROL), the prepared FP32 ONNX, judged "
-                   "bitwise against the build's onnx-fp32 golden; int8, the build's INT8 emulation (the emulated "
-                   "NPU), judged against the simulator (docs/EMULATOR.md: on the default model not yet within "
-                   "its bitwise tolerance, so the verdict is NO with the distance).")
+@click.option("--compute", type=click.Choice(["int8", "fp32"]), default="int8", show_default=True,
+              help="What the emulated runtime computes: int8, the build's INT8 emulation (the emulated NPU), "
+                   "judged against the simulator with the config's tolerance (on the default model's golden "
+                   "pages bit-identical to it, docs/EMULATOR.md); fp32 (TEST CONTROL), the prepared FP32 ONNX, "
+                   "judged bitwise against the build's onnx-fp32 golden.")
 def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, out: Path, soc: str | None, sysfs: str,
                  repeats: int | None, compute: str) -> None:
     """Convert the default model, deploy it to an emulated board, print the verdict.
@@ -105,7 +105,7 @@ def demo_command(config_path: Path | None, data: Path | None, build_dir: Path, o
         backend = board.sysfs.backend if board.sysfs is not None else "plain"
         console.log(f"emulated {soc} board on {board.target} (sysfs: {backend}); its runtime computes "
                     + ("the build's INT8 emulation (the emulated NPU)" if compute == "int8"
-                       else "the FP32 ONNX (TEST CONTROL; --compute int8 for the emulated NPU)"))
+                       else "the FP32 ONNX (TEST CONTROL; without --compute fp32 it computes the emulated NPU)"))
         with open_connection(ConnectionOptions(board.target, board.user, identity=board.identity_file,
                                                known_hosts=board.known_hosts_file,
                                                ssh_config=Path("/dev/null"))) as conn:
