@@ -95,6 +95,18 @@ def runner_source() -> Path:
     return Path(__file__).resolve().parent.parent / "onboard" / "c" / "rkdet_run_c.c"
 
 
+RUNNER_INCLUDES = ("rkdet_sha256.h",)  # rkdet's own headers the runner includes from beside its source
+
+
+def runner_source_sha256() -> str:
+    """sha256 of the runner's source and of rkdet's headers it includes: a change to either rebuilds it."""
+    source = runner_source()
+    digest = hashlib.sha256(source.read_bytes())
+    for name in RUNNER_INCLUDES:
+        digest.update(b"\0" + name.encode() + b"\0" + (source.parent / name).read_bytes())
+    return digest.hexdigest()
+
+
 def _one(found: list[Path], what: str, sdk: Path, arch: str) -> Path:
     if not found:
         raise InputError(f"{sdk}: no {what} found; {SDK_HINT}")
@@ -139,7 +151,7 @@ def _sha256(path: Path) -> str:
 def build_key(header: Path, arch: str, runtime_version: str | None = None) -> tuple[str, str, str]:
     """(key, header sha256, source sha256): what a built runner is cached and found by (the runtime version
     its SDK's library carries too: what preflight compares with the board's)."""
-    header_sha, source_sha = _sha256(header), _sha256(runner_source())
+    header_sha, source_sha = _sha256(header), runner_source_sha256()
     key = hashlib.sha256(f"{header_sha}|{arch}|{source_sha}|{runtime_version}".encode()).hexdigest()[:24]
     return key, header_sha, source_sha
 

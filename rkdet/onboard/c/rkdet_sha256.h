@@ -2,8 +2,7 @@
  *
  * Why our own: the board's C apps must compute THE output hash and THE record hash
  * (docs/FORMATS.md, docs/AUDIT.md: both sha256) with no library the board may lack; the test
- * suite checks it against Python's hashlib. rkdet_run_c.c still carries an identical copy
- * (to be switched to this header). */
+ * suite checks it against Python's hashlib. rkdet_run_c.c and rkdet_audit.c both include it. */
 #ifndef RKDET_SHA256_H
 #define RKDET_SHA256_H
 
