@@ -9,7 +9,7 @@ that also hands out its current FileTransfer. `rkdet.link.ssh.BoardConnection` i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from rkdet.errors import BoardError
@@ -38,6 +38,12 @@ class FileTransfer(Protocol):
     def get(self, remote: str, size: int, sink: Callable[[bytes], None], advance: Callable[[int], None]) -> None:
         """Stream the remote file `remote` (declared `size` bytes) into `sink`; BoardError on failure
         (and whatever `sink` raises, unchanged)."""
+        ...
+
+    def place(self, moves: Sequence[tuple[str, str, int]]) -> bool:
+        """chmod each already verified temp file to its mode and rename it onto its final path
+        (temp, final, mode) without starting a process on the board; False, having done nothing,
+        when this transfer cannot (the caller then runs its shell script); BoardError when a step fails."""
         ...
 
 
@@ -82,6 +88,9 @@ class ExecFiles:
         if rc != 0:
             raise BoardError(f"{self._conn.target.label}: download of {remote!r} failed: "
                              f"{err.decode('utf-8', 'replace').strip()[-200:]!r}")
+
+    def place(self, moves: Sequence[tuple[str, str, int]]) -> bool:
+        return False  # no call without a process: the push's commit script does it
 
 
 __all__ = ["BoardLink", "ExecFiles", "FileTransfer", "Readable"]

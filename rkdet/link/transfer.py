@@ -49,7 +49,7 @@ _DIGEST = ('o=; digest() { if [ -z "$o" ]; then o=0; e=$(openssl dgst -sha256 -r
            '[ "${e%% *}" = ' + hashlib.sha256(b"").hexdigest() + ' ] && o=1; fi; '
            'if [ "$o" = 1 ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; ')
 # one line per argument, in order: "<sha256>" or "-" when the file does not exist
-_HASHES = (_DIGEST + 'while [ "$1" != -- ]; do mkdir -p "$1" || exit 3; shift; done; shift; '
+_HASHES = (_DIGEST + 'while [ "$1" != -- ]; do [ -d "$1" ] || mkdir -p "$1" || exit 3; shift; done; shift; '
            'for f do if [ -f "$f" ]; then h=$(digest < "$f") || exit 4; echo "${h%% *}"; else echo -; fi; done')
 # args: quadruples tmp final mode sha; verify each temp file's hash on the board (the board's hash of
 # what it wrote, re-read from its page cache; sha "-": already verified while it streamed, see
@@ -202,7 +202,10 @@ def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -
         pending += [tmp, target, mode, "-" if streamed else f.sha.hexdigest()]
         stats.files_sent += 1
         stats.bytes_sent += size
-    if pending:
+    # all verified while they streamed: chmod + rename through the SFTP server when it is there (no
+    # process on the board); anything else, or no SFTP: the commit script (re-hash, chmod, mv)
+    moves = [(pending[i], pending[i + 1], int(pending[i + 2], 8)) for i in range(0, len(pending), 4)]
+    if pending and not (all(sha == "-" for sha in pending[3::4]) and _place(conn, moves)):
         res = conn.run(["sh", "-c", _COMMIT, "sh", *pending], check=False)
         if res.rc != 0:
             bad = res.err.strip().splitlines()
@@ -210,6 +213,16 @@ def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -
                              f"renamed into place (sha256 mismatch on the board); retry the push")
     stats.seconds = time.monotonic() - start
     return stats
+
+
+def _place(conn: BoardLink, moves: Sequence[tuple[str, str, int]]) -> bool:
+    """`FileTransfer.place` of verified temp files; on failure the temp files not yet renamed are removed."""
+    try:
+        return conn.files().place(moves)
+    except BoardError:
+        with suppress(BoardError):
+            conn.run(["rm", "-f", *(tmp for tmp, _, _ in moves)], check=False)
+        raise
 
 
 def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: str,

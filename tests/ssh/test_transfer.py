@@ -135,11 +135,27 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
     assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
     assert conn.run(["stat", "-c", "%a", target]).out.strip() == "640"
-    # the bytes went through the receiving pipeline once, and the rename step was told not to re-hash
+    # the bytes went through the receiving pipeline once; verified there, the file was chmodded and
+    # renamed through the SFTP server: no commit script (re-hash, chmod, mv) ran
     assert sum('tee "$1"' in c for c in seen) == 1
-    assert [c.rsplit(" ", 1)[1] for c in seen if "chmod" in c] == ["-"]
+    assert len(seen) == 2 and not any("chmod" in c for c in seen)
     assert ".tmp" not in conn.run(["find", remote_tmp]).out
     assert push(conn, big, target).files_skipped == 1
+
+
+def test_a_streamed_file_that_cannot_be_renamed_into_place_is_one_line_and_leaves_no_temp(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
+    """The SFTP rename (rename(2)) refuses to replace a folder where `mv -f` would have moved the
+    file into it; the push says so in one line and removes its temp file."""
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES))
+    target = f"{remote_tmp}/in-the-way/model.rknn"
+    conn.run(["mkdir", "-p", f"{target}/keep"])
+    with pytest.raises(BoardError, match=r"model.rknn could not be renamed into place") as info:
+        push(conn, big, target)
+    assert info.value.exit_code == EXIT_BOARD and len(str(info.value).splitlines()) == 1
+    assert conn.run(["find", f"{remote_tmp}/in-the-way"]).out.split() == [
+        f"{remote_tmp}/in-the-way", target, f"{target}/keep"]
 
 
 def test_a_byte_changed_in_transit_is_caught_and_nothing_lands(conn: BoardConnection, remote_tmp: str,
@@ -269,3 +285,29 @@ def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: st
         assert len(received) == 1 and received[0].endswith(f" {tool}")
         assert _board_sha(c, f"{dest}/b.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
         c.run(["rm", "-rf", dest])
+
+
+def test_an_sftp_server_not_known_to_rename_falls_back_to_the_commit_script(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only OpenSSH's sftp-server (it answers limits@openssh.com) is trusted with posix-rename; any
+    other SFTP server leaves chmod + rename to the shell commit script, with the same result."""
+    from rkdet.link import sftp
+
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
+    big.chmod(0o600)
+    monkeypatch.setattr(sftp, "_facts", lambda client: (32768, False))
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    target = f"{remote_tmp}/plain-sftp/model.rknn"
+    push(conn, big, target)
+    monkeypatch.undo()
+    assert [c.rsplit(" ", 1)[1] for c in seen if "chmod" in c] == ["-"]  # verified while streamed: no re-hash
+    assert conn.run(["stat", "-c", "%a", target]).out.strip() == "600"
+    assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
