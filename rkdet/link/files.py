@@ -40,6 +40,12 @@ class FileTransfer(Protocol):
         (and whatever `sink` raises, unchanged)."""
         ...
 
+    def entry(self, remote: str) -> tuple[str, int] | None:
+        """What is at `remote`, not following a link, asked without starting a process on the board:
+        ("f", size) a regular file, ("d", 0) a folder, ("-", 0) nothing; None when this transfer
+        cannot ask so cheaply or it is anything else (the caller's shell script then decides)."""
+        ...
+
     def place(self, moves: Sequence[tuple[str, str, int]]) -> bool:
         """chmod each already verified temp file to its mode and rename it onto its final path
         (temp, final, mode) without starting a process on the board; False, having done nothing,
@@ -88,6 +94,9 @@ class ExecFiles:
         if rc != 0:
             raise BoardError(f"{self._conn.target.label}: download of {remote!r} failed: "
                              f"{err.decode('utf-8', 'replace').strip()[-200:]!r}")
+
+    def entry(self, remote: str) -> tuple[str, int] | None:
+        return None  # every question is a process: the callers' scripts ask several at once
 
     def place(self, moves: Sequence[tuple[str, str, int]]) -> bool:
         return False  # no call without a process: the push's commit script does it

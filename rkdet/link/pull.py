@@ -8,7 +8,9 @@ O_NOFOLLOW|O_EXCL); sizes are checked against the caps of `Limits` and the host'
 before a byte is written, and a file that sends more than it declared is cut off. Everything
 lands in a fresh temporary folder next to the destination, renamed into place only once every
 file matched the board's sha256, so a refusal leaves nothing behind. SFTP answers are bounded by
-`Timeouts.sftp` (a stalled server fails; the connection then falls back to the exec path). Files
+`Timeouts.sftp` (a stalled server fails; the connection then falls back to the exec path). A
+single file's kind and size come from one SFTP lstat when the board serves SFTP (no shell round
+trip; a link or anything but a file or folder goes to the shell's check as before). Files
 of 4 MiB and more always come through `cat` on an exec channel (paramiko's SFTP prefetch costs
 ~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest.
 """
@@ -189,7 +191,8 @@ def pull(conn: BoardLink, remote: str, local: Path, *, progress: bool = False) -
     start = time.monotonic()
     remote = conn.abspath(remote)
     local = Path(local)
-    kind = conn.run(["sh", "-c", _KIND, "sh", remote]).out.strip()
+    found = conn.files().entry(remote)  # SFTP lstat, no process; None: ask the shell
+    kind = found[0] if found else conn.run(["sh", "-c", _KIND, "sh", remote]).out.strip()
     if kind not in ("d", "f"):
         raise BoardError(f"{conn.target.label}: {remote}: no such file or folder on the board "
                          "(or not a regular file)")
@@ -201,7 +204,8 @@ def pull(conn: BoardLink, remote: str, local: Path, *, progress: bool = False) -
         sizes = _sizes(conn, remote, names, repr, remote)
         entries = [_Entry(str(PurePosixPath(remote) / n), n, s) for n, s in zip(names, sizes)]
     else:
-        entries = [_Entry(remote, "", _sizes(conn, "/", [remote], repr, remote)[0])]
+        size = found[1] if found else _sizes(conn, "/", [remote], repr, remote)[0]
+        entries = [_Entry(remote, "", size)]
     _check_room(conn, remote, entries, local)
     if folder:
         work = Path(tempfile.mkdtemp(prefix=f".{local.name}.rkdet-", suffix=".tmp", dir=local.parent))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
-from rkdet.link.files import BoardLink
+from rkdet.link.files import BoardLink, FileTransfer
 from rkdet.link.sftp import request_size
 from rkdet.link.shell import CommandRunner, remote_command
 from rkdet.errors import BoardError, InputError
@@ -181,7 +181,7 @@ def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -
     stats = TransferStats(method=channel.method)
     targets = [_join(remote, rel) for _, rel in files]
     dirs = sorted({str(PurePosixPath(t).parent) for t in targets} | ({remote} if Path(local).is_dir() else set()))
-    have = remote_hashes(conn, targets, mkdirs=dirs)
+    have = [None] * len(targets) if _all_absent(channel, targets, dirs) else remote_hashes(conn, targets, mkdirs=dirs)
     bars = _Progress(progress)
     pending: list[str] = []  # quadruples for _COMMIT: tmp final mode sha ("-": verified while streamed)
     for (path, _), target, got in zip(files, targets, have):
@@ -213,6 +213,18 @@ def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -
                              f"renamed into place (sha256 mismatch on the board); retry the push")
     stats.seconds = time.monotonic() - start
     return stats
+
+
+_ASK_EACH_MAX = 8  # paths asked one by one (FileTransfer.entry) before one shell round trip asks them all
+
+
+def _all_absent(channel: FileTransfer, targets: Sequence[str], dirs: Sequence[str]) -> bool:
+    """True when every folder exists and no target does, asked without a shell (SFTP lstat): then
+    there is nothing to hash or create on the board. False as soon as anything else is found."""
+    if len(targets) + len(dirs) > _ASK_EACH_MAX:
+        return False
+    return (all(channel.entry(d) == ("d", 0) for d in dirs)
+            and all(channel.entry(t) == ("-", 0) for t in targets))
 
 
 def _place(conn: BoardLink, moves: Sequence[tuple[str, str, int]]) -> bool:

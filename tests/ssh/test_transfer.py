@@ -135,10 +135,14 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
     assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
     assert conn.run(["stat", "-c", "%a", target]).out.strip() == "640"
-    # the bytes went through the receiving pipeline once; verified there, the file was chmodded and
-    # renamed through the SFTP server: no commit script (re-hash, chmod, mv) ran
-    assert sum('tee "$1"' in c for c in seen) == 1
-    assert len(seen) == 2 and not any("chmod" in c for c in seen)
+    # the bytes went through the receiving pipeline once, after one skip check that made the new folder;
+    # verified in the pipeline, the file was chmodded and renamed through SFTP: no commit script ran
+    assert len(seen) == 2 and "mkdir" in seen[0] and 'tee "$1"' in seen[1]
+    seen.clear()
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    push(conn, big, f"{target}.2")  # the folder exists, nothing is at the name: asked over SFTP too
+    monkeypatch.undo()
+    assert len(seen) == 1 and 'tee "$1"' in seen[0]
     assert ".tmp" not in conn.run(["find", remote_tmp]).out
     assert push(conn, big, target).files_skipped == 1
 
@@ -311,3 +315,27 @@ def test_an_sftp_server_not_known_to_rename_falls_back_to_the_commit_script(
     assert [c.rsplit(" ", 1)[1] for c in seen if "chmod" in c] == ["-"]  # verified while streamed: no re-hash
     assert conn.run(["stat", "-c", "%a", target]).out.strip() == "600"
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+def test_a_single_file_pull_asks_its_kind_and_size_over_sftp_and_still_refuses_a_link(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "out.bin"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 9))
+    src = f"{remote_tmp}/one/out.bin"
+    push(conn, big, src)
+    conn.run(["ln", "-s", src, f"{remote_tmp}/one/link.bin"])
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    got = pull(conn, src, tmp_path / "back.bin")
+    assert got.bytes_sent == big.stat().st_size and (tmp_path / "back.bin").read_bytes() == big.read_bytes()
+    assert len(seen) == 2 and any(c.startswith("cat ") for c in seen)  # the bytes, and the board's hash
+    assert not any("wc -c" in c or "echo d" in c for c in seen)
+    with pytest.raises(BoardError, match="no such file or folder on the board"):
+        pull(conn, f"{remote_tmp}/one/link.bin", tmp_path / "link.bin")  # lstat: a link; the shell then refuses it
+    assert not (tmp_path / "link.bin").exists()
