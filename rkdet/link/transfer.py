@@ -49,7 +49,8 @@ _DIGEST = ('o=; digest() { if [ -z "$o" ]; then o=0; e=$(openssl dgst -sha256 -r
            '[ "${e%% *}" = ' + hashlib.sha256(b"").hexdigest() + ' ] && o=1; fi; '
            'if [ "$o" = 1 ]; then openssl dgst -sha256 -r; else sha256sum; fi; }; ')
 # one line per argument, in order: "<sha256>" or "-" when the file does not exist
-_HASHES = (_DIGEST + 'while [ "$1" != -- ]; do [ -d "$1" ] || mkdir -p "$1" || exit 3; shift; done; shift; '
+# (the first argument: the digest tool if known, as _RECEIVE's second)
+_HASHES = (_DIGEST.replace("o=;", 'o="$1"; shift;', 1) + 'while [ "$1" != -- ]; do [ -d "$1" ] || mkdir -p "$1" || exit 3; shift; done; shift; '
            'for f do if [ -f "$f" ]; then h=$(digest < "$f") || exit 4; echo "${h%% *}"; else echo -; fi; done')
 # args: quadruples tmp final mode sha; verify each temp file's hash on the board (the board's hash of
 # what it wrote, re-read from its page cache; sha "-": already verified while it streamed, see
@@ -67,6 +68,14 @@ _RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1) + 'exec 3>&1; st=$( { { tee 
 # which digest each board's receiving pipeline used (1 openssl, 0 sha256sum), read from its output
 # ("<hex> *stdin" is openssl's -r format, "<hex>  -" sha256sum's): later pushes skip the openssl probe
 _board_digest: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+
+def _known_digest(conn: object) -> str:
+    """The board's digest tool as a script argument: "1" openssl, "0" sha256sum, "" not known yet (probe)."""
+    try:
+        return _board_digest.get(conn, "")
+    except TypeError:  # a link that cannot be weakly referenced probes every time
+        return ""
 
 
 @dataclass
@@ -124,7 +133,7 @@ def remote_hashes(conn: CommandRunner, paths: Sequence[str], mkdirs: Sequence[st
     """sha256 of each remote path (None when missing), one round trip; creates `mkdirs` first."""
     if not paths and not mkdirs:
         return []
-    res = conn.run(["sh", "-c", _HASHES, "sh", *mkdirs, "--", *paths], check=False)
+    res = conn.run(["sh", "-c", _HASHES, "sh", _known_digest(conn), *mkdirs, "--", *paths], check=False)
     lines = res.out.split("\n")[: len(paths)]
     if res.rc != 0 or len(lines) != len(paths):
         what = "create" if res.rc == 3 else "hash"
@@ -243,10 +252,7 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
     the host's hash of the bytes it read. On any failure the temp files of this push are removed."""
     out, err = bytearray(), bytearray()
     try:
-        try:
-            known = _board_digest.get(conn, "")
-        except TypeError:  # a link that cannot be weakly referenced probes every time
-            known = ""
+        known = _known_digest(conn)
         rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp, known]), stdin=reader, stdout=out.extend,
                          stderr=err.extend, on_send=advance, what=f"upload {path.name}",
                          timeout=conn.command_timeout + size / STALLED_BYTES_PER_S)

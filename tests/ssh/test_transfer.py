@@ -288,6 +288,12 @@ def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: st
         received = [cmd for cmd in seen if 'tee "$1"' in cmd]
         assert len(received) == 1 and received[0].endswith(f" {tool}")
         assert _board_sha(c, f"{dest}/b.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
+        # the batched hashes (skip check, a pull's board hash) are told the tool too, and still hash
+        seen.clear()
+        monkeypatch.setattr(BoardConnection, "stream", spy)
+        assert remote_hashes(c, [f"{dest}/b.rknn", f"{dest}/none"]) == [hashlib.sha256(big.read_bytes()).hexdigest(), None]
+        monkeypatch.undo()
+        assert len(seen) == 1 and f"' sh {tool} -- " in seen[0]
         c.run(["rm", "-rf", dest])
 
 
