@@ -138,6 +138,26 @@ def _sizes(conn: CommandRunner, folder: str, names: Sequence[str], shown: Callab
     return sizes
 
 
+_ASK_EACH_MAX = 256  # a folder's files asked one SFTP lstat each (~0.2-1 ms) before one shell loop asks them all
+
+
+def _sftp_sizes(conn: BoardLink, folder: str, names: Sequence[str]) -> list[int] | None:
+    """The sizes of a folder's regular files from one SFTP lstat each (no process per file: the shell
+    loop starts a `wc -c` for every file, ~150 ms for a deploy's 17 result files under load); None
+    (ask the shell, which refuses what is not a regular file) when there is no SFTP, too many names,
+    or any entry is not a plain regular file."""
+    if not names or len(names) > _ASK_EACH_MAX:
+        return None
+    files = conn.files()
+    sizes = []
+    for name in names:
+        found = files.entry(str(PurePosixPath(folder) / name))
+        if found is None or found[0] != "f":
+            return None
+        sizes.append(found[1])
+    return sizes
+
+
 def _check_room(conn: CommandRunner, remote: str, entries: Sequence[_Entry], local: Path) -> None:
     """Caps first (per file, in all), then the host's free disk: all before a byte is written."""
     lim = conn.limits
@@ -201,7 +221,7 @@ def pull(conn: BoardLink, remote: str, local: Path, *, progress: bool = False) -
     local.parent.mkdir(parents=True, exist_ok=True)
     if folder:
         names = _listing(conn, remote)
-        sizes = _sizes(conn, remote, names, repr, remote)
+        sizes = _sftp_sizes(conn, remote, names) or _sizes(conn, remote, names, repr, remote)
         entries = [_Entry(str(PurePosixPath(remote) / n), n, s) for n, s in zip(names, sizes)]
     else:
         size = found[1] if found else _sizes(conn, "/", [remote], repr, remote)[0]

@@ -345,3 +345,28 @@ def test_a_single_file_pull_asks_its_kind_and_size_over_sftp_and_still_refuses_a
     with pytest.raises(BoardError, match="no such file or folder on the board"):
         pull(conn, f"{remote_tmp}/one/link.bin", tmp_path / "link.bin")  # lstat: a link; the shell then refuses it
     assert not (tmp_path / "link.bin").exists()
+
+
+def test_a_folder_pull_asks_sizes_over_sftp_and_the_shell_when_sftp_cannot_tell(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sizes come from one SFTP lstat per file (no `wc -c` per file); an entry SFTP cannot vouch
+    for sends the whole folder to the shell's check, with the same files as the result."""
+    from rkdet.link import pull as pull_module
+
+    src = tmp_path / "src"
+    _make_tree(src)
+    push(conn, src, f"{remote_tmp}/sized")
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    pull(conn, f"{remote_tmp}/sized", tmp_path / "a")
+    assert not any("wc -c" in c for c in seen) and _tree(tmp_path / "a") == _tree(src)
+    seen.clear()
+    monkeypatch.setattr(pull_module, "_ASK_EACH_MAX", 1)  # too many names to ask one by one
+    pull(conn, f"{remote_tmp}/sized", tmp_path / "b")
+    assert any("wc -c" in c for c in seen) and _tree(tmp_path / "b") == _tree(src)
