@@ -9,8 +9,9 @@ before a byte is written, and a file that sends more than it declared is cut off
 lands in a fresh temporary folder next to the destination, renamed into place only once every
 file matched the board's sha256, so a refusal leaves nothing behind. SFTP answers are bounded by
 `Timeouts.sftp` (a stalled server fails; the connection then falls back to the exec path). A
-single file's kind and size come from one SFTP lstat when the board serves SFTP (no shell round
-trip; a link or anything but a file or folder goes to the shell's check as before). Files
+single file's kind and size are one shell round trip; a folder's sizes, once its listing passed,
+one SFTP lstat per file when the board serves SFTP (a link or anything but a plain file goes to
+the shell's check as before). Files
 of 4 MiB and more always come through `cat` on an exec channel (paramiko's SFTP prefetch costs
 ~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest.
 """
@@ -37,8 +38,10 @@ from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, TransferStats, _Progres
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import swap_folder
 
-# what the remote path is: d (folder), f (regular file, not a symlink), - (anything else or missing)
-_KIND = 'if [ -d "$1" ]; then echo d; elif [ -f "$1" ] && [ ! -h "$1" ]; then echo f; else echo -; fi'
+# what the remote path is: d (folder), f and its size in bytes (regular file, not a symlink), - (anything
+# else or missing): one round trip for a single file's kind and size
+_KIND = ('if [ -d "$1" ]; then echo d; elif [ -f "$1" ] && [ ! -h "$1" ]; then echo f; wc -c < "$1" || exit 4; '
+         'else echo -; fi')
 # a folder's entries, NUL-terminated: regular files, then an empty name, then whatever else is not
 # a folder (symlinks, FIFOs, devices, sockets: the host refuses them by name)
 _LIST = ('cd "$1" || exit 3; find . -type f -print0 || exit 4; printf "\\0"; '
@@ -211,8 +214,9 @@ def pull(conn: BoardLink, remote: str, local: Path, *, progress: bool = False) -
     start = time.monotonic()
     remote = conn.abspath(remote)
     local = Path(local)
-    found = conn.files().entry(remote)  # SFTP lstat, no process; None: ask the shell
-    kind = found[0] if found else conn.run(["sh", "-c", _KIND, "sh", remote]).out.strip()
+    # the shell, not SFTP, answers first: a board's lies in its listing are named before any SFTP stall
+    answer = conn.run(["sh", "-c", _KIND, "sh", remote]).out.split()
+    kind = answer[0] if answer else "-"
     if kind not in ("d", "f"):
         raise BoardError(f"{conn.target.label}: {remote}: no such file or folder on the board "
                          "(or not a regular file)")
@@ -224,8 +228,9 @@ def pull(conn: BoardLink, remote: str, local: Path, *, progress: bool = False) -
         sizes = _sftp_sizes(conn, remote, names) or _sizes(conn, remote, names, repr, remote)
         entries = [_Entry(str(PurePosixPath(remote) / n), n, s) for n, s in zip(names, sizes)]
     else:
-        size = found[1] if found else _sizes(conn, "/", [remote], repr, remote)[0]
-        entries = [_Entry(remote, "", size)]
+        if len(answer) != 2 or not answer[1].isdigit():
+            raise _refuse(conn, remote, repr(PurePosixPath(remote).name), "no size in bytes")
+        entries = [_Entry(remote, "", int(answer[1]))]
     _check_room(conn, remote, entries, local)
     if folder:
         work = Path(tempfile.mkdtemp(prefix=f".{local.name}.rkdet-", suffix=".tmp", dir=local.parent))

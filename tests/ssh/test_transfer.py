@@ -323,7 +323,7 @@ def test_an_sftp_server_not_known_to_rename_falls_back_to_the_commit_script(
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
 
 
-def test_a_single_file_pull_asks_its_kind_and_size_over_sftp_and_still_refuses_a_link(
+def test_a_single_file_pull_asks_its_kind_and_size_in_one_round_trip_and_still_refuses_a_link(
         conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     big = tmp_path / "out.bin"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 9))
@@ -340,10 +340,10 @@ def test_a_single_file_pull_asks_its_kind_and_size_over_sftp_and_still_refuses_a
     monkeypatch.setattr(BoardConnection, "stream", spy)
     got = pull(conn, src, tmp_path / "back.bin")
     assert got.bytes_sent == big.stat().st_size and (tmp_path / "back.bin").read_bytes() == big.read_bytes()
-    assert len(seen) == 2 and any(c.startswith("cat ") for c in seen)  # the bytes, and the board's hash
-    assert not any("wc -c" in c or "echo d" in c for c in seen)
+    # kind and size, the bytes, and the board's hash
+    assert len(seen) == 3 and "echo d" in seen[0] and any(c.startswith("cat ") for c in seen)
     with pytest.raises(BoardError, match="no such file or folder on the board"):
-        pull(conn, f"{remote_tmp}/one/link.bin", tmp_path / "link.bin")  # lstat: a link; the shell then refuses it
+        pull(conn, f"{remote_tmp}/one/link.bin", tmp_path / "link.bin")
     assert not (tmp_path / "link.bin").exists()
 
 
@@ -365,8 +365,27 @@ def test_a_folder_pull_asks_sizes_over_sftp_and_the_shell_when_sftp_cannot_tell(
 
     monkeypatch.setattr(BoardConnection, "stream", spy)
     pull(conn, f"{remote_tmp}/sized", tmp_path / "a")
-    assert not any("wc -c" in c for c in seen) and _tree(tmp_path / "a") == _tree(src)
+    assert not any("read -r f" in c for c in seen) and _tree(tmp_path / "a") == _tree(src)  # no shell size loop
     seen.clear()
     monkeypatch.setattr(pull_module, "_ASK_EACH_MAX", 1)  # too many names to ask one by one
     pull(conn, f"{remote_tmp}/sized", tmp_path / "b")
-    assert any("wc -c" in c for c in seen) and _tree(tmp_path / "b") == _tree(src)
+    assert any("read -r f" in c for c in seen) and _tree(tmp_path / "b") == _tree(src)
+
+
+@pytest.mark.parametrize("variant", ["standard", "busybox"])
+def test_remote_hashes_hash_many_files_in_one_process_in_order(boards, variant: str) -> None:
+    """One `digests` process for all the files (openssl's and sha256sum's output, a backslash in a
+    name, which sha256sum marks); a name holding a newline is hashed on its own; missing ones are None."""
+    board: EmulatedBoard = boards[variant]
+    files = {"plain": b"a", "back\\slash": b"b", "new\nline": b"c", NASTY: b"d" * 70_000, "empty": b""}
+    with board.connect(timeouts=FAST) as c:
+        base = c.abspath("~/many hashes")
+        c.run(["mkdir", "-p", base])
+        for name, data in files.items():
+            c.run(["sh", "-c", 'cat > "$1"', "sh", f"{base}/{name}"], stdin=data)
+        names = ["plain", "missing", "back\\slash", "new\nline", NASTY, "empty"]
+        got = remote_hashes(c, [f"{base}/{n}" for n in names], mkdirs=[f"{base}/made"])
+        assert got == [None if n == "missing" else hashlib.sha256(files[n]).hexdigest() for n in names]
+        assert c.run(["test", "-d", f"{base}/made"], check=False).rc == 0
+        assert remote_hashes(c, [f"{base}/missing"]) == [None]
+        c.run(["rm", "-rf", base])
