@@ -195,17 +195,32 @@ def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -
     present on the board is hashed first, and sent only if its hash differs. Big files are hashed
     by the board as they arrive (`_stream_verified`), small ones in one batch before the renames.
     """
-    start = time.monotonic()
     remote = conn.abspath(remote)
     files = _local_files(Path(local))
+    return _push(conn, [(path, _join(remote, rel)) for path, rel in files], {remote} if Path(local).is_dir() else set(),
+                 progress)
+
+
+def push_files(conn: BoardLink, pairs: Sequence[tuple[Path, str]], *, progress: bool = False) -> TransferStats:
+    """`push` of several single files, each to its own remote path, as one transfer: one skip check,
+    one commit round trip for all (a deploy's board scripts were a push each: three round trips apiece)."""
+    for path, _ in pairs:
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such file to push")
+    return _push(conn, [(Path(path), conn.abspath(target)) for path, target in pairs], set(), progress)
+
+
+def _push(conn: BoardLink, pairs: Sequence[tuple[Path, str]], folders: set[str], progress: bool) -> TransferStats:
+    """The verified push of local files to remote paths (absolute); `folders` are made even when empty."""
+    start = time.monotonic()
     channel = conn.files()
     stats = TransferStats(method=channel.method)
-    targets = [_join(remote, rel) for _, rel in files]
-    dirs = sorted({str(PurePosixPath(t).parent) for t in targets} | ({remote} if Path(local).is_dir() else set()))
+    targets = [target for _, target in pairs]
+    dirs = sorted({str(PurePosixPath(t).parent) for t in targets} | folders)
     have = [None] * len(targets) if _all_absent(channel, targets, dirs) else remote_hashes(conn, targets, mkdirs=dirs)
     bars = _Progress(progress)
     pending: list[str] = []  # quadruples for _COMMIT: tmp final mode sha ("-": verified while streamed)
-    for (path, _), target, got in zip(files, targets, have):
+    for (path, target), got in zip(pairs, have):
         size = path.stat().st_size
         if got is not None and sha256_file(path) == got:
             stats.files_skipped += 1
@@ -230,7 +245,7 @@ def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -
         res = conn.run(["sh", "-c", _COMMIT, "sh", *pending], check=False)
         if res.rc != 0:
             bad = res.err.strip().splitlines()
-            raise BoardError(f"{conn.target.label}: {bad[0] if bad else remote} arrived corrupted or could not be "
+            raise BoardError(f"{conn.target.label}: {bad[0] if bad else targets[0]} arrived corrupted or could not be "
                              f"renamed into place (sha256 mismatch on the board); retry the push")
     stats.seconds = time.monotonic() - start
     return stats
@@ -285,4 +300,4 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
         raise
 
 
-__all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "push", "remote_hashes", "request_size", "sha256_file"]
+__all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "push", "push_files", "remote_hashes", "request_size", "sha256_file"]

@@ -389,3 +389,32 @@ def test_remote_hashes_hash_many_files_in_one_process_in_order(boards, variant: 
         assert c.run(["test", "-d", f"{base}/made"], check=False).rc == 0
         assert remote_hashes(c, [f"{base}/missing"]) == [None]
         c.run(["rm", "-rf", base])
+
+
+def test_push_files_sends_single_files_to_their_own_paths_with_one_skip_check_and_one_commit(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rkdet.link.transfer import push_files
+
+    a, b = tmp_path / "a.sh", tmp_path / "b.sh"
+    a.write_text("echo a\n")
+    b.write_text("echo b\n")
+    b.chmod(0o755)
+    pairs = [(a, f"{remote_tmp}/s one/a.sh"), (b, f"{remote_tmp}/s two/{NASTY}.sh")]
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    first = push_files(conn, pairs)
+    monkeypatch.undo()
+    assert (first.files_sent, first.bytes_sent) == (2, 14)
+    assert len(seen) == 2 and "mkdir" in seen[0] and "chmod" in seen[1]  # one skip check (makes both folders), one commit
+    assert conn.run(["cat", pairs[0][1], pairs[1][1]]).out == "echo a\necho b\n"
+    assert conn.run(["test", "-x", pairs[1][1]], check=False).rc == 0
+    again = push_files(conn, pairs)
+    assert (again.files_sent, again.files_skipped) == (0, 2)
+    with pytest.raises(InputError, match="no such file to push"):
+        push_files(conn, [(tmp_path / "nope", f"{remote_tmp}/nope")])
