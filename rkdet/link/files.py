@@ -5,6 +5,9 @@ which checks; how one file's bytes travel is a `FileTransfer`: the board's SFTP 
 (rkdet.link.sftp.SftpFiles) or, on boards without one (Dropbear on Buildroot), `cat` over an exec
 channel (`ExecFiles`, here). A `BoardLink` is what transfers are written against: a CommandRunner
 that also hands out its current FileTransfer. `rkdet.link.ssh.BoardConnection` is the implementation.
+Beside put/get, a transfer may answer `entry` (what is at a path) and do `place` (chmod + rename)
+without a process on the board: SFTP requests to the running server cost ~0.2-1 ms where a shell
+round trip costs 5-15 ms under load; `ExecFiles` declines both and the callers' scripts do it.
 """
 
 from __future__ import annotations
