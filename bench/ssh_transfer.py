@@ -123,8 +123,8 @@ def main() -> None:
                 "push": lambda i: push(conn, path, f"{remote}/push-{i}-{name}"),
             }, args.repeats)
             cells.append(f"| push {size:.0f} MiB | {speed(size, t['scp'])} | {speed(size, t['scp-gcm'])} | "
-                         f"{speed(size, t['push'])} | **{ratio(t['scp'], t['push'])}** | **{ratio(t['scp-gcm'], t['push'])}** "
-                         f"| put {speed(size, t['put'])} |")
+                         f"{speed(size, t['push'])} | **{ratio(t['scp'], t['push'])}** | "
+                         f"**{ratio(t['scp-gcm'], t['push'])}** | put {speed(size, t['put'])} |")
         for path in (MODEL, big):
             size, src = path.stat().st_size / MiB, f"{remote}/push-0-{path.name}"
             t = race({
@@ -134,8 +134,8 @@ def main() -> None:
                 "pull": lambda i: pull(conn, src, Path(tmp) / f"pull-back-{i}"),
             }, args.repeats)
             cells.append(f"| pull {size:.0f} MiB | {speed(size, t['scp'])} | {speed(size, t['scp-gcm'])} | "
-                         f"{speed(size, t['pull'])} | **{ratio(t['scp'], t['pull'])}** | **{ratio(t['scp-gcm'], t['pull'])}** "
-                         f"| get {speed(size, t['get'])} |")
+                         f"{speed(size, t['pull'])} | **{ratio(t['scp'], t['pull'])}** | "
+                         f"**{ratio(t['scp-gcm'], t['pull'])}** | get {speed(size, t['get'])} |")
         load_mid = os.getloadavg()
 
         def fresh_push(i: int) -> None:

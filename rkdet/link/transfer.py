@@ -57,7 +57,8 @@ _DIGEST = ('o=; tool() { if [ -z "$o" ]; then o=0; e=$(openssl dgst -sha256 -r <
 # openssl per file was ~450 ms of 17 files under load). `for` expands its list once, so the loop
 # shifts the names off "$@" while appending the files to hash.
 # (the first argument: the digest tool if known, as _RECEIVE's second)
-_HASHES = (_DIGEST.replace("o=;", 'o="$1"; shift;', 1) + 'while [ "$1" != -- ]; do [ -d "$1" ] || mkdir -p "$1" || exit 3; shift; done; shift; '
+_HASHES = (_DIGEST.replace("o=;", 'o="$1"; shift;', 1)
+           + 'while [ "$1" != -- ]; do [ -d "$1" ] || mkdir -p "$1" || exit 3; shift; done; shift; '
            "nl='\n'; for f do shift; if [ ! -f \"$f\" ]; then echo -; else case $f in *\"$nl\"*) "
            'h=$(digest < "$f") || exit 4; echo "${h%% *}";; *) echo +; set -- "$@" "$f";; esac; fi; done; '
            'echo =; [ $# = 0 ] || digests "$@" || exit 4')

@@ -291,7 +291,8 @@ def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: st
         # the batched hashes (skip check, a pull's board hash) are told the tool too, and still hash
         seen.clear()
         monkeypatch.setattr(BoardConnection, "stream", spy)
-        assert remote_hashes(c, [f"{dest}/b.rknn", f"{dest}/none"]) == [hashlib.sha256(big.read_bytes()).hexdigest(), None]
+        want = [hashlib.sha256(big.read_bytes()).hexdigest(), None]
+        assert remote_hashes(c, [f"{dest}/b.rknn", f"{dest}/none"]) == want
         monkeypatch.undo()
         assert len(seen) == 1 and f"' sh {tool} -- " in seen[0]
         c.run(["rm", "-rf", dest])
@@ -411,7 +412,8 @@ def test_push_files_sends_single_files_to_their_own_paths_with_one_skip_check_an
     first = push_files(conn, pairs)
     monkeypatch.undo()
     assert (first.files_sent, first.bytes_sent) == (2, 14)
-    assert len(seen) == 2 and "mkdir" in seen[0] and "chmod" in seen[1]  # one skip check (makes both folders), one commit
+    # one skip check (it makes both folders), one commit
+    assert len(seen) == 2 and "mkdir" in seen[0] and "chmod" in seen[1]
     assert conn.run(["cat", pairs[0][1], pairs[1][1]]).out == "echo a\necho b\n"
     assert conn.run(["test", "-x", pairs[1][1]], check=False).rc == 0
     again = push_files(conn, pairs)
