@@ -62,10 +62,19 @@ _HASHES = (_DIGEST.replace("o=;", 'o="$1"; shift;', 1)
            "nl='\n'; for f do shift; if [ ! -f \"$f\" ]; then echo -; else case $f in *\"$nl\"*) "
            'h=$(digest < "$f") || exit 4; echo "${h%% *}";; *) echo +; set -- "$@" "$f";; esac; fi; done; '
            'echo =; [ $# = 0 ] || digests "$@" || exit 4')
-# args: quadruples tmp final mode sha; verify each temp file's hash on the board (the board's hash of
-# what it wrote, re-read from its page cache; sha "-": already verified while it streamed, see
-# _RECEIVE), then chmod + rename
-_COMMIT = (_DIGEST + 'bad=0; while [ $# -ge 4 ]; do h=$4; if [ "$4" != - ]; then h=$(digest < "$1"); h=${h%% *}; fi; '
+# args (`_commit_args`): the digest tool if known, the number of quadruple arguments, the temp files
+# to hash, "--", quadruples tmp final mode sha. Verifies each temp file's hash on the board (the
+# board's hash of what it wrote, re-read from its page cache; sha "-": already verified while it
+# streamed, see _RECEIVE), then chmod + rename. All temp files are hashed by one `digests` process
+# (the loop moves them behind the quadruples, which `shift "$nq"` then drops); a name holding a
+# newline is hashed on its own. If the hashing process fails, nothing counts as verified: every
+# temp file is removed and named on stderr.
+_COMMIT = (_DIGEST.replace("o=;", 'o="$1"; nq="$2"; shift 2;', 1)
+           + "nl='\n'; hs=$(for f do shift; [ \"$f\" = -- ] && break; set -- \"$@\" \"$f\"; done; shift \"$nq\"; "
+           '[ $# = 0 ] || digests "$@" 2> /dev/null) || hs=; while [ "$1" != -- ]; do shift; done; shift; '
+           'bad=0; while [ $# -ge 4 ]; do h=$4; if [ "$4" != - ]; then case $1 in *"$nl"*) h=$(digest < "$1");; '
+           '*) case $hs in *"$nl"*) h=${hs%%"$nl"*}; hs=${hs#*"$nl"};; *) h=$hs; hs=;; esac;; esac; '
+           'h=${h%% *}; h=${h#\\\\}; fi; '
            'if [ "$h" = "$4" ]; then chmod "$3" "$1" && mv -f "$1" "$2" || bad=1; '
            'else rm -f "$1"; echo "$2" >&2; bad=1; fi; shift 4; done; exit $bad')
 # args: a temp file, the digest tool if known (1 openssl, 0 sha256sum, "" probe). stdin goes into it and through the digest in ONE pipeline (no re-read), which
@@ -243,13 +252,19 @@ def _push(conn: BoardLink, pairs: Sequence[tuple[Path, str]], folders: set[str],
     # process on the board); anything else, or no SFTP: the commit script (re-hash, chmod, mv)
     moves = [(pending[i], pending[i + 1], int(pending[i + 2], 8)) for i in range(0, len(pending), 4)]
     if pending and not (all(sha == "-" for sha in pending[3::4]) and _place(conn, moves)):
-        res = conn.run(["sh", "-c", _COMMIT, "sh", *pending], check=False)
+        res = conn.run(["sh", "-c", _COMMIT, "sh", *_commit_args(conn, pending)], check=False)
         if res.rc != 0:
             bad = res.err.strip().splitlines()
             raise BoardError(f"{conn.target.label}: {bad[0] if bad else targets[0]} arrived corrupted or could not be "
                              f"renamed into place (sha256 mismatch on the board); retry the push")
     stats.seconds = time.monotonic() - start
     return stats
+
+
+def _commit_args(conn: object, pending: Sequence[str]) -> list[str]:
+    """_COMMIT's arguments for `pending` quadruples (tmp final mode sha)."""
+    hashed = [tmp for tmp, sha in zip(pending[0::4], pending[3::4]) if sha != "-" and "\n" not in tmp]
+    return [_known_digest(conn), str(len(pending)), *hashed, "--", *pending]
 
 
 _ASK_EACH_MAX = 8  # paths asked one by one (FileTransfer.entry) before one shell round trip asks them all

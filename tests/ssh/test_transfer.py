@@ -11,7 +11,7 @@ import pytest
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.link.pull import pull
 from rkdet.link.ssh import BoardConnection, Timeouts
-from rkdet.link.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, push, remote_hashes, request_size
+from rkdet.link.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _commit_args, _HashingReader, push, remote_hashes, request_size
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -71,9 +71,42 @@ def test_commit_refuses_a_temp_file_with_the_wrong_hash(conn: BoardConnection, r
     tmp, final = f"{remote_tmp}/.f.tmp", f"{remote_tmp}/f"
     conn.run(["sh", "-c", 'printf corrupted > "$1"', "sh", tmp])
     good = hashlib.sha256(b"original").hexdigest()
-    res = conn.run(["sh", "-c", _COMMIT, "sh", tmp, final, "644", good], check=False)
+    res = conn.run(["sh", "-c", _COMMIT, "sh", *_commit_args(conn, [tmp, final, "644", good])], check=False)
     assert res.rc != 0 and final in res.err
     assert remote_hashes(conn, [tmp, final]) == [None, None]  # temp removed, nothing renamed into place
+
+
+@pytest.mark.parametrize("variant", ["standard", "busybox"])
+def test_commit_hashes_all_temp_files_in_one_process_and_renames_only_the_right_ones(boards, variant: str) -> None:
+    """One `digests` process for every temp file (openssl or sha256sum, a backslash in a name);
+    a name with a newline hashed on its own; a wrong temp file is removed and named, the others
+    land; if the hashing process fails (a temp file is missing), nothing lands."""
+    board: EmulatedBoard = boards[variant]
+    with board.connect(timeouts=FAST) as c:
+        base = c.abspath("~/commit many")
+        c.run(["mkdir", "-p", base])
+        data = {"a": b"alpha", "back\\slash": b"beta", "new\nline": b"gamma", "wrong": b"delta"}
+        quads: list[str] = []
+        for name, body in data.items():
+            tmp = f"{base}/.{name}.tmp"
+            c.run(["sh", "-c", 'cat > "$1"', "sh", tmp], stdin=b"changed" if name == "wrong" else body)
+            quads += [tmp, f"{base}/{name}", "640", hashlib.sha256(body).hexdigest()]
+        res = c.run(["sh", "-c", _COMMIT, "sh", *_commit_args(c, quads)], check=False)
+        assert res.rc == 1 and res.err.splitlines() == [f"{base}/wrong"]
+        names = ["a", "back\\slash", "new\nline", "wrong"]
+        want = [hashlib.sha256(data[n]).hexdigest() if n != "wrong" else None for n in names]
+        assert remote_hashes(c, [f"{base}/{n}" for n in names]) == want
+        assert c.run(["find", base, "-name", "*.tmp"]).out == ""  # every temp file renamed or removed
+        assert c.run(["stat", "-c", "%a", f"{base}/a"]).out.strip() == "640"
+        # the hashing process fails (a temp file is missing): nothing counts as verified, nothing lands
+        c.run(["sh", "-c", 'printf alpha > "$1"', "sh", f"{base}/.b.tmp"])
+        quads = [f"{base}/.b.tmp", f"{base}/b", "644", hashlib.sha256(b"alpha").hexdigest(),
+                 f"{base}/.gone.tmp", f"{base}/gone", "644", hashlib.sha256(b"x").hexdigest()]
+        res = c.run(["sh", "-c", _COMMIT, "sh", *_commit_args(c, quads)], check=False)
+        assert res.rc == 1 and sorted(res.err.splitlines()) == [f"{base}/b", f"{base}/gone"]
+        assert remote_hashes(c, [f"{base}/b", f"{base}/gone", f"{base}/.b.tmp"]) == [None, None, None]
+        c.run(["rm", "-rf", base])
+
 
 
 def test_pull_missing_path_is_board_error(conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
