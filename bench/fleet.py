@@ -244,7 +244,7 @@ def write_table(rows: list[Row], build: Path, path: Path) -> str:
     fp = json.loads((build / "manifest.json").read_text())["fingerprint"][:16]
     inputs = len(list((build / "golden" / "inputs").glob("*.npy")))
     lines = [
-        "# Fleet deploy: 1, 4, 16 emulated boards against the floor of the work",
+        f"# Fleet deploy: {', '.join(str(r.boards) for r in rows)} emulated boards against the floor of the work",
         "",
         f"`bench/fleet.py`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; build `{build.name}` "
         f"(fingerprint {fp}, {inputs} golden inputs), `rkdet fleet deploy --repeats 1 --warmup 0 --canary 0 "

@@ -4,7 +4,7 @@ by run-pinned.sh's board lock, read by lock.py).
 Why its own module: a run is `run-pinned.sh -- rkdet-run ...` started detached (jobs.py), so the
 board is restored from run-pinned's trap even when this host disappears; deploy, `--resume` and a
 fleet scheduler start, follow and stop it the same way. Following it is `jobs.wait` (the one polling
-loop) with a progress callback counting the runner's index records.
+loop) asking, in the same round trip as the liveness check, how many index records the runner wrote.
 """
 
 from __future__ import annotations
@@ -89,6 +89,10 @@ def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | 
         yield lambda done: bar.update(task, completed=done)
 
 
+POLL_MAX_S = 1.0  # the longest pause between two polls of a running job
+_COUNT = '[ -f "$1" ] && wc -l < "$1" || echo 0'  # the runner's index records so far
+
+
 def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: float, total: int,
          progress: bool, log: Log) -> int | None:
     """Follow the job until it ends (inferences done so far: a bar, or log lines); its exit code."""
@@ -96,11 +100,9 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
     throttle = ProgressThrottle(total)  # off a terminal: a line at most every 10 % or 10 s
 
     with progress_bar(progress, total) as advance:
-        def count() -> None:
+        def count(out: str) -> None:
             nonlocal last
-            res = conn.run(["sh", "-c", 'cat "$1" 2>/dev/null | wc -l', "sh", f"{layout.result}/index.jsonl"],
-                           check=False, timeout=QUICK_S)
-            done = int(res.out.strip() or 0) if res.out.strip().isdigit() else 0
+            done = int(out.strip()) if out.strip().isdigit() else 0
             if done != last:
                 if advance is not None:
                     advance(done)
@@ -108,7 +110,10 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
                     log(f"inference {done}/{total}")
                 last = done
 
-        return jobs.wait(conn, job, timeout, poll=0.3, on_poll=count,
+        # liveness and the count in one round trip per poll, every 0.2 s at first and at most every
+        # POLL_MAX_S: each poll is an SSH session (sshd's fork, a shell) per board (bench/results/fleet.md)
+        return jobs.wait(conn, job, timeout, poll=0.2, max_poll=POLL_MAX_S, on_report=count,
+                         report=(_COUNT, f"{layout.result}/index.jsonl"),
                          still_running=f"run still going after {timeout:g} s; it continues on the board: "
                                        "rkdet deploy --resume later")
 

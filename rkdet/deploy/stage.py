@@ -20,7 +20,7 @@ from rkdet.records.build import BuildInfo
 from rkdet.deploy.layout import RemoteLayout
 from rkdet.link.shell import FILES_S
 from rkdet.link.ssh import BoardConnection
-from rkdet.link.transfer import TransferStats, push
+from rkdet.link.transfer import TransferStats, push, push_files
 from rkdet.errors import InputError
 from rkdet.onboard import program
 
@@ -28,10 +28,7 @@ from rkdet.onboard import program
 
 def push_scripts(conn: BoardConnection, scripts_dir: str) -> TransferStats:
     """The board scripts (probe, pin, restore, run-pinned) into `scripts_dir`."""
-    stats = TransferStats()
-    for path in board_scripts.deploy_files():
-        stats.add(push(conn, path, f"{scripts_dir}/{path.name}"))
-    return stats
+    return push_files(conn, [(path, f"{scripts_dir}/{path.name}") for path in board_scripts.deploy_files()])
 
 
 def check_model(build: BuildInfo) -> None:

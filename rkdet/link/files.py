@@ -5,11 +5,14 @@ which checks; how one file's bytes travel is a `FileTransfer`: the board's SFTP 
 (rkdet.link.sftp.SftpFiles) or, on boards without one (Dropbear on Buildroot), `cat` over an exec
 channel (`ExecFiles`, here). A `BoardLink` is what transfers are written against: a CommandRunner
 that also hands out its current FileTransfer. `rkdet.link.ssh.BoardConnection` is the implementation.
+Beside put/get, a transfer may answer `entry` (what is at a path) and do `place` (chmod + rename)
+without a process on the board: SFTP requests to the running server cost ~0.2-1 ms where a shell
+round trip costs 5-15 ms under load; `ExecFiles` declines both and the callers' scripts do it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from rkdet.errors import BoardError
@@ -38,6 +41,18 @@ class FileTransfer(Protocol):
     def get(self, remote: str, size: int, sink: Callable[[bytes], None], advance: Callable[[int], None]) -> None:
         """Stream the remote file `remote` (declared `size` bytes) into `sink`; BoardError on failure
         (and whatever `sink` raises, unchanged)."""
+        ...
+
+    def entry(self, remote: str) -> tuple[str, int] | None:
+        """What is at `remote`, not following a link, asked without starting a process on the board:
+        ("f", size) a regular file, ("d", 0) a folder, ("-", 0) nothing; None when this transfer
+        cannot ask so cheaply or it is anything else (the caller's shell script then decides)."""
+        ...
+
+    def place(self, moves: Sequence[tuple[str, str, int]]) -> bool:
+        """chmod each already verified temp file to its mode and rename it onto its final path
+        (temp, final, mode) without starting a process on the board; False, having done nothing,
+        when this transfer cannot (the caller then runs its shell script); BoardError when a step fails."""
         ...
 
 
@@ -82,6 +97,12 @@ class ExecFiles:
         if rc != 0:
             raise BoardError(f"{self._conn.target.label}: download of {remote!r} failed: "
                              f"{err.decode('utf-8', 'replace').strip()[-200:]!r}")
+
+    def entry(self, remote: str) -> tuple[str, int] | None:
+        return None  # every question is a process: the callers' scripts ask several at once
+
+    def place(self, moves: Sequence[tuple[str, str, int]]) -> bool:
+        return False  # no call without a process: the push's commit script does it
 
 
 __all__ = ["BoardLink", "ExecFiles", "FileTransfer", "Readable"]

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rkdet.link.shell import CommandRunner, build_command
+from rkdet.link.shell import QUICK_S, CommandRunner, build_command
 from rkdet.errors import BoardError
 
 _START = (
@@ -82,6 +82,18 @@ def is_running(conn: CommandRunner, job: DetachedJob) -> bool:
     return conn.run(["sh", "-c", _ALIVE, "sh", job.pidfile], check=False, sudo=job.sudo).rc == 0
 
 
+# _ALIVE in a subshell, then a caller's report (a line of sh with its own arguments), one round trip
+_ALIVE_AND = '( ' + _ALIVE + ' ); a=$?; shift; r=$1; shift; eval "$r"; exit $a'
+
+
+def running_and(conn: CommandRunner, job: DetachedJob, report: str, *args: str) -> tuple[bool, str]:
+    """`is_running` and the output of `report` (sh over "$@" = `args`, e.g. counting a result file's
+    lines) in one round trip: a run followed every few tenths of a second costs one session per poll."""
+    res = conn.run(["sh", "-c", _ALIVE_AND, "sh", job.pidfile, report, *args], check=False, sudo=job.sudo,
+                   timeout=QUICK_S)
+    return res.rc == 0, res.out
+
+
 def exit_code(conn: CommandRunner, job: DetachedJob) -> int | None:
     """The job's exit code once it finished normally; None while running or when killed."""
     res = conn.run(["cat", job.rcfile], check=False, sudo=job.sudo)
@@ -89,17 +101,33 @@ def exit_code(conn: CommandRunner, job: DetachedJob) -> int | None:
 
 
 def wait(conn: CommandRunner, job: DetachedJob, timeout: float, poll: float = 0.2,
-         on_poll: Callable[[], object] | None = None, still_running: str | None = None) -> int | None:
+         on_poll: Callable[[], object] | None = None, still_running: str | None = None,
+         report: tuple[str, ...] = (), on_report: Callable[[str], object] | None = None,
+         max_poll: float | None = None) -> int | None:
     """Poll until the job ends; return its exit code (None if killed). `on_poll` is called once per
-    poll while it runs (progress); past `timeout` seconds BoardError, saying `still_running` if given."""
+    poll while it runs (progress); past `timeout` seconds BoardError, saying `still_running` if given.
+    With `report` (a line of sh and its arguments, see `running_and`) each poll also runs it in the same
+    round trip and hands its output to `on_report`, also once more after the job ended. The pause
+    between polls starts at `poll` and grows by half each time up to `max_poll` (default: `poll`):
+    a short job is seen ending soon, a long one is not asked about every few tenths of a second."""
     deadline = time.monotonic() + timeout
-    while is_running(conn, job):
+    pause = poll
+    while True:
+        if report:
+            running, out = running_and(conn, job, *report)
+            if on_report is not None:
+                on_report(out)
+        else:
+            running = is_running(conn, job)
+        if not running:
+            break
         if time.monotonic() > deadline:
             raise BoardError(f"{conn.target.label}: "
                              + (still_running or f"job {job.pid} still running after {timeout:g} s"))
         if on_poll is not None:
             on_poll()
-        time.sleep(poll)
+        time.sleep(pause)
+        pause = min(pause * 1.5, max(poll, max_poll or poll))
     return exit_code(conn, job)
 
 

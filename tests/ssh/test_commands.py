@@ -141,6 +141,15 @@ def _detached_roundtrip(board: EmulatedBoard) -> None:
         assert jobs.exit_code(second, again) is None  # killed, not finished
         done = jobs.start(second, ["sh", "-c", "exit 7"], f"{base}/b.pid", f"{base}/b.log")
         assert jobs.wait(second, done, timeout=10) == 7
+        # liveness and a report in one round trip: the report's arguments are quoted like any other
+        lines = f"{base}/{NASTY}.txt"
+        counting = jobs.start(second, ["sh", "-c", 'for i in 1 2 3; do echo $i >> "$1"; sleep 0.2; done; exit 3',
+                                       "sh", lines], f"{base}/c.pid", f"{base}/c.log")
+        reports: list[str] = []
+        assert jobs.wait(second, counting, timeout=10, poll=0.05, max_poll=0.3, report=('wc -l < "$1"', lines),
+                         on_report=reports.append) == 3
+        assert reports[-1].strip() == "3" and len(reports) >= 2  # once more after the job ended
+        assert jobs.running_and(second, counting, 'echo "$2/$1"', "a b", "c;d") == (False, "c;d/a b\n")
         second.run(["rm", "-rf", base])
 
 

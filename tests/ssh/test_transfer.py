@@ -11,7 +11,7 @@ import pytest
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.link.pull import pull
 from rkdet.link.ssh import BoardConnection, Timeouts
-from rkdet.link.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _HashingReader, push, remote_hashes, request_size
+from rkdet.link.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _commit_args, _HashingReader, push, remote_hashes, request_size
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -71,9 +71,42 @@ def test_commit_refuses_a_temp_file_with_the_wrong_hash(conn: BoardConnection, r
     tmp, final = f"{remote_tmp}/.f.tmp", f"{remote_tmp}/f"
     conn.run(["sh", "-c", 'printf corrupted > "$1"', "sh", tmp])
     good = hashlib.sha256(b"original").hexdigest()
-    res = conn.run(["sh", "-c", _COMMIT, "sh", tmp, final, "644", good], check=False)
+    res = conn.run(["sh", "-c", _COMMIT, "sh", *_commit_args(conn, [tmp, final, "644", good])], check=False)
     assert res.rc != 0 and final in res.err
     assert remote_hashes(conn, [tmp, final]) == [None, None]  # temp removed, nothing renamed into place
+
+
+@pytest.mark.parametrize("variant", ["standard", "busybox"])
+def test_commit_hashes_all_temp_files_in_one_process_and_renames_only_the_right_ones(boards, variant: str) -> None:
+    """One `digests` process for every temp file (openssl or sha256sum, a backslash in a name);
+    a name with a newline hashed on its own; a wrong temp file is removed and named, the others
+    land; if the hashing process fails (a temp file is missing), nothing lands."""
+    board: EmulatedBoard = boards[variant]
+    with board.connect(timeouts=FAST) as c:
+        base = c.abspath("~/commit many")
+        c.run(["mkdir", "-p", base])
+        data = {"a": b"alpha", "back\\slash": b"beta", "new\nline": b"gamma", "wrong": b"delta"}
+        quads: list[str] = []
+        for name, body in data.items():
+            tmp = f"{base}/.{name}.tmp"
+            c.run(["sh", "-c", 'cat > "$1"', "sh", tmp], stdin=b"changed" if name == "wrong" else body)
+            quads += [tmp, f"{base}/{name}", "640", hashlib.sha256(body).hexdigest()]
+        res = c.run(["sh", "-c", _COMMIT, "sh", *_commit_args(c, quads)], check=False)
+        assert res.rc == 1 and res.err.splitlines() == [f"{base}/wrong"]
+        names = ["a", "back\\slash", "new\nline", "wrong"]
+        want = [hashlib.sha256(data[n]).hexdigest() if n != "wrong" else None for n in names]
+        assert remote_hashes(c, [f"{base}/{n}" for n in names]) == want
+        assert c.run(["find", base, "-name", "*.tmp"]).out == ""  # every temp file renamed or removed
+        assert c.run(["stat", "-c", "%a", f"{base}/a"]).out.strip() == "640"
+        # the hashing process fails (a temp file is missing): nothing counts as verified, nothing lands
+        c.run(["sh", "-c", 'printf alpha > "$1"', "sh", f"{base}/.b.tmp"])
+        quads = [f"{base}/.b.tmp", f"{base}/b", "644", hashlib.sha256(b"alpha").hexdigest(),
+                 f"{base}/.gone.tmp", f"{base}/gone", "644", hashlib.sha256(b"x").hexdigest()]
+        res = c.run(["sh", "-c", _COMMIT, "sh", *_commit_args(c, quads)], check=False)
+        assert res.rc == 1 and sorted(res.err.splitlines()) == [f"{base}/b", f"{base}/gone"]
+        assert remote_hashes(c, [f"{base}/b", f"{base}/gone", f"{base}/.b.tmp"]) == [None, None, None]
+        c.run(["rm", "-rf", base])
+
 
 
 def test_pull_missing_path_is_board_error(conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
@@ -135,11 +168,31 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
     assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
     assert conn.run(["stat", "-c", "%a", target]).out.strip() == "640"
-    # the bytes went through the receiving pipeline once, and the rename step was told not to re-hash
-    assert sum('tee "$1"' in c for c in seen) == 1
-    assert [c.rsplit(" ", 1)[1] for c in seen if "chmod" in c] == ["-"]
+    # the bytes went through the receiving pipeline once, after one skip check that made the new folder;
+    # verified in the pipeline, the file was chmodded and renamed through SFTP: no commit script ran
+    assert len(seen) == 2 and "mkdir" in seen[0] and 'tee "$1"' in seen[1]
+    seen.clear()
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    push(conn, big, f"{target}.2")  # the folder exists, nothing is at the name: asked over SFTP too
+    monkeypatch.undo()
+    assert len(seen) == 1 and 'tee "$1"' in seen[0]
     assert ".tmp" not in conn.run(["find", remote_tmp]).out
     assert push(conn, big, target).files_skipped == 1
+
+
+def test_a_streamed_file_that_cannot_be_renamed_into_place_is_one_line_and_leaves_no_temp(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
+    """The SFTP rename (rename(2)) refuses to replace a folder where `mv -f` would have moved the
+    file into it; the push says so in one line and removes its temp file."""
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES))
+    target = f"{remote_tmp}/in-the-way/model.rknn"
+    conn.run(["mkdir", "-p", f"{target}/keep"])
+    with pytest.raises(BoardError, match=r"model.rknn could not be renamed into place") as info:
+        push(conn, big, target)
+    assert info.value.exit_code == EXIT_BOARD and len(str(info.value).splitlines()) == 1
+    assert conn.run(["find", f"{remote_tmp}/in-the-way"]).out.split() == [
+        f"{remote_tmp}/in-the-way", target, f"{target}/keep"]
 
 
 def test_a_byte_changed_in_transit_is_caught_and_nothing_lands(conn: BoardConnection, remote_tmp: str,
@@ -268,4 +321,135 @@ def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: st
         received = [cmd for cmd in seen if 'tee "$1"' in cmd]
         assert len(received) == 1 and received[0].endswith(f" {tool}")
         assert _board_sha(c, f"{dest}/b.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
+        # the batched hashes (skip check, a pull's board hash) are told the tool too, and still hash
+        seen.clear()
+        monkeypatch.setattr(BoardConnection, "stream", spy)
+        want = [hashlib.sha256(big.read_bytes()).hexdigest(), None]
+        assert remote_hashes(c, [f"{dest}/b.rknn", f"{dest}/none"]) == want
+        monkeypatch.undo()
+        assert len(seen) == 1 and f"' sh {tool} -- " in seen[0]
         c.run(["rm", "-rf", dest])
+
+
+def test_an_sftp_server_not_known_to_rename_falls_back_to_the_commit_script(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only OpenSSH's sftp-server (it answers limits@openssh.com) is trusted with posix-rename; any
+    other SFTP server leaves chmod + rename to the shell commit script, with the same result."""
+    from rkdet.link import sftp
+
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
+    big.chmod(0o600)
+    monkeypatch.setattr(sftp, "_facts", lambda client: (32768, False))
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    target = f"{remote_tmp}/plain-sftp/model.rknn"
+    push(conn, big, target)
+    monkeypatch.undo()
+    assert [c.rsplit(" ", 1)[1] for c in seen if "chmod" in c] == ["-"]  # verified while streamed: no re-hash
+    assert conn.run(["stat", "-c", "%a", target]).out.strip() == "600"
+    assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+def test_a_single_file_pull_asks_its_kind_and_size_in_one_round_trip_and_still_refuses_a_link(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    big = tmp_path / "out.bin"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 9))
+    src = f"{remote_tmp}/one/out.bin"
+    push(conn, big, src)
+    conn.run(["ln", "-s", src, f"{remote_tmp}/one/link.bin"])
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    got = pull(conn, src, tmp_path / "back.bin")
+    assert got.bytes_sent == big.stat().st_size and (tmp_path / "back.bin").read_bytes() == big.read_bytes()
+    # kind and size, the bytes, and the board's hash
+    assert len(seen) == 3 and "echo d" in seen[0] and any(c.startswith("cat ") for c in seen)
+    with pytest.raises(BoardError, match="no such file or folder on the board"):
+        pull(conn, f"{remote_tmp}/one/link.bin", tmp_path / "link.bin")
+    assert not (tmp_path / "link.bin").exists()
+
+
+def test_a_folder_pull_asks_sizes_over_sftp_and_the_shell_when_sftp_cannot_tell(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sizes come from one SFTP lstat per file (no `wc -c` per file); an entry SFTP cannot vouch
+    for sends the whole folder to the shell's check, with the same files as the result."""
+    from rkdet.link import pull as pull_module
+
+    src = tmp_path / "src"
+    _make_tree(src)
+    push(conn, src, f"{remote_tmp}/sized")
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    pull(conn, f"{remote_tmp}/sized", tmp_path / "a")
+    assert not any("read -r f" in c for c in seen) and _tree(tmp_path / "a") == _tree(src)  # no shell size loop
+    seen.clear()
+    monkeypatch.setattr(pull_module, "_ASK_EACH_MAX", 1)  # too many names to ask one by one
+    pull(conn, f"{remote_tmp}/sized", tmp_path / "b")
+    assert any("read -r f" in c for c in seen) and _tree(tmp_path / "b") == _tree(src)
+
+
+@pytest.mark.parametrize("variant", ["standard", "busybox"])
+def test_remote_hashes_hash_many_files_in_one_process_in_order(boards, variant: str) -> None:
+    """One `digests` process for all the files (openssl's and sha256sum's output, a backslash in a
+    name, which sha256sum marks); a name holding a newline is hashed on its own; missing ones are None."""
+    board: EmulatedBoard = boards[variant]
+    files = {"plain": b"a", "back\\slash": b"b", "new\nline": b"c", NASTY: b"d" * 70_000, "empty": b""}
+    with board.connect(timeouts=FAST) as c:
+        base = c.abspath("~/many hashes")
+        c.run(["mkdir", "-p", base])
+        for name, data in files.items():
+            c.run(["sh", "-c", 'cat > "$1"', "sh", f"{base}/{name}"], stdin=data)
+        names = ["plain", "missing", "back\\slash", "new\nline", NASTY, "empty"]
+        got = remote_hashes(c, [f"{base}/{n}" for n in names], mkdirs=[f"{base}/made"])
+        assert got == [None if n == "missing" else hashlib.sha256(files[n]).hexdigest() for n in names]
+        assert c.run(["test", "-d", f"{base}/made"], check=False).rc == 0
+        assert remote_hashes(c, [f"{base}/missing"]) == [None]
+        c.run(["rm", "-rf", base])
+
+
+def test_push_files_sends_single_files_to_their_own_paths_with_one_skip_check_and_one_commit(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rkdet.link.transfer import push_files
+
+    a, b = tmp_path / "a.sh", tmp_path / "b.sh"
+    a.write_text("echo a\n")
+    b.write_text("echo b\n")
+    b.chmod(0o755)
+    pairs = [(a, f"{remote_tmp}/s one/a.sh"), (b, f"{remote_tmp}/s two/{NASTY}.sh")]
+    seen: list[str] = []
+    real_stream = BoardConnection.stream
+
+    def spy(self: BoardConnection, command: str, **kw: object) -> int:
+        seen.append(command)
+        return real_stream(self, command, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(BoardConnection, "stream", spy)
+    first = push_files(conn, pairs)
+    monkeypatch.undo()
+    assert (first.files_sent, first.bytes_sent) == (2, 14)
+    # one skip check (it makes both folders), one commit
+    assert len(seen) == 2 and "mkdir" in seen[0] and "chmod" in seen[1]
+    assert conn.run(["cat", pairs[0][1], pairs[1][1]]).out == "echo a\necho b\n"
+    assert conn.run(["test", "-x", pairs[1][1]], check=False).rc == 0
+    again = push_files(conn, pairs)
+    assert (again.files_sent, again.files_skipped) == (0, 2)
+    with pytest.raises(InputError, match="no such file to push"):
+        push_files(conn, [(tmp_path / "nope", f"{remote_tmp}/nope")])
