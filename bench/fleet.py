@@ -280,7 +280,7 @@ def write_table(rows: list[Row], build: Path, path: Path) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", type=Path, default=None)
-    ap.add_argument("--sizes", default="1,4,16")
+    ap.add_argument("--sizes", default="1,4,16", help="board counts; a 1-board row is always measured (the floor)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fleet.md")
     args = ap.parse_args()
     become_subreaper()
@@ -289,7 +289,10 @@ def main() -> int:
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "xdg")
         build = ensure_build(args.build, Path(tmp) / "build")
         rows = []
-        for n in (int(s) for s in args.sizes.split(",")):
+        sizes = [int(s) for s in args.sizes.split(",")]
+        if 1 not in sizes:  # the floor needs one board's wall, measured in the same run
+            sizes.insert(0, 1)
+        for n in sizes:
             row = run_size(n, build, Path(tmp))
             print(json.dumps({**row.__dict__, "acc": row.acc.__dict__}), flush=True)
             rows.append(row)
