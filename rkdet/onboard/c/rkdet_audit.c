@@ -142,6 +142,19 @@ static buf_t *rec_field(record_t *r, const char *key) {
 }
 static void rec_str(record_t *r, const char *key, const char *v) { buf_t *b = rec_field(r, key); if (v) b_jstr(b, v); else b_puts(b, "null"); }
 static void rec_u64(record_t *r, const char *key, uint64_t v) { b_printf(rec_field(r, key), "%llu", (unsigned long long)v); }
+/* a record's "input" (sha256 over the inputs' output hashes, in order) and "outputs" (each output's hash) */
+static void rec_hashes(record_t *r, const rkdet_audit_tensor *inputs, size_t n_inputs,
+                       const rkdet_audit_tensor *outputs, size_t n_outputs) {
+    rkdet_sha256_ctx ic; char h[65]; size_t i; buf_t *outs;
+    rkdet_sha256_init(&ic);
+    for (i = 0; i < n_inputs; i++) { output_hash(&inputs[i], h); rkdet_sha256_update(&ic, h, 64); }
+    rkdet_sha256_hex(&ic, h);
+    rec_str(r, "input", h);
+    outs = rec_field(r, "outputs");
+    b_puts(outs, "[");
+    for (i = 0; i < n_outputs; i++) { output_hash(&outputs[i], h); if (i) b_puts(outs, ","); b_jstr(outs, h); }
+    b_puts(outs, "]");
+}
 static void rec_free(record_t *r) { int i; for (i = 0; i < r->n; i++) free(r->f[i].val.s); r->n = 0; }
 static int by_key(const void *a, const void *b) { return strcmp(((const field_t *)a)->key, ((const field_t *)b)->key); }
 
@@ -425,15 +438,8 @@ rkdet_audit *rkdet_audit_open(const rkdet_audit_settings *s, char *err, size_t e
 /* hash (unlocked: the app's thread or the recorder's), then append under the lock */
 static int record_inference(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
                             const rkdet_audit_tensor *outputs, size_t n_outputs, uint64_t latency_us) {
-    record_t r = {0}; rkdet_sha256_ctx ic; char h[65]; size_t i; double h0 = thread_cpu(); buf_t *outs; int rc;
-    rkdet_sha256_init(&ic);
-    for (i = 0; i < n_inputs; i++) { output_hash(&inputs[i], h); rkdet_sha256_update(&ic, h, 64); }
-    rkdet_sha256_hex(&ic, h);
-    rec_str(&r, "input", h);
-    outs = rec_field(&r, "outputs");
-    b_puts(outs, "[");
-    for (i = 0; i < n_outputs; i++) { output_hash(&outputs[i], h); if (i) b_puts(outs, ","); b_jstr(outs, h); }
-    b_puts(outs, "]");
+    record_t r = {0}; double h0 = thread_cpu(); int rc;
+    rec_hashes(&r, inputs, n_inputs, outputs, n_outputs);
     h0 = thread_cpu() - h0;
     rec_str(&r, "build", a->build); rec_str(&r, "core_mask", a->core_mask); rec_u64(&r, "latency_us", latency_us);
     pthread_mutex_lock(&a->lock);
@@ -723,7 +729,7 @@ static void shadow_period(rkdet_audit *a) {
 
 int rkdet_audit_shadow(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t n_inputs,
                        const rkdet_audit_tensor *served, const rkdet_audit_tensor *candidate, size_t n_outputs) {
-    record_t r = {0}; rkdet_sha256_ctx ic; char h[65]; size_t k, i; int agree = 1, rc = 0; buf_t *want, *got, *outs;
+    record_t r = {0}; size_t k, i; int agree = 1, rc = 0; buf_t *want, *got;
     if (!a) return -1;
     if (!readable(inputs, n_inputs) || !readable(served, n_outputs) || !readable(candidate, n_outputs)) return refused(a);
     want = rec_field(&r, "served_decision"); got = rec_field(&r, "shadow_decision");
@@ -747,14 +753,7 @@ int rkdet_audit_shadow(rkdet_audit *a, const rkdet_audit_tensor *inputs, size_t 
     }
     if (!agree) {
         a->shadow_disagreements++; a->period_disagreements++;
-        rkdet_sha256_init(&ic);
-        for (i = 0; i < n_inputs; i++) { output_hash(&inputs[i], h); rkdet_sha256_update(&ic, h, 64); }
-        rkdet_sha256_hex(&ic, h);
-        rec_str(&r, "input", h);
-        outs = rec_field(&r, "outputs");
-        b_puts(outs, "[");
-        for (k = 0; k < n_outputs; k++) { output_hash(&candidate[k], h); if (k) b_puts(outs, ","); b_jstr(outs, h); }
-        b_puts(outs, "]");
+        rec_hashes(&r, inputs, n_inputs, candidate, n_outputs);
         rec_str(&r, "build", a->build); rec_str(&r, "candidate", a->shadow_build[0] ? a->shadow_build : "");
         if (++a->shadow_alarms <= 10 || a->shadow_alarms % 1000 == 0)
             fprintf(stderr, "rkdet audit: shadow_disagreement #%u: served %.200s, candidate %.200s\n", a->shadow_alarms,
