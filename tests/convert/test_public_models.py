@@ -40,12 +40,30 @@ def _model(name: str) -> Path:
     return path
 
 
-def _config(tmp: Path, committed: str, **quantize: object) -> Path:
+LINES = (("101-rl", 440), ("104-xfig", 640), ("103-gnuplot", 680), ("107-devref", 560))
+
+
+def text_lines(folder: Path) -> Path:
+    """Golden inputs for the direction classifier: 384x96 text-line crops (its 192x48 input's aspect) of four
+    golden pages, each upright and turned by 180 degrees, so the FP32 model decides both ways (a whole page,
+    stretched, never makes it rotate). Fixed crops, no search: the FP32 test below says they do."""
+    from PIL import Image
+
+    folder.mkdir()
+    for page, y0 in LINES:
+        with Image.open(REPO / "calibration_data" / "golden" / f"page-{page}.png") as im:
+            crop = im.convert("RGB").crop((90, y0, 90 + 384, y0 + 96))
+        crop.save(folder / f"line-{page}-{y0}-upright.png")
+        crop.rotate(180).save(folder / f"line-{page}-{y0}-turned.png")
+    return folder
+
+
+def _config(tmp: Path, committed: str, golden: Path | None = None, **quantize: object) -> Path:
     """The committed config with absolute paths (the model from $RKDET_PUBLIC_MODELS), `quantize` overrides."""
     doc = yaml.safe_load((REPO / "configs" / committed).read_text())
     doc["model"]["onnx"] = str(_model(Path(doc["model"]["onnx"]).name))
     doc["quantize"]["dataset"] = str((REPO / "configs" / doc["quantize"]["dataset"]).resolve())
-    doc["golden"]["inputs"] = str((REPO / "configs" / doc["golden"]["inputs"]).resolve())
+    doc["golden"]["inputs"] = str(golden or (REPO / "configs" / doc["golden"]["inputs"]).resolve())
     doc["quantize"].update(quantize)
     out = tmp / committed
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -77,12 +95,15 @@ def _write_set(path: Path, runs: dict[str, dict[str, np.ndarray]], name: str) ->
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, Path, str, Path]]:
     tmp = tmp_path_factory.mktemp("public")
+    lines = text_lines(tmp / "lines")
+    int8 = {"enabled": True, "force_fp16": False, "dtype": "w8a8", "algorithm": "normal"}
     made = {}
-    for key, committed, quantize in (("cls", "ppocr-cls.yaml", {}), ("det", "ppocr-det.yaml", {}),
-                                     ("det-int8", "ppocr-det.yaml", {"enabled": True, "force_fp16": False,
-                                                                     "dtype": "w8a8", "algorithm": "normal"})):
+    for key, committed, golden, quantize in (
+            ("cls", "ppocr-cls.yaml", lines, {}),
+            ("cls-int8", "ppocr-cls.yaml", lines, {**int8, "float_outputs": [CLS_OUT]}),  # its Softmax float16
+            ("det", "ppocr-det.yaml", None, {}), ("det-int8", "ppocr-det.yaml", None, int8)):
         (tmp / key).mkdir()
-        cfg = _config(tmp / key, committed, **quantize)
+        cfg = _config(tmp / key, committed, golden, **quantize)
         made[key] = (*_convert(tmp / key, cfg), cfg)
     return made
 
@@ -111,6 +132,23 @@ def test_the_real_model_passes_its_gates_with_the_declared_decision(builds, key,
     changed = [g["decision_vs_reference"]["outputs"][output]["changed_positions"]
                for i in report["sets"]["A"]["inputs"] for g in i["groups"]]
     assert len(changed) == 8 and report["agrees"]["decisions_changed"] == sum(c > 0 for c in changed)
+    if key == "cls":  # float16 keeps every decision, and the FP32 model decides both ways on these lines
+        assert report["agrees"]["decisions_changed"] == 0
+        turns = [v["outputs"][output]["reference"] for v in fid["decision"]["inputs"].values()]
+        assert 2 <= sum(turns) <= 6, turns
+
+
+def test_the_int8_classifier_loses_the_rotations_and_its_gate_says_so(builds) -> None:
+    """Measured on the real model: w8a8 (its Softmax float16) never puts class '180' above 0.9 where FP32
+    does; with the config's score_tolerance (0.05, not the default 0.15 that would call 0.75..1.0 a near
+    tie of 0.9) the declared gate fails the build (exit 4)."""
+    rc, folder, stderr, _ = builds["cls-int8"]
+    assert rc == 4, stderr[-3000:]
+    assert "fidelity gate failed: decision agreement" in stderr.strip().splitlines()[-1]
+    fid = json.loads(next(folder.parent.glob("*failed-fidelity.json")).read_text())
+    lost = [k for k, v in fid["decision"]["inputs"].items()
+            if v["outputs"][CLS_OUT]["reference"] and not v["outputs"][CLS_OUT]["candidate"]]
+    assert lost and all(not fid["decision"]["inputs"][k]["agree"] for k in lost)
 
 
 def test_a_flipped_direction_fails_the_gate_and_the_diff(builds, tmp_path) -> None:
@@ -123,7 +161,8 @@ def test_a_flipped_direction_fails_the_gate_and_the_diff(builds, tmp_path) -> No
     rotate = ref[first][CLS_OUT][0, 1] > 0.9
     flipped[first][CLS_OUT][0] = [0.98, 0.02] if rotate else [0.02, 0.98]  # the app's 180-degree turn flips
     shape = (ref[first][CLS_OUT].shape,)
-    gate = next(g for g in measure(flipped, ref, (CLS_OUT,), shape, "none", FidelitySection(), input_hw=(48, 192),
+    limits = FidelitySection(**yaml.safe_load(cfg.read_text())["fidelity"])  # the config's score_tolerance
+    gate = next(g for g in measure(flipped, ref, (CLS_OUT,), shape, "none", limits, input_hw=(48, 192),
                                    declared=rules).gates if g.gate == "decision")
     assert gate.passed is False and gate.value == pytest.approx(7 / 8)
     c = compare(_write_set(tmp_path / "a", flipped, CLS_OUT), _write_set(tmp_path / "b", ref, CLS_OUT),
