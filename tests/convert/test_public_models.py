@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -199,3 +200,19 @@ def test_the_int8_detector_fails_the_declared_gate_its_cosine_only_reports(build
     changed = [v["outputs"][DET_OUT]["changed_beyond_near_tie"] / v["outputs"][DET_OUT]["positions"]
                for v in fid["decision"]["inputs"].values()]
     assert max(changed) > 0.01 and not next(g for g in fid["gates"] if g["gate"] == "decision")["passed"]
+
+
+def test_the_fetch_is_idempotent_offline_and_fails_in_one_line(tmp_path) -> None:
+    """models/fetch_public_models.py (run by .ci/setup): files already there with their pinned hashes need
+    no index; an unreachable index is one line naming it and what to do, exit 2, nothing left behind."""
+    script = [sys.executable, str(REPO / "models" / "fetch_public_models.py")]
+    for name in PINS["members"]:
+        _model(name)
+    env = {**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_NO_CACHE_DIR": "1",
+           "PIP_RETRIES": "0", "PIP_TIMEOUT": "2", "PIP_FIND_LINKS": ""}
+    ok = subprocess.run([*script, str(CACHE)], capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0 and ok.stdout == "", ok.stderr
+    bad = subprocess.run([*script, str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=120)
+    lines = bad.stderr.strip().splitlines()
+    assert bad.returncode == 2 and len(lines) == 1 and "http://127.0.0.1:9/simple" in lines[0], bad.stderr
+    assert "re-run .ci/setup" in lines[0] and list((tmp_path / "cache").iterdir()) == []
