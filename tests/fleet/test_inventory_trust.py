@@ -346,7 +346,10 @@ def test_interrupting_rkdet_ends_the_engine(tmp_path: Path, how: str) -> None:
     inv = tmp_path / "inv.ini"
     inv.write_text("[g]\na\n")
     report = tmp_path / "left.json"
+    temp = tmp_path / "tmp"  # rkdet's own temp folders: a SIGKILLed rkdet cannot remove them, so not in /tmp
+    temp.mkdir()
     env = {**os.environ, "RKDET_ANSIBLE_INVENTORY": str(program), "RKDET_INVENTORY_ENGINE": "ansible",
+           "TMPDIR": str(temp),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(tree_argv([sys.executable, "-m", "rkdet.cli", "fleet", "hosts", "--inventory", str(inv)],
                                       report), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
