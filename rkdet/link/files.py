@@ -25,6 +25,11 @@ class Readable(Protocol):
     def read(self, n: int = -1) -> bytes: ...
 
 
+class TransferSessionGone(BoardError):
+    """A FileTransfer's session (SFTP) closed under a download, nothing of the file kept: the caller may
+    fetch it again over exec (ExecFiles), still checked against the board's sha256."""
+
+
 class FileTransfer(Protocol):
     """How one file's bytes go to and come from a board; the caller verifies them (sha256) itself."""
 
@@ -105,4 +110,4 @@ class ExecFiles:
         return False  # no call without a process: the push's commit script does it
 
 
-__all__ = ["BoardLink", "ExecFiles", "FileTransfer", "Readable"]
+__all__ = ["BoardLink", "ExecFiles", "FileTransfer", "Readable", "TransferSessionGone"]

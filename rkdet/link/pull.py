@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from rkdet.link.files import BoardLink, ExecFiles, FileTransfer
+from rkdet.link.files import BoardLink, ExecFiles, FileTransfer, TransferSessionGone
 from rkdet.link.shell import CommandRunner, remote_command
 from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, TransferStats, _Progress, remote_hashes, sha256_file
 from rkdet.errors import BoardError, InputError
@@ -294,7 +294,13 @@ def _fetch(conn: BoardLink, remote: str, entries: Sequence[_Entry], local: Path,
                 # prefetching get parses every 256 KiB answer in Python (64 MiB, loopback: ~3x the
                 # host CPU of the exec stream and 0.4x scp's speed); the board hashes the file meanwhile
                 big = e.size >= STREAM_VERIFY_MIN_BYTES
-                size = _download(conn, ExecFiles(conn) if big else channel, e, sink, bars, remote)
+                try:
+                    size = _download(conn, ExecFiles(conn) if big else channel, e, sink, bars, remote)
+                except TransferSessionGone:  # dropped: this file again over exec, from its first byte
+                    f.seek(0)
+                    f.truncate()
+                    h = hashlib.sha256()
+                    size = _download(conn, ExecFiles(conn), e, sink, bars, remote)
             got[index] = h.hexdigest()
             stats.files_sent += 1
             stats.bytes_sent += size

@@ -18,7 +18,7 @@ import paramiko
 from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
 
 from rkdet.errors import BoardError
-from rkdet.link.files import Readable
+from rkdet.link.files import Readable, TransferSessionGone
 from rkdet.link.shell import Named
 
 _PARAMIKO_REQUEST = 32768
@@ -110,6 +110,10 @@ class SftpFiles:
             owner.drop_sftp()  # a file cut off mid-prefetch leaves answers in flight
             raise
         except (OSError, EOFError, paramiko.SSHException) as err:
+            if self._sftp.sock.closed:  # the session itself ended (its sftp-server went away): not this file
+                owner.drop_sftp()
+                raise TransferSessionGone(f"{owner.target.label}: the board's SFTP session ended while sending "
+                                      f"{remote!r} ({err})") from None
             raise BoardError(f"{owner.target.label}: download of {remote!r} failed ({err})") from None
 
     def entry(self, remote: str) -> tuple[str, int] | None:

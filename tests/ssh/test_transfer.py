@@ -67,6 +67,24 @@ def test_push_and_pull_directory_round_trip(conn: BoardConnection, remote_tmp: s
     assert (tmp_path / "one.bin").read_bytes() == (src / "model.bin").read_bytes() and single.files_sent == 1
 
 
+def test_a_pull_whose_sftp_session_ends_under_it_fetches_the_file_again_over_exec(
+        board: EmulatedBoard, conn: BoardConnection, remote_tmp: str, tmp_path: Path) -> None:
+    """The SFTP session closing under a download (seen in CI: `contexts.json ... failed (Socket is closed)`)
+    is not the file's fault: the session is dropped and the file fetched again over exec from its first
+    byte, still checked against the board's sha256; the rest of the pull uses exec."""
+    src, back = tmp_path / "src", tmp_path / "back"
+    _make_tree(src)
+    push(conn, src, f"{remote_tmp}/tree")
+    with board.connect(timeouts=conn.timeouts) as own:  # the module's shared connection keeps its SFTP
+        sftp = own.sftp()
+        assert sftp is not None
+        sftp.sock.close()  # the session ends (as when its sftp-server goes away); the connection stays
+        pulled = pull(own, f"{remote_tmp}/tree", back)
+        assert _tree(back) == _tree(src) and pulled.files_sent == 3
+        assert own.files().method != "sftp" and own.sftp() is None  # dropped, not reopened mid-deploy
+    assert not [p for p in back.rglob("*.tmp")]
+
+
 def test_commit_refuses_a_temp_file_with_the_wrong_hash(conn: BoardConnection, remote_tmp: str) -> None:
     tmp, final = f"{remote_tmp}/.f.tmp", f"{remote_tmp}/f"
     conn.run(["sh", "-c", 'printf corrupted > "$1"', "sh", tmp])
