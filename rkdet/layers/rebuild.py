@@ -24,7 +24,7 @@ from rkdet.convert.identity import build_fingerprint, golden_records, model_iden
 from rkdet.convert.images import ImageFile, Materialized, list_images
 from rkdet.convert.onnx_graph import PreparedModel, prepare_model
 from rkdet.convert.pipeline import materialize
-from rkdet.convert.toolkits import find_toolkit, float_layers_job, toolkit2_options
+from rkdet.convert.toolkits import Toolkit, find_toolkit, float_layers_job, toolkit2_options
 from rkdet.errors import ConversionError, InputError
 from rkdet.layers.analysis import InputAnalysis, read_analysis
 from rkdet.records.io import write_atomic
@@ -164,18 +164,25 @@ def prepared_as_built(src: BuildSource, cal_files: list[ImageFile], gold_files: 
     return model, materialize(cal_files, model, cfg), materialize(gold_files, model, cfg)
 
 
+def _rebuild_session(src: BuildSource, needs: str) -> tuple[Toolkit, list[ImageFile], list[ImageFile], ToolkitSession]:
+    """The toolkit, the build's image lists and a worker session for rebuilding `src`: the convert's own
+    worker (same build steps, so the same fingerprint), importing the toolkit while the host prepares.
+    `needs` says what wants the simulator when the toolkit has none."""
+    cfg, platform = src.cfg, src.platform
+    tk = find_toolkit(platform, cfg)
+    if not tk.has_simulator:
+        raise InputError(f"{platform}: {tk.name} has no simulator; {needs}")
+    cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
+    gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
+    key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
+    return tk, cal_files, gold_files, ToolkitSession(key, tk.python, tk.worker)
+
+
 def rebuild_and_analyse(src: BuildSource, inputs: Path | None, progress: Log, log_to: Path | None = None,
                         max_inputs: int | None = None) -> Rebuild:
     """Rebuild `src` in the hermetic worker, check its fingerprint, and analyse every input per layer."""
     cfg, platform = src.cfg, src.platform
-    tk = find_toolkit(platform, cfg)
-    if not tk.has_simulator:
-        raise InputError(f"{platform}: {tk.name} has no simulator; rkdet layers needs rknn-toolkit2 (rk3562/66/68/76/88, rv1126b)")
-    cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
-    gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
-    key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
-    # the convert's own worker (same build steps, so the same fingerprint), with an "analyse" step in the job
-    session = ToolkitSession(key, tk.python, tk.worker)  # imports the toolkit while the host prepares
+    tk, cal_files, gold_files, session = _rebuild_session(src, "rkdet layers needs rknn-toolkit2 (rk3562/66/68/76/88, rv1126b)")
     try:
         progress("preparing the model and the images as rkdet convert does")
         model, cal, gold = prepared_as_built(src, cal_files, gold_files)
@@ -255,13 +262,7 @@ def rebuild_and_simulate(src: BuildSource, inputs: dict[str, np.ndarray], progre
     build; the simulator's outputs per input name). The simulator runs only a model built in the same
     process, so this is the one way to simulate inputs other than the golden ones."""
     cfg, platform = src.cfg, src.platform
-    tk = find_toolkit(platform, cfg)
-    if not tk.has_simulator:
-        raise InputError(f"{platform}: {tk.name} has no simulator; simulating needs rknn-toolkit2")
-    cal_files = list_images(cfg.quantize.dataset, "quantize.dataset", cfg.quantize.max_images)
-    gold_files = list_images(cfg.golden.inputs, "golden.inputs", cfg.golden.max_images)
-    key = manifest.folder_key(cfg, platform, cal_files, gold_files, tk)
-    session = ToolkitSession(key, tk.python, tk.worker)
+    tk, cal_files, gold_files, session = _rebuild_session(src, "simulating needs rknn-toolkit2")
     try:
         progress("preparing the model and the images as rkdet convert does")
         model, cal, gold = prepared_as_built(src, cal_files, gold_files)
