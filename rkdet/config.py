@@ -317,7 +317,9 @@ class DecisionRule(_Strict):
     argmax / pixel-argmax: the label per position (a tie to the lower index; top_k for a vector);
     threshold / pixel-threshold: output[channel] > threshold per position; boxes: this output's scores
     [1, N, C] (class axis `axis`) with the box output `boxes` [1, N, 4], a detection per candidate whose
-    best score > threshold."""
+    best score > threshold. `range`: the values the thresholded output can take ([0, 1] for a softmax or
+    sigmoid probability); it bounds the near-tie band around the threshold (declared.near_tie_band), and
+    left out (raw logits: no bound known) the band is fidelity.score_tolerance either side, unbounded."""
 
     rule: Literal["argmax", "threshold", "pixel-argmax", "pixel-threshold", "boxes"]
     axis: int = 1
@@ -325,6 +327,7 @@ class DecisionRule(_Strict):
     threshold: Optional[float] = None
     top_k: int = Field(1, ge=1)
     boxes: Optional[str] = None  # rule boxes: the output with the candidates' boxes [1, N, 4] (x1, y1, x2, y2)
+    range: Optional[tuple[float, float]] = None  # the output's value range: [0, 1] for probabilities
 
     @model_validator(mode="after")
     def _threshold_needs_its_channel(self) -> "DecisionRule":
@@ -332,6 +335,13 @@ class DecisionRule(_Strict):
             raise ValueError(f"rule {self.rule} needs `channel` and `threshold` (the app's: output[channel] > threshold)")
         if self.rule == "boxes" and (self.boxes is None or self.threshold is None):
             raise ValueError("rule boxes needs `boxes` (the box output's name) and `threshold` (the app's score threshold)")
+        if self.range is not None:
+            low, high = self.range
+            if self.threshold is None:
+                raise ValueError(f"`range` bounds a threshold's near-tie band; rule {self.rule} has no threshold")
+            if not low < self.threshold < high:
+                raise ValueError(f"threshold {self.threshold:g} is not inside range [{low:g}, {high:g}]: the app "
+                                 "would decide the same way on every value")
         return self
 
 

@@ -69,7 +69,7 @@ def declared_rules(outputs: list[tuple[str, np.ndarray]], declared: Mapping[str,
     """The bundle's `decision_rules`: the declared rule per output, checked against these outputs (the
     layout's JSON), so rkdet-selfcheck can decide as the app does (rkdet/onboard/decisions.py)."""
     layout = decode.detect_layout([(n, tuple(a.shape)) for n, a in outputs], declared=declared)
-    return {n: {k: v for k, v in r.items() if k != "top_k"} for n, r in layout.to_json().get("rules", {}).items()}
+    return {n: {k: v for k, v in r.items() if k not in ("top_k", "range")} for n, r in layout.to_json().get("rules", {}).items()}
 
 
 def _entry(name: str, tensor: np.ndarray, refs: dict[str, dict[str, list[tuple[str, np.ndarray]]]],

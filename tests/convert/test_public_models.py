@@ -141,8 +141,8 @@ def test_the_real_model_passes_its_gates_with_the_declared_decision(builds, key,
 
 def test_the_int8_classifier_loses_the_rotations_and_its_gate_says_so(builds) -> None:
     """Measured on the real model: w8a8 (its Softmax float16) never puts class '180' above 0.9 where FP32
-    does; with the config's score_tolerance (0.05, not the default 0.15 that would call 0.75..1.0 a near
-    tie of 0.9) the declared gate fails the build (exit 4)."""
+    does; with the default score_tolerance, the near-tie band bounded by the rule's range [0, 1] (0.87..0.93,
+    not the 0.75..1.05 that forgave every lost rotation) fails the build (exit 4)."""
     rc, folder, stderr, _ = builds["cls-int8"]
     assert rc == 4, stderr[-3000:]
     assert "fidelity gate failed: decision agreement" in stderr.strip().splitlines()[-1]
@@ -150,6 +150,9 @@ def test_the_int8_classifier_loses_the_rotations_and_its_gate_says_so(builds) ->
     lost = [k for k, v in fid["decision"]["inputs"].items()
             if v["outputs"][CLS_OUT]["reference"] and not v["outputs"][CLS_OUT]["candidate"]]
     assert lost and all(not fid["decision"]["inputs"][k]["agree"] for k in lost)
+    assert fid["decision"]["score_tolerance"] == 0.15  # the default: the config sets no tolerance of its own
+    assert all(fid["decision"]["inputs"][k]["outputs"][CLS_OUT]["near_tie_band"] == "near-tie band 0.87..0.93"
+               for k in lost)
 
 
 def test_a_flipped_direction_fails_the_gate_and_the_diff(builds, tmp_path) -> None:
@@ -162,7 +165,7 @@ def test_a_flipped_direction_fails_the_gate_and_the_diff(builds, tmp_path) -> No
     rotate = ref[first][CLS_OUT][0, 1] > 0.9
     flipped[first][CLS_OUT][0] = [0.98, 0.02] if rotate else [0.02, 0.98]  # the app's 180-degree turn flips
     shape = (ref[first][CLS_OUT].shape,)
-    limits = FidelitySection(**yaml.safe_load(cfg.read_text())["fidelity"])  # the config's score_tolerance
+    limits = FidelitySection(**yaml.safe_load(cfg.read_text()).get("fidelity", {}))  # the config's fidelity
     gate = next(g for g in measure(flipped, ref, (CLS_OUT,), shape, "none", limits, input_hw=(48, 192),
                                    declared=rules).gates if g.gate == "decision")
     assert gate.passed is False and gate.value == pytest.approx(7 / 8)

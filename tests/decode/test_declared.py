@@ -51,7 +51,7 @@ def test_declared_rules_are_checked_against_the_outputs() -> None:
     layout = detect_layout(outputs, declared=FACE)
     assert (layout.kind, layout.task) == ("declared", "declared") and task_of(layout) is declared.TASK
     assert layout.to_json()["rules"]["prob"] == {"rule": "threshold", "axis": 1, "channel": 1, "threshold": 0.7, "top_k": 1,
-                                                 "boxes": None}
+                                                 "boxes": None, "range": None}
     assert detect_layout(outputs).kind == "none"  # without the declaration: numeric only
     with pytest.raises(InputError, match=r"decision.outputs.score: the model has no output 'score'"):
         detect_layout(outputs, declared={"score": FACE["prob"]})

@@ -13,9 +13,11 @@ probability map, ...), the app's own rule says what it decides, per output:
 The same decision: the same label / yes-no at every position of every declared output. The diff's
 delta gives per output the positions changed, and for a map the IoU of the positive set (threshold)
 or the mean class IoU (argmax; a class absent from both maps left out). Convert's gate: a golden input
-agrees while, per output, at most `MAX_CHANGED_FRACTION` of the positions change beyond a near tie (a
-value within fidelity.score_tolerance of the threshold, or two labels' values within it) — one decision
-of a vector is 100 % of its positions, so a flipped yes/no or top-1 beyond a near tie fails it.
+agrees while, per output, at most `MAX_CHANGED_FRACTION` of the positions change beyond a near tie — one
+decision of a vector is 100 % of its positions, so a flipped yes/no or top-1 beyond a near tie fails it.
+A near tie: argmax, two labels' FP32 values within fidelity.score_tolerance; threshold, FP32 and the
+candidate both inside the near-tie band around the threshold (`near_tie_band`: bounded by the rule's
+declared `range`, so it never covers the confident scores; docs/ACCURACY.md, "The near-tie band").
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Rule:
     threshold: float | None = None
     top_k: int = 1
     boxes: str | None = None  # rule boxes: the box output
+    range: tuple[float, float] | None = None  # the output's value range ([0, 1]: probabilities); None: unknown
 
     @property
     def is_threshold(self) -> bool:
@@ -75,13 +78,20 @@ class Rule:
 def _rule(name: str, r: RuleSource | Mapping[str, Any]) -> Rule:
     """A rule from the config model or from its JSON (a build manifest's resolved config)."""
     if not isinstance(r, Mapping):
-        return Rule(r.rule, r.axis, r.channel, r.threshold, r.top_k, getattr(r, "boxes", None))
+        span = getattr(r, "range", None)
+        return Rule(r.rule, r.axis, r.channel, r.threshold, r.top_k, getattr(r, "boxes", None),
+                    None if span is None else (float(span[0]), float(span[1])))
     try:
+        span = r.get("range")
         rule = Rule(str(r["rule"]), int(r.get("axis", 1)), None if r.get("channel") is None else int(r["channel"]),
                     None if r.get("threshold") is None else float(r["threshold"]), int(r.get("top_k", 1)),
-                    None if r.get("boxes") is None else str(r["boxes"]))
-    except (KeyError, TypeError, ValueError) as exc:
+                    None if r.get("boxes") is None else str(r["boxes"]),
+                    None if span is None else (float(span[0]), float(span[1])))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise InputError(f"decision.outputs.{name}: not a rule ({exc.__class__.__name__}: {exc})") from None
+    if rule.range is not None and not (rule.threshold is not None and rule.range[0] < rule.threshold < rule.range[1]):
+        raise InputError(f"decision.outputs.{name}.range: {list(rule.range)} must hold the rule's threshold "
+                         f"({rule.threshold}) strictly inside")
     if rule.is_threshold and (rule.channel is None or rule.threshold is None):
         raise InputError(f"decision.outputs.{name}: rule {rule.rule} needs channel and threshold")
     if rule.rule == "boxes" and (rule.boxes is None or rule.threshold is None):
@@ -144,12 +154,71 @@ def decide_boxes(rule: Rule, scores: np.ndarray, boxes: np.ndarray, floor: float
     return Detections(b[keep], score[keep], best[keep].astype(np.int64))
 
 
-def _near_tie(rule: Rule, ref: np.ndarray, ref_dec: np.ndarray, cand_dec: np.ndarray, tol: float) -> np.ndarray:
-    """Positions whose FP32 values put the two decisions within `tol` of each other."""
+@dataclass(frozen=True)
+class Band:
+    """The near-tie band around a rule's threshold: a flip with both scores in [low, high] is a near tie."""
+
+    low: float
+    high: float
+    bounded: bool  # False: the output's range is unknown (no `range` declared), the band is ± the tolerance
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def describe(self) -> str:
+        what = f"near-tie band {self.low:.4g}..{self.high:.4g}"
+        return what if self.bounded else what + " (unbounded: no decision range declared, e.g. [0, 1] for probabilities)"
+
+
+def near_tie_band(name: str, rule: Rule, tol: float) -> Band:
+    """THE near-tie band of a threshold t: t ± w, both scores of a flip inside it make a near tie.
+
+    Why this width: fidelity.score_tolerance is stated for a threshold in the middle of the output's
+    range, where a score has the most room on either side; a threshold nearer an end has less room on that
+    side, and a fixed ± tolerance there covers every confident score (0.9 ± 0.15 holds all of 0.9..1.0, so
+    an INT8 build that lost every rotation of PaddleOCR's classifier passed). So with a declared range
+    [lo, hi] the band covers the same share of the room at every threshold: w = tol * d / ((hi - lo) / 2),
+    d = min(t - lo, hi - t) — ±0.15 at 0.5, ±0.09 at 0.3, ±0.03 at 0.9 for the default 0.15; never wider
+    than the tolerance, and short of the range's end while tol < (hi - lo) / 2 (a larger one is refused:
+    the band would reach the end). Both sides must lie in it: a marginal FP32 score that the candidate
+    moves far across the threshold is a changed decision, not a tie. Without a range (raw logits) no bound
+    is known: the band is t ± tol, and the gate's record says it is unbounded."""
+    assert rule.threshold is not None
+    t = rule.threshold
+    if rule.range is None:
+        return Band(t - tol, t + tol, False)
+    low, high = rule.range
+    half_range = (high - low) / 2
+    if tol >= half_range:
+        raise InputError(f"fidelity.score_tolerance {tol:g} is at least half of decision.outputs.{name}.range "
+                         f"[{low:g}, {high:g}]: the near-tie band around {t:g} would reach the range's end; "
+                         f"set it below {half_range:g}")
+    w = tol * min(t - low, high - t) / half_range
+    return Band(t - w, t + w, True)
+
+
+@dataclass(frozen=True)
+class _BandLimits:
+    """Detection's gate limits with the score tolerance narrowed to a rule's near-tie band."""
+
+    match_iou: float
+    score_tolerance: float
+    top_k: int
+
+
+def _inside(band: Band, values: np.ndarray) -> np.ndarray:
+    return (values >= band.low) & (values <= band.high)
+
+
+def _near_tie(rule: Rule, ref: np.ndarray, cand: np.ndarray, ref_dec: np.ndarray, cand_dec: np.ndarray,
+              tol: float, band: Band | None) -> np.ndarray:
+    """Positions whose flip is a near tie: threshold, FP32 and candidate both in the band; argmax, the
+    two labels' FP32 values within `tol` of each other."""
     x = _along(rule, ref)
     if rule.is_threshold:
-        assert rule.threshold is not None
-        return np.abs(x[..., rule.channel] - rule.threshold) <= tol
+        assert band is not None
+        return _inside(band, x[..., rule.channel]) & _inside(band, _along(rule, cand)[..., rule.channel])
     a = np.take_along_axis(x, ref_dec[..., None], axis=-1)[..., 0]
     b = np.take_along_axis(x, cand_dec[..., None], axis=-1)[..., 0]
     return (a - b) <= tol
@@ -191,13 +260,16 @@ def _gate_boxes(rule: Rule, ref: Arrays, sim: Arrays, out: str, limits: GateLimi
     """Convert's gate on a box + score head: detection's rule at the declared threshold (both sides decoded
     down to threshold - score_tolerance, so a score moved just across it still pairs)."""
     assert rule.threshold is not None and rule.boxes is not None
-    floor = rule.threshold - limits.score_tolerance
+    band = near_tie_band(out, rule, limits.score_tolerance)
+    floor = band.low
     r = decide_boxes(rule, ref[out], ref[rule.boxes], floor)
     c = decide_boxes(rule, sim[out], sim[rule.boxes], floor)
-    got = detection.compare_detection_decisions(detection.TASK, r, c, limits, conf=rule.threshold)
+    banded = _BandLimits(limits.match_iou, band.half_width, limits.top_k)  # score deltas judged by the band
+    got = detection.compare_detection_decisions(detection.TASK, r, c, banded, conf=rule.threshold)
     units, agreed = got["detections"], got["agree"]
     return {"rule": "boxes", "positions": units, "changed_positions": units - agreed, "overlap": None,
-            "disagreements": got["disagreements"], "agree": units == 0 or agreed / units >= 1 - MAX_CHANGED_FRACTION}
+            "near_tie_band": band.describe(), "disagreements": got["disagreements"],
+            "agree": units == 0 or agreed / units >= 1 - MAX_CHANGED_FRACTION}
 
 
 @dataclass(frozen=True)
@@ -258,6 +330,8 @@ class Declared(DecisionTask):
 
     def gate(self, layout: Layout, ref: dict[str, Arrays], sim: dict[str, Arrays], limits: GateLimits) -> GateCount:
         per_input: dict[str, Any] = {}
+        bands = {out: near_tie_band(out, rule, limits.score_tolerance)
+                 for out, rule in layout.rules.items() if rule.is_threshold or rule.rule == "boxes"}
         for name in sorted(ref):
             outs, agree = {}, True
             for out, rule in layout.rules.items():
@@ -268,15 +342,20 @@ class Declared(DecisionTask):
                 r, s = decide_output(rule, ref[name][out]), decide_output(rule, sim[name][out])
                 entry = compare_output(rule, r, s)
                 flipped = r != s
-                beyond = int((flipped & ~_near_tie(rule, ref[name][out], r, s, limits.score_tolerance)).sum())
+                tie = _near_tie(rule, ref[name][out], sim[name][out], r, s, limits.score_tolerance, bands.get(out))
+                beyond = int((flipped & ~tie).sum())
+                if out in bands:
+                    entry["near_tie_band"] = bands[out].describe()
                 entry["changed_beyond_near_tie"] = beyond
                 entry["agree"] = beyond / max(r.size, 1) <= MAX_CHANGED_FRACTION
                 agree = agree and entry["agree"]
                 outs[out] = entry
             per_input[name] = {"outputs": outs, "agree": int(agree), "detections": 1}
         agreed = sum(v["agree"] for v in per_input.values())
+        bands_said = "; ".join(f"{out}: {band.describe()}" for out, band in bands.items())
         return GateCount(per_input, len(per_input), agreed,
-                         f"{agreed}/{len(per_input)} golden inputs keep the declared decisions")
+                         f"{agreed}/{len(per_input)} golden inputs keep the declared decisions"
+                         + (f" ({bands_said})" if bands_said else ""))
 
     def gate_match_iou(self, limits: GateLimits) -> float | None:
         return None
