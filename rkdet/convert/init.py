@@ -207,6 +207,7 @@ def inspect(path: Path) -> ModelFacts:
         _metadata_imgsz,
         _opset,
         final_softmax,
+        probability_outputs,
     )
     from rkdet.decode import detect_layout
     from rkdet.decode.tasks import classification
@@ -288,26 +289,31 @@ def inspect(path: Path) -> ModelFacts:
     if facts.kind == "unknown":
         facts.kind_detail = "no layout rkdet decodes: the build is judged on numeric gates only"
         facts.prepare_reason = "nothing rkdet knows to prepare"
-        facts.decision = propose_decision(static_outs)
+        facts.decision = propose_decision(static_outs, probability_outputs(model))
         if facts.decision:
             facts.kind_detail = ("no layout rkdet decodes: a `decision:` section is proposed below (# CHECK it "
                                  "against your app's rule), else the build is judged on numeric gates only")
     return facts
 
 
-def propose_decision(outputs: list[tuple[str, tuple[int, ...]]]) -> list[tuple[str, str, str]]:
+def propose_decision(outputs: list[tuple[str, tuple[int, ...]]],
+                     probabilities: frozenset[str] | set[str] = frozenset()) -> list[tuple[str, str, str]]:
     """A guess at the app's rule per output (output, YAML flow mapping, why), for `rkdet init` to propose
     marked `# CHECK`: a score vector [1, C] -> argmax (C = 2: threshold on channel 1), a map [1, C, H, W]
     or [1, H, W, C] -> per-pixel argmax (C = 2 or 1: threshold); box regression (a name saying box, bbox,
-    reg, loc or landmark) and other shapes get no rule (their numeric gates judge them)."""
+    reg, loc or landmark) and other shapes get no rule (their numeric gates judge them). A threshold on
+    one of `probabilities` (a Softmax or Sigmoid output) declares `range: [0, 1]`, which bounds its
+    near-tie band (rkdet/decode/tasks/declared.py)."""
     proposed = []
     for name, shape in outputs:
         if re.search(r"box|reg|loc|landmark", name, re.IGNORECASE):
             continue
+        span, span_why = (", range: [0, 1]", " (a Softmax/Sigmoid output: values in [0, 1])") \
+            if name in probabilities else ("", "")
         if len(shape) == 2 and shape[0] == 1 and shape[1] >= 2:
             if shape[1] == 2:
-                proposed.append((name, "{rule: threshold, channel: 1, threshold: 0.5}",
-                                 "two scores: yes if channel 1 > 0.5 (your app's threshold?)"))
+                proposed.append((name, f"{{rule: threshold, channel: 1, threshold: 0.5{span}}}",
+                                 f"two scores: yes if channel 1 > 0.5 (your app's threshold?){span_why}"))
             else:
                 proposed.append((name, "{rule: argmax, top_k: 1}", f"{shape[1]} scores: the top-1 class"))
         elif len(shape) == 4 and shape[0] == 1:
@@ -315,8 +321,8 @@ def propose_decision(outputs: list[tuple[str, tuple[int, ...]]]) -> list[tuple[s
             channels = shape[axis]
             what = f"a map {list(shape)}, channels {'last' if axis == -1 else 'first'}"
             if channels <= 2:
-                proposed.append((name, f"{{rule: pixel-threshold, axis: {axis}, channel: {channels - 1}, threshold: 0.5}}",
-                                 f"{what}: yes per pixel if channel {channels - 1} > 0.5"))
+                proposed.append((name, f"{{rule: pixel-threshold, axis: {axis}, channel: {channels - 1}, threshold: 0.5"
+                                       f"{span}}}", f"{what}: yes per pixel if channel {channels - 1} > 0.5{span_why}"))
             else:
                 proposed.append((name, f"{{rule: pixel-argmax, axis: {axis}}}", f"{what}: the label per pixel"))
     return proposed

@@ -180,6 +180,23 @@ def final_softmax(model) -> list:
     return [*chain, node]
 
 
+_VALUE_KEEPING = ("Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")  # move values, change none
+
+
+def probability_outputs(model) -> set[str]:
+    """The outputs whose values are probabilities in [0, 1]: made by a Softmax or Sigmoid, through nodes that
+    only move values (Transpose, Reshape, Identity, ...); `rkdet init` declares their rules' `range`."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found = set()
+    for out in model.graph.output:
+        name, hops = out.name, 0
+        while (node := producer.get(name)) is not None and node.op_type in _VALUE_KEEPING and hops < 16:
+            name, hops = node.input[0], hops + 1
+        if node is not None and node.op_type in ("Softmax", "Sigmoid"):
+            found.add(out.name)
+    return found
+
+
 def _metadata_imgsz(model) -> tuple[int, int] | None:
     """Ultralytics writes `imgsz` as "[H, W]" (or one number): the size the model was exported at."""
     import ast

@@ -21,7 +21,8 @@ def test_init_proposes_a_checked_decision_for_a_two_head_classifier(tmp_path: Pa
     text = out.read_text()
     assert facts.kind == "unknown" and "a `decision:` section is proposed" in text
     lines = {ln.split(":")[0].strip(): ln for ln in text.splitlines() if ln.startswith("    ")}
-    assert "# CHECK" in lines["prob"] and "rule: threshold, channel: 1, threshold: 0.5" in lines["prob"]
+    assert "# CHECK" in lines["prob"] and "rule: threshold, channel: 1, threshold: 0.5, range: [0, 1]" in lines["prob"]
+    assert "a Softmax/Sigmoid output: values in [0, 1]" in lines["prob"]  # its near-tie band is bounded
     assert "# box [1, 4]: no rule proposed" in text  # a box head is judged numerically
     cfg = load_config(out)
     assert cfg.decision is not None and set(cfg.decision.outputs) == {"prob"}
@@ -32,9 +33,10 @@ def test_init_proposes_a_checked_decision_for_a_two_head_classifier(tmp_path: Pa
 def test_init_proposes_a_per_pixel_rule_for_a_dense_map(tmp_path: Path) -> None:
     out, _ = write_config(dense_map_model(tmp_path / "pnet.onnx"), tmp_path / "pnet.yaml")
     doc = yaml.safe_load(out.read_text())
-    assert doc["decision"]["outputs"]["map"] == {"rule": "pixel-threshold", "axis": -1, "channel": 1, "threshold": 0.5}
+    assert doc["decision"]["outputs"]["map"] == {"rule": "pixel-threshold", "axis": -1, "channel": 1, "threshold": 0.5,
+                                                 "range": [0, 1]}  # Softmax then Transpose: still probabilities
     cfg = load_config(out)
-    assert cfg.decision is not None
+    assert cfg.decision is not None and cfg.decision.outputs["map"].range == (0.0, 1.0)
     assert detect_layout([("map", (1, S, S, 2))], declared=cfg.decision.outputs).kind == "declared"
 
 
@@ -66,3 +68,24 @@ def test_a_rule_naming_no_output_is_one_line_before_any_build(tmp_path: Path) ->
     proc = run_rkdet("convert", "--config", str(cfg), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and "decision.outputs.score: the model has no output 'score'" in proc.stderr
     assert "building with" not in proc.stderr and not list((tmp_path / "out").glob("*"))
+
+
+def test_a_threshold_on_raw_scores_gets_no_range(tmp_path: Path) -> None:
+    """Logits (no Softmax or Sigmoid at the output): no bound is known, so init declares none and the
+    near-tie band stays ± score_tolerance, said unbounded (rkdet/decode/tasks/declared.py)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from decision_models import _save
+    from rkdet.convert.onnx_graph import _load, probability_outputs
+
+    w = numpy_helper.from_array(np.random.default_rng(1).normal(0, 1, (1, 3, 1, 1)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["score"])]  # a one-channel logit map [1, 1, S, S]
+    model = _save(helper.make_graph(nodes, "logits", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, S, S])],
+                                    [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1, S, S])], [w]),
+                  tmp_path / "logits.onnx")
+    assert probability_outputs(_load(model)) == set()
+    assert probability_outputs(_load(two_head_model(tmp_path / "face.onnx"))) == {"prob"}
+    out, _ = write_config(model, tmp_path / "logits.yaml")
+    rule = yaml.safe_load(out.read_text())["decision"]["outputs"]["score"]
+    assert rule == {"rule": "pixel-threshold", "axis": 1, "channel": 0, "threshold": 0.5}
