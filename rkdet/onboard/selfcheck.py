@@ -82,16 +82,19 @@ class Result(object):
     `ok` is True only for exit 0. `reference` is the result set the outputs were held against
     ("simulator" or "onnx-fp32"); `decisions` the bundle's expected decision summary per input for
     that reference (YOLOv8 detections or a top-1), for a serving app to log or compare.
-    `declared_changed`: for a bundle with declared rules (config `decision:`) that differs, the outputs
-    whose declared decision changed on the differing input ([] none changed; None: not judged).
+    `mismatch` is the first difference (of the first differing input); `differing` names every input
+    whose outputs differ. `declared_changed`: for a bundle with declared rules (config `decision:`) that
+    differs, the outputs whose declared decision changed on any differing input ([] none changed; None:
+    not judged), and `declared_inputs` the differing inputs on which it changed.
     """
 
     __slots__ = ("exit_code", "status", "line", "reference", "backend", "emulated", "model", "inputs",
-                 "mismatch", "seconds", "decisions", "declared_changed")
+                 "mismatch", "seconds", "decisions", "declared_changed", "differing", "declared_inputs")
 
     def __init__(self, exit_code, status, line, reference=None, backend=None, emulated=None, model=None,
-                 inputs=0, mismatch=None, seconds=0.0, decisions=None, declared_changed=None):
-        # type: (int, str, str, Optional[str], Optional[str], Optional[bool], Optional[str], int, Optional[Mismatch], float, Optional[Dict[str, Any]], Optional[List[str]]) -> None
+                 inputs=0, mismatch=None, seconds=0.0, decisions=None, declared_changed=None, differing=None,
+                 declared_inputs=None):
+        # type: (int, str, str, Optional[str], Optional[str], Optional[bool], Optional[str], int, Optional[Mismatch], float, Optional[Dict[str, Any]], Optional[List[str]], Optional[List[str]], Optional[List[str]]) -> None
         self.exit_code = exit_code
         self.status = status  # "identical" | "differs" | "bad-bundle" | "usage" | "runtime"
         self.line = line
@@ -104,6 +107,8 @@ class Result(object):
         self.seconds = seconds
         self.decisions = decisions
         self.declared_changed = declared_changed
+        self.differing = differing or []
+        self.declared_inputs = declared_inputs or []
 
     @property
     def ok(self):
@@ -143,14 +148,15 @@ def _top1_note(decision, outputs):
     return "; top-1 CHANGED: %d, expected %r" % (top1, decision.get("top1"))
 
 
-def _declared_note(spec, entry, ref, outputs):
-    # type: (Bundle, Dict[str, Any], str, List[Any]) -> Tuple[str, Optional[List[str]]]
-    """For a bundle with declared rules (config `decision:`): whether the app's decision changed on this
-    input, decided by the rule (rkdet/onboard/decisions.py) on the runtime's outputs and on the bundle's
-    expected ones. Returns the line's note and the outputs whose decision changed (None: not judged)."""
+MAX_LISTED_INPUTS = 3  # inputs named in the line; the rest are counted (Result.declared_inputs has them all)
+
+
+def _declared_rows(spec, entry, ref, outputs):
+    # type: (Bundle, Dict[str, Any], str, List[Any]) -> Tuple[Optional[List[Tuple[str, int, int, Any, Any]]], str]
+    """The declared decisions of one input, decided by the rules (rkdet/onboard/decisions.py) on the
+    runtime's outputs and on the bundle's expected ones: (the changed outputs' rows, "") or (None, why not
+    judged)."""
     rules = spec.decision_rules
-    if not rules:
-        return "", None
     index = {n: i for i, n in enumerate(spec.outputs)}
     expected = {n: decode_array(entry["expected"][ref][index[n]], "%s.expected.%s.%s" % (entry["where"], ref, n))
                 for n in rules}
@@ -158,13 +164,60 @@ def _declared_note(spec, entry, ref, outputs):
         want = decisions(rules, expected)
         got = decisions(rules, {n: np.asarray(outputs[index[n]]) for n in rules})
     except (ValueError, IndexError) as err:
-        return "; declared decisions not judged (%s)" % err, None
-    rows = changed_positions(want, got)
-    if not rows:
-        return "; declared decisions unchanged (%s)" % ", ".join(sorted(rules)), []
-    parts = ["%s %d/%d" % (n, c, p) + ("" if e is None else " (got %r, expected %r)" % (a, e))
-             for n, c, p, e, a in rows]
-    return "; declared decision CHANGED: " + ", ".join(parts), [r[0] for r in rows]
+        return None, str(err)
+    return changed_positions(want, got), ""
+
+
+def _rows_text(rows):
+    # type: (List[Tuple[str, int, int, Any, Any]]) -> str
+    return ", ".join("%s %d/%d" % (n, c, p) + ("" if e is None else " (got %r, expected %r)" % (a, e))
+                     for n, c, p, e, a in rows)
+
+
+def _declared_note(spec, ref, differing):
+    # type: (Bundle, str, List[Tuple[Dict[str, Any], List[Any], Mismatch]]) -> Tuple[str, Optional[List[str]], List[str]]
+    """For a bundle with declared rules (config `decision:`): whether the app's decision changed, judged on
+    EVERY differing input (a later input may flip where the first only moved a box). Returns the line's
+    note, the outputs whose decision changed on any of them (None: not judged on any) and the inputs on
+    which it changed."""
+    rules = spec.decision_rules
+    if not rules:
+        return "", None, []
+    changed, outputs, why_not = [], set(), []  # type: List[Tuple[str, Any]], set, List[str]
+    for entry, outs, _ in differing:
+        rows, why = _declared_rows(spec, entry, ref, outs)
+        if rows is None:
+            why_not.append(why)
+        elif rows:
+            changed.append((entry["name"], rows))
+            outputs.update(r[0] for r in rows)
+    judged = len(differing) - len(why_not)
+    if not judged:
+        return "; declared decisions not judged (%s)" % why_not[0], None, []
+    also = "" if not why_not else "; %d not judged (%s)" % (len(why_not), why_not[0])
+    if len(differing) == 1:
+        note = ("; declared decision CHANGED: " + _rows_text(changed[0][1])) if changed else \
+            "; declared decisions unchanged (%s)" % ", ".join(sorted(rules))
+        return note, sorted(outputs), [n for n, _ in changed]
+    if not changed:
+        return ("; declared decisions unchanged (%s) on all %d judged differing inputs%s"
+                % (", ".join(sorted(rules)), judged, also)), [], []
+    listed = "; ".join("input %s: %s" % (n, _rows_text(rows)) for n, rows in changed[:MAX_LISTED_INPUTS])
+    more = "" if len(changed) <= MAX_LISTED_INPUTS else "; and %d more" % (len(changed) - MAX_LISTED_INPUTS)
+    return ("; declared decision CHANGED on %d of %d differing inputs: %s%s%s"
+            % (len(changed), len(differing), listed, more, also)), sorted(outputs), [n for n, _ in changed]
+
+
+def _first_mismatch(entry, ref, names, outputs, expected):
+    # type: (Dict[str, Any], str, List[str], List[Any], List[Dict[str, Any]]) -> Optional[Mismatch]
+    """The first output of this input whose hash is not the bundle's, at its first differing element."""
+    for name, actual, want in zip(names, outputs, expected):
+        if output_hash(actual) == want["hash"]:
+            continue
+        golden = decode_array(want, "%s.expected.%s.%s" % (entry["where"], ref, name))
+        index, got, exp, detail = _first_difference(np.asarray(actual), golden)
+        return Mismatch(entry["name"], name, index, exp, got, detail)
+    return None
 
 
 def _sha_prefix(digest):
@@ -271,7 +324,8 @@ def _run(spec, runtime, inputs, started, facts):
         return _fail(EXIT_BAD_BUNDLE, "bad-bundle", "%s: no %s reference for input %s (the %s runtime is judged against "
                      "it); this platform's build has none" % (spec.path, ref, missing[0], runtime.name), started, **facts)
     names = spec.outputs
-    for entry, tensor in inputs:
+    differing = []  # type: List[Tuple[Dict[str, Any], List[Any], Mismatch]]
+    for entry, tensor in inputs:  # every input runs: the declared decisions are judged on each that differs
         feed = [fp32_input(tensor, spec.mean, spec.std) if backend_facts(runtime.name).fp32_input else tensor]
         outputs = runtime.own(runtime.infer(feed))
         expected = entry["expected"][ref]
@@ -279,17 +333,18 @@ def _run(spec, runtime, inputs, started, facts):
             return _fail(EXIT_DIFFERENT, "differs", "DIFFERS from %s: input %s: the runtime returned %d outputs, the "
                          "bundle expects %d (%s)" % (ref, entry["name"], len(outputs), len(expected), ", ".join(names)),
                          started, **facts)
-        for name, actual, want in zip(names, outputs, expected):
-            if output_hash(actual) == want["hash"]:
-                continue
-            golden = decode_array(want, "%s.expected.%s.%s" % (entry["where"], ref, name))
-            index, got, exp, detail = _first_difference(np.asarray(actual), golden)
-            miss = Mismatch(entry["name"], name, index, exp, got, detail)
-            declared, changed = _declared_note(spec, entry, ref, outputs)
-            return _fail(EXIT_DIFFERENT, "differs", "DIFFERS from %s: %s%s%s (%s, model %s)"
-                         % (ref, miss.describe(), _top1_note(entry["decisions"].get(ref), outputs), declared,
-                            runtime.detail, os.path.basename(facts["model"])), started, mismatch=miss,
-                         declared_changed=changed, **facts)
+        miss = _first_mismatch(entry, ref, names, outputs, expected)
+        if miss is not None:
+            differing.append((entry, outputs, miss))
+    if differing:
+        entry, outputs, miss = differing[0]
+        declared, changed, on = _declared_note(spec, ref, differing)
+        count = "" if len(differing) == 1 else "; %d of %d inputs differ" % (len(differing), len(inputs))
+        return _fail(EXIT_DIFFERENT, "differs", "DIFFERS from %s: %s%s%s%s (%s, model %s)"
+                     % (ref, miss.describe(), _top1_note(entry["decisions"].get(ref), outputs), count, declared,
+                        runtime.detail, os.path.basename(facts["model"])), started, mismatch=miss,
+                     declared_changed=changed, differing=[e["name"] for e, _, _ in differing], declared_inputs=on,
+                     **facts)
     seconds = time.time() - started
     line = "IDENTICAL to %s: %d input%s x %d outputs, bit for bit (%s; build %s, %s; %.2f s)" % (
         ref, len(inputs), "" if len(inputs) == 1 else "s", len(names), runtime.detail, spec.fingerprint[:16],

@@ -129,3 +129,55 @@ def test_a_rule_the_outputs_do_not_fit_is_not_judged_not_a_crash(face, tmp_path:
     result = selfcheck.check(str(model), str(_bundle(tmp_path, model, tensor, expected, rules)), backend="onnxruntime")
     assert result.exit_code == 1 and result.declared_changed is None
     assert "declared decisions not judged (output prob [1, 2] has no channel 7 on axis 1)" in result.line
+
+
+def _many(tmp_path: Path, model: Path, cases: list[tuple[str, np.ndarray, list[tuple[str, np.ndarray]]]]) -> Path:
+    """A bundle of several inputs (name, tensor, expected outputs), with FACE's rules and each input's
+    expected decisions as convert writes them."""
+    first = _bundle(tmp_path, model, cases[0][1], cases[0][2], FACE)
+    doc = json.loads(first.read_text())
+    doc["inputs"] = [{"name": name, "tensor": bundle_format.encode_array(tensor),
+                      "expected": {"onnx-fp32": [dict(bundle_format.encode_array(a), name=n) for n, a in expected]},
+                      "decisions": {"onnx-fp32": decision_summary(expected, declared=FACE)}}
+                     for name, tensor, expected in cases]
+    first.write_text(json.dumps(doc))
+    return first
+
+
+def test_every_differing_input_is_judged_not_only_the_first(face, tmp_path: Path) -> None:
+    """The first differing input only moves a box (its face decision stands); the second flips the face
+    decision: the self-check must say so, and name the input, though the first difference is elsewhere."""
+    model, tensor, outs = face
+    other = np.random.default_rng(11).integers(0, 256, (1, S, S, 3), dtype=np.uint8)
+    moved = dict(outs)["box"].copy()
+    moved[0, 2] += 1.0
+    second = dict(_outputs(model, other))
+    face_now = bool(second["prob"][0, 1] > 0.7)
+    flipped = second["prob"].copy()
+    flipped[0, 1] = 0.1 if face_now else 0.95
+    cases = [("one", tensor, [("prob", dict(outs)["prob"]), ("box", moved)]),
+             ("two", other, [("prob", flipped), ("box", second["box"])]),
+             ("three", tensor, outs)]  # identical (the first test shows these outputs match bit for bit)
+    result = selfcheck.check(str(model), str(_many(tmp_path, model, cases)), backend="onnxruntime")
+    assert result.exit_code == selfcheck.EXIT_DIFFERENT and result.mismatch.input == "one", result.line
+    assert result.mismatch.output == "box" and result.differing == ["one", "two"], result.line
+    assert result.declared_changed == ["prob"] and result.declared_inputs == ["two"]
+    assert "; 2 of 3 inputs differ" in result.line
+    assert (f"; declared decision CHANGED on 1 of 2 differing inputs: input two: prob 1/1 (got {face_now}, "
+            f"expected {not face_now})") in result.line
+    assert "unchanged" not in result.line
+
+
+def test_differing_inputs_that_all_keep_the_declared_decision_say_so(face, tmp_path: Path) -> None:
+    model, tensor, outs = face
+    other = np.random.default_rng(13).integers(0, 256, (1, S, S, 3), dtype=np.uint8)
+    cases = []
+    for name, t in (("one", tensor), ("two", other)):
+        o = dict(_outputs(model, t))
+        box = o["box"].copy()
+        box[0, 0] += 2.0  # only the box head differs
+        cases.append((name, t, [("prob", o["prob"]), ("box", box)]))
+    result = selfcheck.check(str(model), str(_many(tmp_path, model, cases)), backend="onnxruntime")
+    assert result.exit_code == 1 and result.differing == ["one", "two"], result.line
+    assert result.declared_changed == [] and result.declared_inputs == []
+    assert "; declared decisions unchanged (prob) on all 2 judged differing inputs" in result.line
