@@ -93,13 +93,14 @@ class TargetSection(_Strict):
 class PreprocessSection(_Strict):
     """How an image becomes the uint8 NHWC tensor the board is fed (mean/std run on the NPU).
 
-    `resize`: letterbox (keep aspect, pad with pad_value), stretch (to the input size), or center-crop
-    (torchvision's standard eval transform: resize so the short side is `short_side`, then crop the
-    input's HxW from the centre). mean/std are per channel in the model's channel order, i.e. after
-    `channel_order` (for bgr, mean[0] is blue's)."""
+    `resize`: letterbox (keep aspect, centred, pad with pad_value), pad-right-bottom (keep aspect, the
+    image at the top-left, the right and bottom padded with pad_value: PaddleOCR's text-line resize),
+    stretch (to the input size), or center-crop (torchvision's standard eval transform: resize so the
+    short side is `short_side`, then crop the input's HxW from the centre). mean/std are per channel in
+    the model's channel order, i.e. after `channel_order` (for bgr, mean[0] is blue's)."""
 
     channel_order: Literal["rgb", "bgr"] = "rgb"
-    resize: Literal["letterbox", "stretch", "center-crop"] = "letterbox"
+    resize: Literal["letterbox", "pad-right-bottom", "stretch", "center-crop"] = "letterbox"
     # center-crop: the short side after resizing (torchvision Resize(S)); None: the input's larger side
     # (the crop then spans the whole short side). Must be >= the input's larger side (no padding).
     short_side: Optional[int] = Field(None, ge=1, le=16384)

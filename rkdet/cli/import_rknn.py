@@ -35,10 +35,11 @@ def _triple(flag: str, text: str | None) -> tuple[float, float, float] | None:
 @click.option("--std", default=None, metavar="A,B,C", help="Per-channel std, when the model's metadata has none.")
 @click.option("--channel-order", type=click.Choice(["rgb", "bgr"]), default=None,
               help="Channel order images are fed in (an .rknn does not record it; required for images).")
-@click.option("--resize", type=click.Choice(["letterbox", "stretch"]), default="letterbox", show_default=True,
-              help="How images are fitted to the model's input.")
+@click.option("--resize", type=click.Choice(["letterbox", "pad-right-bottom", "stretch"]), default="letterbox",
+              show_default=True, help="How images are fitted to the model's input (keep aspect centred, keep aspect "
+              "at the top-left, or stretch).")
 @click.option("--pad-value", type=click.IntRange(0, 255), default=114, show_default=True,
-              help="The letterbox border value your app pads with (Ultralytics 114; many apps 0).")
+              help="The padding value your app uses (letterbox, pad-right-bottom; Ultralytics 114, many apps 0).")
 @click.option("--interpolation", type=click.Choice(["linear", "nearest", "area"]), default="linear", show_default=True,
               help="The resize interpolation your app uses (OpenCV INTER_LINEAR / NEAREST / AREA).")
 @click.option("--emulator-onnx", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,

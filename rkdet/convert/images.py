@@ -7,6 +7,7 @@ tensors used for calibration and the golden inputs must be byte-for-byte what th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,8 +161,20 @@ def short_side_crop(h: int, w: int, size_hw: tuple[int, int], short_side: int | 
     return nh, nw, int(round((nh - th) / 2.0)), int(round((nw - tw) / 2.0))
 
 
+def fit_top_left(h: int, w: int, size_hw: tuple[int, int]) -> tuple[int, int]:
+    """pad-right-bottom's resized (nh, nw): the image fits the input keeping its aspect, the limiting side
+    filled, the other side rounded up (capped at the input) as PaddleOCR's text-line resize computes it,
+    `ceil(H * (w / h))` for a line that fits the height (its cls/rec `resize_norm_img`, float expression and
+    all, so the same pixel count lands on the board); a line wider than the input's aspect, which that
+    resize squeezes to the input width, keeps its aspect here and is padded at the bottom."""
+    th, tw = size_hw
+    if th / h <= tw / w:  # the height limits
+        return th, min(tw, math.ceil(th * (w / float(h))))
+    return min(th, math.ceil(tw * (h / float(w)))), tw
+
+
 def preprocess(image_rgb: np.ndarray, size_hw: tuple[int, int], pp: PreprocessSection) -> tuple[np.ndarray, Letterbox]:
-    """Resize (letterbox, stretch, or short side + centre crop) to the model input and order channels:
+    """Resize (letterbox, pad-right-bottom, stretch, or short side + centre crop) to the model input and order channels:
     uint8 NHWC [1,H,W,3]. mean/std are not applied here: they run on the NPU (and in the FP32 reference,
     rkdet.onboard.reference.fp32_input) on this tensor, so per channel in the model's channel order."""
     import cv2
@@ -177,6 +190,11 @@ def preprocess(image_rgb: np.ndarray, size_hw: tuple[int, int], pp: PreprocessSe
     elif pp.resize == "stretch":
         out = cv2.resize(image_rgb, (tw, th), interpolation=interp)
         box = Letterbox(tw / w, th / h, 0, 0, (h, w))
+    elif pp.resize == "pad-right-bottom":
+        nh, nw = fit_top_left(h, w, size_hw)
+        out = np.full((th, tw, 3), pp.pad_value, dtype=np.uint8)
+        out[:nh, :nw] = cv2.resize(image_rgb, (nw, nh), interpolation=interp)
+        box = Letterbox(nw / w, nh / h, 0, 0, (h, w))
     else:
         scale = min(th / h, tw / w)
         nh, nw = int(round(h * scale)), int(round(w * scale))

@@ -49,8 +49,8 @@ class Given:
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     channel_order: Literal["rgb", "bgr"] | None = None
-    resize: Literal["letterbox", "stretch"] = "letterbox"
-    pad_value: int = 114  # the letterbox's border (the app's own: 114 Ultralytics, 0 many model-zoo demos)
+    resize: Literal["letterbox", "pad-right-bottom", "stretch"] = "letterbox"
+    pad_value: int = 114  # the padding's value (the app's own: 114 Ultralytics, 0 many model-zoo demos)
     interpolation: Literal["linear", "nearest", "area"] = "linear"  # the resize's (cv2 INTER_*)
 
 
@@ -127,7 +127,7 @@ def fed_spec(info: RknnFileInfo, given: Given, npy_only: bool) -> FedSpec:
     else:
         sources["channel_order"] = "--channel-order"
     sources["resize"] = (f"--resize ({given.resize}, {given.interpolation} interpolation"
-                         + (f", pad {given.pad_value})" if given.resize == "letterbox" else ")")
+                         + (f", pad {given.pad_value})" if given.resize != "stretch" else ")")
                          if not npy_only else "not used: .npy tensors (the app's own preprocessed inputs)")
     return FedSpec(attr.name, (1, h, w, 3), tuple(mean), tuple(std), order, sources)  # type: ignore[arg-type]
 
