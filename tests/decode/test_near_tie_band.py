@@ -96,6 +96,9 @@ def test_a_range_must_hold_the_threshold() -> None:
         DecisionRule(rule="threshold", channel=1, threshold=1.2, range=(0.0, 1.0))
     with pytest.raises(ValidationError, match="has no threshold"):
         DecisionRule(rule="argmax", range=(0.0, 1.0))
+    from_json = detect_layout([("prob", (1, 2))], declared={"prob": {"rule": "threshold", "channel": 1,
+                                                                      "threshold": 0.9, "range": [0, 1]}})
+    assert from_json.rules["prob"].range == (0.0, 1.0)  # a build manifest's resolved rule, as JSON
     with pytest.raises(InputError, match=r"decision.outputs.prob.range"):  # a crafted manifest's rule
         detect_layout([("prob", (1, 2))], declared={"prob": {"rule": "threshold", "channel": 1, "threshold": 0.9,
                                                               "range": [0.95, 1.0]}})
