@@ -369,6 +369,17 @@ class RkdetConfig(_Strict):
     fidelity: FidelitySection = FidelitySection()
     decision: Optional[DecisionSection] = None  # declared decisions (None: recognised from the output layout)
 
+    @model_validator(mode="after")
+    def _band_short_of_the_range_end(self) -> "RkdetConfig":
+        """Refused at load, before any build: a tolerance whose near-tie band would reach a declared range's
+        end (rkdet/decode/tasks/declared.py, near_tie_band, says why the band scales with the range)."""
+        for name, rule in (self.decision.outputs.items() if self.decision else ()):
+            if rule.range is not None and self.fidelity.score_tolerance >= (rule.range[1] - rule.range[0]) / 2:
+                raise ValueError(f"fidelity.score_tolerance {self.fidelity.score_tolerance:g} is at least half of "
+                                 f"decision.outputs.{name}.range: the near-tie band would reach the range's end; "
+                                 f"set it below {(rule.range[1] - rule.range[0]) / 2:g}")
+        return self
+
     def resolved_dict(self) -> dict[str, Any]:
         """Canonical JSON-able form with every default filled in (what the manifest hashes); an absent
         `decision` is left out, so configs without one resolve as before."""

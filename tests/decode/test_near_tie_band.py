@@ -126,3 +126,14 @@ def test_a_config_takes_the_range(tmp_path) -> None:
     path.write_text("decision:\n  outputs:\n    prob: {rule: threshold, channel: 1, threshold: 0.9, range: [0, 0.5]}\n")
     with pytest.raises(ConfigError, match="not inside range"):
         load_decision(path)
+
+
+def test_a_config_whose_tolerance_would_reach_the_range_end_is_refused_at_load(tmp_path) -> None:
+    from rkdet.config import load_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: m\nmodel: {{onnx: {tmp_path}/m.onnx}}\nquantize: {{dataset: {tmp_path}}}\n"
+                    f"golden: {{inputs: {tmp_path}}}\nfidelity: {{score_tolerance: 0.6}}\n"
+                    "decision:\n  outputs:\n    prob: {rule: threshold, channel: 1, threshold: 0.9, range: [0, 1]}\n")
+    with pytest.raises(ConfigError, match=r"fidelity.score_tolerance 0.6 is at least half of decision.outputs.prob.range"):
+        load_config(path)
