@@ -92,11 +92,15 @@ def test_a_row_below_the_line_exits_1(colour_builds, tmp_path) -> None:
         board.add(0, name, [np.array([[9.0, 0.0, 0.0]], np.float32)])
     board.close()
     proc = run_rkdet("accuracy", str(colour_builds["classifier"]), "--labels", str(labels), "--results",
-                     str(tmp_path / "board"), "--out", str(tmp_path / "o"))
+                     str(tmp_path / "board"), "--out", str(tmp_path / "o"), "--html", str(tmp_path / "acc.html"))
     assert proc.returncode == 1, proc.stderr[-2000:]
-    rows = read_accuracy(tmp_path / "o" / "accuracy.json").rows
+    record = read_accuracy(tmp_path / "o" / "accuracy.json")
+    rows = record.rows
     assert rows[-1].variant.startswith("board: ") and abs(rows[-1].value - 1 / 3) < 1e-12
     assert [ok for _, ok in rows[-1].lines] == [False, False] and "FAIL" in proc.stdout
+    # the measurement's page (--html): the same rows, the board's below both lines
+    page = (tmp_path / "acc.html").read_text()
+    assert f"<td>{rows[-1].variant}</td>" in page and page.count(">FAIL<") == 2 and record.labels_sha256 in page
 
 
 def test_a_float16_build_and_the_simulator_add_their_rows(colour_builds, tmp_path) -> None:
