@@ -84,6 +84,14 @@ def stage_inputs(build: BuildInfo, inputs: Path | None, dest: Path) -> Path:
     return folder
 
 
+def check_inputs(build: BuildInfo, inputs: Path) -> int:
+    """`deploy --inputs FOLDER` checked before any connection (staged into a private temp folder and
+    dropped; push_build stages them again, from the bytes it checks then): how many inputs it holds."""
+    with tempfile.TemporaryDirectory(prefix="rkdet-inputs-") as tmp:
+        staged = stage_inputs(build, inputs, Path(tmp) / "inputs")
+        return sum(1 for _ in staged.iterdir())
+
+
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
                emulate_npu: int | None = None, native_runner: Path | None = None,
                inputs: Path | None = None) -> TransferStats:
