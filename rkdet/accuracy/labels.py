@@ -18,9 +18,11 @@ import numpy as np
 
 from rkdet.convert.images import IMAGE_SUFFIXES
 from rkdet.errors import InputError
+from rkdet.onboard.hashing import file_sha256
+from rkdet.records.accuracy import MAX_SAMPLES  # images in one labelled set (the record's bound too)
 from rkdet.records.io import read_capped, read_json
 
-MAX_SAMPLES = 100_000  # images in one labelled set
+LABELS_DIGEST = "rkdet.labels/1"  # what labels_digest covers, named so a later change cannot pass as the same
 MAX_LABELS_BYTES = 256 << 20  # a COCO JSON or CSV file
 MAX_CLASSES = 100_000
 POLYGONS_KEY = "segmentation"  # COCO's annotation key for instance polygons (a file format's name, not a task)
@@ -280,3 +282,24 @@ def read_labels(path: Path, images: Path | None, *, classes: int | None, per_pix
         return class_folders(path, classes)
     raise InputError(f"{path}: labels are a COCO .json, a .csv (file,class), a folder per class or a folder of "
                      "PNG label maps")
+
+
+def labels_digest(labels: LabelSet) -> str:
+    """The labels' hash (`accuracy.json` `labels_sha256`, `rkdet history`'s key for "the same labelled set"):
+    sha256 over the labels file's bytes (COCO JSON, CSV) or, for each image in name order, its name, its
+    file's sha256 and its truth (a class index, or its label map file's sha256). Same labels and same
+    images give the same hash on any machine: no path, no time is in it."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{LABELS_DIGEST}\n".encode())
+    if labels.source.is_file():
+        digest.update(f"file {file_sha256(str(labels.source))}\n".encode())
+    for s in sorted(labels.samples, key=lambda x: x.name.encode()):
+        if isinstance(labels, ClassLabels):
+            truth = f"class {labels.truth[s.name]}"
+        elif isinstance(labels, MapLabels):
+            truth = f"map {file_sha256(str(labels.maps[s.name]))}"
+        else:
+            truth = f"image {labels.image_ids[s.name]}"
+        digest.update(f"{s.name}\t{file_sha256(str(s.image))}\t{truth}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rkdet.accuracy import runs, table
 from rkdet.accuracy.inputs import BuildModel, FedImage, feed, load_model, save_fed
-from rkdet.accuracy.labels import read_labels
+from rkdet.accuracy.labels import labels_digest, read_labels
 from rkdet.accuracy.metrics import Score, metric_for
 from rkdet.decode.tasks import semantic
 from rkdet.errors import InputError
@@ -85,4 +85,4 @@ def measure(build: BuildRecord, labels_path: Path, images: Path | None, results:
         notes.append("an emulation row rounds every tensor to its build's quantization grid: close to the simulator "
                      "and the NPU, not bitwise (docs/EMULATOR.md)")
     return AccuracyRecord(build.folder.name, model.fingerprint, labels_path.name, len(names),
-                          tuple(table.rows(scored)), tuple(notes))
+                          tuple(table.rows(scored)), tuple(notes), labels_digest(labels))

@@ -19,6 +19,7 @@ from rkdet.diff.resultset import open_source
 from rkdet.errors import InputError
 from rkdet.layers.rebuild import BuildSource, from_build, rebuild_and_simulate
 from rkdet.log import Log
+from rkdet.records.accuracy import BOARD_PREFIX, EMULATED_BOARD
 
 Outputs = dict[str, dict[str, np.ndarray]]  # input name -> output name -> array
 
@@ -100,5 +101,5 @@ def board_results(model: BuildModel, folder: Path, names: tuple[str, ...]) -> Va
                          "board on the labelled images (rkdet-run names each input by its file stem)")
     info = source.run_info
     backend = (info.backend or "unknown backend")[:40]  # a board's word: bounded before it names a row
-    emulated = " (emulated board)" if info.emulated else ""
-    return VariantOutputs(f"board: {backend}{emulated}", f"{folder}: {info.backend_detail or backend}", first)
+    emulated = EMULATED_BOARD if info.emulated else ""
+    return VariantOutputs(f"{BOARD_PREFIX}{backend}{emulated}", f"{folder}: {info.backend_detail or backend}", first)

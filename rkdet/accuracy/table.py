@@ -8,9 +8,7 @@ reference (ratio 1 by definition).
 from __future__ import annotations
 
 from rkdet.accuracy.metrics import Score
-from rkdet.records.accuracy import AccuracyRow
-
-LINES = (0.99, 0.999)  # MLPerf Inference's quality targets, as fractions of the FP32 accuracy
+from rkdet.records.accuracy import LINES, AccuracyRow  # LINES: MLPerf's quality targets, fractions of FP32's
 
 
 def rows(scores: list[tuple[str, str, Score]]) -> list[AccuracyRow]:

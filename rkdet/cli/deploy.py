@@ -88,6 +88,13 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
                              "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
         # a build that failed a gate: refused before any connection unless --allow-failed-build
         record.info.refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy", allow_failed_build)
+        if flags.inputs is not None:  # --inputs: every tensor checked against the build's fed input, before connecting
+            from rkdet.deploy.stage import check_inputs
+
+            if flags.emulate_npu is not None:
+                raise InputError("--emulator-npu replays the build's simulator outputs of its golden inputs; "
+                                 "drop it or --inputs")
+            check_inputs(record.info, Path(flags.inputs))
     with open_connection(request.connection) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))

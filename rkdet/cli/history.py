@@ -1,4 +1,4 @@
-"""`rkdet history [list] | drift | import`: the results database from the command line."""
+"""`rkdet history [list] | drift | accuracy | import`: the results database from the command line."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import click
 from rich.table import Table
 
 from rkdet.errors import EXIT_DIFFERENT, InputError
+from rkdet.history.accuracy import AccuracyEntry
 from rkdet.history.drift import Drift, find_drift, verdict_against_baseline
 from rkdet.history.ingest import RunRecord
 from rkdet.history.serving import ServingPull
@@ -109,7 +110,8 @@ def history_group(ctx: click.Context, results: Path | None, board: str | None, b
 
     The first accepted run of a (board, build, cell) is its baseline; later runs are compared by
     output hash. Serving: every verified pull of a board's audit log (`rkdet audit verify --results`).
-    Subcommands: `drift` (which boards moved, since when, what changed), `import`.
+    Subcommands: `drift` (which boards moved, since when, what changed), `accuracy` (accuracy against labels
+    over builds), `import`.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -201,16 +203,69 @@ def drift_command(results: Path | None, board: str | None, build: str | None, as
         raise SystemExit(EXIT_DIFFERENT)
 
 
+def _accuracy_json(e: AccuracyEntry, change: float | None) -> dict[str, Any]:
+    return {"build": e.build, "build_name": e.build_name, "position": e.position, "variant": e.variant,
+            "metric": e.metric, "value": e.value, "change_vs_previous_build": change, "labels_sha256": e.labels_sha256,
+            "labels": e.labels, "samples": e.samples, "record_sha256": e.record_sha256,
+            "recorded_unix": e.recorded_unix}
+
+
+@history_group.command("accuracy")
+@RESULTS_OPTION
+@click.option("--build", default=None, help="Only this build: a fingerprint prefix (>= 4 hex digits).")
+@click.option("--labels", "labels", default=None, help="Only this labelled set: a labels' hash prefix (>= 4 hex digits).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON (schema rkdet.history.accuracy/1).")
+def accuracy_history(results: Path | None, build: str | None, labels: str | None, as_json: bool) -> None:
+    """Accuracy against labels over builds: one row per variant of every recorded accuracy.json (`rkdet
+    history import --accuracy FILE`), grouped by labelled set, variant and metric, oldest first, each with its
+    change against the previous build measured on the same labels."""
+    from rkdet.history.accuracy import changes
+    from rkdet.history.db import connect, load_accuracy
+
+    for flag, value in (("--build", build), ("--labels", labels)):
+        if value is not None and (len(value) < 4 or any(c not in "0123456789abcdef" for c in value.lower())):
+            raise InputError(f"{flag}: give at least 4 hex digits of the {flag[2:]} hash")
+    results = _results(results)
+    conn = connect(results, create=False)
+    try:
+        entries = load_accuracy(conn)
+    finally:
+        conn.close()
+    entries.sort(key=lambda e: (e.labels_sha256, e.position != 0, e.variant, e.metric, e.recorded_unix or 0.0))
+    moved = changes(entries)
+    kept = [(e, c) for e, c in zip(entries, moved)
+            if (build is None or e.build.startswith(build.lower())) and (labels is None or e.labels_sha256.startswith(labels.lower()))]
+    if as_json:
+        click.echo(json.dumps({"schema": "rkdet.history.accuracy/1", "accuracy": [_accuracy_json(e, c) for e, c in kept]},
+                              indent=2, sort_keys=True))
+        return
+    table = Table(title=f"{len(kept)} accuracy row{'s' if len(kept) != 1 else ''} in {markup_escaped(results)} "
+                  "(rkdet accuracy, by labelled set and variant, oldest first)", title_justify="left")
+    for col in ("labels", "variant", "metric", "build", "recorded (UTC)", "value", "vs previous build"):
+        table.add_column(col, overflow="fold")
+    for e, c in kept:
+        table.add_row(f"{markup_escaped(e.labels)} {e.labels_sha256[:12]}", markup_escaped(e.variant),
+                      markup_escaped(e.metric), f"{markup_escaped(e.build_name)} {e.build[:16]}",
+                      _when(e.recorded_unix), f"{100 * e.value:.2f}%", "first build" if c is None else f"{100 * c:+.2f} points")
+    output_console().print(table)
+
+
 @history_group.command("import")
 @RESULTS_OPTION
-def import_command(results: Path | None) -> None:
-    """Index every completed run folder under RESULTS into RESULTS/rkdet.db (importing twice adds nothing)."""
-    from rkdet.history.db import connect, record_runs, recorded_runs
+@click.option("--accuracy", "accuracy_files", multiple=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Also record this accuracy.json (rkdet accuracy), one row per variant (repeatable; a damaged or "
+                   "crafted record: one line, exit 2, nothing recorded).")
+def import_command(results: Path | None, accuracy_files: tuple[Path, ...]) -> None:
+    """Index every completed run folder under RESULTS into RESULTS/rkdet.db (importing twice adds nothing),
+    and each --accuracy record."""
+    from rkdet.history.accuracy import entries_of
+    from rkdet.history.db import connect, record_accuracy, record_runs, recorded_runs
     from rkdet.history.ingest import deploy_status, read_runs, run_folders
 
     results = _results(results)
     if not results.is_dir():
         raise InputError(f"{results}: no such results folder")
+    tables = [entries_of(path) for path in accuracy_files]  # every record checked before anything is written
     conn = connect(results)
     added = known = skipped = 0
     try:
@@ -228,7 +283,11 @@ def import_command(results: Path | None) -> None:
                 raise InputError(f"{results / 'rkdet.db'}: {err} while recording {folder}; rerun "
                                  "`rkdet history import` (it adds only what is missing)") from None
             added += fresh
+        rows = sum(record_accuracy(conn, entries) for entries in tables)
     finally:
         conn.close()
+    if accuracy_files:
+        click.echo(f"recorded {rows} accuracy row{'s' if rows != 1 else ''} of {len(accuracy_files)} accuracy.json "
+                   f"({sum(map(len, tables)) - rows} already there)")
     click.echo(f"imported {added} run{'s' if added != 1 else ''} into {results / 'rkdet.db'} ({known} already there, "
                f"{skipped} not completed)")

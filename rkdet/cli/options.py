@@ -130,6 +130,11 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         type=click.IntRange(min=0), default=None, metavar="K",
         help="TEST CONTROL (emulated board only): emulate an NPU: answer with the build's simulator outputs, "
              "K elements one LSB off (0: exactly); run.json then says emulates_npu.")),
+    "inputs": (("--inputs",), dict(
+        type=click.Path(path_type=Path), default=None, metavar="FOLDER",
+        help="Run these <name>.npy tensors (the build's fed input: dtype and shape checked) instead of the build's "
+             "golden inputs, e.g. `rkdet accuracy --save-inputs` of a labelled set; there is no reference for them, "
+             "so only the repeatable verdict is judged (docs/ACCURACY.md).")),
     "as_json": (("--json", "as_json"), dict(is_flag=True, help="Print the deploy record as JSON on stdout.")),
 }
 
@@ -137,7 +142,7 @@ CONNECTION = ("board", "user", "port", "identity", "known_hosts", "ssh_config", 
               "connect_timeout", "sftp_timeout")
 DEPLOY = ("config_path", "build", "repeats", "warmup", "core_mask", "contexts", "backend", "backends", "runner_setting", "out", "workdir",
           "state_dir", "no_pin", "keep", "resume", "install_selfcheck", "allow_failed_build", "timeout",
-          "lock_timeout", "emulator_fault", "emulator_npu", "as_json")
+          "lock_timeout", "emulator_fault", "emulator_npu", "inputs", "as_json")
 
 
 def option(name: str, decls: tuple[str, ...] | None = None, **changes: Any) -> Decorator:

@@ -182,15 +182,15 @@ class RunJudgement:
 
 
 def judge_result(result: Path, build: BuildRecord, tolerance: Tolerance, folder: Path, cells: list[Cell] | None,
-                 first_run: RunInfo) -> RunJudgement:
+                 first_run: RunInfo, no_reference: str | None = None) -> RunJudgement:
     """Judge a pulled result (a set, or `cells`: its cells.json) against the build's reference (the one
     rule of `rkdet diff RUN BUILD`, for `first_run`: the first complete cell's run.json, read once by the
     caller); reports into `folder` (a multi-mask run: the first cell's there, every cell's in
-    `folder/cells/<cell>/`)."""
+    `folder/cells/<cell>/`). `no_reference`: why the run has none although the build has (`deploy --inputs`)."""
     from rkdet.diff.report import write_reports
     from rkdet.diff.resultset import reference_set
 
-    no_reference = build.info.no_reference  # an imported .rknn: nothing to agree with, said so
+    no_reference = no_reference or build.info.no_reference  # an imported .rknn: nothing to agree with, said so
     reference = Path(reference_set(build.folder, first_run)) if no_reference is None else None
     if cells is None:
         comparison = compare(result, reference, tolerance, builds=(build,))

@@ -29,7 +29,7 @@ __all__ = ["DEPLOY_SCHEMA", "PRIVATE_KEYS", "PRIVATE_SCHEMA", "DeployState", "De
 
 _PATH_ENV = ("RKDET_STATE_DIR", "RKDET_WORK_DIR")
 # RunSettings fields that name board paths or carry test-control text: in the private part only
-_PRIVATE_SETTINGS = ("workdir", "state_dir", "fault")
+_PRIVATE_SETTINGS = ("workdir", "state_dir", "fault", "inputs")
 
 
 def private_dir() -> Path:

@@ -151,7 +151,7 @@ class Deployment:
         desc = descriptor(s.backend)
         emulated = desc.emulated_double and is_emulated_runtime(conn)
         fit = check_board(probe, self.info, host=conn.target.label, backend=s.backend, emulated=emulated,
-                          need_kb=stage.need_kb(self.info, s.backend))
+                          need_kb=stage.need_kb(self.info, s.backend, self._own_inputs))
         if s.fault and not emulated:
             raise InputError("--emulator-fault is a test control of the emulated runtime; this board is not emulated")
         if s.emulate_npu is not None and not emulated:
@@ -172,13 +172,26 @@ class Deployment:
             fit = replace(fit, warnings=(*fit.warnings, unchecked)) if unchecked else fit
             native = built.path
         transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
-                                      self.progress, s.emulate_npu if emulated else None, native_runner=native))
+                                      self.progress, s.emulate_npu if emulated else None, native_runner=native,
+                                      inputs=self._own_inputs))
         self.state.advance(DeployStatus.RUNNING, emulated=emulated,
                            warnings=tuple(self._with_caveat(list(fit.warnings))),
                            transfer=TransferRecord(bytes_sent=transfer.bytes_sent, files_sent=transfer.files_sent,
                                                    files_skipped=transfer.files_skipped, method=transfer.method,
                                                    seconds=round(transfer.seconds, 3)))
         return layout, env, transfer, fit
+
+    @property
+    def _own_inputs(self) -> Path | None:
+        """`--inputs FOLDER`: the fed tensors run instead of the build's golden inputs."""
+        return None if self.settings.inputs is None else Path(self.settings.inputs)
+
+    def _no_reference(self) -> str | None:
+        """Why `agrees` is not judged for this run: its inputs are not the build's golden inputs (`--inputs`)."""
+        if self.settings.inputs is None:
+            return None
+        return (f"the inputs are {Path(self.settings.inputs).name}/ (--inputs), not the build's golden inputs: "
+                "there is no reference output for them")
 
     def resume(self, folder: Path) -> DeployOutcome:
         """Re-attach to a run recorded in `folder/deploy.json` (+ its private record), wait, pull, judge.
@@ -211,7 +224,9 @@ class Deployment:
         ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
         try:
-            total = self.settings.repeats * len(self.build_record.golden_inputs)
+            own = self._own_inputs
+            fed = len(list(own.glob("*.npy"))) if own is not None and own.is_dir() else len(self.build_record.golden_inputs)
+            total = self.settings.repeats * fed
             code = pinned_run.wait(self.conn, job, layout, self.settings.timeout + self.settings.lock_timeout, total,
                                    self.progress, self.log)
         except KeyboardInterrupt:
@@ -267,7 +282,8 @@ class Deployment:
 
     def _judge(self, result_local: Path, transfer: TransferStats, restored: bool | None,
                warnings: list[str]) -> DeployOutcome:
-        j = judge(result_local, self.build_record, self.settings.tolerances, self.folder, self.conn.target.label)
+        j = judge(result_local, self.build_record, self.settings.tolerances, self.folder, self.conn.target.label,
+                  no_reference=self._no_reference())
         if self.caveat:  # the diff marks its own lines from the build's manifest; a multi-cell summary too
             j = replace(j, verdict=_marked(j.verdict, self.caveat), lines=[_marked(x, self.caveat) for x in j.lines])
         stack = self._stack(j.run)

@@ -34,9 +34,11 @@ class Judgement:
     contexts: ContextsRecord | None = None  # --contexts N: whether the threaded contexts agreed
 
 
-def judge(result_local: Path, build: BuildRecord, tolerance: Tolerance, folder: Path, label: str) -> Judgement:
+def judge(result_local: Path, build: BuildRecord, tolerance: Tolerance, folder: Path, label: str,
+          no_reference: str | None = None) -> Judgement:
     """Compare the pulled result set run-to-run and with the build's reference; reports into `folder`.
-    The pulled cells.json and the first complete cell's run.json are selected and read here, once."""
+    The pulled cells.json and the first complete cell's run.json are selected and read here, once.
+    `no_reference`: why this run has no reference although the build has one (`deploy --inputs`)."""
     from rkdet.deploy.cells import judge_result
     from rkdet.records.cell import read_cells
 
@@ -53,7 +55,7 @@ def judge(result_local: Path, build: BuildRecord, tolerance: Tolerance, folder: 
         raise BoardError(f"{label}: the board's result run.json is unreadable ({exc}); "
                          "the run's results cannot be judged (a broken or hostile board?)") from None
     # the one reference rule `rkdet diff RUN BUILD` applies too; cells and threaded contexts folded in
-    j = judge_result(result_local, build, tolerance, folder, cells, run)
+    j = judge_result(result_local, build, tolerance, folder, cells, run, no_reference)
     return Judgement(verdict=j.verdict, exit_code=EXIT_OK if j.diff_exit == 0 else EXIT_DIFFERENT,
                      diff_exit=j.diff_exit, reference=j.reference, emulated=run.emulated is True,
                      repeatable=j.repeatable, agrees=j.agrees, lines=j.lines, run=run, cells=j.cells,

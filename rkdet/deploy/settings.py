@@ -59,6 +59,7 @@ class RunOverrides:
     timeout: float = 3600.0
     lock_timeout: int = 0
     runner_settings: tuple[str, ...] = ()  # --runner-setting KEY=VALUE (the backend's runner's own settings)
+    inputs: Path | None = None  # --inputs FOLDER: run these fed tensors instead of the build's golden inputs
 
     # the click option names that differ from the field names
     _FLAGS: ClassVar[dict[str, str]] = {"fault": "emulator_fault", "emulate_npu": "emulator_npu",
@@ -100,6 +101,7 @@ class RunSettings:
     lock_timeout: int = 0  # seconds the pinned job waits for the board lock (rkdet.boardinfo.lock)
     tolerances: Tolerance = field(default_factory=Tolerance)
     runner_settings: dict[str, str] = field(default_factory=dict)  # the backend's runner settings (descriptor)
+    inputs: str | None = None  # --inputs: a host folder of fed tensors run instead of the golden inputs (no reference)
 
     @classmethod
     def from_config(cls, sections: DeploySettings, overrides: RunOverrides | None = None) -> RunSettings:
@@ -120,7 +122,8 @@ class RunSettings:
                    sudo=board.sudo if o.sudo is None else o.sudo, workdir=o.workdir or board.workdir,
                    state_dir=o.state_dir, keep=o.keep, fault=o.fault, emulate_npu=o.emulate_npu,
                    timeout=o.timeout, lock_timeout=o.lock_timeout, tolerances=sections.tolerances,
-                   runner_settings=runner_settings(chosen, o.runner_settings))
+                   runner_settings=runner_settings(chosen, o.runner_settings),
+                   inputs=None if o.inputs is None else str(o.inputs))
 
     def to_json(self) -> dict[str, Any]:
         """Every field, JSON-ready (`from_json` gives back an equal record)."""
@@ -156,7 +159,7 @@ class RunSettings:
             "lock_timeout": (int,),
         }
         optional: dict[str, tuple[type, ...]] = {"cpu_affinity": (tuple,), "workdir": (str,), "state_dir": (str,),
-                                                 "fault": (str,), "emulate_npu": (int,)}
+                                                 "fault": (str,), "emulate_npu": (int,), "inputs": (str,)}
         for name, types in expected.items():
             value = getattr(self, name)
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):

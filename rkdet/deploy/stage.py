@@ -67,25 +67,54 @@ def _stand_in_sha(build: BuildInfo) -> str | None:
     return sha if isinstance(sha, str) else None
 
 
+def stage_inputs(build: BuildInfo, inputs: Path | None, dest: Path) -> Path:
+    """The inputs the board runs, as a checked private copy in `dest`: the golden inputs the manifest names,
+    or (`inputs`: `deploy --inputs FOLDER`) that folder's `<name>.npy` tensors, each the build's fed input
+    (dtype and shape from the manifest's `fed_input`); one line, exit 2, before anything is sent."""
+    if inputs is None:
+        manifest = build.manifest if build.manifest is not None else BuildInfo.check(build.folder)
+        return build_files.stage_golden_inputs(build.folder, manifest, dest)
+    import numpy as np
+
+    fed = build.need_fed_input()
+    if fed.shape is None or fed.dtype is None:
+        raise InputError(f"{build.folder}: manifest.json fed_input names no dtype and shape to check --inputs "
+                         "against; re-run rkdet convert")
+    folder, _ = build_files.stage_input_folder(inputs, dest, np.dtype(fed.dtype).str, tuple(fed.shape))
+    return folder
+
+
+def check_inputs(build: BuildInfo, inputs: Path) -> int:
+    """`deploy --inputs FOLDER` checked before any connection (staged into a private temp folder and
+    dropped; push_build stages them again, from the bytes it checks then): how many inputs it holds."""
+    with tempfile.TemporaryDirectory(prefix="rkdet-inputs-") as tmp:
+        staged = stage_inputs(build, inputs, Path(tmp) / "inputs")
+        return sum(1 for _ in staged.iterdir())
+
+
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
-               emulate_npu: int | None = None, native_runner: Path | None = None) -> TransferStats:
+               emulate_npu: int | None = None, native_runner: Path | None = None,
+               inputs: Path | None = None) -> TransferStats:
     """The on-board program (rkdet-onboard.pyz), model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too. Every file is checked first (`build_file_set`), and the golden inputs the board
-    gets are a checked copy of the ones the manifest names: nothing is pushed by walking the folder."""
+    gets are a checked copy of the ones the manifest names: nothing is pushed by walking the folder.
+    `inputs` (`deploy --inputs`): that folder's checked tensors instead of the golden inputs."""
     folder = build.folder
     if emulate_npu is not None and build.origin == "imported":
         raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
                          ".rknn has none")
+    if emulate_npu is not None and inputs is not None:
+        raise InputError("--emulator-npu replays the build's simulator outputs of its golden inputs; "
+                         "drop it or --inputs")
     build_file_set(build, emulated, emulate_npu)  # before anything goes to the board: one line, exit 2
     stats = TransferStats()
     with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only
-        manifest = build.manifest if build.manifest is not None else BuildInfo.check(folder)
-        inputs = build_files.stage_golden_inputs(folder, manifest, Path(tmp) / "inputs")
+        staged = stage_inputs(build, inputs, Path(tmp) / "inputs")
         if layout.fp32_inputs:
             fp32 = Path(tmp) / "fp32"
             fp32.mkdir()
-            inputs = model_inputs(inputs, build, fp32)
+            staged = model_inputs(staged, build, fp32)
         if native_runner is not None:  # a backend's own runner (rkdet-run-c, built by `rkdet runner build`)
             stats.add(push(conn, native_runner, layout.runner))
         else:  # the on-board program: one zipapp
@@ -107,8 +136,8 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
                 pushed, int8emu = push_int8_emulation(conn, folder, layout.model_dir, progress, sha)
                 stats.add(pushed)
             stats.add(push_sidecar(conn, fed, layout.model_dir, npu, int8emu=int8emu))
-        stats.add(push(conn, inputs, layout.inputs, progress=progress))
-        keep = {p.relative_to(inputs).as_posix() for p in inputs.rglob("*") if p.is_file()}
+        stats.add(push(conn, staged, layout.inputs, progress=progress))
+        keep = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}
     prune_remote(conn, layout.inputs, keep)
     return stats
 
@@ -153,8 +182,9 @@ def prune_remote(conn: BoardConnection, remote_dir: str, keep: set[str]) -> None
         conn.run(["rm", "-f", "--", *extra], timeout=FILES_S)
 
 
-def need_kb(build: BuildInfo, backend: str) -> int:
-    """Disk the board needs for this deploy (generous: model files, inputs, every output distinct)."""
+def need_kb(build: BuildInfo, backend: str, inputs: Path | None = None) -> int:
+    """Disk the board needs for this deploy (generous: model files, inputs, every output distinct);
+    `inputs`: the `--inputs` folder run instead of the golden inputs."""
     folder = build.folder
     def size(p: Path) -> int:  # lstat: a symlink's target outside the folder is never looked at
         st = p.lstat()
@@ -162,12 +192,14 @@ def need_kb(build: BuildInfo, backend: str) -> int:
 
     sizes = sum(size(p) for p in folder.rglob("*") if "golden" not in p.relative_to(folder).parts)
     widen = 4 if descriptor(backend).fp32_input else 1  # uint8 pixels become float32
-    inputs = folder / "golden" / "inputs"
-    sizes += widen * (sum(size(p) for p in inputs.glob("*")) if not inputs.is_symlink() else 0)
+    fed = folder / "golden" / "inputs" if inputs is None else Path(inputs)
+    fed_files = [p for p in fed.glob("*.npy")] if fed.is_dir() and not fed.is_symlink() else []
+    sizes += widen * sum(size(p) for p in fed_files)
     outputs = 0
     for shape in build.output_shapes:
         count = 1
         for d in shape:
             count *= d
         outputs += count * 4
-    return (sizes + outputs * build.golden_inputs * 4) // 1024 + 1024
+    fed_count = build.golden_inputs if inputs is None else len(fed_files)
+    return (sizes + outputs * fed_count * 4) // 1024 + 1024

@@ -21,11 +21,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rkdet.errors import InputError
+from rkdet.history.accuracy import AccuracyEntry
 from rkdet.history.ingest import BoardIdentity, BoardState, OutputHash, RunRecord
 from rkdet.history.serving import ServingPull
 
 DB_NAME = "rkdet.db"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = 0x726B6474  # "rkdt"
 BUSY_TIMEOUT_S = 60.0
 
@@ -121,8 +122,28 @@ def _v3(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX serving_by_board ON serving(board, verified_unix)")
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    """Accuracy beside runs and serving: one row per variant of a recorded accuracy.json
+    (rkdet.history.accuracy); (record_sha256, position) is unique, so recording a file twice adds nothing."""
+    conn.execute("""CREATE TABLE accuracy (
+        id INTEGER PRIMARY KEY,
+        build TEXT NOT NULL,
+        build_name TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        variant TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        value REAL NOT NULL,
+        labels_sha256 TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        samples INTEGER NOT NULL,
+        record_sha256 TEXT NOT NULL,
+        recorded_unix REAL NOT NULL,
+        UNIQUE (record_sha256, position))""")
+    conn.execute("CREATE INDEX accuracy_by_labels ON accuracy(labels_sha256, variant, metric, recorded_unix)")
+
+
 # MIGRATIONS[v] takes a database at schema version v to v + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3, _v4)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -155,7 +176,8 @@ def _refusal(path: Path, version: int, app: int, tables: set[str]) -> str | None
     if version > SCHEMA_VERSION:
         return (f"{path}: schema version {version} was written by a newer rkdet (this one knows {SCHEMA_VERSION}); "
                 "upgrade rkdet")
-    missing = sorted((_TABLES | ({"serving"} if version >= 3 else set())) - tables) if version > 0 else []
+    later = {"serving"} if version == 3 else {"serving", "accuracy"} if version >= 4 else set()
+    missing = sorted((_TABLES | later) - tables) if version > 0 else []
     if missing:
         return (f"{path}: schema version {version} but no table {', '.join(missing)}; the database is damaged, "
                 "move it away and run `rkdet history import`")
@@ -376,3 +398,34 @@ def load_serving(conn: sqlite3.Connection) -> list[ServingPull]:
                                  findings=tuple(sorted(counts.items())), last_hash=last_hash or None,
                                  verified_unix=verified))
     return pulls
+
+
+def record_accuracy(conn: sqlite3.Connection, entries: tuple[AccuracyEntry, ...]) -> int:
+    """Store one accuracy.json's rows in one transaction; how many were new (0: that record is already there)."""
+    now = time.time()
+    with transaction(conn):
+        return sum(conn.execute(
+            "INSERT INTO accuracy(build, build_name, position, variant, metric, value, labels_sha256, labels, samples, "
+            "record_sha256, recorded_unix) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(record_sha256, position) DO NOTHING",
+            (e.build, e.build_name, e.position, e.variant, e.metric, e.value, e.labels_sha256, e.labels, e.samples,
+             e.record_sha256, now)).rowcount for e in entries)
+
+
+_ACCURACY_TYPES = (str, str, int, str, str, float, str, str, int, str, float)
+
+
+def load_accuracy(conn: sqlite3.Connection) -> list[AccuracyEntry]:
+    """Every recorded accuracy row, oldest first (recorded time, then the row's place in its table); a row
+    that is not what rkdet writes (a damaged or edited database) is one line naming it."""
+    out = []
+    for rid, *row in conn.execute(
+            "SELECT id, build, build_name, position, variant, metric, value, labels_sha256, labels, samples, "
+            "record_sha256, recorded_unix FROM accuracy ORDER BY recorded_unix, record_sha256, position"):
+        good = all(type(v) is t or (t is float and type(v) is int) for v, t in zip(row, _ACCURACY_TYPES)) and (
+            0 <= row[5] <= 1 and all(len(v) <= 1000 for v in row if isinstance(v, str)))
+        if not good:
+            where = next((r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main"), DB_NAME)
+            raise InputError(f"{where}: accuracy row {rid} is not what rkdet writes; the database is damaged, move it "
+                             "away (accuracy rows come back with `rkdet history import --accuracy FILE`)")
+        out.append(AccuracyEntry(*row[:5], float(row[5]), *row[6:10], float(row[10])))
+    return out

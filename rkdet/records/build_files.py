@@ -52,29 +52,29 @@ def _parts(rel: str) -> list[str]:
 
 
 @contextmanager
-def open_inside(folder: Path, rel: str) -> Iterator[int]:
+def open_inside(folder: Path, rel: str, advice: str = ADVICE) -> Iterator[int]:
     """A read descriptor of `folder/rel`, opened one component at a time without following a symlink
     (every folder below `folder` a real folder, the file a regular file, O_NONBLOCK: a FIFO never
     blocks). `folder` itself is the path the user named and is opened as given."""
     *dirs, name = _parts(rel)
     where = Path(folder, *dirs, name)
-    with _dirs(folder, dirs) as dfd:
+    with _dirs(folder, dirs, advice) as dfd:
         try:
             st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:
-            raise InputError(f"{where}: missing; {ADVICE}") from None
+            raise InputError(f"{where}: missing; {advice}") from None
         except OSError as err:
-            raise InputError(f"{where}: cannot read ({err.strerror}); {ADVICE}") from None
+            raise InputError(f"{where}: cannot read ({err.strerror}); {advice}") from None
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{where}: is {_kind(st.st_mode)}, not a regular file; {ADVICE}")
+            raise InputError(f"{where}: is {_kind(st.st_mode)}, not a regular file; {advice}")
         try:
             fd = os.open(name, _O_READ, dir_fd=dfd)
         except OSError as err:
-            raise InputError(f"{where}: cannot open ({err.strerror}); {ADVICE}") from None
+            raise InputError(f"{where}: cannot open ({err.strerror}); {advice}") from None
         try:
             now = os.fstat(fd)
             if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
-                raise InputError(f"{where}: changed while it was opened; {ADVICE}")
+                raise InputError(f"{where}: changed while it was opened; {advice}")
             yield fd
         finally:
             os.close(fd)
@@ -104,7 +104,7 @@ def regular_tree(folder: Path, rel: str) -> list[str]:
 
 
 @contextmanager
-def _dirs(folder: Path, parts: list[str]) -> Iterator[int]:
+def _dirs(folder: Path, parts: list[str], advice: str = ADVICE) -> Iterator[int]:
     """A descriptor of `folder/parts...`, each part a real folder (never a symlink followed)."""
     try:
         fds = [os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))]
@@ -117,13 +117,13 @@ def _dirs(folder: Path, parts: list[str]) -> Iterator[int]:
             try:
                 st = os.stat(part, dir_fd=fds[-1], follow_symlinks=False)
             except FileNotFoundError:
-                raise InputError(f"{where}: missing; {ADVICE}") from None
+                raise InputError(f"{where}: missing; {advice}") from None
             if not stat.S_ISDIR(st.st_mode):
-                raise InputError(f"{where}: is {_kind(st.st_mode)}, not a folder; {ADVICE}")
+                raise InputError(f"{where}: is {_kind(st.st_mode)}, not a folder; {advice}")
             try:
                 fds.append(os.open(part, _O_DIR, dir_fd=fds[-1]))
             except OSError as err:
-                raise InputError(f"{where}: cannot open ({err.strerror}); {ADVICE}") from None
+                raise InputError(f"{where}: cannot open ({err.strerror}); {advice}") from None
         yield fds[-1]
     finally:
         for fd in reversed(fds):
@@ -204,23 +204,23 @@ def stage_golden_inputs(folder: Path, manifest: Manifest, dest: Path) -> Path:
     return dest
 
 
-def _read_npy(path: Path, fd: int) -> bytes:
+def _read_npy(path: Path, fd: int, advice: str = ADVICE) -> bytes:
     size = os.fstat(fd).st_size
     if size > MAX_GOLDEN_INPUT:
-        raise InputError(f"{path}: {size} bytes, over the {MAX_GOLDEN_INPUT >> 20} MiB a golden input may have; {ADVICE}")
+        raise InputError(f"{path}: {size} bytes, over the {MAX_GOLDEN_INPUT >> 20} MiB an input may have; {advice}")
     chunks, got = [], 0
     while got <= size and (chunk := os.read(fd, min(_CHUNK, size + 1 - got))):
         chunks.append(chunk)
         got += len(chunk)
     if got != size:
-        raise InputError(f"{path}: changed while it was read; {ADVICE}")
+        raise InputError(f"{path}: changed while it was read; {advice}")
     return b"".join(chunks)
 
 
-def _tensor_hash(path: Path, data: bytes) -> str:
-    """`output_hash` of the .npy's tensor (sha256 of dtype.str | shape | C-order bytes), from its header
-    and bytes: no unpickling, no array is built."""
-    bad = f"{path}: not a plain .npy array (rkdet writes C-order numeric arrays); {ADVICE}"
+def _npy_header(path: Path, data: bytes, advice: str = ADVICE) -> tuple[str, tuple[int, ...], bytes]:
+    """(dtype.str, shape, data bytes) of a plain C-order numeric .npy, from its header: no unpickling,
+    no array is built; one line naming the file otherwise."""
+    bad = f"{path}: not a plain .npy array (rkdet writes C-order numeric arrays); {advice}"
     if not data.startswith(_NPY_MAGIC) or len(data) < 10:
         raise InputError(bad)
     major = data[6]
@@ -247,11 +247,58 @@ def _tensor_hash(path: Path, data: bytes) -> str:
             raise InputError(bad)
     body = data[start + hlen:]
     if len(body) != count:
-        raise InputError(f"{path}: its header declares {count} data bytes, the file holds {len(body)}; {ADVICE}")
+        raise InputError(f"{path}: its header declares {count} data bytes, the file holds {len(body)}; {advice}")
+    return descr, shape, body
+
+
+def _tensor_hash(path: Path, data: bytes) -> str:
+    """`output_hash` of the .npy's tensor (sha256 of dtype.str | shape | C-order bytes), from its header
+    and bytes: no unpickling, no array is built."""
+    descr, shape, body = _npy_header(path, data)
     digest = hashlib.sha256((descr + "|" + ",".join(str(d) for d in shape) + "|").encode("ascii"))
     digest.update(body)
     return digest.hexdigest()
 
 
+INPUTS_ADVICE = "an inputs folder holds only <name>.npy files of the tensor the build is fed (rkdet accuracy --save-inputs writes one)"
+
+
+def stage_input_folder(folder: Path, dest: Path, descr: str, shape: tuple[int, ...]) -> tuple[Path, int]:
+    """`deploy --inputs FOLDER`: copy the folder's `<name>.npy` files into `dest` (a fresh private folder),
+    each checked as it is read, as golden inputs are: a regular file (no symlink followed, no FIFO waited
+    on), a plain `.npy` of at most MAX_GOLDEN_INPUT bytes whose dtype and shape are the build's fed input
+    (`descr`, `shape`); any other entry, or no `.npy` at all, is one line naming it. The board gets `dest`:
+    the bytes that were checked, nothing else. Returns (dest, the number of inputs)."""
+    folder, dest = Path(folder), Path(dest)
+    try:
+        st = os.stat(folder, follow_symlinks=False)
+    except OSError as err:
+        raise InputError(f"--inputs {folder}: cannot read ({err.strerror}); {INPUTS_ADVICE}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"--inputs {folder}: is {_kind(st.st_mode)}, not a folder; {INPUTS_ADVICE}")
+    names = sorted(os.listdir(folder))
+    if len(names) > MAX_TREE_FILES:
+        raise InputError(f"--inputs {folder}: more than {MAX_TREE_FILES} entries; {INPUTS_ADVICE}")
+    dest.mkdir(mode=0o700)
+    for name in names:
+        where = folder / name
+        bad = (not name.endswith(".npy") or name.startswith(".") or len(name) <= 4
+               or any(ord(c) < 32 or ord(c) == 127 for c in name))
+        if bad:
+            raise InputError(f"--inputs {where}: not a <name>.npy file; {INPUTS_ADVICE}")
+        with open_inside(folder, name, INPUTS_ADVICE) as fd:
+            data = _read_npy(where, fd, INPUTS_ADVICE)
+        got_descr, got_shape, _ = _npy_header(where, data, INPUTS_ADVICE)
+        if (got_descr, got_shape) != (descr, tuple(shape)):
+            raise InputError(f"--inputs {where}: a {got_descr} {list(got_shape)} tensor, the build is fed {descr} "
+                             f"{list(shape)}; {INPUTS_ADVICE}")
+        fd_out = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd_out, "wb") as f:
+            f.write(data)
+    if not names:
+        raise InputError(f"--inputs {folder}: holds no .npy file; {INPUTS_ADVICE}")
+    return dest, len(names)
+
+
 __all__ = ["GoldenInput", "MAX_GOLDEN_INPUT", "golden_inputs", "open_inside", "regular_file", "regular_tree",
-           "stage_golden_inputs"]
+           "stage_golden_inputs", "stage_input_folder"]

@@ -92,11 +92,15 @@ def test_a_row_below_the_line_exits_1(colour_builds, tmp_path) -> None:
         board.add(0, name, [np.array([[9.0, 0.0, 0.0]], np.float32)])
     board.close()
     proc = run_rkdet("accuracy", str(colour_builds["classifier"]), "--labels", str(labels), "--results",
-                     str(tmp_path / "board"), "--out", str(tmp_path / "o"))
+                     str(tmp_path / "board"), "--out", str(tmp_path / "o"), "--html", str(tmp_path / "acc.html"))
     assert proc.returncode == 1, proc.stderr[-2000:]
-    rows = read_accuracy(tmp_path / "o" / "accuracy.json").rows
+    record = read_accuracy(tmp_path / "o" / "accuracy.json")
+    rows = record.rows
     assert rows[-1].variant.startswith("board: ") and abs(rows[-1].value - 1 / 3) < 1e-12
     assert [ok for _, ok in rows[-1].lines] == [False, False] and "FAIL" in proc.stdout
+    # the measurement's page (--html): the same rows, the board's below both lines
+    page = (tmp_path / "acc.html").read_text()
+    assert f"<td>{rows[-1].variant}</td>" in page and page.count(">FAIL<") == 2 and record.labels_sha256 in page
 
 
 def test_a_float16_build_and_the_simulator_add_their_rows(colour_builds, tmp_path) -> None:
@@ -172,3 +176,28 @@ def test_float16_makes_a_float16_build_from_the_config_and_scores_it(colour_buil
     assert [r.variant for r in rows] == ["FP32", "INT8 (emulation)", "float16 (simulator, made)"]
     assert rows[-1].value == 1.0 and "made from the build's config" in rows[-1].detail
     assert (tmp_path / "o" / "toolkit-accuracy-float16.log").is_file()
+
+
+def test_two_builds_measured_on_the_same_labels_line_up_in_history(colour_builds, tmp_path) -> None:
+    """Two real records (the INT8 build and its float16 build, same labels): the same labels' hash, so
+    `rkdet history accuracy` compares their FP32 rows (same model: change 0) and keeps each build's rows."""
+    truth = solid_images(tmp_path / "images", 1, seed=15)
+    labels = _class_folders(tmp_path / "labels", truth, tmp_path / "images")
+    (tmp_path / "results").mkdir()
+    records = []
+    for name in ("classifier", "classifier16"):
+        proc = run_rkdet("accuracy", str(colour_builds[name]), "--labels", str(labels), "--out", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        records.append(tmp_path / name / "accuracy.json")
+    first, second = (read_accuracy(r) for r in records)
+    assert first.labels_sha256 == second.labels_sha256 and len(first.labels_sha256 or "") == 64
+    assert first.fingerprint != second.fingerprint
+    proc = run_rkdet("history", "import", "--results", str(tmp_path / "results"), "--accuracy", str(records[0]),
+                     "--accuracy", str(records[1]))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_rkdet("history", "accuracy", "--results", str(tmp_path / "results"), "--json")
+    rows = json.loads(proc.stdout)["accuracy"]
+    fp32 = [(r["build"], r["value"], r["change_vs_previous_build"]) for r in rows if r["variant"] == "FP32"]
+    assert fp32 == [(first.fingerprint, 1.0, None), (second.fingerprint, 1.0, 0.0)]
+    assert {(r["build"], r["variant"]) for r in rows} == {(first.fingerprint, "FP32"), (first.fingerprint, "INT8 (emulation)"),
+                                                          (second.fingerprint, "FP32")}

@@ -113,3 +113,30 @@ def test_the_cli_refuses_a_crafted_labels_file_in_one_line_and_writes_nothing(co
     assert lines == [f"rkdet: {tmp_path / 'l.csv'}:3: image '../../etc/passwd' is not in {tmp_path / 'images'}; "
                      "name a file in that folder"], proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "o").exists()  # not even the --out folder
+
+
+def test_the_labels_hash_follows_the_labels_and_images_not_where_they_are(tmp_path) -> None:
+    """labels_digest (accuracy.json's labels_sha256, history's key): a copy elsewhere hashes the same; a changed
+    class, a changed image pixel or a changed COCO file each change it."""
+    import shutil
+
+    from rkdet.accuracy.labels import labels_digest
+
+    def folders(root: Path, second_class: str) -> Path:
+        _images(root / "0", ["a"])
+        _images(root / second_class, ["b"])
+        return root
+
+    one = labels_digest(read_labels(folders(tmp_path / "one", "1"), None, classes=3, per_pixel=False))
+    assert len(one) == 64
+    shutil.copytree(tmp_path / "one", tmp_path / "elsewhere" / "two")
+    assert labels_digest(read_labels(tmp_path / "elsewhere" / "two", None, classes=3, per_pixel=False)) == one
+    assert labels_digest(read_labels(folders(tmp_path / "moved", "2"), None, classes=3, per_pixel=False)) != one
+    cv2.imwrite(str(tmp_path / "elsewhere" / "two" / "1" / "b.png"), np.full((40, 50, 3), 201, np.uint8))
+    assert labels_digest(read_labels(tmp_path / "elsewhere" / "two", None, classes=3, per_pixel=False)) != one
+    _images(tmp_path / "coco", ["a", "b"])
+    coco = labels_digest(read_labels(_coco(tmp_path / "coco" / "labels.json"), None, classes=2, per_pixel=False))
+    doc = json.loads((tmp_path / "coco" / "labels.json").read_text())
+    doc["annotations"][0]["bbox"][0] += 1
+    (tmp_path / "coco" / "labels.json").write_text(json.dumps(doc))
+    assert labels_digest(read_labels(tmp_path / "coco" / "labels.json", None, classes=2, per_pixel=False)) != coco

@@ -107,7 +107,7 @@ def test_migration_from_version_1_keeps_runs_and_allows_cells(tmp_path: Path, pr
     raw.close()
 
     conn = connect(res)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     (kept,) = load_runs(conn)
     assert kept.folder == run.folder and kept.result_set == "" and kept.outputs == run.outputs
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1

@@ -158,7 +158,7 @@ def test_the_machine_is_the_deploy_flow_s() -> None:
 def test_published_settings_are_run_settings_without_the_private_fields() -> None:
     run = {f.name for f in dataclasses.fields(RunSettings)}
     published = {f.name for f in dataclasses.fields(PublishedSettings)}
-    assert published == (run - {"workdir", "state_dir", "fault"}) | {"fault_injected", "emulated_npu_lsb_k"}
+    assert published == (run - {"workdir", "state_dir", "fault", "inputs"}) | {"fault_injected", "emulated_npu_lsb_k"}
 
 
 def test_deploy_state_publishes_without_names_and_keeps_resume_data_private(tmp_path: Path,
