@@ -17,11 +17,18 @@ what the runtime's calls cost with no NPU work: the ratio is an upper bound of t
 NPU inference adds its compute time to both sides. The second table row says the runner's own time per
 inference in ms, to compare with a board's inference latency.
 
+`--npu-ms T` makes the double's every rknn_run take at least T ms (it sleeps the rest, as a real runtime's
+caller waits in the driver while the NPU computes): the row for a realistic NPU time (the source of the
+time used is stated in bench/results/runner_c.md). `--index-fsync-s S` is passed to rkdet-run-c (default:
+its own, INDEX_FSYNC_S; docs/FORMATS.md "Durability of index.jsonl").
+
 `--arch host` (default) builds both natively (gcc) for a measurement without an emulator in the way;
 `--arch aarch64` cross-compiles and runs both under qemu-aarch64 (explicitly), as the emulated board does.
 
 Usage: .venv/bin/python bench/capi_overhead.py [--arch host|aarch64] [--blocks 5] [--inputs 8]
-       [--short 2] [--long 12] [--out bench/results/runner_c.md] [--append]
+       [--short 2] [--long 12] [--npu-ms T] [--index-fsync-s S] [--result-root DIR]
+       [--out bench/results/runner_c.md] [--append]
+`--append` adds the new section above the file's older sections (newest first; the older ones are kept).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from rkdet.backends.capi_build import runner_source  # noqa: E402
 from rkdet.emulator.capi_double import board_exec  # noqa: E402
+from rkdet.onboard.resultset import INDEX_FSYNC_S  # noqa: E402
 from rkdet.emulator.capi_runtime import DOUBLE_ENV, TEST_HEADER, Tensor, fnv1a64, qemu_command, serve  # noqa: E402
 
 BARE = REPO / "bench" / "c" / "capi_bare_loop.c"
@@ -93,6 +101,8 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=12)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "runner_c.md")
     ap.add_argument("--append", action="store_true")
+    ap.add_argument("--npu-ms", type=float, default=0.0, help="each rknn_run of the double takes at least this long")
+    ap.add_argument("--index-fsync-s", type=float, default=None, help="rkdet-run-c's --index-fsync-s (default: its own)")
     ap.add_argument("--result-root", type=Path, default=None,
                     help="where rkdet-run-c writes its result folder (default: the bench's temp dir; /dev/shm: tmpfs)")
     a = ap.parse_args()
@@ -108,7 +118,7 @@ def main() -> None:
             (work / f"in{i}.raw").write_bytes(x.tobytes())
             raws.append(str(work / f"in{i}.raw"))
             computed[x.tobytes()] = [rng.standard_normal(t.shape).astype(np.float32) for t in OUTPUTS]
-        served = serve(work / "served", INPUT, OUTPUTS, computed)
+        served = serve(work / "served", INPUT, OUTPUTS, computed, npu_us=round(a.npu_ms * 1000))
         assert len({fnv1a64(k) for k in computed}) == a.inputs
         model = work / "model.rknn"
         model.write_bytes(os.urandom(1 << 20))  # the double reads no model; the runner hashes it once (setup)
@@ -121,6 +131,8 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
                 prog, args = runner, ["--model", str(model), "--inputs", str(work / "inputs"), "--repeats",
                                       str(repeats), "--out", str(out), "--core-mask", "auto"]
+                if a.index_fsync_s is not None:
+                    args += ["--index-fsync-s", str(a.index_fsync_s)]
             if a.arch == "host":
                 return [str(prog), *args]
             return qemu_command("aarch64", prog, args, {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(lib)})
@@ -142,13 +154,17 @@ def main() -> None:
         med = {w: statistics.median(v) for w, v in per.items()}
         load = os.getloadavg()[0]
         out_bytes = sum(t.shape[1] * t.shape[2] * t.shape[3] * 4 for t in OUTPUTS)
+        fsync_s = INDEX_FSYNC_S if a.index_fsync_s is None else a.index_fsync_s
+        durability = "each index line fsync'd" if fsync_s <= 0 else f"index.jsonl fsync'd at most every {fsync_s:g} s"
+        npu = (f"; the double's rknn_run takes at least {a.npu_ms:g} ms (a stand-in NPU time)" if a.npu_ms > 0
+               else "; the double's inference is only reading its served outputs (no NPU time)")
         lines = [
             f"## {time.strftime('%Y-%m-%d')}: {a.arch} ({platform.machine()}{', qemu-aarch64' if a.arch != 'host' else ''}), "
             f"load average {load:.1f} on {os.cpu_count()} CPUs",
             "",
             f"{a.inputs} inputs 1x640x640x3 uint8, 6 float32 outputs ({out_bytes / 1e6:.2f} MB per inference, the "
             f"default model's shapes), {a.blocks} interleaved blocks of {a.short} and {a.long} passes; the result "
-            f"folder on {result.parent} ({'tmpfs' if _is_tmpfs(result.parent) else 'disk'}: each index line is fsync'd).",
+            f"folder on {result.parent} ({'tmpfs' if _is_tmpfs(result.parent) else 'disk'}: {durability}){npu}.",
             "",
             "| | bare C loop | rkdet-run-c | overhead |",
             "|---|---|---|---|",
@@ -162,7 +178,9 @@ def main() -> None:
         text = "\n".join(lines)
         print(text)
         if a.append and a.out.exists():
-            a.out.write_text(a.out.read_text() + "\n" + text)
+            old = a.out.read_text()
+            at = old.find("\n## ")  # newest first: above the older sections, below the title and summary
+            a.out.write_text(old + "\n" + text if at < 0 else old[:at + 1] + text + "\n" + old[at + 1:])
         else:
             a.out.write_text("# rkdet-run-c: overhead and peak memory against a bare C loop\n\n"
                              "Written by `bench/capi_overhead.py` (its docstring says how).\n\n" + text)
