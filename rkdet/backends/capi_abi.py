@@ -65,8 +65,8 @@ _TOOLKIT2 = ("airockchip/rknn-toolkit2 {commit}, rknpu2/runtime/Linux/librknn_ap
              "(header sha256 {sha}...), sizes by aarch64-linux-gnu-gcc / arm-linux-gnueabihf-gcc 12 with "
              "rkdet_abi_sizes.c")
 
-#: Every runtime version whose own public header rkdet measured (2026-12-06). The sizes did not change from
-#: 1.6.0 to 2.3.2; a version not listed (e.g. 2.5.0, whose header is not in that repository) is unknown.
+#: Every RKNPU2 runtime version whose own public header rkdet measured (2026-12-06). The sizes did not change
+#: from 1.6.0 to 2.3.2; a version not listed (e.g. 2.5.0, whose header is not in that repository) is unknown.
 KNOWN: tuple[KnownAbi, ...] = tuple(
     KnownAbi("rknpu2", version, {"aarch64": _RKNPU2_AARCH64, "armhf": _RKNPU2_ARMHF},
              _TOOLKIT2.format(commit=commit, sha=sha) + note)
@@ -80,9 +80,28 @@ KNOWN: tuple[KnownAbi, ...] = tuple(
     ))
 
 
+_RKNPU1_ARMHF = {"rknn_input_output_num": 8, "rknn_tensor_attr": 360, "rknn_input": 24, "rknn_output": 16,
+                 "rknn_sdk_version": 512}  # no custom-string query in RKNPU1's API
+_RKNPU1_AARCH64 = {**_RKNPU1_ARMHF, "rknn_input": 32, "rknn_output": 24}
+_RKNPU = ("rockchip-linux/rknpu {commit}, rknn/rknn_api/librknn_api/include/rknn_api.h (header sha256 {sha}...), "
+          "sizes by arm-linux-gnueabihf-gcc / aarch64-linux-gnu-gcc 12 with rkdet_abi_sizes.c -DRKDET_RKNPU1")
+
+#: RKNPU1 (RV1126/RV1109 armhf, RK1808/RK3399Pro aarch64: librknn_api over librknn_runtime), the same way.
+KNOWN_RKNPU1: tuple[KnownAbi, ...] = tuple(
+    KnownAbi("rknpu1", version, {"armhf": _RKNPU1_ARMHF, "aarch64": _RKNPU1_AARCH64},
+             _RKNPU.format(commit=commit, sha=sha) + note)
+    for version, commit, sha, note in (
+        ("1.6.0", "b010399 (NPU driver 1.6.0)", "a871339b8b0d1b47", ""),
+        ("1.7.0", "f4624cb (NPU driver 1.7.0)", "a871339b8b0d1b47", "; the header is 1.6.0's, unchanged"),
+        ("1.7.1", "8fc0bf8 (NPU driver 1.7.1)", "a871339b8b0d1b47", "; the header is 1.6.0's, unchanged"),
+        ("1.7.3", "8e5a116 (NPU driver 1.7.3)", "704ff9bd6cc05f37", ""),
+        ("1.7.5", "e0cb42b (NPU driver 1.7.5)", "704ff9bd6cc05f37", "; the header is 1.7.3's, unchanged"),
+    ))
+
+
 def known_abi(api: str, arch: str, version: str | None) -> tuple[Mapping[str, int], str] | None:
     """(struct sizes, source) the runtime `version` of `api` expects on `arch`; None when rkdet does not know."""
-    for abi in KNOWN:
+    for abi in (*KNOWN, *KNOWN_RKNPU1):
         if abi.api == api and abi.version == version and arch in abi.sizes:
             return abi.sizes[arch], abi.source
     return None

@@ -76,3 +76,19 @@ def test_an_unknown_version_falls_back_to_comparing_versions(runners):
     no_sizes = BuiltRunner(runners["grown"].path, "aarch64", "ab" * 32, "cd" * 32, "k", runtime_version="2.3.2")
     assert check_board_runtime(no_sizes, BOARD_232, "b") is None  # an older build: only the version is known
     assert "not checked" in check_board_runtime(runners["plain"], None, "b")
+
+
+def test_rknpu1_runner_is_checked_against_rv1126s_runtime(tmp_path):
+    """RKNPU1 (RV1126, armhf): rkdet's RKNPU1 declarations lay out as rockchip-linux/rknpu's headers (a
+    360-byte rknn_tensor_attr, no custom string); a runner of another struct size is refused for the
+    emulated RV1126's librknn_runtime 1.7.3 before the push."""
+    plain = build_runner(build_double("armhf", tmp_path / "sdk", rknpu1=True, version="1.7.3"), "armhf",
+                         tmp_path / "cache")
+    assert plain.api == "rknpu1" and plain.struct_sizes == known_abi("rknpu1", "armhf", "1.7.3")[0]
+    assert plain.struct_sizes["rknn_tensor_attr"] == 360 and "rknn_custom_string" not in plain.struct_sizes
+    board = "librknn_runtime version 1.7.3 (2c0f4c5 build: 2022-08-05 10:22:34 base: 1131)"
+    assert check_board_runtime(plain, board, "rv1126") is None
+    grown = build_runner(build_double("armhf", tmp_path / "grown", rknpu1=True, grown_abi=True, version="1.7.3"),
+                         "armhf", tmp_path / "grown-cache")
+    with pytest.raises(BoardError, match="rknn_tensor_attr is 376 bytes.*1.7.3 expects 360.*rockchip-linux/rknpu"):
+        check_board_runtime(grown, board, "rv1126")

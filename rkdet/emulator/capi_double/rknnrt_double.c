@@ -100,7 +100,10 @@ static void fill_attr(rknn_tensor_attr *a, const tensor_t *t, uint32_t index) {
 #ifdef RKDET_RKNPU1  /* RKNPU1 reports dims innermost first ([W, H, C, N]) */
     { uint32_t i; for (i = 0; i < t->n_dims; i++) a->dims[i] = t->dims[t->n_dims - 1 - i]; }
 #endif
-    a->n_elems = elems(t); a->size = a->n_elems * (uint32_t)type_size(t->type); a->size_with_stride = a->size;
+    a->n_elems = elems(t); a->size = a->n_elems * (uint32_t)type_size(t->type);
+#ifndef RKDET_RKNPU1  /* RKNPU1's attributes have no strides */
+    a->size_with_stride = a->size;
+#endif
     a->fmt = (rknn_tensor_format)t->fmt; a->type = (rknn_tensor_type)t->type; a->zp = t->zp; a->scale = t->scale;
     a->qnt_type = (t->type == RKNN_TENSOR_INT8 || t->type == RKNN_TENSOR_UINT8) ? RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC : RKNN_TENSOR_QNT_NONE;
 }
