@@ -330,3 +330,38 @@ def test_index_fsync_policy_is_rkdet_runs_and_a_recorded_setting(world, tmp_path
     bad = _run_c(world, tmp_path / "bad", served, "--index-fsync-s", "-1")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--index-fsync-s -1" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_sigterm_stops_as_rkdet_run_does_with_grouped_fsync(world, tmp_path):
+    """SIGTERM mid-run with the index's fsync grouped far apart (--index-fsync-s 3600): exit 130, run.json
+    "failed" with the reason, every line written so far readable (each was written as its inference
+    completed; the stop path fsyncs them, as rkdet-run's close does)."""
+    import signal
+    import time
+
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    out = tmp_path / "stopped"
+    env = {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(world["sdk"] / "lib")}
+    args = ["--model", str(world["model"]), "--inputs", str(world["inputs"]), "--repeats", "1000000", "--out", str(out),
+            "--index-fsync-s", "3600"]
+    proc = subprocess.Popen(qemu_command(ARCH, world["runner"].path, args, env), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3000):  # bounded: 3000 polls
+            if (out / "index.jsonl").is_file() and (out / "index.jsonl").read_bytes().count(b"\n") >= 5:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stderr, stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and run["error"].startswith("interrupted") and run["index_fsync_s"] == 3600.0
+    records = read_index(str(out))
+    assert len(records) >= 5 and (out / "index.jsonl").read_bytes().endswith(b"\n")
+    for record in records:
+        for o in record["outputs"]:
+            assert output_hash(np.load(out / "outputs" / f"{o['hash']}.npy")) == o["hash"]
