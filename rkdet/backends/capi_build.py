@@ -16,9 +16,11 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rkdet.backends.capi_abi import abi_source, header_struct_sizes, known_abi, size_mismatches
 from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.io import write_atomic
 
@@ -50,6 +52,7 @@ class BuiltRunner:
     key: str
     api: str = "rknpu2"  # rknpu2 (librknnrt) or rknpu1 (librknn_api: RV1126/RV1109)
     runtime_version: str | None = None  # the version the SDK's runtime library carries: what the header is of
+    struct_sizes: Mapping[str, int] | None = field(default=None, hash=False)  # sizeof per struct (capi_abi.STRUCTS)
 
     def describe(self) -> str:
         """What preflight says it was built for."""
@@ -73,20 +76,38 @@ def library_version(lib: Path) -> str | None:
 
 
 def check_board_runtime(built: BuiltRunner, board_runtime: str | None, host: str) -> str | None:
-    """Preflight, before the push: the runtime the runner's header belongs to against the board's runtime.
-    The runtime checks struct sizes (ret=-5, rockchip-linux/rknn-toolkit#440) and a board's library does not
-    say them, so a runner of another runtime version's header is refused (BoardError, one line naming both);
-    None when they match, else (one unknown) the warning to keep."""
+    """Preflight, before any push: the runner's header against the board's runtime. The runtime checks struct
+    sizes (ret=-5, rockchip-linux/rknn-toolkit#440) and a board's library does not say them, so the sizes the
+    board's runtime version expects come from rkdet's table (capi_abi.KNOWN): a runner whose recorded sizes
+    differ is refused (BoardError, one line naming the struct, both sizes and the table's source). Where the
+    table does not know the version (or the runner recorded no sizes), the runtime version its header came
+    with is compared instead, and a different one is refused. None when it matches; else the warning to keep
+    (sizes equal across versions, or nothing checkable)."""
     found = _TEXT_VERSION.search(board_runtime or "")
     board = found.group(1) if found else None
+    expected = known_abi(built.api, built.arch, board) if board else None
+    if expected is not None and built.struct_sizes:
+        sizes, source = expected
+        differ = size_mismatches(built.struct_sizes, sizes)
+        if differ:
+            name, ours, theirs = differ[0]
+            raise BoardError(f"{host}: rkdet-run-c was built against an rknn_api.h (sha256 {built.header_sha256[:16]}, "
+                             f"runtime {built.runtime_version or 'unknown'}) whose {name} is {ours} bytes, but the "
+                             f"board's runtime {board} expects {theirs} ({len(differ)} struct(s) differ; {source}): it "
+                             f"would refuse them (ret=-5); run `rkdet runner build --sdk DIR --arch {built.arch}` with "
+                             f"the SDK of runtime {board}")
+        if built.runtime_version != board:
+            return (f"rkdet-run-c: built against the header of runtime {built.runtime_version or 'of unknown version'}, "
+                    f"the board runs {board}: their struct sizes are equal (rkdet's table), so the runtime accepts it")
+        return None
     if board is None or built.runtime_version is None:
         return (f"rkdet-run-c: not checked that its header ({built.runtime_version or 'runtime version unknown'}) "
                 f"is the board's runtime's ({board or 'version unknown'}); a struct-size mismatch fails as ret=-5")
     if board != built.runtime_version:
         raise BoardError(f"{host}: rkdet-run-c was built against the rknn_api.h of runtime {built.runtime_version} "
-                         f"(sha256 {built.header_sha256[:16]}) but the board runs {board}: their struct sizes may "
-                         f"differ (ret=-5); run `rkdet runner build --sdk DIR --arch {built.arch}` with the SDK of "
-                         f"runtime {board}")
+                         f"(sha256 {built.header_sha256[:16]}) but the board runs {board}, whose struct sizes rkdet "
+                         f"does not know: they may differ (ret=-5); run `rkdet runner build --sdk DIR --arch "
+                         f"{built.arch}` with the SDK of runtime {board}")
     return None
 
 
@@ -96,13 +117,14 @@ def runner_source() -> Path:
 
 
 RUNNER_INCLUDES = ("rkdet_sha256.h",)  # rkdet's own headers the runner includes from beside its source
+BUILD_SOURCES = (*RUNNER_INCLUDES, abi_source().name)  # and what else the build compiles (the struct sizes)
 
 
 def runner_source_sha256() -> str:
-    """sha256 of the runner's source and of rkdet's headers it includes: a change to either rebuilds it."""
+    """sha256 of the runner's source and of rkdet's files the build compiles with it: a change rebuilds it."""
     source = runner_source()
     digest = hashlib.sha256(source.read_bytes())
-    for name in RUNNER_INCLUDES:
+    for name in BUILD_SOURCES:
         digest.update(b"\0" + name.encode() + b"\0" + (source.parent / name).read_bytes())
     return digest.hexdigest()
 
@@ -167,10 +189,15 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
     built = BuiltRunner(folder / "rkdet-run-c", arch, header_sha, source_sha, key, "rknpu1" if rknpu1 else "rknpu2",
                         version)
     if built.path.is_file() and (folder / BUILD_RECORD).is_file():
-        return built
+        return replace(built, struct_sizes=_recorded_sizes(folder / BUILD_RECORD))
     compiler = ARCHES[arch][0]
     if shutil.which(compiler) is None:
         raise RunnerBuildError(f"{compiler}: not installed; apt-get install gcc-{compiler[:-4]} (see .ci/setup)")
+    try:  # what the runtime will check, as this compiler lays the header out (recorded; preflight compares)
+        sizes = header_struct_sizes(compiler, header.parent, rknpu1, COMPILE_TIMEOUT_S)
+    except ValueError as err:
+        raise RunnerBuildError(f"{header}: {err}") from None
+    built = replace(built, struct_sizes=sizes)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".rkdet-run-c.{os.getpid()}"
     cmd = [compiler, "-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation", "-I", str(header.parent),
@@ -187,10 +214,23 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
         raise RunnerBuildError(f"{header}: rkdet-run-c does not compile against this header: {first}")
     os.replace(tmp, built.path)
     record = {"schema": "rkdet.runner-build/1", "arch": arch, "api": "rknpu1" if rknpu1 else "rknpu2", "header": header.name, "header_sha256": header_sha,
-              "runtime_version": version,
+              "runtime_version": version, "struct_sizes": sizes,
               "source_sha256": source_sha, "key": key, "compiler": compiler}
     write_atomic(folder / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return built
+
+
+def _recorded_sizes(record: Path) -> dict[str, int] | None:
+    """runner.json's struct_sizes when well formed (names to positive ints), else None (an older build)."""
+    try:
+        doc = json.loads(record.read_text()[:65536])
+    except (OSError, ValueError):
+        return None
+    sizes = doc.get("struct_sizes") if isinstance(doc, dict) else None
+    if not isinstance(sizes, dict) or not sizes:
+        return None
+    good = {k: v for k, v in sizes.items() if isinstance(k, str) and type(v) is int and 0 < v < 1 << 20}
+    return good if len(good) == len(sizes) else None
 
 
 def default_cache() -> Path:
@@ -223,4 +263,5 @@ def built_runner(arch: str, cache: Path | None = None) -> BuiltRunner:
     version = doc.get("runtime_version")
     return BuiltRunner(program, arch, str(doc.get("header_sha256")), str(doc.get("source_sha256")), str(doc.get("key")),
                        str(doc.get("api", "rknpu2")),
-                       version if isinstance(version, str) and _TEXT_VERSION.fullmatch(version) else None)
+                       version if isinstance(version, str) and _TEXT_VERSION.fullmatch(version) else None,
+                       _recorded_sizes(program.parent / BUILD_RECORD))

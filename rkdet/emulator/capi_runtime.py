@@ -58,13 +58,15 @@ def build_double(arch: str, sdk: Path, *, grown_abi: bool = False, rknpu1: bool 
 
 def serve(folder: Path, model_input: Tensor, outputs: Sequence[Tensor],
           computed: Mapping[bytes, Sequence[np.ndarray]], *, cores: int = 3, custom: str = "",
-          version: str | None = None) -> Path:
+          version: str | None = None, npu_us: int = 0) -> Path:
     """Leave the emulator's computation where the double reads it: the model's tensors and, for each
-    input (its native bytes), every output's native array."""
+    input (its native bytes), every output's native array; `npu_us` (a bench control) makes each
+    rknn_run take at least that long, as a real NPU's compute would."""
     (folder / "outputs").mkdir(parents=True, exist_ok=True)
     lines = board_exec.model_lines((model_input.name, model_input.dtype, model_input.fmt, model_input.shape),
                                    [(o.name, o.dtype, o.zero_point, o.scale, o.shape) for o in outputs], cores, custom,
                                    version)
+    lines += [f"npu_us {int(npu_us)}"] if npu_us > 0 else []
     (folder / "model.txt").write_text("\n".join(lines) + "\n")
     for raw, arrays in computed.items():
         data = b"".join(np.ascontiguousarray(a, dtype=t.dtype).tobytes() for a, t in zip(arrays, outputs))

@@ -11,6 +11,7 @@ where an array is written, so the host's records/ can import the schema names wi
 import errno
 import json
 import os
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .atomic import save_array_atomic, write_atomic, write_json_atomic
@@ -23,18 +24,32 @@ CELLS_SCHEMA = "rkdet.cells/1"
 CONTEXTS_SCHEMA = "rkdet.contexts/1"
 CORE_MASKS = ("auto", "0", "1", "2", "0_1", "0_1_2")  # run.json "core_mask": rknnlite's NPU core masks
 
+#: THE durability policy of index.jsonl, the same for rkdet-run and rkdet-run-c (its INDEX_FSYNC_S, checked
+#: equal by tests/runner_c/test_runner_c.py), recorded in run.json as "index_fsync_s". Every index line is
+#: written (one write() of the whole line) as its inference completes, so a SIGKILL of the runner loses
+#: nothing written (the page cache survives the process); the fsync that makes lines survive a POWER CUT is
+#: grouped: at most every INDEX_FSYNC_S seconds, at the end, and when SIGINT/SIGTERM stops the run. A power
+#: cut can lose the lines of the last INDEX_FSYNC_S seconds (their output files may stay in outputs/, named
+#: by no line; the result set stays readable). `--index-fsync-s 0` fsyncs every line (the old policy).
+INDEX_FSYNC_S = 1.0
+
+
 class JsonlAppender(object):
-    """Append-only JSON Lines: one write() of one whole line, then fsync.
+    """Append-only JSON Lines: one write() of one whole line; fsync every line (`fsync_every_s` 0) or at
+    most every `fsync_every_s` seconds, and at close() (INDEX_FSYNC_S says why).
 
     If the write or the fsync fails (ENOSPC, EIO), the file is cut back to its last complete line,
     so the index never holds a half record that a later append would glue onto. (rkdet-run calls
     it for index lines from its Recorder thread, so a slow SD card's fsync never delays inference.)
     """
 
-    def __init__(self, path):
-        # type: (str) -> None
+    def __init__(self, path, fsync_every_s=0.0):
+        # type: (str, float) -> None
         self.path = path
+        self.fsync_every_s = float(fsync_every_s)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._synced_at = time.monotonic()
+        self._unsynced = False
 
     def append(self, record):
         # type: (Dict[str, Any]) -> None
@@ -44,7 +59,9 @@ class JsonlAppender(object):
             written = os.write(self._fd, data)
             if written != len(data):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (short write)", self.path)
-            os.fsync(self._fd)
+            self._unsynced = True
+            if self.fsync_every_s <= 0 or time.monotonic() - self._synced_at >= self.fsync_every_s:
+                self.sync()
         except BaseException:
             try:
                 os.ftruncate(self._fd, size)
@@ -52,11 +69,23 @@ class JsonlAppender(object):
                 pass
             raise
 
+    def sync(self):
+        # type: () -> None
+        """fsync what was appended since the last one (none when nothing was)."""
+        if self._fd >= 0 and self._unsynced:
+            os.fsync(self._fd)
+            self._unsynced = False
+            self._synced_at = time.monotonic()
+
     def close(self):
         # type: () -> None
+        """fsync the lines not yet synced, then close (closed even when the fsync fails)."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            try:
+                self.sync()
+            finally:
+                os.close(self._fd)
+                self._fd = -1
 
 
 def read_jsonl(path):
@@ -188,11 +217,11 @@ class ResultWriter(object):
     """Everything written into the result folder, in the order that keeps it valid after SIGKILL:
     an output file exists before the index line that names it."""
 
-    def __init__(self, out):
-        # type: (str) -> None
+    def __init__(self, out, index_fsync_s=INDEX_FSYNC_S):
+        # type: (str, float) -> None
         self.out = out
         self.outputs_dir = os.path.join(out, "outputs")
-        self.index = JsonlAppender(os.path.join(out, "index.jsonl"))
+        self.index = JsonlAppender(os.path.join(out, "index.jsonl"), index_fsync_s)
         self.snapshots = JsonlAppender(os.path.join(out, "snapshots.jsonl"))
         self.known = set()  # type: set
 

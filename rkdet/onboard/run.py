@@ -7,7 +7,7 @@ rkdet.onboard, and it runs on Python 3.6+ (RV1126 boards ship the legacy armhf R
 on Python 3.6/3.7): no dataclasses, no postponed annotations, no walrus.
 
 The result folder follows docs/FORMATS.md ("Result set"): run.json, index.jsonl (source of
-truth, one fsync'd line per inference), snapshots.jsonl, outputs/<hash>.npy (each distinct output
+truth, one whole line per inference, fsync'd as INDEX_FSYNC_S says), snapshots.jsonl, outputs/<hash>.npy (each distinct output
 once) and summary.json. Every file is written to a temporary name and renamed, every JSON Lines
 record is one write of a whole line, so a run killed with SIGKILL leaves every completed inference
 readable (`read_index` ignores a torn last line).
@@ -49,7 +49,7 @@ from .inputs import Sample, load_inputs, validate_inputs
 from .numpy_or_none import np
 from .recorder import Recorder
 from .reference import GRAPH_OPT_LEVELS, REFERENCE_GRAPH_OPT
-from .resultset import BACKENDS, CORE_MASKS, RUN_SCHEMA, ResultWriter, first_hashes, prepare_out_dir
+from .resultset import BACKENDS, CORE_MASKS, INDEX_FSYNC_S, RUN_SCHEMA, ResultWriter, first_hashes, prepare_out_dir
 from .snapshot import board_snapshot
 
 EPILOG = """exit codes:
@@ -91,10 +91,16 @@ def parse_args(argv):
                         help="onnxruntime graph optimization level (default %s: the onnx-fp32 reference's)" % REFERENCE_GRAPH_OPT)
     parser.add_argument("--cpu-affinity", default=None, help="pin this process to these CPUs, e.g. 4,5")
     parser.add_argument("--snapshot-every", type=int, default=10, help="board snapshot every K runs (0: only before/after; default 10)")
+    parser.add_argument("--index-fsync-s", type=float, default=INDEX_FSYNC_S,
+                        help="fsync index.jsonl at most every S seconds, at the end and on SIGINT/SIGTERM; 0: every "
+                             "line (default %s; a power cut can lose S seconds' worth of lines, a kill loses none)"
+                             % INDEX_FSYNC_S)
     parser.add_argument("--out", required=True, help="result folder (created; must be new or empty)")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0 or args.snapshot_every < 0 or args.threads < 1 or args.contexts < 1:
-        parser.error("--repeats, --threads and --contexts must be >= 1, --warmup and --snapshot-every >= 0")
+    if (args.repeats < 1 or args.warmup < 0 or args.snapshot_every < 0 or args.threads < 1 or args.contexts < 1
+            or not args.index_fsync_s >= 0 or args.index_fsync_s == float("inf")):
+        parser.error("--repeats, --threads and --contexts must be >= 1, --warmup and --snapshot-every >= 0, "
+                     "--index-fsync-s a finite number >= 0")
     args.core_masks = [m.strip() for m in args.core_mask.split(",")]
     bad = [m for m in args.core_masks if m not in CORE_MASKS]
     if bad or len(set(args.core_masks)) != len(args.core_masks):
@@ -188,14 +194,14 @@ def _run(args, mask, out, samples, backend, affinity, check):
         "model_check": check, "stack": _stack(backend, facts),
         "embedded_fingerprint": facts["embedded_fingerprint"] if facts else None,
         "repeats": args.repeats, "warmup": args.warmup, "core_mask": mask, "contexts": args.contexts,
-        "affinity": affinity, "snapshot_every": args.snapshot_every,
+        "affinity": affinity, "snapshot_every": args.snapshot_every, "index_fsync_s": args.index_fsync_s,
         "python": platform.python_version(), "platform": platform.platform(),
         "started_unix": time.time(), "finished_unix": None, "status": "running", "error": None,
     }
     writer = None
     try:
         write_json_atomic(run_path, record)
-        writer = ResultWriter(out)
+        writer = ResultWriter(out, args.index_fsync_s)
         writer.snapshots.append(board_snapshot("before"))
         for _ in range(args.warmup):
             for sample in samples:

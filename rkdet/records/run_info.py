@@ -86,6 +86,7 @@ class RunInfo:
     affinity: tuple[int, ...] | None = None
     backend_options: Mapping[str, Any] | None = None
     snapshot_every: int | None = None
+    index_fsync_s: float | int | None = None  # the index's durability policy (rkdet.onboard.resultset.INDEX_FSYNC_S)
     python: str | None = None
     platform: str | None = None
     started_unix: float | int | None = None
@@ -110,7 +111,8 @@ class RunInfo:
             repeats=f.integer(doc, "repeats", at), warmup=f.integer(doc, "warmup", at),
             core_mask=f.text(doc, "core_mask", at), contexts=f.integer(doc, "contexts", at),
             affinity=f.items(doc, "affinity", at, f.an_int), backend_options=f.mapping(doc, "backend_options", at),
-            snapshot_every=f.integer(doc, "snapshot_every", at), python=f.text(doc, "python", at),
+            snapshot_every=f.integer(doc, "snapshot_every", at),
+            index_fsync_s=f.number(doc, "index_fsync_s", at), python=f.text(doc, "python", at),
             platform=f.text(doc, "platform", at), started_unix=f.number(doc, "started_unix", at),
             finished_unix=f.number(doc, "finished_unix", at), status=f.text(doc, "status", at),
             error=f.text(doc, "error", at), recorded=frozenset(k for k in doc if isinstance(k, str)))

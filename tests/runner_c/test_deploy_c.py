@@ -1,7 +1,8 @@
 """`rkdet deploy --backend rknn_c` end to end on an emulated RK3588: the real sshd board runs the cross-compiled
 aarch64 rkdet-run-c under qemu-user (its launcher, invoked explicitly; no binfmt registration) over the
 test-double librknnrt, whose numbers are the emulated board's own computation; the verdicts come from the C
-runner's result set. A runner built against the header of another runtime is refused before the push."""
+runner's result set. A runner built against the header of another runtime, or against a header with another
+struct size than the board's runtime expects, is refused before the push."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import pytest
 
 from rkdet.backends.capi_build import build_runner
 from rkdet.emulator.capi_runtime import build_double
+from rkdet.emulator.socs import profile as soc_profile
+from rkdet.emulator.socs import with_stack
 from rkdet.emulator.sshd import EmulatedBoard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -106,3 +109,22 @@ def test_a_runner_of_another_runtime_header_is_refused_before_the_push(c_board, 
     assert "Traceback" not in done.stderr
     assert list(c_board.home.rglob("rkdet-run-c")) == []  # refused before the push
     assert not (tmp_path / "results").exists() or _runs(tmp_path / "results") == []
+
+
+@pytest.mark.slow
+def test_a_runner_of_another_struct_size_is_refused_before_any_push(two_page_build, tmp_path):
+    """The runtime version alone would pass (both 2.3.2); the struct sizes the runner's header declares do not
+    match what runtime 2.3.2 expects (rkdet's table of published headers): refused before the runner, the
+    model or anything else is pushed (rockchip-linux/rknn-toolkit#440's ret=-5, caught on the host)."""
+    sdk = build_double("aarch64", tmp_path / "grown-sdk", grown_abi=True, version="2.3.2")
+    build_runner(sdk, "aarch64", tmp_path / "cache")
+    with EmulatedBoard(with_stack(soc_profile("rk3588"), runtime="2.3.2"), tmp_path / "board") as board:
+        before = {p.relative_to(board.home) for p in board.home.rglob("*")}
+        done = _deploy(board, two_page_build, tmp_path / "results", tmp_path / "cache", "--repeats", "1")
+        after = {p.relative_to(board.home) for p in board.home.rglob("*")}
+    assert done.returncode == 3, done.stderr[-3000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rkdet: ")]
+    assert len(lines) == 1 and "rknn_tensor_attr is 392 bytes" in lines[0] and "2.3.2 expects 376" in lines[0]
+    assert "Traceback" not in done.stderr
+    pushed = [p for p in after - before if p.suffix in (".rknn", ".onnx", ".npy", ".pyz") or p.name == "rkdet-run-c"]
+    assert pushed == []  # neither the runner nor the model nor the inputs went to the board

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from rkdet.backends.capi_build import build_key, build_runner
 from rkdet.emulator.capi_runtime import DOUBLE_ENV, Tensor, build_double, fnv1a64, qemu_command, serve
 from rkdet.onboard.hashing import output_hash
-from rkdet.onboard.resultset import read_index
+from rkdet.onboard.resultset import INDEX_FSYNC_S, read_index
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH = "aarch64"
@@ -96,6 +96,8 @@ def test_result_set_matches_rkdet_run_and_diff_reads_it(world):
     assert run["stack"]["runtime_api_version"] == "2.5.0 (rkdet-test-double)"
     assert run["model_check"] == {"by": "embedded-fingerprint", "expected": FP, "found": FP}
     assert run["inputs"] == json.loads((py_out / "run.json").read_text())["inputs"]
+    # one durability policy for both runners, recorded alike (docs/FORMATS.md "Durability of index.jsonl")
+    assert run["index_fsync_s"] == json.loads((py_out / "run.json").read_text())["index_fsync_s"] == INDEX_FSYNC_S
     summary = json.loads((c_out / "summary.json").read_text())
     assert summary["deterministic"] is True and summary["runs"] == 3
     diff = subprocess.run([str(Path(sys.executable).parent / "rkdet"), "diff", str(c_out), str(py_out)],
@@ -308,3 +310,58 @@ def test_a_repeat_that_differs_is_hashed_again_not_reused(world, tmp_path):
     assert output_hash(flipped) == s1[1]
     clean = world["computed"][world["samples"]["s1"].tobytes()][0]
     assert np.count_nonzero(flipped.view(np.uint8) != np.ascontiguousarray(clean).view(np.uint8)) == 1
+
+
+def test_index_fsync_policy_is_rkdet_runs_and_a_recorded_setting(world, tmp_path):
+    """The C runner's default durability policy is THE one (rkdet.onboard.resultset.INDEX_FSYNC_S), a
+    chosen one is recorded in run.json, and a bad value is one line, exit 2, nothing written."""
+    import re
+
+    define = re.search(r"^#define INDEX_FSYNC_S ([0-9.]+)$", (ROOT / "rkdet/onboard/c/rkdet_run_c.c").read_text(), re.M)
+    assert define and float(define.group(1)) == INDEX_FSYNC_S
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    done = _run_c(world, tmp_path / "every", served, "--index-fsync-s", "0")
+    assert done.returncode == 0, done.stderr
+    run = json.loads((tmp_path / "every" / "run.json").read_text())
+    assert run["index_fsync_s"] == 0.0 and isinstance(run["index_fsync_s"], float)
+    assert len(read_index(str(tmp_path / "every"))) == 6
+    done = _run_c(world, tmp_path / "half", served, "--index-fsync-s", "0.25")
+    assert done.returncode == 0 and json.loads((tmp_path / "half" / "run.json").read_text())["index_fsync_s"] == 0.25
+    bad = _run_c(world, tmp_path / "bad", served, "--index-fsync-s", "-1")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--index-fsync-s -1" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_sigterm_stops_as_rkdet_run_does_with_grouped_fsync(world, tmp_path):
+    """SIGTERM mid-run with the index's fsync grouped far apart (--index-fsync-s 3600): exit 130, run.json
+    "failed" with the reason, every line written so far readable (each was written as its inference
+    completed; the stop path fsyncs them, as rkdet-run's close does)."""
+    import signal
+    import time
+
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    out = tmp_path / "stopped"
+    env = {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(world["sdk"] / "lib")}
+    args = ["--model", str(world["model"]), "--inputs", str(world["inputs"]), "--repeats", "1000000", "--out", str(out),
+            "--index-fsync-s", "3600"]
+    proc = subprocess.Popen(qemu_command(ARCH, world["runner"].path, args, env), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3000):  # bounded: 3000 polls
+            if (out / "index.jsonl").is_file() and (out / "index.jsonl").read_bytes().count(b"\n") >= 5:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stderr, stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and run["error"].startswith("interrupted") and run["index_fsync_s"] == 3600.0
+    records = read_index(str(out))
+    assert len(records) >= 5 and (out / "index.jsonl").read_bytes().endswith(b"\n")
+    for record in records:
+        for o in record["outputs"]:
+            assert output_hash(np.load(out / "outputs" / f"{o['hash']}.npy")) == o["hash"]

@@ -68,10 +68,12 @@ typedef struct {
     int8_t fl;
     int32_t zp;
     float scale;
+#ifndef RKDET_RKNPU1  /* RKNPU1's tensor attributes end at scale (360 bytes, as its published headers) */
     uint32_t w_stride;
     uint32_t size_with_stride;
     uint8_t pass_through;
     uint32_t h_stride;
+#endif
 #ifdef RKDET_TEST_ABI_GROWN
     uint32_t rkdet_test_grown[4];  /* a "newer header": another struct size, for the ret=-5 test */
 #endif

@@ -12,14 +12,18 @@
  *                    and "cores N", "custom TEXT" (the model's custom string), "version TEXT",
  *                    "reject OP" (TEST CONTROL: rknn_init refuses the model over an op it lacks, #448),
  *                    "flip K" (TEST CONTROL: the K-th rknn_run of the process, from 0, flips the lowest bit
- *                    of the first output's first byte: a runtime that is not repeatable)
+ *                    of the first output's first byte: a runtime that is not repeatable),
+ *                    "npu_us N" (BENCH CONTROL: rknn_run takes at least N microseconds, sleeping the rest,
+ *                    as a real runtime's caller waits in the driver while the NPU computes; bench/capi_overhead.py)
  *   outputs/KEY.bin  every output's native bytes, concatenated, for the input whose native bytes
  *                    have FNV-1a 64 hash KEY (16 hex digits)
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "rknn_api.h"
 
 #define MAXT 16
@@ -34,7 +38,7 @@ __attribute__((used)) const char rkdet_double_version_string[] = "librknnrt vers
 #endif
 typedef struct { char name[RKNN_MAX_NAME_LEN]; int type, fmt; int32_t zp; float scale; uint32_t n_dims, dims[RKNN_MAX_DIMS]; } tensor_t;
 static struct {
-    int ready, cores; long runs, flip_at; char dir[1024], custom[1024], version[256], reject[256];
+    int ready, cores; long runs, flip_at, npu_us; char dir[1024], custom[1024], version[256], reject[256];
     tensor_t in, out[MAXT]; int n_out; unsigned char *input; size_t input_size; unsigned char *result; size_t result_size;
 } M;
 
@@ -78,6 +82,7 @@ int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag, 
         else if (!strcmp(word, "version")) snprintf(M.version, sizeof M.version, "%s", p);
         else if (!strcmp(word, "reject")) snprintf(M.reject, sizeof M.reject, "%s", p);
         else if (!strcmp(word, "flip")) M.flip_at = atol(p);
+        else if (!strcmp(word, "npu_us")) M.npu_us = atol(p);
     }
     fclose(f);
     if (M.reject[0]) {
@@ -95,7 +100,10 @@ static void fill_attr(rknn_tensor_attr *a, const tensor_t *t, uint32_t index) {
 #ifdef RKDET_RKNPU1  /* RKNPU1 reports dims innermost first ([W, H, C, N]) */
     { uint32_t i; for (i = 0; i < t->n_dims; i++) a->dims[i] = t->dims[t->n_dims - 1 - i]; }
 #endif
-    a->n_elems = elems(t); a->size = a->n_elems * (uint32_t)type_size(t->type); a->size_with_stride = a->size;
+    a->n_elems = elems(t); a->size = a->n_elems * (uint32_t)type_size(t->type);
+#ifndef RKDET_RKNPU1  /* RKNPU1's attributes have no strides */
+    a->size_with_stride = a->size;
+#endif
     a->fmt = (rknn_tensor_format)t->fmt; a->type = (rknn_tensor_type)t->type; a->zp = t->zp; a->scale = t->scale;
     a->qnt_type = (t->type == RKNN_TENSOR_INT8 || t->type == RKNN_TENSOR_UINT8) ? RKNN_TENSOR_QNT_AFFINE_ASYMMETRIC : RKNN_TENSOR_QNT_NONE;
 }
@@ -180,8 +188,9 @@ int rknn_inputs_set(rknn_context c, uint32_t n, rknn_input in[]) {
     free(M.input); M.input = conv; M.input_size = count * es; return RKNN_SUCC;
 }
 int rknn_run(rknn_context c, rknn_run_extend *e) {
-    uint64_t h = 1469598103934665603ULL; size_t i, want = 0; int k; char path[1200]; FILE *f;
+    uint64_t h = 1469598103934665603ULL; size_t i, want = 0; int k; char path[1200]; FILE *f; struct timespec t0, t1;
     (void)e;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!M.ready || c != 1) return RKNN_ERR_CTX_INVALID;
     if (!M.input) return RKNN_ERR_INPUT_INVALID;
     for (i = 0; i < M.input_size; i++) { h ^= M.input[i]; h *= 1099511628211ULL; }
@@ -195,6 +204,13 @@ int rknn_run(rknn_context c, rknn_run_extend *e) {
     }
     fclose(f);
     if (M.runs++ == M.flip_at && want) M.result[0] ^= 1u;
+    if (M.npu_us > 0) {  /* the NPU's compute time: the caller waits, its CPU idle */
+        long long left;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        left = M.npu_us * 1000LL - ((long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
+        if (left > 0) { struct timespec d; d.tv_sec = (time_t)(left / 1000000000LL); d.tv_nsec = (long)(left % 1000000000LL);
+                        while (nanosleep(&d, &d) != 0 && errno == EINTR) { } }
+    }
     return RKNN_SUCC;
 }
 int rknn_outputs_get(rknn_context c, uint32_t n, rknn_output out[], rknn_output_extend *e) {

@@ -3,10 +3,11 @@
  * rkdet's own source (plain C99, no dependency but the SDK's rknn_api.h, which rkdet never ships:
  * `rkdet runner build --sdk DIR` compiles this file against the header in the user's SDK).
  * It writes the same result set as rkdet-run (docs/FORMATS.md "Result set"): run.json, index.jsonl
- * (one fsync'd whole line per inference), snapshots.jsonl, outputs/<hash>.npy (each distinct output
+ * (one whole line written per inference; fsync'd as INDEX_FSYNC_S says), snapshots.jsonl, outputs/<hash>.npy (each distinct output
  * once, named by THE output hash: sha256(dtype.str "|" shape "|" C-order bytes)) and summary.json.
  * Every file is written to a temporary name in the same folder, fsync'd and renamed; an output file
- * exists before the index line naming it, so a SIGKILL leaves every completed inference readable.
+ * exists before the index line naming it, so a SIGKILL leaves every completed inference readable
+ * (a killed process's writes stay in the page cache; only a power cut needs the index's fsync).
  * It records every setting lite2 chooses implicitly: input type/fmt/pass_through, want_float, the
  * core mask, the runtime's API and driver versions and the model's custom string (docs/RUNNER_C.md).
  *
@@ -41,6 +42,11 @@
 #define MAX_INPUT_FILES 4096
 #define MAX_OUTPUTS 64
 #define MAX_FILE_BYTES ((size_t)1 << 31)
+/* THE index durability policy, rkdet-run's INDEX_FSYNC_S (rkdet/onboard/resultset.py; a test checks they are
+ * equal): index.jsonl is fsync'd at the first line at least this many seconds after the previous fsync, at
+ * the end and on SIGINT/SIGTERM; --index-fsync-s 0 fsyncs every line. A power cut can lose this many
+ * seconds' worth of index lines; a SIGKILL loses none. Recorded in run.json "index_fsync_s". */
+#define INDEX_FSYNC_S 1.0
 
 static volatile sig_atomic_t g_stop = 0;
 static void on_stop(int sig) { (void)sig; g_stop = 1; }
@@ -114,16 +120,30 @@ static int write_atomic(const char *path, const void *data, size_t n) {
 bad: { int e = errno; if (fd >= 0) close(fd); unlink(tmp); errno = e; }
     return -1;
 }
-static int append_line(int fd, const char *line, size_t n) {
-    struct stat st; size_t done = 0;
-    if (fstat(fd, &st) != 0) return -1;
+/* index.jsonl: its descriptor, its size after the last whole line (cut back to it on a failed write), and
+ * whether lines were written since the last fsync (INDEX_FSYNC_S) */
+static int g_idx_fd = -1;
+static off_t g_idx_size;
+static int g_idx_unsynced;
+static double g_idx_synced_at;
+static int index_sync(void) {
+    if (g_idx_fd < 0 || !g_idx_unsynced) return 0;
+    if (fsync(g_idx_fd) != 0) return -1;
+    g_idx_unsynced = 0; return 0;
+}
+static int append_line(const char *line, size_t n, double now, double fsync_every_s) {
+    size_t done = 0; errno = 0;
     while (done < n) {
-        ssize_t w = write(fd, line + done, n - done);
+        ssize_t w = write(g_idx_fd, line + done, n - done);
         if (w < 0) { if (errno == EINTR) continue; break; }
         done += (size_t)w;
     }
-    if (done == n && fsync(fd) == 0) return 0;
-    { int e = errno ? errno : ENOSPC; if (ftruncate(fd, st.st_size) != 0) { /* keep the first error */ } errno = e; }
+    if (done == n) {
+        g_idx_unsynced = 1;
+        if (fsync_every_s > 0 && now - g_idx_synced_at < fsync_every_s) { g_idx_size += (off_t)n; return 0; }
+        if (index_sync() == 0) { g_idx_synced_at = now; g_idx_size += (off_t)n; return 0; }
+    }
+    { int e = errno ? errno : ENOSPC; if (ftruncate(g_idx_fd, g_idx_size) != 0) { /* keep the first error */ } errno = e; }
     return -1;
 }
 static unsigned char *read_file(const char *path, size_t *size) {
@@ -232,26 +252,30 @@ static void output_hash(const dtype_t *dt, uint32_t ndim, const uint64_t *shape,
 #define SEEN_BUDGET ((size_t)256 << 20)
 typedef struct { unsigned char *buf; size_t n; char hash[65]; } seen_t;
 static size_t g_seen_bytes;
-static void hash_or_reuse(seen_t *sv, const dtype_t *dt, uint32_t ndim, const uint64_t *shape, const void *data, size_t n,
-                          char out[65]) {
-    if (sv->buf && sv->n == n && !memcmp(sv->buf, data, n)) { memcpy(out, sv->hash, 65); return; }
+/* returns 1 when the hash was reused (the output file was written when it was first hashed), else 0 */
+static int hash_or_reuse(seen_t *sv, const dtype_t *dt, uint32_t ndim, const uint64_t *shape, const void *data, size_t n,
+                         char out[65]) {
+    if (sv->buf && sv->n == n && !memcmp(sv->buf, data, n)) { memcpy(out, sv->hash, 65); return 1; }
     output_hash(dt, ndim, shape, data, n, out);
     if (!sv->buf && g_seen_bytes + n <= SEEN_BUDGET && (sv->buf = (unsigned char *)malloc(n ? n : 1)) != NULL) {
         g_seen_bytes += n; sv->n = n;
     }
     if (sv->buf && sv->n == n) { memcpy(sv->buf, data, n); memcpy(sv->hash, out, 65); }
+    return 0;
 }
 
 /* ---------- settings ---------- */
 typedef struct {
     const char *model, *inputs, *out, *core_mask, *expect_fp, *expect_sha, *input_fmt, *cpu_affinity;
-    long repeats, warmup, snapshot_every, npu_cores; int want_float, pass_through;
+    long repeats, warmup, snapshot_every, npu_cores; int want_float, pass_through; double index_fsync_s;
 } args_t;
 
 static const char *USAGE =
 "usage: rkdet-run-c --model M.rknn --inputs DIR --repeats N --out DIR [--warmup N] [--core-mask auto|0|1|2|0_1|0_1_2]\n"
 "                   [--want-float 1|0] [--pass-through 0|1] [--input-fmt model|nchw|nhwc] [--snapshot-every K]\n"
 "                   [--expect-fingerprint HEX64] [--expect-sha256 HEX64] [--cpu-affinity 4,5] [--npu-cores N]\n"
+"                   [--index-fsync-s S]   (fsync index.jsonl at most every S s, at the end and on SIGINT/SIGTERM;\n"
+"                                          0: every line; default 1.0: a power cut can lose S s of lines)\n"
 "exit codes: 0 deterministic, 1 diverged, 2 bad input, 3 runtime trouble, 5 model refused, 130 interrupted\n";
 
 static int is_hex64(const char *s) {
@@ -267,6 +291,7 @@ static int parse_long(const char *flag, const char *v, long min, long *out) {
 static int parse_args(int argc, char **argv, args_t *a) {
     int i;
     memset(a, 0, sizeof *a); a->core_mask = "auto"; a->input_fmt = "model"; a->want_float = 1; a->repeats = -1; a->snapshot_every = 10;
+    a->index_fsync_s = INDEX_FSYNC_S;
     for (i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) { fputs(USAGE, stdout); exit(EXIT_OK); }
@@ -282,6 +307,11 @@ static int parse_args(int argc, char **argv, args_t *a) {
         else if (!strcmp(k, "--repeats")) { if (parse_long(k, v, 1, &a->repeats)) return -1; }
         else if (!strcmp(k, "--warmup")) { if (parse_long(k, v, 0, &a->warmup)) return -1; }
         else if (!strcmp(k, "--snapshot-every")) { if (parse_long(k, v, 0, &a->snapshot_every)) return -1; }
+        else if (!strcmp(k, "--index-fsync-s")) {
+            char *end; errno = 0; a->index_fsync_s = strtod(v, &end);
+            if (errno || *end || end == v || !(a->index_fsync_s >= 0) || a->index_fsync_s > 1e9)
+                return fail(EXIT_BAD_INPUT, "--index-fsync-s %s: expected a number of seconds >= 0 (0: fsync every line)", v);
+        }
         else if (!strcmp(k, "--want-float") || !strcmp(k, "--pass-through")) {
             if (strcmp(v, "0") && strcmp(v, "1")) return fail(EXIT_BAD_INPUT, "%s %s: expected 0 or 1", k, v);
             if (k[2] == 'w') a->want_float = v[0] == '1'; else a->pass_through = v[0] == '1';
@@ -351,6 +381,8 @@ static void run_json(run_t *r, buf_t *b, const char *status, double finished) {
              r->emulates_npu ? "true" : "false");
     b_jstr_or_null(b, g_error[0] ? g_error : NULL);
     if (finished > 0) b_printf(b, ", \"finished_unix\": %.6f", finished); else b_puts(b, ", \"finished_unix\": null");
+    { char num[40]; snprintf(num, sizeof num, "%.17g", r->a->index_fsync_s);  /* a JSON float, as rkdet-run's */
+      b_printf(b, ", \"index_fsync_s\": %s%s", num, strpbrk(num, ".eE") ? "" : ".0"); }
     b_puts(b, ", \"inputs\": [");
     for (i = 0; i < r->n_samples; i++) {
         sample_t *s = &r->samples[i];
@@ -379,6 +411,7 @@ static run_t *g_run;
 static int fail(int code, const char *fmt, ...) {
     va_list ap; va_start(ap, fmt); vsnprintf(g_error, sizeof g_error, fmt, ap); va_end(ap);
     fprintf(stderr, "rkdet-run-c: %s\n", g_error);
+    index_sync();  /* the lines written so far made durable (SIGINT/SIGTERM, a failure), as at the end */
     if (g_run && g_run_path[0]) { buf_t b = {0}; run_json(g_run, &b, "failed", now_unix()); write_atomic(g_run_path, b.s, b.n); free(b.s); }
     exit(code);
     return -1;
@@ -430,6 +463,7 @@ int main(int argc, char **argv) {
     args_t a; run_t r; rknn_context ctx = 0; rknn_input_output_num io; int mask;
     unsigned char *model; size_t model_size; buf_t b = {0}; char path[4400]; int idx_fd, snap_fd, i, code;
     uint32_t k; long run; track_t *track; seen_t *seen; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
+    buf_t line = {0}, set = {0};
     memset(&r, 0, sizeof r);
     if (parse_args(argc, argv, &a)) return EXIT_BAD_INPUT;
     r.a = &a;
@@ -517,6 +551,7 @@ int main(int argc, char **argv) {
     if (write_atomic(g_run_path, b.s, b.n)) fail(EXIT_BOARD, "%s: %s", g_run_path, strerror(errno));
     snprintf(path, sizeof path, "%s/index.jsonl", a.out);
     if ((idx_fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) fail(EXIT_BOARD, "%s: %s", path, strerror(errno));
+    g_idx_fd = idx_fd; g_idx_size = 0; g_idx_synced_at = now_mono();
     snprintf(path, sizeof path, "%s/snapshots.jsonl", a.out);  /* rkdet-run-c takes no board snapshots (probe.sh does) */
     if ((snap_fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644)) < 0) fail(EXIT_BOARD, "%s: %s", path, strerror(errno));
     close(snap_fd);
@@ -526,7 +561,8 @@ int main(int argc, char **argv) {
     if (!track || !seen) fail(EXIT_BOARD, "out of memory for %d inputs", r.n_samples);
     for (run = -a.warmup; run < a.repeats; run++) {
         for (i = 0; i < r.n_samples; i++) {
-            sample_t *s = &r.samples[i]; rknn_input in; double t0, t1, tu; buf_t line = {0}, set = {0};
+            sample_t *s = &r.samples[i]; rknn_input in; double t0, t1, tu;
+            line.n = 0; set.n = 0;  /* reused: grown once, not allocated per inference */
             if (g_stop) { fail(EXIT_INTERRUPTED, "interrupted: SIGINT/SIGTERM; completed runs stay readable"); }
             memset(&in, 0, sizeof in); memset(outs, 0, sizeof outs);
             in.index = 0; in.buf = s->data; in.size = (uint32_t)s->nbytes; in.pass_through = (uint8_t)a.pass_through;
@@ -555,9 +591,10 @@ int main(int argc, char **argv) {
                 if (count * dt->size != outs[k].size || !outs[k].buf)
                     fail(EXIT_BOARD, "output %s: the runtime returned %u bytes, %s%s wants %llu", r.names[k], outs[k].size,
                          dt->name, "", (unsigned long long)(count * dt->size));
-                hash_or_reuse(&seen[(size_t)i * r.n_out + k], dt, at->n_dims, shape, outs[k].buf, outs[k].size, h);
-                snprintf(path, sizeof path, "%s/outputs/%s.npy", a.out, h);
-                if (stat(path, &st) != 0) {  /* content-addressed: each distinct output once, before its index line */
+                /* a reused hash's file was written when it was first hashed: no stat again */
+                if (!hash_or_reuse(&seen[(size_t)i * r.n_out + k], dt, at->n_dims, shape, outs[k].buf, outs[k].size, h)
+                    && (snprintf(path, sizeof path, "%s/outputs/%s.npy", a.out, h), stat(path, &st) != 0)) {
+                    /* content-addressed: each distinct output once, before its index line */
                     buf_t npy = {0}; npy_bytes(&npy, dt, at->n_dims, shape, outs[k].buf, outs[k].size);
                     if (write_atomic(path, npy.s, npy.n)) fail(EXIT_BOARD, "%s: %s; completed runs stay readable", path, strerror(errno));
                     free(npy.s);
@@ -570,7 +607,7 @@ int main(int argc, char **argv) {
             }
             rk("rknn_outputs_release", rknn_outputs_release(ctx, r.n_out, outs));
             b_printf(&line, "], \"run\": %ld, \"t_unix\": %.6f}\n", run, tu);
-            if (append_line(idx_fd, line.s, line.n)) fail(EXIT_BOARD, "%s/index.jsonl: %s; completed runs stay readable", a.out, strerror(errno));
+            if (append_line(line.s, line.n, t1, a.index_fsync_s)) fail(EXIT_BOARD, "%s/index.jsonl: %s; completed runs stay readable", a.out, strerror(errno));
             { track_t *t = &track[i]; int j, seen = 0;
               t->runs++;
               for (j = 0; j < t->n_sets; j++) if (!strcmp(t->sets[j], set.s)) seen = 1;
@@ -584,10 +621,11 @@ int main(int argc, char **argv) {
                   t->sets = (char **)realloc(t->sets, (size_t)(t->n_sets + 1) * sizeof(char *)); t->sets[t->n_sets++] = strdup(set.s);
               }
             }
-            free(line.s); free(set.s);
         }
     }
-    close(idx_fd);
+    free(line.s); free(set.s);
+    if (index_sync() != 0) fail(EXIT_BOARD, "%s/index.jsonl: %s (fsync); completed runs stay readable", a.out, strerror(errno));
+    g_idx_fd = -1; close(idx_fd);
     rknn_destroy(ctx);
     /* summary.json, then run.json "complete" */
     { buf_t s = {0}; int det = 1; long runs = 0;
