@@ -187,6 +187,28 @@ def test_next_start_sweeps_a_board_whose_reaper_died_too(tmp_path: Path, monkeyp
         shutil.rmtree(own_tmp, ignore_errors=True)
 
 
+def test_stop_after_sshd_ended_spares_what_runs_under_its_reused_pid(tmp_path: Path) -> None:
+    """A board whose sshd already ended and was reaped (pull_cable, a crash) stops later (a fleet at its
+    module's end): its old pid is free, and with pid_max 32768 the kernel hands it out again within
+    minutes under the suite. stop() must not treat the pid's new owner as its listener and kill what runs
+    under it (any process's children: another board's SSH connection, say)."""
+    stranger = subprocess.Popen(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    try:
+        child = int(stranger.stdout.readline())
+        board = EmulatedBoard("rk3588", tmp_path / "w").start()
+        try:
+            board.pull_cable()  # sshd killed and reaped: its pid is free
+            assert board._proc is not None and board._proc.returncode is not None  # noqa: SLF001
+            board._proc.pid = stranger.pid  # noqa: SLF001 - the kernel gave that pid to another process
+        finally:
+            board.stop()
+        assert alive(child) and alive(stranger.pid)
+    finally:
+        os.killpg(stranger.pid, signal.SIGKILL)
+        stranger.wait()
+
+
 def test_a_work_dir_others_could_write_is_refused(tmp_path: Path) -> None:
     loose = tmp_path / "loose"
     loose.mkdir(mode=0o777)
