@@ -86,6 +86,7 @@ def pull_result(conn: BoardConnection, layout: RemoteLayout, dest: Path, collect
     if collected.result_exists:
         try:
             collected.pulled = pull(conn, layout.result, dest, progress=progress)
+            collected.warnings += collected.pulled.notes
             cells = not (dest / "run.json").exists()
             for snapshots in sorted(dest.glob("core-*/snapshots.jsonl")) if cells else [dest / "snapshots.jsonl"]:
                 collected.warnings += clock_changes(snapshots, conn.target.label)

@@ -19,7 +19,9 @@ its emulator), never of the deploy:
                  masks do not: the rknn-toolkit2 #228 pattern
   drop           once the runtime starts on the board (a runner initialised it), after `drop_after_s`
                  the board's link goes: sshd stops and every open connection is cut; the detached
-                 job runs on and restores the board; the board stays unreachable until the fleet stops
+                 job runs on and restores the board; the board stays unreachable until the fleet stops.
+                 The runtime's init_runtime waits until the link is cut (the image's hold file, which
+                 the watcher removes then): however fast the run, it never finishes before the drop
   hot            (a SoC with thermal caps: rk3588) from a runtime process's first inference until it
                  exits, the board's zones are held at `hot_millicelsius` (above the trip): the caps
                  lower the NPU, GPU and CPU clocks during the run, after the runner's "before"
@@ -28,7 +30,8 @@ its emulator), never of the deploy:
 
 The double tells the fleet it started by writing `runtime.started` (its pid and process group)
 into a per-board signal folder named in its image; a watcher thread in the fleet acts on it (drop),
-records events and clears a killed runtime's heat.
+records events and clears a killed runtime's heat. A drop board's folder also holds `HOLD_FILE` from its
+start until its link is cut: the point of the drop is the runtime's start, not a time the run might beat.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ DRIFT_RUNTIME = {"librknnrt": "librknnrt version: 2.3.2 (429f97ae6b@2025-04-09T0
 CORE_DRIFT_MASKS = (7,)  # RKNNLite.NPU_CORE_0_1_2
 DRIFT_ELEMENT = {"output": 0, "index": 0}
 SIGNAL_FILE = "runtime.started"
+HOLD_FILE = "hold"  # a drop board's runtime waits in init_runtime while it exists (the double's hold_until_removed)
 _POLL_S = 0.05
 HOT_MILLICELSIUS = 95000  # above rk3588's 85 C trip: the system monitor's caps engage
 START_WORKERS = 4
@@ -157,6 +161,8 @@ def board_profile(soc: str, kind: str, signal_dir: Path | None, control_dir: Pat
         control["heat"] = {"control_dir": str(control_dir), "millicelsius": hot_millicelsius}
     if signal_dir is not None:
         control["signal_dir"] = str(signal_dir)
+        if kind == "drop":
+            control["hold_until_removed"] = str(signal_dir / HOLD_FILE)
     if control:
         profile = dataclasses.replace(profile, runtime_control=json.dumps(control, sort_keys=True))
     return profile
@@ -289,6 +295,9 @@ class EmulatedFleet:
             os.chmod(self.workdir / "signals", 0o755)
             assert board.account is not None
             os.chown(signal_dir, board.account.uid, board.account.gid)  # the runtime writes it as the board
+            (signal_dir / SIGNAL_FILE).unlink(missing_ok=True)  # an earlier fleet's, in a reused work dir
+            if fb.kind == "drop":
+                (signal_dir / HOLD_FILE).touch()  # removed by the watcher once the link is cut
             fb.signal_dir = signal_dir
 
     def stop(self) -> None:
@@ -371,6 +380,8 @@ class EmulatedFleet:
                         hot[fb.index] = (pid, False)
                     elif fb.kind == "drop" and fb.index not in drops and fb.board.running:
                         drops[fb.index] = (now + self.drop_after_s, pid, pgid)
+                    elif fb.kind == "drop":  # no drop to wait for (its link already went): never held
+                        _release(fb)
                 for index, (pid, on) in list(hot.items()):  # the runtime heats at its first inference
                     forced = self._control_dir(index) / "forced_millicelsius"
                     if not on and forced.exists():
@@ -383,20 +394,34 @@ class EmulatedFleet:
                         if on:
                             self._record(FleetEvent(index, "hot-off", pid, time.monotonic()))
                 for index, (when, pid, pgid) in list(drops.items()):
-                    if now >= when and self.boards[index].board.running:
-                        self.boards[index].dropped = True
-                        killed = self.boards[index].board.pull_cable(keep_pgid=pgid)
-                        drops[index] = (float("inf"), pid, pgid)  # once per fleet: the board stays down
+                    if now < when:
+                        continue
+                    fb = self.boards[index]
+                    drops[index] = (float("inf"), pid, pgid)  # once per fleet: the board stays down
+                    if fb.board.running:
+                        fb.dropped = True
+                        killed = fb.board.pull_cable(keep_pgid=pgid)
                         self._record(FleetEvent(index, "drop", pid, time.monotonic(),
                                                 f"sshd stopped, {len(killed)} connection processes killed"))
+                    _release(fb)  # the held runtime goes on, its link gone (or its board already down)
         except BaseException as err:  # surfaced by wait_event and the CLI, never silently
             with self._changed:
                 self._watch_error = err
                 self._changed.notify_all()
+        finally:  # a runtime still held goes on (the fleet is stopping; or the watcher failed, said above)
+            for fb in self.boards:
+                if fb.kind == "drop":
+                    _release(fb)
 
     @property
     def watch_error(self) -> BaseException | None:
         return self._watch_error
+
+
+def _release(fb: FleetMember) -> None:
+    """Let a drop board's runtime go on (init_runtime waits while its HOLD_FILE exists)."""
+    if fb.signal_dir is not None:
+        (fb.signal_dir / HOLD_FILE).unlink(missing_ok=True)
 
 
 def _read_signal(directory: Path | None) -> tuple[int, int] | None:

@@ -559,7 +559,7 @@ def _secure_workdir(workdir: Path, given: bool) -> None:
                              f"use a directory only root can write (e.g. mkdir -m 700)")
 
 
-def board_processes(listener: int, uid: int, root: Path) -> list[int]:
+def board_processes(listener: int | None, uid: int, root: Path) -> list[int]:
     """This board's processes (see lifeline.board_processes)."""
     return lifeline.board_processes(listener, uid, root)
 
@@ -570,8 +570,13 @@ def _cleanup(proc: subprocess.Popen, reaper: lifeline.Reaper | None, uid: int | 
     Runs at stop() or at interpreter exit."""
     if reaper is not None:
         reaper.disarm()
+    # sshd's pid names the listener only while sshd is ours: once it ended and was reaped (pull_cable, a crash)
+    # the kernel may hand that pid to any process (pid_max 32768 wraps within minutes under the suite), and
+    # everything under it would be killed as "this board's sessions" (another board's SSH connection, say: a
+    # possible cause of a CI pull whose SFTP session closed, "Socket is closed"). Unreaped, the pid stays ours.
+    listener = proc.pid if proc.poll() is None else None
     if uid is not None and root is not None:
-        for pid in board_processes(proc.pid, uid, root):
+        for pid in board_processes(listener, uid, root):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
     if proc.poll() is None:

@@ -296,11 +296,12 @@ def _fetch(conn: BoardLink, remote: str, entries: Sequence[_Entry], local: Path,
                 big = e.size >= STREAM_VERIFY_MIN_BYTES
                 try:
                     size = _download(conn, ExecFiles(conn) if big else channel, e, sink, bars, remote)
-                except TransferSessionGone:  # dropped: this file again over exec, from its first byte
+                except TransferSessionGone as gone:  # dropped: this file again over exec, from its first byte
                     f.seek(0)
                     f.truncate()
                     h = hashlib.sha256()
                     size = _download(conn, ExecFiles(conn), e, sink, bars, remote)
+                    stats.notes.append(f"{gone}; fetched again over exec (sha256 checked)")
             got[index] = h.hexdigest()
             stats.files_sent += 1
             stats.bytes_sent += size

@@ -27,7 +27,7 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable
 
@@ -108,6 +108,9 @@ class TransferStats:
     seconds: float = 0.0
     method: str = ""  # "sftp" or "exec": the channel of downloads and of small pushes (big pushes:
     # always exec, see STREAM_VERIFY_MIN_BYTES)
+    # what the transfer survived, one line each (an SFTP session that ended under a download, the file
+    # fetched again over exec): said as a warning, so the cause can still be looked for
+    notes: list[str] = field(default_factory=list)
 
     def add(self, other: TransferStats) -> None:
         self.files_sent += other.files_sent
@@ -116,6 +119,7 @@ class TransferStats:
         self.bytes_skipped += other.bytes_skipped
         self.seconds += other.seconds
         self.method = self.method or other.method
+        self.notes += other.notes
 
 
 def sha256_file(path: Path) -> str:

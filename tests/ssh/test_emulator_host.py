@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,9 +72,9 @@ def test_deploy_style_session_leaves_nothing_on_the_host(tmp_path: Path) -> None
     assert not Path("/run/rkdet/s").exists() or Path("/run/rkdet/s").read_text() != "x\n"
 
 
-def _start_cli(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, dict[str, str]]:
+def _start_cli(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, dict[str, str]]:
     rkdet = Path(sys.executable).with_name("rkdet")
-    proc = subprocess.Popen([str(rkdet), "emulator", "start", "--variant", "sudo", *extra],
+    proc = subprocess.Popen([str(rkdet), "emulator", "start", "--variant", "sudo", *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     info: dict[str, str] = {}
     deadline = time.monotonic() + 30
@@ -153,17 +155,26 @@ def test_killed_emulator_board_is_powered_off_by_its_reaper(tmp_path: Path, sysf
             proc.wait()
 
 
-def test_next_start_sweeps_a_board_whose_reaper_died_too(tmp_path: Path) -> None:
-    proc, info = _start_cli(tmp_path, "--sysfs", "plain")
+def test_next_start_sweeps_a_board_whose_reaper_died_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator's own work dir is made in a temp dir of this test's (TMPDIR), not the shared /tmp:
+    every EmulatedBoard start sweeps the temp dir's records whose owner died, so a start in another
+    xdist worker would power the left-over board off before this test looks at it (CI: the board's
+    sshd gone, `alive(3259)` False). The next start here sweeps that temp dir (tempfile.tempdir). It is
+    beside pytest's 0700 tmp_path, not in it: the board user must reach the board dir made there."""
+    own_tmp = Path(tempfile.mkdtemp(prefix="rkdet-test-tmp-"))
+    os.chmod(own_tmp, 0o711)
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
+    proc, info = _start_cli(tmp_path, "--sysfs", "plain", env={**os.environ, "TMPDIR": str(own_tmp)})
     try:
         sshd, reapers = _board_of(proc)
+        assert len(reapers) == 1
         job = _detached_job(info)
         workdir = Path(info["identity"]).parent
-        for pid in reapers:
-            os.kill(pid, signal.SIGKILL)  # our own tree's reaper: now nothing powers the board off
+        os.kill(reapers[0], signal.SIGKILL)  # our own tree's reaper: now nothing powers the board off
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        time.sleep(0.5)
+        assert _wait(lambda: not alive(reapers[0]))  # gone before it could have seen its pipe end
+        assert workdir.parent == own_tmp, workdir  # out of every other start's sweep
         assert alive(sshd) and alive(job) and (workdir / lifeline.RECORD).exists(), (reapers, sshd, proc.pid)  # the leftovers
         with EmulatedBoard("rk3568", tmp_path / "next"):  # its start sweeps them
             assert not alive(sshd) and not alive(job)
@@ -172,6 +183,30 @@ def test_next_start_sweeps_a_board_whose_reaper_died_too(tmp_path: Path) -> None
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        lifeline.sweep([])  # of own_tmp only: a failure above leaves no board running
+        shutil.rmtree(own_tmp, ignore_errors=True)
+
+
+def test_stop_after_sshd_ended_spares_what_runs_under_its_reused_pid(tmp_path: Path) -> None:
+    """A board whose sshd already ended and was reaped (pull_cable, a crash) stops later (a fleet at its
+    module's end): its old pid is free, and with pid_max 32768 the kernel hands it out again within
+    minutes under the suite. stop() must not treat the pid's new owner as its listener and kill what runs
+    under it (any process's children: another board's SSH connection, say)."""
+    stranger = subprocess.Popen(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    try:
+        child = int(stranger.stdout.readline())
+        board = EmulatedBoard("rk3588", tmp_path / "w").start()
+        try:
+            board.pull_cable()  # sshd killed and reaped: its pid is free
+            assert board._proc is not None and board._proc.returncode is not None  # noqa: SLF001
+            board._proc.pid = stranger.pid  # noqa: SLF001 - the kernel gave that pid to another process
+        finally:
+            board.stop()
+        assert alive(child) and alive(stranger.pid)
+    finally:
+        os.killpg(stranger.pid, signal.SIGKILL)
+        stranger.wait()
 
 
 def test_a_work_dir_others_could_write_is_refused(tmp_path: Path) -> None:

@@ -81,6 +81,9 @@ def test_a_pull_whose_sftp_session_ends_under_it_fetches_the_file_again_over_exe
         sftp.sock.close()  # the session ends (as when its sftp-server goes away); the connection stays
         pulled = pull(own, f"{remote_tmp}/tree", back)
         assert _tree(back) == _tree(src) and pulled.files_sent == 3
+        # said, not hidden: deploy turns it into a warning, so a session ending under a pull stays visible
+        assert len(pulled.notes) == 1 and "SFTP session ended" in pulled.notes[0], pulled.notes
+        assert "fetched again over exec" in pulled.notes[0]
         assert own.files().method != "sftp" and own.sftp() is None  # dropped, not reopened mid-deploy
     assert not [p for p in back.rglob("*.tmp")]
 

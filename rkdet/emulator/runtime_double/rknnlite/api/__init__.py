@@ -64,13 +64,15 @@ TEST CONTROL, per-board image (never present on a real board): the emulated boar
 `$RKDET_ROOT/etc/rkdet-emulator/runtime.json` (written by the emulator from `SocProfile.runtime_control`,
 so it is the board's own setting, whatever the deploy's flags or sudo's env_reset):
 `{"library_version": V, "drift": {"output": K, "index": I}, "core_drift": {"core_masks": [M..], "output": K,
-"index": I}, "signal_dir": DIR, "heat": {"control_dir": DIR, "millicelsius": T}, "compute": "int8"|"fp32",
-"multicore_split": {"core_masks": [M..], "cores": N}}` (every key optional). `library_version` is the librknnrt this board's
+"index": I}, "signal_dir": DIR, "hold_until_removed": FILE, "heat": {"control_dir": DIR, "millicelsius": T},
+"compute": "int8"|"fp32", "multicore_split": {"core_masks": [M..], "cores": N}}` (every key optional). `library_version` is the librknnrt this board's
 runtime reports (get_sdk_version). `drift` flips the lowest bit of flat element I of output K on every call
 (another runtime build: one element differs, the same on every call); `core_drift` does so only when
 init_runtime was given one of the core masks (numeric, e.g. 7 = NPU_CORE_0_1_2), the rknn-toolkit2 #228
 pattern. `signal_dir`: after a successful init_runtime the double writes `DIR/runtime.started` holding
-"PID PGID" (the emulated fleet's watcher drops the board's link, or notes the heat). `heat`: the first
+"PID PGID" (the emulated fleet's watcher drops the board's link, or notes the heat). `hold_until_removed`:
+init_runtime then waits while FILE exists (failing, -1, after HOLD_LIMIT s): a drop board's fleet removes it
+once it has cut the link, so the run cannot finish before its link goes, however fast it is. `heat`: the first
 inference call of the process writes T to `DIR/forced_millicelsius` (the emulated sysfs' thermal test
 control: every zone at T, the SoC's thermal caps engage), removed when the process exits: a board that
 throttles during the run, after the runner's "before" snapshot. `multicore_split` (opt-in multi-core
@@ -223,8 +225,14 @@ def _wait_while_held():
             handle.write("%d\n" % os.getpid())
     except (OSError, IOError):
         pass
+    return _wait_for_removal(os.path.join(control, "hold"))
+
+
+def _wait_for_removal(path):
+    """Wait while the file `path` exists (a test control the emulator or a test removes to let the
+    runtime go on); False when it is still there after HOLD_LIMIT seconds."""
     deadline = time.monotonic() + HOLD_LIMIT
-    while os.path.exists(os.path.join(control, "hold")):
+    while os.path.exists(path):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -570,6 +578,10 @@ class RKNNLite(object):
                 raise ValueError("heat needs control_dir")
             if control.get("signal_dir"):
                 _signal_started(control["signal_dir"])
+            if control.get("hold_until_removed") and not _wait_for_removal(str(control["hold_until_removed"])):
+                _log("init_runtime: the image's hold test control was not released within %d s" % HOLD_LIMIT)
+                self._session = None
+                return -1
         except (OSError, IOError, ValueError, TypeError, AttributeError) as err:
             _log("init_runtime: bad image test control %s (%s)" % (IMAGE_CONTROL, err))
             self._session = None
