@@ -29,8 +29,22 @@ _START = (
 # running = the pid is alive, not a zombie, and still leads its own session (guards pid reuse)
 _ALIVE = ('p=$(cat "$1" 2>/dev/null) || exit 2; [ -r "/proc/$p/stat" ] || exit 1; '
           'read -r _ _ s _ _ sid _ < "/proc/$p/stat" || exit 1; [ "$s" != Z ] && [ "$sid" = "$p" ]')
-# the shell builtin (dash, bash, ash) takes `-SIG -PGID`; procps' /usr/bin/kill would not
-_KILL = 'kill -"$1" -"$2" 2>/dev/null'
+# The group is signalled only while it is still the job's session: the pid file names it, and either its
+# leader lives as leader of session P (and has not written its exit code: a live P after that is another
+# process) or, the leader gone, some process still has process group and session P. Linux keeps a pid
+# that is any living process's group or session id from being reused, so a P found that way is the
+# job's; once the whole session has ended, P may be a stranger's and nothing is sent. `read` (a builtin)
+# takes each stat line without a fork; fields are counted after the last ')' (a name may hold spaces).
+# The shell builtin (dash, bash, ash) takes `-SIG -PGID`; procps' /usr/bin/kill would not.
+_KILL = ('sig=$1; p=$2; pf=$3; read -r named 2>/dev/null < "$pf" || exit 0; [ "$named" = "$p" ] || exit 0\n'
+         'if read -r s 2>/dev/null < "/proc/$p/stat"; then\n'
+         '  [ -e "$pf.rc" ] && exit 0; s=${s##*) }; set -- $s; [ "$4" = "$p" ] || exit 0\n'
+         'else\n'
+         '  found=; for f in /proc/[0-9]*/stat; do read -r s 2>/dev/null < "$f" || continue; s=${s##*) }\n'
+         '    set -- $s; if [ "$3" = "$p" ] && [ "$4" = "$p" ]; then found=1; break; fi; done\n'
+         '  [ -n "$found" ] || exit 0\n'
+         'fi\n'
+         'kill -"$sig" -"$p" 2>/dev/null')
 
 
 @dataclass(frozen=True)
@@ -132,5 +146,7 @@ def wait(conn: CommandRunner, job: DetachedJob, timeout: float, poll: float = 0.
 
 
 def signal(conn: CommandRunner, job: DetachedJob, name: str, timeout: float | None = None) -> None:
-    """Send signal `name` (TERM, KILL, ...) to the job's whole process group; best effort."""
-    conn.run(["sh", "-c", _KILL, "sh", name, str(job.pid)], check=False, sudo=job.sudo, timeout=timeout)
+    """Send signal `name` (TERM, KILL, ...) to the job's whole process group while it is still the job's
+    (see `_KILL`: a pid reused by another process after the job ended gets nothing); best effort."""
+    conn.run(["sh", "-c", _KILL, "sh", name, str(job.pid), job.pidfile], check=False, sudo=job.sudo,
+             timeout=timeout)

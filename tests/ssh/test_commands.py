@@ -176,3 +176,58 @@ def test_detached_job_with_sudo(boards) -> None:
             job_helpers.kill(c, job, grace=2)
         assert not jobs.is_running(c, job)
         c.run(["rm", "-f", job.pidfile, job.logfile], sudo=True)
+
+
+@pytest.mark.parametrize("variant", ["standard", "busybox"])
+def test_signal_reaches_a_job_whose_leader_ended_but_whose_group_lives_on(boards, variant: str) -> None:
+    """The detach wrapper has exited (exit code written); a child it left in the background is still in the
+    job's group and session: signal finds the group by scanning /proc (dash and busybox ash) and stops it."""
+    with boards[variant].connect(timeouts=FAST) as conn:
+        remote_tmp = f"{conn.home}/orphan-{os.getpid()}"
+        conn.run(["mkdir", "-p", remote_tmp])
+        try:
+            _orphan_is_signalled(conn, remote_tmp)
+        finally:
+            conn.run(["rm", "-rf", remote_tmp], check=False)
+
+
+def _orphan_is_signalled(conn: BoardConnection, remote_tmp: str) -> None:
+    pidfile = f"{remote_tmp}/orphan.pid"
+    job = jobs.start(conn, ["sh", "-c", 'sleep 60 & echo $! > "$1"', "sh", f"{remote_tmp}/child"], pidfile,
+                     f"{remote_tmp}/orphan.log")
+    assert jobs.wait(conn, job, timeout=10, poll=0.05) == 0
+    child = conn.run(["cat", f"{remote_tmp}/child"]).out.strip()
+    assert conn.run(["test", "-e", f"/proc/{child}"], check=False).rc == 0
+    jobs.signal(conn, job, "KILL")
+    deadline = time.monotonic() + 5
+    while conn.run(["test", "-e", f"/proc/{child}"], check=False).rc == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert conn.run(["test", "-e", f"/proc/{child}"], check=False).rc != 0
+
+
+@pytest.mark.parametrize("kind", ["group leader of another session", "session leader after the job ended"])
+def test_signal_spares_a_process_that_took_the_jobs_pid(boards, tmp_path, kind: str) -> None:
+    """After a job ended its pid can be reused; a signal to the old job must not reach the new owner's group.
+    On the sudo board the signal is sent as root and the board shares this host's processes, so a process
+    started here (as root) stands in for the stranger that took the pid."""
+    import subprocess
+    if kind.startswith("group"):
+        stranger = subprocess.Popen(["sleep", "60"], process_group=0)  # pgid = pid, but not a session leader
+    else:
+        stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)  # pid = pgid = sid, like a job
+    try:
+        with boards["sudo"].connect(timeouts=FAST) as c:
+            pidfile = f"{c.home}/old-{os.getpid()}-{stranger.pid}.pid"
+            c.run(["sh", "-c", 'echo "$1" > "$2"; echo 0 > "$2.rc"', "sh", str(stranger.pid), pidfile])
+            try:
+                jobs.signal(c, jobs.DetachedJob(stranger.pid, pidfile, pidfile + ".log", sudo=True), "KILL")
+            finally:
+                c.run(["rm", "-f", pidfile, pidfile + ".rc"])
+        try:  # a KILL sent by the board's shell has landed before its command returned; wait() makes sure
+            stranger.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
