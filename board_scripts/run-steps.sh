@@ -9,7 +9,10 @@
 # Every step runs, also after one failed (each step's result set is judged on its own); a signal
 # (TERM, INT, HUP, PIPE) stops the running step (SIGTERM, as run-pinned.sh stops its command) and
 # starts no other. Records (script "run-steps"): step {"index":I,"status":"started","pid":P} and
-# {"index":I,"status":"exited","exit":RC} (0-based index), then result.
+# {"index":I,"status":"exited","exit":RC} (0-based index), then result. Before and after each step a
+# clocks record {"index":I,"at":"before"|"after","clocks":{"cpufreq/policy0":{"governor","min","max","cur"},
+# "devfreq/<node>":{...}}} (kHz for cpufreq, Hz for devfreq; null where a node is unreadable), read from the
+# nodes that exist: the state every step ran in, for a runner that takes no snapshots of its own.
 #
 # Exit codes:
 #   0    every step exited 0
@@ -48,13 +51,49 @@ done
 rs_child=
 rs_worst=0
 
+# rs_node NAME DIR GOV MIN MAX CUR: print one node's clocks as "NAME":{...} (files relative to DIR).
+rs_node() {
+    printf '%s:{' "$(rk_js "$1")"
+    rs_sep=
+    for rs_pair in "governor:$3" "min:$4" "max:$5" "cur:$6"; do
+        if rk_read "$2/${rs_pair#*:}"; then rs_v=$RK_V; else rs_v=; fi
+        if [ "${rs_pair%%:*}" = governor ]; then
+            if [ -n "$rs_v" ]; then rs_v=$(rk_js "$rs_v"); else rs_v=null; fi
+        else
+            rs_v=$(rk_jn "$rs_v")
+        fi
+        printf '%s"%s":%s' "$rs_sep" "${rs_pair%%:*}" "$rs_v"
+        rs_sep=,
+    done
+    printf '}'
+}
+
+# rs_clocks INDEX AT: one clocks record of every cpufreq policy and devfreq node found (by name, never by index).
+rs_clocks() {
+    rs_body=
+    rk_cpu_policies
+    for rs_dir in $RK_V; do
+        rs_body="$rs_body${rs_body:+,}$(rs_node "cpufreq/${rs_dir##*/}" "$rs_dir" scaling_governor \
+            scaling_min_freq scaling_max_freq scaling_cur_freq)"
+    done
+    rk_devfreq_nodes
+    for rs_entry in $RK_V; do
+        rs_name=${rs_entry%%:*}
+        rs_body="$rs_body${rs_body:+,}$(rs_node "devfreq/$rs_name" "sys/class/devfreq/$rs_name" governor \
+            min_freq max_freq cur_freq)"
+    done
+    rk_emit clocks "\"index\":$1,\"at\":\"$2\",\"clocks\":{$rs_body}"
+}
+
 # shellcheck disable=SC2317  # called from the traps below
 rs_on_signal() {
     trap '' INT TERM HUP PIPE
     rk_emit signal "\"signal\":\"$1\",\"note\":\"stopping the running step; no further step starts\""
     if [ -n "$rs_child" ]; then
         kill -TERM "$rs_child" 2>/dev/null || :
-        wait "$rs_child" 2>/dev/null || :
+        rs_rc=0
+        wait "$rs_child" 2>/dev/null || rs_rc=$?
+        rk_emit step "\"index\":$rs_index,\"status\":\"exited\",\"exit\":$rs_rc"
     fi
     rk_emit result "\"status\":\"stopped\",\"exit\":$2"
     exit "$2"
@@ -69,6 +108,7 @@ rs_index=0
 while [ "$#" -gt 0 ]; do
     rs_n=$1
     shift
+    rs_clocks "$rs_index" before
     # the step's words are the first rs_n of "$@": a subshell keeps only them (no eval), then execs
     (
         rs_total=$#
@@ -88,6 +128,7 @@ while [ "$#" -gt 0 ]; do
     set -e
     rs_child=
     rk_emit step "\"index\":$rs_index,\"status\":\"exited\",\"exit\":$rs_rc"
+    rs_clocks "$rs_index" after
     [ "$rs_rc" -le "$rs_worst" ] || rs_worst=$rs_rc
     shift "$rs_n"
     rs_index=$((rs_index + 1))
