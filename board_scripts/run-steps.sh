@@ -7,7 +7,8 @@
 # separator word, so no argument can be mistaken for one). `rkdet deploy --backends A,B` runs
 # `run-pinned.sh -- run-steps.sh ...` so both backends' runners run under ONE pin and ONE restore.
 # Every step runs, also after one failed (each step's result set is judged on its own); a signal
-# (TERM, INT, HUP, PIPE) stops the running step (SIGTERM, as run-pinned.sh stops its command) and
+# (TERM, INT, HUP, PIPE) stops the running step (SIGTERM, then SIGKILL half a second before
+# RKDET_KILL_GRACE runs out: the step never outlives this script, which run-pinned.sh gives that grace) and
 # starts no other. Records (script "run-steps"): step {"index":I,"status":"started","pid":P} and
 # {"index":I,"status":"exited","exit":RC} (0-based index), then result. Before and after each step a
 # clocks record {"index":I,"at":"before"|"after","clocks":{"cpufreq/policy0":{"governor","min","max","cur"},
@@ -50,6 +51,10 @@ done
 
 rs_child=
 rs_worst=0
+rs_grace=${RKDET_KILL_GRACE:-10}  # run-pinned.sh's (it checked it: digits only); anything else: its default
+case $rs_grace in
+    '' | *[!0-9]* | ?????*) rs_grace=10 ;;
+esac
 
 # rs_node NAME DIR GOV MIN MAX CUR: print one node's clocks as "NAME":{...} (files relative to DIR).
 rs_node() {
@@ -91,6 +96,18 @@ rs_on_signal() {
     rk_emit signal "\"signal\":\"$1\",\"note\":\"stopping the running step; no further step starts\""
     if [ -n "$rs_child" ]; then
         kill -TERM "$rs_child" 2>/dev/null || :
+        # As run-pinned.sh stops its command: poll until the step is gone, SIGKILL it when the grace ran out;
+        # half a second before run-pinned.sh's own grace (for this script) runs out, so the step never
+        # outlives this script and the restore after it.
+        rs_ticks=$((rs_grace * 10 - 5))
+        while [ "$rs_ticks" -gt 0 ]; do
+            rs_state=Z
+            read -r _ _ rs_state _ <"/proc/$rs_child/stat" 2>/dev/null || rs_state=Z
+            [ "$rs_state" != Z ] || break
+            sleep 0.1 2>/dev/null || sleep 1
+            rs_ticks=$((rs_ticks - 1))
+        done
+        [ "$rs_ticks" -gt 0 ] || kill -KILL "$rs_child" 2>/dev/null || :
         rs_rc=0
         wait "$rs_child" 2>/dev/null || rs_rc=$?
         rk_emit step "\"index\":$rs_index,\"status\":\"exited\",\"exit\":$rs_rc"

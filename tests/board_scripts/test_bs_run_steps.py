@@ -82,3 +82,27 @@ def test_a_bad_count_runs_nothing(make_tree, state_dir: Path, tmp_path: Path) ->
                           text=True, timeout=30, env=script_env(make_tree("rk3588"), state_dir))
     assert done.returncode == 2 and not marker.exists()
     assert "count 3, but 2 word(s) follow" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_step_ignoring_sigterm_is_killed_before_the_restore(make_tree, state_dir: Path, tmp_path: Path,
+                                                              wrappers: list) -> None:
+    """run-pinned.sh gives its command (run-steps.sh) RKDET_KILL_GRACE; run-steps.sh kills a step that ignores
+    SIGTERM half a second before that, so no runner outlives the session's restore (the one-runner run-pinned
+    kills its command itself)."""
+    root = make_tree("rk3588")
+    before = tree_digest(root)
+    marker, never = tmp_path / "started", tmp_path / "never"
+    stubborn = ["sh", "-c", 'trap "" TERM; echo $$ > "$1"; while :; do sleep 1; done', "step", str(marker)]
+    w = Wrapper("dash", root, state_dir, tmp_path / "out", steps(stubborn, ["touch", str(never)]),
+                env={"RKDET_KILL_GRACE": "2"})
+    wrappers.append(w)
+    child = int(wait_for(marker))
+    w.proc.send_signal(signal.SIGTERM)  # the wrapper only: it stops run-steps.sh, which stops the step
+    assert w.wait(timeout=30) == 143, w.stderr
+    assert not pid_alive(child) and not never.exists()
+    recs = w.records
+    assert step_exits(recs) == {0: 128 + signal.SIGKILL}
+    order = [(r["script"], r["record"], r.get("status")) for r in recs]
+    assert order.index(("run-steps", "step", "exited")) < order.index(("restore", "result", "ok"))  # dead first
+    assert _count(recs, "restore", "result") == 1 and parse_restore(recs).ok
+    assert tree_digest(root) == before and not (state_dir / "pin.state").exists()

@@ -46,18 +46,21 @@ def world(default_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         shutil.rmtree(control, ignore_errors=True)
 
 
+def _pair_argv(world: dict, out: Path, *extra: str) -> list[str]:
+    b = world["board"]
+    return [sys.executable, "-m", "rkdet.cli", "deploy", "--board", b.target, "--user", b.user, "--identity",
+            str(b.identity_file), "--known-hosts", str(b.known_hosts_file), "--ssh-config", "/dev/null", "--config",
+            str(CONFIG), "--build", str(world["build"]), "--out", str(out), "--core-mask", "0", "--repeats", "1",
+            "--backends", f"{LITE},{C_API}", *extra]
+
+
 def _pair(world: dict, out: Path, control: dict | None, *extra: str,
           cache: Path | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
     plant = world["control"] / "capi.json"
     plant.unlink(missing_ok=True)
     if control is not None:
         plant.write_text(json.dumps(control))
-    b = world["board"]
-    args = ["deploy", "--board", b.target, "--user", b.user, "--identity", str(b.identity_file),
-            "--known-hosts", str(b.known_hosts_file), "--ssh-config", "/dev/null", "--config", str(CONFIG),
-            "--build", str(world["build"]), "--out", str(out), "--core-mask", "0", "--repeats", "1",
-            "--backends", f"{LITE},{C_API}", *extra]
-    done = subprocess.run([sys.executable, "-m", "rkdet.cli", *args], capture_output=True, text=True, cwd=REPO,
+    done = subprocess.run(_pair_argv(world, out, *extra), capture_output=True, text=True, cwd=REPO,
                           timeout=600, env={**os.environ, "RKDET_RUNNER_CACHE": str(cache or world["cache"])})
     found = sorted(out.glob("*/*/*/backends.json"))
     return done, (json.loads(found[-1].read_text()) if found else None)
@@ -164,3 +167,53 @@ def test_an_op_only_lite2_runs_is_named_448(world, tmp_path):
     assert a["status"] == "complete" and b["status"] == "failed" and "no results" in b["error"]
     assert cell["session"]["same_pin"] is True
     assert tree_digest(world["board"].root) == before
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_session_stops_it_and_restores_the_board_once(world, tmp_path):
+    """Ctrl-C while lite2's runner is mid-run (held by the runtime double's TEST CONTROL `hold`): exit 130, the C
+    runner never starts, the board is restored once (by the session's one job) and both runs say interrupted."""
+    import signal
+    import time
+
+    board, control, out = world["board"], world["control"], tmp_path / "r"
+    before = tree_digest(board.root)
+    (control / "capi.json").unlink(missing_ok=True)
+    (control / "holding").unlink(missing_ok=True)
+    (control / "hold").write_text("")
+    log = tmp_path / "deploy.log"
+    try:
+        with open(log, "wb") as err:
+            proc = subprocess.Popen(_pair_argv(world, out), stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
+                                    env={**os.environ, "RKDET_RUNNER_CACHE": str(world["cache"])})
+        try:
+            deadline = time.monotonic() + 180
+            while not (control / "holding").exists():
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.05)
+            assert tree_digest(board.root) != before  # pinned while lite2 runs
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+    finally:
+        (control / "hold").unlink(missing_ok=True)
+        (control / "holding").unlink(missing_ok=True)
+    text = log.read_text()
+    assert proc.returncode == 130 and "Traceback" not in text, text[-3000:]
+    assert tree_digest(board.root) == before
+    records = {json.loads(f.read_text())["session"]["index"]: (f.parent, json.loads(f.read_text()))
+               for f in sorted(out.glob("*/*/*/deploy.json"))}
+    assert sorted(records) == [0, 1]
+    for folder, record in records.values():
+        assert record["status"] == "interrupted" and record["restored"] is True, record
+        recs = json.loads((folder / "pin.json").read_text())["records"]
+        assert _count(recs, "pin", "result") == 1 and _count(recs, "restore", "result", "ok") == 1
+    lite_steps = [(r["index"], r["status"]) for r in json.loads((records[0][0] / "pin.json").read_text())["records"]
+                  if r["record"] == "step"]
+    assert lite_steps == [(0, "started"), (0, "exited")]
+    c_steps = [r for r in json.loads((records[1][0] / "pin.json").read_text())["records"] if r["record"] == "step"]
+    assert c_steps == []  # the C runner never started
