@@ -81,6 +81,12 @@ def read_job_log(conn: BoardConnection, layout: RemoteLayout, pinned: bool, job_
     return Collected(log_text, records, pin, restore, warnings, result_exists=False, lock=lock)
 
 
+def step_exits(conn: BoardConnection, logfile: str) -> dict[int, int | None]:
+    """A session's job log read for each step's exit status (run-steps.sh's records, by step index)."""
+    text = conn.run(["tail", "-c", str(conn.limits.output_bytes), logfile], check=False, timeout=FILES_S).out
+    return board_scripts.step_exits(board_scripts.parse_records(text))
+
+
 def pull_result(conn: BoardConnection, layout: RemoteLayout, dest: Path, collected: Collected,
                 progress: bool) -> None:
     """Pull the result set (if the runner wrote one) into `dest`, with its clock warnings; a refused

@@ -247,11 +247,13 @@ class Deployment:
         job = attach(self.conn, layout.pidfile, layout.logfile, sudo=self.settings.sudo)
         fit = BoardFit(record.platform or "?", None, bool(record.emulated), tuple(record.warnings or ()))
         self.log(f"resuming run {record.run_id} on {self.conn.target.label}")
-        return self._finish(job, layout, TransferStats(), fit)
+        step = record.session.index if record.session is not None else None  # a session's run: its own step
+        return self._finish(job, layout, TransferStats(), fit, step)
 
     # -- after the start --
 
-    def _finish(self, job: DetachedJob, layout: RemoteLayout, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
+    def _finish(self, job: DetachedJob, layout: RemoteLayout, transfer: TransferStats, fit: BoardFit,
+                step: int | None = None) -> DeployOutcome:
         """Wait, read the job's log, pull and judge; deploy.json always ends in a final status
         ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
@@ -267,7 +269,9 @@ class Deployment:
         except BoardError:
             self.state.advance(DeployStatus.DISCONNECTED)
             raise
-        return self.conclude(layout, code, interrupted, transfer, fit)
+        if step is not None:  # one run of a session's job (resumed): its own step's exit status, not the job's
+            code = collect.step_exits(self.conn, layout.logfile).get(step)
+        return self.conclude(layout, code, interrupted, transfer, fit, step)
 
     def conclude(self, layout: RemoteLayout, code: int | None, interrupted: bool, transfer: TransferStats,
                  fit: BoardFit, step: int | None = None) -> DeployOutcome:

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rkdet.boardinfo import scripts as board_scripts
-from rkdet.deploy import pinned_run
+from rkdet.deploy import collect, pinned_run
 from rkdet.deploy.deploy_state import DeployStatus, remove_partial
 from rkdet.deploy.flow import DeployOutcome, Deployment, Prepared, new_run_id
 from rkdet.deploy.settings import RunSettings
@@ -154,7 +153,7 @@ class PinnedSession:
             for d in ds:
                 d.disconnected()
             raise
-        codes = self._step_exits(layouts[0].logfile)
+        codes = collect.step_exits(self.conn, layouts[0].logfile)
         results: list[StepResult] = []
         for i, (d, r) in enumerate(zip(ds, ready)):
             try:
@@ -168,12 +167,6 @@ class PinnedSession:
         if interrupted:
             raise KeyboardInterrupt
         return results
-
-    def _step_exits(self, logfile: str) -> dict[int, int | None]:
-        """Each step's exit status from the job's log (run-steps.sh's records)."""
-        cap = self.conn.limits.output_bytes
-        text = self.conn.run(["tail", "-c", str(cap), logfile], check=False, timeout=FILES_S).out
-        return board_scripts.step_exits(board_scripts.parse_records(text))
 
 
 __all__ = ["PinnedSession", "SHARED_SETTINGS", "StepResult", "check_shared", "merged_env"]

@@ -60,6 +60,7 @@ def test_fleet_matrix_runs_the_c_backend_as_an_axis(default_build, tmp_path, mon
                    for c in cells.values()]
     assert sessions_of[0]["id"] == sessions_of[1]["id"]  # both backends ran in the board's one pinned session
     assert sorted(sessions_of[0]["backends"]) == sorted([DEFAULT_BACKEND, C_API])
+    assert {c["session"] for c in cells.values()} == {sessions_of[0]["id"]}  # fleet.json says it too
     with sqlite3.connect(out / "rkdet.db") as db:
         rows = db.execute("SELECT backend, core_mask FROM runs ORDER BY backend, core_mask").fetchall()
     assert rows == [(C_API, "0"), (DEFAULT_BACKEND, "0")]
