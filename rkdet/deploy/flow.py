@@ -75,6 +75,7 @@ class Prepared:
     emulated: bool
     native: Path | None
     probe: ProbeReport
+    scripts: TransferStats = field(default_factory=TransferStats)  # the board scripts preflight pushed
 
 
 def new_run_id() -> str:
@@ -177,8 +178,9 @@ class Deployment:
                                       run_settings=full, tolerances=s.tolerances.to_json(), session=session))
         self.state.advance(DeployStatus.PREFLIGHT)
         self.log(f"preflight on {conn.target.label}" + (f" ({s.backend})" if session else ""))
+        scripts = TransferStats()
         if probe is None:
-            stage.push_scripts(conn, layout.scripts)
+            scripts = stage.push_scripts(conn, layout.scripts)
             probe = probe_board(conn, layout.scripts, {"RKDET_WORK_DIR": workdir,
                                                        "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
         lock = board_lock.probe_lock(probe.records, conn.target.label)
@@ -207,7 +209,7 @@ class Deployment:
             unchecked = check_board_runtime(built, fit.runtime_version, conn.target.label)
             fit = replace(fit, warnings=(*fit.warnings, unchecked)) if unchecked else fit
             native = built.path
-        return Prepared(layout, env, fit, emulated, native, probe)
+        return Prepared(layout, env, fit, emulated, native, probe, scripts)
 
     def push(self, ready: Prepared, pushed: set[str] | None = None) -> TransferStats:
         """The verified push of the runner, model and inputs (unchanged files skipped; in a session, `pushed`
@@ -215,9 +217,12 @@ class Deployment:
         s, fit = self.settings, ready.fit
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if ready.emulated else ''}: pushing build {self.info.short}"
                  + (f" for {s.backend}" if self.record.session else ""))
-        transfer = stage.push_build(self.conn, self.info, ready.layout, descriptor(s.backend).stages_onnx(ready.emulated),
-                                    self.progress, s.emulate_npu if ready.emulated else None,
-                                    native_runner=ready.native, pushed=pushed)
+        transfer = TransferStats()
+        transfer.add(ready.scripts)
+        transfer.add(stage.push_build(self.conn, self.info, ready.layout,
+                                      descriptor(s.backend).stages_onnx(ready.emulated), self.progress,
+                                      s.emulate_npu if ready.emulated else None, native_runner=ready.native,
+                                      pushed=pushed))
         self.state.advance(DeployStatus.RUNNING, emulated=ready.emulated,
                            warnings=tuple(self._with_caveat(list(fit.warnings))),
                            transfer=TransferRecord(bytes_sent=transfer.bytes_sent, files_sent=transfer.files_sent,
