@@ -117,6 +117,11 @@ def test_a_clean_double_is_same_bitwise(world, tmp_path):
     # the union pushed once: C's run sent its own runner at most, never asked again about the shared files
     assert b["transfer"]["files_skipped"] == 0 and b["transfer"]["files_sent"] <= 1, b["transfer"]
     assert tree_digest(world["board"].root) == before  # restored exactly
+    runs = sorted(p.parent for p in (tmp_path / "r").glob("*/*/*/deploy.json"))
+    diff = subprocess.run([sys.executable, "-m", "rkdet.cli", "diff", str(runs[0]), str(runs[1] / "result")],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert diff.returncode == 0, diff.stdout[-2000:] + diff.stderr[-2000:]
+    assert f"A and B ran in one pinned session {a['session']['id']}: pinned once" in diff.stdout + diff.stderr
 
 
 def test_a_backend_that_cannot_run_is_refused_before_any_push(world, tmp_path):
