@@ -212,8 +212,14 @@ class Deployment:
         return Prepared(layout, env, fit, emulated, native, probe, scripts)
 
     def push(self, ready: Prepared, pushed: set[str] | None = None) -> TransferStats:
+        """The verified push (`push_files`), then status "running" (`mark_running`)."""
+        transfer = self.push_files(ready, pushed)
+        self.mark_running(ready, transfer)
+        return transfer
+
+    def push_files(self, ready: Prepared, pushed: set[str] | None = None) -> TransferStats:
         """The verified push of the runner, model and inputs (unchanged files skipped; in a session, `pushed`
-        holds the board paths an earlier run of it sent, not asked about again); status becomes "running"."""
+        holds the board paths an earlier run of it sent, not asked about again); the status stays "preflight"."""
         s, fit = self.settings, ready.fit
         self.log(f"board {fit.soc}{' (EMULATED runtime)' if ready.emulated else ''}: pushing build {self.info.short}"
                  + (f" for {s.backend}" if self.record.session else ""))
@@ -223,12 +229,15 @@ class Deployment:
                                       descriptor(s.backend).stages_onnx(ready.emulated), self.progress,
                                       s.emulate_npu if ready.emulated else None, native_runner=ready.native,
                                       pushed=pushed))
+        return transfer
+
+    def mark_running(self, ready: Prepared, transfer: TransferStats) -> None:
+        """Pushed: status "running", with what the push sent and the board's warnings."""
         self.state.advance(DeployStatus.RUNNING, emulated=ready.emulated,
-                           warnings=tuple(self._with_caveat(list(fit.warnings))),
+                           warnings=tuple(self._with_caveat(list(ready.fit.warnings))),
                            transfer=TransferRecord(bytes_sent=transfer.bytes_sent, files_sent=transfer.files_sent,
                                                    files_skipped=transfer.files_skipped, method=transfer.method,
                                                    seconds=round(transfer.seconds, 3)))
-        return transfer
 
     def resume(self, folder: Path) -> DeployOutcome:
         """Re-attach to a run recorded in `folder/deploy.json` (+ its private record), wait, pull, judge.

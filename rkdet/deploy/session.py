@@ -121,11 +121,13 @@ class PinnedSession:
             env = merged_env([(d.settings.backend, r.env) for d, r in zip(ds, ready)])
             self.log(f"one pinned session {self.id} for {', '.join(self.backends)}: pushing the build once")
             pushed: set[str] = set()
-            transfers = [d.push(r, pushed) for d, r in zip(ds, ready)]
-        except BaseException:
+            transfers = [d.push_files(r, pushed) for d, r in zip(ds, ready)]
+        except BaseException:  # every run still "preflight": no folder kept (nothing ran)
             for d in ds:
                 remove_partial(d.folder)
             raise
+        for d, r, sent in zip(ds, ready, transfers):  # every push done: now each run is "running"
+            d.mark_running(r, sent)
         layouts = [r.layout for r in ready]
         try:
             job = pinned_run.start_steps(self.conn, layouts, [d.settings for d in ds],
