@@ -82,6 +82,9 @@ def _one_session(out: Path) -> tuple[dict, dict]:
     assert a["session"]["id"] == b["session"]["id"] and a["session"]["runs"] == b["session"]["runs"]
     assert a["session"]["runs"] == [a["run_id"], b["run_id"]] and a["session"]["backends"] == [LITE, C_API]
     assert a["session"]["pinned"] is True and a["restored"] is True and b["restored"] is True
+    own = ("backend", "runner_settings")  # everything else is the same run: repeats, warmup, mask, pin, tolerances
+    assert {k: v for k, v in a["settings"].items() if k not in own} == \
+        {k: v for k, v in b["settings"].items() if k not in own}
     pins = []
     for rec in (a, b):
         folder = out / folders[0].relative_to(out).parts[0] / folders[0].relative_to(out).parts[1] / rec["run_id"]
