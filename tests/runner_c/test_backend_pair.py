@@ -225,3 +225,22 @@ def test_ctrl_c_during_the_session_stops_it_and_restores_the_board_once(world, t
     assert lite_steps == [(0, "started"), (0, "exited")]
     c_steps = [r for r in json.loads((records[1][0] / "pin.json").read_text())["records"] if r["record"] == "step"]
     assert c_steps == []  # the C runner never started
+
+
+@pytest.mark.slow
+def test_no_pin_runs_both_in_one_unpinned_session(world, tmp_path):
+    """--no-pin: one job still runs both runners (run-steps.sh alone: no lock, no pin, no restore); the session
+    and the cell say it was not pinned, and the board is untouched."""
+    before = tree_digest(world["board"].root)
+    done, cell = _pair(world, tmp_path / "r", None, "--no-pin")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cell is not None and cell["same"] is True and cell["session"]["pinned"] is False
+    records = [json.loads(f.read_text()) for f in sorted((tmp_path / "r").glob("*/*/*/deploy.json"))]
+    assert len(records) == 2 and records[0]["session"]["id"] == records[1]["session"]["id"]
+    assert all(r["session"]["pinned"] is False and r["status"] == "complete" for r in records)
+    for folder in sorted((tmp_path / "r").glob("*/*/*/")):
+        recs = json.loads((folder / "pin.json").read_text())["records"]
+        assert _count(recs, "pin", "result") == 0 and _count(recs, "restore", "result") == 0
+        assert _count(recs, "run-steps", "step", "exited") == 1
+    assert "one session" in done.stderr and "not pinned" in done.stderr
+    assert tree_digest(world["board"].root) == before
