@@ -21,9 +21,10 @@ from rkdet.errors import InputError
 from rkdet.link.shell import remote_command
 from rkdet.records.probe import ScriptReport, records_of, script_result
 
-SCRIPT_NAMES = ("probe", "pin", "restore", "run-pinned")
+SCRIPT_NAMES = ("probe", "pin", "restore", "run-pinned", "run-steps")
 # Everything deploy must push, helpers first (the entry points source them from their own dir).
-SCRIPT_FILES = ("lib.sh", "knobs.sh", "lock.sh", "probe.sh", "pin.sh", "restore.sh", "run-pinned.sh")
+SCRIPT_FILES = ("lib.sh", "knobs.sh", "lock.sh", "probe.sh", "pin.sh", "restore.sh", "run-pinned.sh",
+                "run-steps.sh")
 # Settings pin.sh (and run-pinned.sh) read from the environment; documented in pin.sh.
 PIN_SETTINGS = (
     "RKDET_CPU_GOVERNOR", "RKDET_CPU_FREQ", "RKDET_NPU_FREQ", "RKDET_GPU_FREQ", "RKDET_DDR_FREQ",
@@ -182,6 +183,44 @@ def parse_restore(records: Sequence[Mapping[str, Any]]) -> RestoreReport:
     status, code, reason, note = script_result(own)
     return RestoreReport(script="restore", status=status, exit_code=code, reason=reason, note=note,
                          knobs=tuple(KnobResult.from_record(r) for r in own if r.get("record") == "knob"))
+
+
+STEP_SCRIPT = "run-steps"  # several runners in one pinned job (a session of backends): its records
+
+
+def step_exits(records: Sequence[Mapping[str, Any]]) -> dict[int, int | None]:
+    """run-steps.sh's steps by index: the exit status of each step that ended, None for one that started
+    and never said it ended (stopped, or the log was cut); a step that never started is absent."""
+    found: dict[int, int | None] = {}
+    for rec in records_of(records, STEP_SCRIPT):
+        index = rec.get("index")
+        if rec.get("record") != "step" or not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            continue
+        code = rec.get("exit")
+        if rec.get("status") == "exited" and isinstance(code, int) and not isinstance(code, bool):
+            found[index] = code
+        else:
+            found.setdefault(index, None)
+    return found
+
+
+def step_lines(text: str, index: int) -> str:
+    """The job log as step `index` saw it: every record and every line outside a step (pin, restore, the
+    lock), and the lines its own command wrote; another step's output is left out (each backend's
+    job.log and error tail name only its own runner)."""
+    keep: list[str] = []
+    current: int | None = None
+    for line in text.splitlines(keepends=True):
+        rec = parse_records(line)
+        if rec and rec[0].get("script") == STEP_SCRIPT and rec[0].get("record") == "step":
+            at = rec[0].get("index")
+            current = at if rec[0].get("status") == "started" and isinstance(at, int) else None
+            if at == index:
+                keep.append(line)
+            continue
+        if (rec and rec[0].get("script") == STEP_SCRIPT) or current is None or current == index:
+            keep.append(line)
+    return "".join(keep)
 
 
 # ---- running locally against a fake root ------------------------------------------------------

@@ -115,10 +115,17 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
         outcome = deployment.resume(folder) if resume else deployment.run()
         if install_selfcheck:
             _install_selfcheck(conn, record, outcome, settings.backend, log, allow_failed_build)
+    print_outcome(outcome, settings.pin, flags.emulate_npu is not None, as_json)
+    return outcome
+
+
+def print_outcome(outcome: DeployOutcome, pinned: bool, emulate_npu: bool, as_json: bool) -> None:
+    """A deploy's warnings, verdict lines, verdict and where its results are (and `--json`'s record)."""
+    console = log_console()
     for warning in outcome.warnings:
         console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
     if outcome.emulated:
-        source = ("the build's RKNN simulator outputs (emulated NPU mode)" if flags.emulate_npu is not None
+        source = ("the build's RKNN simulator outputs (emulated NPU mode)" if emulate_npu
                   else "onnxruntime on CPU")
         console.print(f"[magenta]EMULATED[/]: outputs come from the rkdet emulator ({source}), not an NPU")
     colour = "green" if outcome.exit_code == EXIT_OK else "red"
@@ -126,13 +133,12 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
         style = "" if line.startswith("stack: ") else "green" if ": YES " in line else "red"
         console.print(literal(line, style), soft_wrap=True)
     console.print(literal(outcome.verdict, colour))
-    restored = "not pinned" if not settings.pin else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
+    restored = "not pinned" if not pinned else {True: "yes", False: "NO"}.get(outcome.restored, "unknown")
     console.print(Text.assemble("results: ", literal(outcome.folder), "  (report.html, report.json)  "
                   f"sent {outcome.transfer.bytes_sent} B, skipped {outcome.transfer.files_skipped} unchanged file(s); "
                   f"board restored: {restored}"))
     if as_json:
         click.echo(json.dumps(outcome.record.to_json() if outcome.record else {}, indent=2, sort_keys=True))
-    return outcome
 
 
 def from_build_note(chosen: DeploySettings, config_path: Path | None) -> str:
@@ -166,49 +172,62 @@ def _install_selfcheck(conn: BoardConnection, build: BuildRecord, outcome: Deplo
 
 
 def run_backend_pair(request: DeployRequest, pair: tuple[str, str], *, as_json: bool = False) -> int:
-    """`deploy --backends A,B`: the build deployed with A, then B, on the same board (each its own pinned,
-    restored run, recorded in history), then the pair's cell (rkdet.diff.backend_pair): SAME bitwise, or
-    the outputs and settings that differ, or what B's runtime said when it ran nothing (each
-    --runner-setting goes to the backend whose runner takes it: the application's settings). Written to
-    <B's run folder>/backends.json; exit 0 when SAME and both runs passed, else 1 (a run that could not
-    start at all: its own exit code)."""
+    """`deploy --backends A,B`: the build run with A, then B, on the same board in ONE pinned session
+    (rkdet.deploy.session: both preflighted before anything is pushed, the union of their files pushed once,
+    one lock, one pin, A's runner then B's, one restore; each run its own folder, recorded in history), then
+    the pair's cell (rkdet.diff.backend_pair): SAME bitwise, or the outputs and settings that differ, or what
+    B's runtime said when it ran nothing (each --runner-setting goes to the backend whose runner takes it:
+    the application's settings). Written to <B's run folder>/backends.json; exit 0 when SAME and both runs
+    passed, else 1 (a session refused before it ran, or A's run failing: that error's exit code)."""
     from dataclasses import replace
 
-    from rkdet.diff.backend_pair import compare_backends, refused_pair
-
     from rkdet.backends.registry import backend as descriptor
+    from rkdet.deploy.flow import Deployment
+    from rkdet.deploy.session import PinnedSession
+    from rkdet.deploy.settings import RunSettings, resolve_build
+    from rkdet.diff.backend_pair import compare_backends, refused_pair, shared_session
 
     console = log_console()
+
+    def log(message: str) -> None:
+        console.log(literal(message))
+
     given = request.run.runner_settings  # each --runner-setting goes to the backend(s) whose runner takes it
     for item in given:
         if not any(item.partition("=")[0].strip() in descriptor(n).runner_settings for n in pair):
             raise InputError(f"--runner-setting {item}: neither {pair[0]} nor {pair[1]} takes it")
-    outcomes: list[DeployOutcome] = []
+    record, chosen = resolve_build(request.config_path, request.build)
+    request.check_fault()
+    record.info.refuse_failed("deploy", request.allow_failed_build)
+    log(f"settings (run, board, tolerances) from {chosen.source}{from_build_note(chosen, request.config_path)}")
+    steps: list[RunSettings] = []
     for name in pair:
-        console.log(literal(f"--backends: deploying with {name}"))
         own = tuple(s for s in given if s.partition("=")[0].strip() in descriptor(name).runner_settings)
-        try:
-            outcome = run_deploy(replace(request, run=replace(request.run, backend=name, runner_settings=own)),
-                                 as_json=False)
-        except BoardError as err:
-            folder = _latest_run(request.out)
-            if len(outcomes) != 1 or folder is None or folder == outcomes[0].folder:
-                raise
-            cell = refused_pair(pair[0], name, _runtime_said(folder, str(err)))
-            return _report_pair(console, cell, folder, as_json)
-        if outcome.record is not None and outcome.record.status == "complete":
-            record_run(request.out, outcome.folder)
-        outcomes.append(outcome)
-    a, b = outcomes
+        steps.append(RunSettings.from_config(chosen, replace(request.run, backend=name, runner_settings=own)))
+    with open_connection(request.connection) as conn:
+        session = PinnedSession([Deployment(conn, record, request.out, s, log=log, progress=console.is_terminal,
+                                            allow_failed_build=request.allow_failed_build) for s in steps], log)
+        results = session.run()
+    for step, settings in zip(results, steps):
+        if step.outcome is not None:
+            console.log(literal(f"--backends: {step.backend}"))
+            print_outcome(step.outcome, settings.pin, settings.emulate_npu is not None, False)
+            if step.outcome.record is not None and step.outcome.record.status == "complete":
+                record_run(request.out, step.outcome.folder)
+    a, b = results
+    if a.error is not None:  # what was proven did not run: no pair to judge (the board was restored)
+        raise a.error
+    assert a.outcome is not None
+    if b.error is not None:
+        if not isinstance(b.error, BoardError):
+            raise b.error
+        session_link = shared_session(a.folder, b.folder)
+        cell = refused_pair(pair[0], pair[1], _runtime_said(b.folder, str(b.error)), session_link)
+        return max(_report_pair(console, cell, b.folder, as_json), a.outcome.exit_code)
+    assert b.outcome is not None
     cell = compare_backends(a.folder / "result", b.folder / "result")
     code = _report_pair(console, cell, b.folder, as_json)
-    return max(code, a.exit_code, b.exit_code)
-
-
-def _latest_run(out: Path) -> Path | None:
-    """The newest run folder under a results root (the one a failed deploy left)."""
-    found = sorted(out.glob("*/*/*/deploy.json"), key=lambda p: p.parent.name)
-    return found[-1].parent if found else None
+    return max(code, a.outcome.exit_code, b.outcome.exit_code)
 
 
 def _runtime_said(folder: Path, error: str) -> str:

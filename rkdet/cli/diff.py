@@ -68,4 +68,26 @@ def diff_command(a: Path, b: Path | None, tolerances: tuple[str, ...], config: P
         from rkdet.diff.terminal import render_terminal
 
         render_terminal(comparison)
+        _say_session(a, b)
     sys.exit(comparison.exit_code)
+
+
+def _say_session(a: Path, b: Path | None) -> None:
+    """When A and B are two runs of one pinned session (deploy --backends, a fleet board's cells; their
+    deploy.json `session`), one line says so: the two ran under one pin, whatever the diff found."""
+    from rkdet.diff.backend_pair import shared_session
+    from rkdet.log import output_console
+    from rkdet.textsafe import literal
+
+    def run_folder(path: Path) -> Path | None:
+        for folder in (path, path.parent if path.name == "result" else None):
+            if folder is not None and (folder / "deploy.json").is_file() and (folder / "result").is_dir():
+                return folder
+        return None
+
+    ra, rb = run_folder(a), run_folder(b) if b is not None else None
+    if ra is None or rb is None or ra == rb:
+        return
+    session = shared_session(ra, rb)
+    if session is not None:
+        output_console().print(literal(f"A and B ran in {session.text()}"), soft_wrap=True)

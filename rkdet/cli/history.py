@@ -93,7 +93,7 @@ def _run_json(r: RunRecord, verdict: str | None = None) -> dict[str, Any]:
            "status": r.status, "accepted": r.accepted, "deterministic": r.deterministic, "emulated": r.emulated,
            "kernel": r.state.kernel, "driver": r.state.driver, "runtime": r.state.runtime,
            "board_model": r.state.model, "clocks": dict(r.state.clocks), "inferences": r.inferences,
-           "inputs": len({o.input for o in r.outputs})}
+           "inputs": len({o.input for o in r.outputs}), "session": r.session}
     if verdict is not None:
         doc["vs_baseline"] = verdict
     return doc
@@ -131,7 +131,8 @@ def history_group(ctx: click.Context, results: Path | None, board: str | None, b
         if not r.accepted and mark != "differs":
             mark += " (not accepted: " + ("incomplete" if r.status != "complete" else "not deterministic") + ")"
         table.add_row(_when(r.started_unix), markup_escaped(r.board.label), markup_escaped(_unknown(r.board.soc)), r.build[:16],
-                      markup_escaped(r.cell), markup_escaped(r.run_id), mark, markup_escaped(_unknown(r.state.kernel)),
+                      markup_escaped(r.cell), markup_escaped(r.run_id + (f" (session {r.session})" if r.session else "")),
+                      mark, markup_escaped(_unknown(r.state.kernel)),
                       markup_escaped(_unknown(r.state.runtime)))
     output_console().print(table)
     if serving:

@@ -91,8 +91,9 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         help="Board runtime (config run.backend); onnxruntime runs the prepared ONNX on the board CPU.")),
     "backends": (("--backends",), dict(
         default=None, metavar="A,B", callback=_backend_pair,
-        help="Run the build through both backends, one after the other on the same board (each pinned and "
-             "restored), and say whether B's outputs equal A's bitwise, else which output and setting differ "
+        help="Run the build through both backends on the same board in ONE pinned session (both preflighted "
+             "before any push, pinned once, A then B, restored once), and say whether B's outputs equal A's "
+             "bitwise, else which output and setting differ "
              "(e.g. rknnlite,rknn_c: what was proven against what ships; docs/RUNNER_C.md).")),
     "runner_setting": (("--runner-setting",), dict(
         multiple=True, metavar="KEY=VALUE",

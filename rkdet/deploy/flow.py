@@ -26,7 +26,7 @@ from rkdet.deploy.cells import cell_args
 from rkdet.boardinfo import lock as board_lock
 from rkdet.records.build import BuildRecord, load_build
 from rkdet.deploy.deploy_state import DeployState, DeployStatus, load_record, public_settings, remove_partial
-from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, PulledRecord,
+from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, PulledRecord, SessionRecord,
                                          TransferRecord)
 from rkdet.link.jobs import DetachedJob, attach, exit_code
 from rkdet.deploy.judge import judge
@@ -62,6 +62,25 @@ class DeployOutcome:
     warnings: list[str] = field(default_factory=list)
     record: DeployRecord | None = None  # deploy.json with its private part (what `--json` prints)
     verdict_lines: list[str] = field(default_factory=list)  # "repeatable: …", "agrees with the reference: …"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What preflight found and chose for one run: where it lives on the board, its job's environment, the
+    board's fit, whether the runtime is the emulator's double, the native runner to push, the probe."""
+
+    layout: RemoteLayout
+    env: dict[str, str]
+    fit: BoardFit
+    emulated: bool
+    native: Path | None
+    probe: ProbeReport
+    scripts: TransferStats = field(default_factory=TransferStats)  # the board scripts preflight pushed
+
+
+def new_run_id() -> str:
+    """A run id (also a session's): UTC time to the second and 4 random hex digits."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
 def board_label(conn_label: str) -> str:
@@ -108,42 +127,62 @@ class Deployment:
     def run(self) -> DeployOutcome:
         """Preflight, push, start the pinned run, wait, pull, judge. Nothing on the board changes
         before preflight passed, and a run folder that never got past preflight is removed again."""
-        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
-        self.state.folder = self.results / run_id
-        self.state.folder.mkdir(parents=True, exist_ok=False)
+        run_id = self.open_run()
         try:
-            layout, env, transfer, fit = self._prepare(run_id)
+            ready = self.preflight(run_id)
+            transfer = self.push(ready)
         except BaseException:
             remove_partial(self.folder)
             raise
         try:
-            extra = model_expectations(self.info, self.settings.backend) + cell_args(
-                self.settings.core_mask, fit.soc, self.settings.contexts)  # identity checked on the board; cells
-            job = pinned_run.start(self.conn, layout, self.settings, env, self.conn.timeouts.connect + 25, extra)
+            job = pinned_run.start(self.conn, ready.layout, self.settings, ready.env, self.conn.timeouts.connect + 25,
+                                   self.runner_extra(ready.fit))
         except BoardError as err:
             self.state.advance(DeployStatus.FAILED, error=str(err))
             raise
         self.state.update(job_pid=job.pid)
         self.state.save()
-        return self._finish(job, layout, transfer, fit)
+        return self._finish(job, ready.layout, transfer, ready.fit)
 
-    def _prepare(self, run_id: str) -> tuple[RemoteLayout, dict[str, str], TransferStats, BoardFit]:
-        """Preflight (probe and fit; nothing changes) and the verified push; status becomes "running"."""
+    def open_run(self) -> str:
+        """A new run id and its (empty) run folder under the results root."""
+        while True:  # two runs of one session may start in the same second: a fresh id, never a shared folder
+            run_id = new_run_id()
+            try:
+                (self.results / run_id).mkdir(parents=True, exist_ok=False)
+            except FileExistsError:
+                continue
+            self.state.folder = self.results / run_id
+            return run_id
+
+    def runner_extra(self, fit: BoardFit) -> list[str]:
+        """The runner's identity check (the build's fingerprint) and cell flags for this board."""
+        return model_expectations(self.info, self.settings.backend) + cell_args(
+            self.settings.core_mask, fit.soc, self.settings.contexts)
+
+    def preflight(self, run_id: str, session: SessionRecord | None = None,
+                  probe: ProbeReport | None = None) -> Prepared:
+        """Preflight (probe and fit; nothing on the board changes but the board scripts): status "preflight".
+        A session's run (`session`) is a step of its one job, and may reuse the session's `probe`."""
         s, conn = self.settings, self.conn
         workdir = conn.abspath(s.workdir) if s.workdir else conn.default_workdir()
         layout = RemoteLayout.for_run(workdir, self.info.fingerprint, run_id, s.backend)
+        if session is not None:
+            layout = layout.in_session(session.id, run_id)
         env = pinned_run.job_env(s, layout, state_dir_for(conn, workdir, s.sudo, s.state_dir))
-        env.update(board_lock.holder_env(self.info.fingerprint, run_id, s.lock_timeout))
+        env.update(board_lock.holder_env(self.info.fingerprint, session.id if session else run_id, s.lock_timeout))
         full = s.to_json()
         self.state.start(DeployRecord(run_id=run_id, board=conn.target.label, build=str(self.build),
                                       fingerprint=self.info.fingerprint, platform=self.info.platform,
                                       remote=layout.to_json(), job_env=dict(env), settings=public_settings(s),
-                                      run_settings=full, tolerances=s.tolerances.to_json()))
+                                      run_settings=full, tolerances=s.tolerances.to_json(), session=session))
         self.state.advance(DeployStatus.PREFLIGHT)
-        self.log(f"preflight on {conn.target.label}")
-        transfer = stage.push_scripts(conn, layout.scripts)
-        probe = probe_board(conn, layout.scripts, {"RKDET_WORK_DIR": workdir,
-                                                   "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
+        self.log(f"preflight on {conn.target.label}" + (f" ({s.backend})" if session else ""))
+        scripts = TransferStats()
+        if probe is None:
+            scripts = stage.push_scripts(conn, layout.scripts)
+            probe = probe_board(conn, layout.scripts, {"RKDET_WORK_DIR": workdir,
+                                                       "RKDET_STATE_DIR": env["RKDET_STATE_DIR"]}, s.sudo)
         lock = board_lock.probe_lock(probe.records, conn.target.label)
         self.state.lock_names |= board_lock.private_names([lock.holder])
         self.probe_record = parse_probe(self.scrub(list(probe.records)))  # board.json: written, kept, not read back
@@ -160,7 +199,6 @@ class Deployment:
         board_lock.check_before_push(lock, conn.target.label, s.lock_timeout, s.pin, self.log)
         if desc.takes_core_mask and "auto" in s.core_mask.split(","):
             self.log(AUTO_WARNING)
-        self.log(f"board {fit.soc}{' (EMULATED runtime)' if emulated else ''}: pushing build {self.info.short}")
         native: Path | None = None
         if desc.one_mask_per_run and ("," in s.core_mask or s.contexts > 1):
             raise InputError(f"--backend {desc.name}: its runner runs one core mask and one context per run; "
@@ -171,15 +209,35 @@ class Deployment:
             unchecked = check_board_runtime(built, fit.runtime_version, conn.target.label)
             fit = replace(fit, warnings=(*fit.warnings, unchecked)) if unchecked else fit
             native = built.path
-        transfer.add(stage.push_build(conn, self.info, layout, desc.stages_onnx(emulated),
-                                      self.progress, s.emulate_npu if emulated else None, native_runner=native,
-                                      inputs=self._own_inputs))
-        self.state.advance(DeployStatus.RUNNING, emulated=emulated,
-                           warnings=tuple(self._with_caveat(list(fit.warnings))),
+        return Prepared(layout, env, fit, emulated, native, probe, scripts)
+
+    def push(self, ready: Prepared, pushed: set[str] | None = None) -> TransferStats:
+        """The verified push (`push_files`), then status "running" (`mark_running`)."""
+        transfer = self.push_files(ready, pushed)
+        self.mark_running(ready, transfer)
+        return transfer
+
+    def push_files(self, ready: Prepared, pushed: set[str] | None = None) -> TransferStats:
+        """The verified push of the runner, model and inputs (unchanged files skipped; in a session, `pushed`
+        holds the board paths an earlier run of it sent, not asked about again); the status stays "preflight"."""
+        s, fit = self.settings, ready.fit
+        self.log(f"board {fit.soc}{' (EMULATED runtime)' if ready.emulated else ''}: pushing build {self.info.short}"
+                 + (f" for {s.backend}" if self.record.session else ""))
+        transfer = TransferStats()
+        transfer.add(ready.scripts)
+        transfer.add(stage.push_build(self.conn, self.info, ready.layout,
+                                      descriptor(s.backend).stages_onnx(ready.emulated), self.progress,
+                                      s.emulate_npu if ready.emulated else None, native_runner=ready.native,
+                                      pushed=pushed, inputs=self._own_inputs))
+        return transfer
+
+    def mark_running(self, ready: Prepared, transfer: TransferStats) -> None:
+        """Pushed: status "running", with what the push sent and the board's warnings."""
+        self.state.advance(DeployStatus.RUNNING, emulated=ready.emulated,
+                           warnings=tuple(self._with_caveat(list(ready.fit.warnings))),
                            transfer=TransferRecord(bytes_sent=transfer.bytes_sent, files_sent=transfer.files_sent,
                                                    files_skipped=transfer.files_skipped, method=transfer.method,
                                                    seconds=round(transfer.seconds, 3)))
-        return layout, env, transfer, fit
 
     @property
     def _own_inputs(self) -> Path | None:
@@ -215,11 +273,13 @@ class Deployment:
         job = attach(self.conn, layout.pidfile, layout.logfile, sudo=self.settings.sudo)
         fit = BoardFit(record.platform or "?", None, bool(record.emulated), tuple(record.warnings or ()))
         self.log(f"resuming run {record.run_id} on {self.conn.target.label}")
-        return self._finish(job, layout, TransferStats(), fit)
+        step = record.session.index if record.session is not None else None  # a session's run: its own step
+        return self._finish(job, layout, TransferStats(), fit, step)
 
     # -- after the start --
 
-    def _finish(self, job: DetachedJob, layout: RemoteLayout, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
+    def _finish(self, job: DetachedJob, layout: RemoteLayout, transfer: TransferStats, fit: BoardFit,
+                step: int | None = None) -> DeployOutcome:
         """Wait, read the job's log, pull and judge; deploy.json always ends in a final status
         ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
@@ -237,8 +297,16 @@ class Deployment:
         except BoardError:
             self.state.advance(DeployStatus.DISCONNECTED)
             raise
+        if step is not None:  # one run of a session's job (resumed): its own step's exit status, not the job's
+            code = collect.step_exits(self.conn, layout.logfile).get(step)
+        return self.conclude(layout, code, interrupted, transfer, fit, step)
+
+    def conclude(self, layout: RemoteLayout, code: int | None, interrupted: bool, transfer: TransferStats,
+                 fit: BoardFit, step: int | None = None) -> DeployOutcome:
+        """After the job ended: its log, the pull and the judgement (`step`: this run's step of a session's
+        job, whose exit status `code` is). deploy.json ends in a final status."""
         try:
-            result_local, restored, warnings = self._collect(layout, code, interrupted, fit)
+            result_local, restored, warnings = self._collect(layout, code, interrupted, fit, step)
             return self._judge(result_local, transfer, restored, warnings)
         except RkdetError as err:
             self.state.advance(DeployStatus.FAILED if self._connected() else DeployStatus.DISCONNECTED,
@@ -247,6 +315,11 @@ class Deployment:
         finally:
             self.state.save()
 
+    def disconnected(self) -> None:
+        """The link broke while a session's job ran: `--resume` territory, recorded."""
+        self.state.advance(DeployStatus.DISCONNECTED)
+        self.state.save()
+
     def _connected(self) -> bool:
         try:
             return self.conn.transport.is_active()
@@ -254,12 +327,12 @@ class Deployment:
             return False
 
     def _collect(self, layout: RemoteLayout, code: int | None, interrupted: bool,
-                 fit: BoardFit) -> tuple[Path, bool | None, list[str]]:
+                 fit: BoardFit, step: int | None = None) -> tuple[Path, bool | None, list[str]]:
         """The job's log and pin/restore reports, then the pulled result set (and its clock warnings).
         A refused pull is raised only after the job's own errors (a board left pinned comes first)."""
         s = self.settings
         got = collect.read_job_log(self.conn, layout, s.pin, dict(self.record.job_env or {}), s.sudo, self.scrub,
-                                   self.folder, self.state.lock_names)
+                                   self.folder, self.state.lock_names, step=step)
         if got.lock is not None and got.lock.mine is not None:  # which lock the board had and the wait: no names
             self.state.update(board_lock=BoardLockRecord(method=got.lock.mine.method, waited_s=got.lock.waited_s,
                                                          took_over_stale=got.lock.taken_over is not None))

@@ -7,7 +7,7 @@ one constructor names them once, and the run's record stores them (`to_json` / `
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 from rkdet.backends.registry import backend as descriptor
@@ -45,6 +45,22 @@ class RemoteLayout:
         return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/{descriptor(backend).runner_program}",
                    model_dir=f"{workdir}/models/{fp}", inputs=f"{workdir}/inputs/{fp}{fed}", run_dir=run_dir,
                    result=f"{run_dir}/result", pidfile=f"{run_dir}/job.pid", logfile=f"{run_dir}/job.log")
+
+    def in_session(self, session_id: str, run_id: str) -> RemoteLayout:
+        """This run as one step of a pinned session (`rkdet.deploy.session`): its own run folder and result set
+        under the session's folder, and the session's one job (pid file, log) that every step shares."""
+        for what, given in (("session id", session_id), ("run id", run_id)):
+            if not re.fullmatch(r"[0-9A-Za-z-]{1,64}", given):
+                raise InputError(f"{what} {given[:40]!r} is not one rkdet deploy makes")
+        session_dir = f"{self.workdir}/runs/{session_id}"
+        run_dir = f"{session_dir}/{run_id}"
+        return replace(self, run_dir=run_dir, result=f"{run_dir}/result", pidfile=f"{session_dir}/job.pid",
+                       logfile=f"{session_dir}/job.log")
+
+    @property
+    def session_dir(self) -> str:
+        """The folder of the job (a session's, or this run's own)."""
+        return self.pidfile.rsplit("/", 1)[0]
 
     @property
     def fp32_inputs(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Callable, Iterator, Sequence
 
 from rkdet.backends.registry import backend
@@ -74,6 +75,27 @@ def start(conn: CommandRunner, layout: RemoteLayout, settings: RunSettings, env:
                       env=env, keep_env=SESSION_ENV if settings.sudo else (), timeout=start_timeout)
 
 
+def steps_argv(scripts_dir: str, pin: bool, steps: Sequence[Sequence[str]]) -> list[str]:
+    """Several runner commands as ONE job: run-steps.sh runs them one after the other (count-prefixed, no
+    separator word), inside one run-pinned.sh when `pin`: one lock, one pin, one restore for all of them."""
+    argv = ["sh", f"{scripts_dir}/run-steps.sh"]
+    for step in steps:
+        argv += [str(len(step)), *step]
+    return ["sh", f"{scripts_dir}/run-pinned.sh", "--", *argv] if pin else argv
+
+
+def start_steps(conn: CommandRunner, layouts: Sequence[RemoteLayout], settings: Sequence[RunSettings],
+                extras: Sequence[Sequence[str]], env: dict[str, str], start_timeout: float = 35.0) -> DetachedJob:
+    """A session's runs (one per layout, each its own settings and runner) started as one detached
+    (pinned) job: every run folder made first; the job's pid file and log are the session's (`layouts[0]`)."""
+    first, lead = layouts[0], settings[0]
+    assert all(x.pidfile == first.pidfile and x.logfile == first.logfile for x in layouts), "one job per session"
+    conn.run(["mkdir", "-p", *[x.run_dir for x in layouts]], timeout=QUICK_S)
+    steps = [runner_argv(x, replace(s, pin=False), e) for x, s, e in zip(layouts, settings, extras)]
+    return jobs.start(conn, steps_argv(first.scripts, lead.pin, steps), first.pidfile, first.logfile,
+                      sudo=lead.sudo, env=env, keep_env=SESSION_ENV if lead.sudo else (), timeout=start_timeout)
+
+
 @contextmanager
 def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | None]:
     """A live bar of inferences done on a terminal; None (plain log lines) otherwise."""
@@ -90,12 +112,14 @@ def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int], None] | 
 
 
 POLL_MAX_S = 1.0  # the longest pause between two polls of a running job
-_COUNT = '[ -f "$1" ] && wc -l < "$1" || echo 0'  # the runner's index records so far
+# the runners' index records so far (one result set, or each of a session's)
+_COUNT = 'n=0; for f do if [ -f "$f" ]; then n=$((n + $(wc -l < "$f"))); fi; done; echo "$n"'
 
 
 def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: float, total: int,
-         progress: bool, log: Log) -> int | None:
-    """Follow the job until it ends (inferences done so far: a bar, or log lines); its exit code."""
+         progress: bool, log: Log, results: Sequence[str] = ()) -> int | None:
+    """Follow the job until it ends (inferences done so far: a bar, or log lines); its exit code.
+    `results`: a session's result sets (every step's inferences count), else `layout.result`."""
     last = -1
     throttle = ProgressThrottle(total)  # off a terminal: a line at most every 10 % or 10 s
 
@@ -113,7 +137,7 @@ def wait(conn: CommandRunner, job: DetachedJob, layout: RemoteLayout, timeout: f
         # liveness and the count in one round trip per poll, every 0.2 s at first and at most every
         # POLL_MAX_S: each poll is an SSH session (sshd's fork, a shell) per board (bench/results/fleet.md)
         return jobs.wait(conn, job, timeout, poll=0.2, max_poll=POLL_MAX_S, on_report=count,
-                         report=(_COUNT, f"{layout.result}/index.jsonl"),
+                         report=(_COUNT, *[f"{r}/index.jsonl" for r in results or [layout.result]]),
                          still_running=f"run still going after {timeout:g} s; it continues on the board: "
                                        "rkdet deploy --resume later")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rkdet.backends.emulator_stage import push_int8_emulation, push_sidecar
 from rkdet.backends.registry import backend as descriptor
@@ -94,13 +94,23 @@ def check_inputs(build: BuildInfo, inputs: Path) -> int:
 
 def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, emulated: bool, progress: bool,
                emulate_npu: int | None = None, native_runner: Path | None = None,
-               inputs: Path | None = None) -> TransferStats:
+               inputs: Path | None = None, pushed: set[str] | None = None) -> TransferStats:
     """The on-board program (rkdet-onboard.pyz), model and inputs to the board (unchanged files skipped). The remote inputs folder ends
     up holding exactly the build's inputs: the runner runs every file there, so a stale one would be
     run and judged too. Every file is checked first (`build_file_set`), and the golden inputs the board
     gets are a checked copy of the ones the manifest names: nothing is pushed by walking the folder.
-    `inputs` (`deploy --inputs`): that folder's checked tensors instead of the golden inputs."""
+    `inputs` (`deploy --inputs`): that folder's checked tensors instead of the golden inputs.
+    `pushed`: the board paths this session already sent (another backend's run of the same build): each is
+    sent once, and every path sent here is added (the union of both runs' files goes once)."""
     folder = build.folder
+    sent = set() if pushed is None else pushed
+
+    def once(remote: str, send: Callable[[], TransferStats]) -> TransferStats:
+        if remote in sent:
+            return TransferStats()
+        sent.add(remote)
+        return send()
+
     if emulate_npu is not None and build.origin == "imported":
         raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
                          ".rknn has none")
@@ -116,12 +126,17 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
             fp32.mkdir()
             staged = model_inputs(staged, build, fp32)
         if native_runner is not None:  # a backend's own runner (rkdet-run-c, built by `rkdet runner build`)
-            stats.add(push(conn, native_runner, layout.runner))
+            runner = native_runner
+            stats.add(once(layout.runner, lambda: push(conn, runner, layout.runner)))
         else:  # the on-board program: one zipapp
-            stats.add(push(conn, Path(program.build(tmp)), layout.runner))
-        stats.add(push(conn, folder / "model.rknn", f"{layout.model_dir}/model.rknn", progress=progress))
-        stats.add(push(conn, folder / "model.io.json", f"{layout.model_dir}/model.io.json"))
-        if emulated:  # the emulated runtime computes the prepared ONNX; a real board never gets it
+            stats.add(once(layout.runner, lambda: push(conn, Path(program.build(tmp)), layout.runner)))
+        model_dir = layout.model_dir
+        stats.add(once(f"{model_dir}/model.rknn",
+                       lambda: push(conn, folder / "model.rknn", f"{model_dir}/model.rknn", progress=progress)))
+        stats.add(once(f"{model_dir}/model.io.json",
+                       lambda: push(conn, folder / "model.io.json", f"{model_dir}/model.io.json")))
+        if emulated and f"{model_dir}/model.onnx" not in sent:  # the emulated runtime computes the prepared ONNX;
+            sent.add(f"{model_dir}/model.onnx")  # a real board never gets it (its emulator files go with it, once)
             stats.add(push(conn, emulated_model(build), f"{layout.model_dir}/model.onnx", progress=progress))
             fed = build.need_fed_input()
             npu: dict[str, Any] | None = None
@@ -133,9 +148,12 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
             int8emu = None
             if build.origin != "imported":  # what the emulated NPU computes by default
                 sha = build.manifest.int8_emulation_sha256 if build.manifest is not None else None
-                pushed, int8emu = push_int8_emulation(conn, folder, layout.model_dir, progress, sha)
-                stats.add(pushed)
+                emu_sent, int8emu = push_int8_emulation(conn, folder, layout.model_dir, progress, sha)
+                stats.add(emu_sent)
             stats.add(push_sidecar(conn, fed, layout.model_dir, npu, int8emu=int8emu))
+        if layout.inputs in sent:
+            return stats
+        sent.add(layout.inputs)
         stats.add(push(conn, staged, layout.inputs, progress=progress))
         keep = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}
     prune_remote(conn, layout.inputs, keep)

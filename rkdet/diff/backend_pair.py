@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from rkdet.diff.resultset import ResultSetDir
+from rkdet.errors import RkdetError
+from rkdet.records.deploy_record import read_deploy_record
+from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.onboard.backend_table import IMPLICIT_OPTIONS, PAIR_SETTINGS
 
-PAIR_SCHEMA = "rkdet.backend-pair/1"
+PAIR_SCHEMA = "rkdet.backend-pair/2"  # /2: `session`
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,58 @@ class OutputDiff:
 
 
 @dataclass(frozen=True)
+class SharedSession:
+    """The two runs ran as steps of one pinned session (deploy.json `session`, rkdet/deploy/session.py): one
+    board lock, one pin, one restore. `same_pin`: both run folders' pin.json hold the same records (the one
+    job's pin and restore, read from its log), so they saw the same pinned state."""
+
+    id: str
+    pinned: bool
+    same_pin: bool
+    same_clocks: bool | None = None  # the board's clocks before and after every run all the same (None: not recorded)
+
+    def text(self) -> str:
+        clocks = {True: "; the same clocks before and after each run", False: "; the clocks MOVED between runs",
+                  None: ""}[self.same_clocks]
+        if not self.pinned:
+            return f"one session {self.id} (not pinned: --no-pin){clocks}"
+        return (f"one pinned session {self.id}: "
+                + ("pinned once, restored once, the same pin state" if self.same_pin
+                   else "pin.json of the two runs DIFFER") + clocks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "pinned": self.pinned, "same_pin": self.same_pin, "same_clocks": self.same_clocks}
+
+
+def shared_session(run_a: Path, run_b: Path) -> SharedSession | None:
+    """The session two run folders shared (each's deploy.json names the same session and the other run);
+    None when they ran as separate deploys, or a record is missing or unreadable."""
+    try:
+        da, db = read_deploy_record(run_a / "deploy.json"), read_deploy_record(run_b / "deploy.json")
+    except (OSError, RkdetError):
+        return None
+    sa, sb = da.session, db.session
+    if sa is None or sb is None or sa.id != sb.id or db.run_id not in sa.runs or da.run_id not in sb.runs:
+        return None
+    try:
+        pins = [_session_records(read_json_object(run / "pin.json", limit=MAX_RUN_RECORD)) for run in (run_a, run_b)]
+    except (OSError, RkdetError):
+        pins = [None, []]
+    clocks = [r.get("clocks") for r in pins[1] or [] if r.get("record") == "clocks"]
+    same_clocks = all(c == clocks[0] for c in clocks) if len(clocks) >= 2 else None
+    return SharedSession(sa.id, sa.pinned and sb.pinned, pins[0] == pins[1], same_clocks)
+
+
+def _session_records(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """pin.json's records of the session's one job: pin, restore and the clocks around every run (each
+    run's own step records left out)."""
+    records = doc.get("records")
+    return [r for r in records if isinstance(r, dict) and (r.get("script") in ("pin", "restore")
+                                                            or (r.get("script"), r.get("record")) == ("run-steps", "clocks"))] \
+        if isinstance(records, list) else []
+
+
+@dataclass(frozen=True)
 class BackendPair:
     """The cell's verdict: `same` (bitwise on every output of every input) or what differs and why."""
 
@@ -52,25 +107,29 @@ class BackendPair:
     settings: tuple[SettingDiff, ...] = ()
     refused: str | None = None  # a backend that ran nothing: "NAME: what its runtime said"
     compared: int = 0  # inputs compared
+    session: SharedSession | None = None  # the pinned session both ran in (None: separate deploys)
 
     def lines(self) -> list[str]:
-        """The terminal's lines: the verdict, then each differing output named with the settings that differ."""
+        """The terminal's lines: the verdict, then each differing output named with the settings that differ,
+        then the session both ran in."""
         head = f"{self.b} vs {self.a}"
+        tail = [f"  {self.session.text()}"] if self.session else []
         if self.refused:
-            return [f"{head}: DIFFERENT: {self.refused}; {self.a} ran the model"]
+            return [f"{head}: DIFFERENT: {self.refused}; {self.a} ran the model", *tail]
         if self.same:
-            return [f"{head}: SAME (bitwise): every output of {self.compared} input(s) bit-identical"]
+            return [f"{head}: SAME (bitwise): every output of {self.compared} input(s) bit-identical", *tail]
         why = ", ".join(s.text(self.a, self.b) for s in self.settings) or "no runtime setting differs (the runtimes compute differently)"
         names = sorted({d.output for d in self.outputs})
         out = [f"{head}: DIFFERENT: {len(names)} output(s) ({', '.join(names)}); setting(s): {why}"]
         out += [f"  input {d.input} output {d.output}: {d.how}" for d in self.outputs[:20]]
-        return out
+        return out + tail
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": PAIR_SCHEMA, "a": self.a, "b": self.b, "same": self.same, "compared": self.compared,
                 "refused": self.refused,
                 "outputs": [{"input": d.input, "output": d.output, "how": d.how} for d in self.outputs],
-                "settings": [{"key": s.key, "a": s.a, "b": s.b} for s in self.settings]}
+                "settings": [{"key": s.key, "a": s.a, "b": s.b} for s in self.settings],
+                "session": self.session.to_json() if self.session else None}
 
 
 def effective_settings(backend: str, recorded: dict[str, Any] | None) -> dict[str, Any]:
@@ -90,7 +149,8 @@ def _first_runs(source: ResultSetDir) -> dict[str, dict[str, tuple[str, str, tup
 
 
 def compare_backends(a: Path, b: Path) -> BackendPair:
-    """The cell over two result sets of one build: `a` (e.g. lite2's), `b` (e.g. rkdet-run-c's)."""
+    """The cell over two result sets of one build: `a` (e.g. lite2's), `b` (e.g. rkdet-run-c's); result sets
+    in deploy's run folders (`<run>/result`) also say the pinned session they shared."""
     sa, sb = ResultSetDir(a), ResultSetDir(b)
     na, nb = sa.run_info.backend or "A", sb.run_info.backend or "B"
     opts_a = effective_settings(na, dict(sa.run_info.backend_options or {}))
@@ -111,13 +171,14 @@ def compare_backends(a: Path, b: Path) -> BackendPair:
                 diffs.append(OutputDiff(name, output, f"shape {list(x[2])} vs {list(y[2])}"))
             elif x[0] != y[0]:
                 diffs.append(OutputDiff(name, output, "values differ bitwise"))
-    return BackendPair(na, nb, not diffs, tuple(diffs), settings, compared=len(set(fa) & set(fb)))
+    return BackendPair(na, nb, not diffs, tuple(diffs), settings, compared=len(set(fa) & set(fb)),
+                       session=shared_session(a.parent, b.parent))
 
 
-def refused_pair(a: str, b: str, said: str) -> BackendPair:
+def refused_pair(a: str, b: str, said: str, session: SharedSession | None = None) -> BackendPair:
     """The cell when backend `b` ran nothing (its runtime refused the model): what it said."""
-    return BackendPair(a, b, False, refused=f"{b} ran nothing: {said}")
+    return BackendPair(a, b, False, refused=f"{b} ran nothing: {said}", session=session)
 
 
-__all__ = ["BackendPair", "OutputDiff", "PAIR_SCHEMA", "SettingDiff", "compare_backends", "effective_settings",
-           "refused_pair"]
+__all__ = ["BackendPair", "OutputDiff", "PAIR_SCHEMA", "SettingDiff", "SharedSession", "compare_backends",
+           "effective_settings", "refused_pair", "shared_session"]

@@ -26,7 +26,7 @@ from rkdet.history.ingest import BoardIdentity, BoardState, OutputHash, RunRecor
 from rkdet.history.serving import ServingPull
 
 DB_NAME = "rkdet.db"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION_ID = 0x726B6474  # "rkdt"
 BUSY_TIMEOUT_S = 60.0
 
@@ -142,8 +142,15 @@ def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX accuracy_by_labels ON accuracy(labels_sha256, variant, metric, recorded_unix)")
 
 
+def _v5(conn: sqlite3.Connection) -> None:
+    """A run made as one step of a pinned session (`deploy --backends A,B`, a fleet board's cells) names it:
+    `runs.session` is deploy.json's session id (NULL for a run deployed on its own), so history shows which
+    runs ran under one pin."""
+    conn.execute("ALTER TABLE runs ADD COLUMN session TEXT")
+
+
 # MIGRATIONS[v] takes a database at schema version v to v + 1.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3, _v4)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3, _v4, _v5)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -301,12 +308,12 @@ def _insert(conn: sqlite3.Connection, run: RunRecord) -> bool:
                  "ON CONFLICT(key) DO NOTHING", (b.key, b.soc, b.serial, b.machine_id, b.label, b.identified_by))
     cur = conn.execute(
         "INSERT INTO runs(folder, result_set, run_id, board, build, core_mask, backend, started_unix, status, "
-        "accepted, deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences, recorded_unix) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(folder, result_set) DO NOTHING",
+        "accepted, deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences, recorded_unix, "
+        "session) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(folder, result_set) DO NOTHING",
         (run.folder, run.result_set, run.run_id, b.key, run.build, run.core_mask, run.backend, run.started_unix,
          run.status, int(run.accepted), int(run.deterministic), None if run.emulated is None else int(run.emulated),
          s.kernel, s.driver, s.runtime, s.model, json.dumps(dict(s.clocks), sort_keys=True), run.inferences,
-         time.time()))
+         time.time(), run.session))
     if cur.rowcount == 0:
         return False
     conn.executemany("INSERT INTO outputs(run, input, position, name, hash, distinct_sets) VALUES (?,?,?,?,?,?)",
@@ -338,16 +345,17 @@ def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
     runs = []
     for row in conn.execute(
             "SELECT id, folder, result_set, run_id, board, build, core_mask, backend, started_unix, status, accepted, "
-            "deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences FROM runs "
+            "deterministic, emulated, kernel, driver, runtime, board_model, clocks, inferences, session FROM runs "
             "ORDER BY board, build, core_mask, backend, started_unix IS NULL, started_unix, id"):
         (rid, folder, result_set, run_id, board, build, core_mask, backend, started, status, accepted, deterministic,
-         emulated, kernel, driver, runtime, model, clocks, inferences) = row
+         emulated, kernel, driver, runtime, model, clocks, inferences, session) = row
         state = BoardState(kernel, driver, runtime, model, _clocks(conn, rid, clocks))
         runs.append(RunRecord(folder=folder, run_id=run_id, board=boards[board], state=state, build=build,
                               core_mask=core_mask, backend=backend, started_unix=started, status=status,
                               accepted=bool(accepted), deterministic=bool(deterministic),
                               emulated=None if emulated is None else bool(emulated), inferences=inferences,
-                              outputs=tuple(outputs.get(rid, ())), result_set=result_set))
+                              outputs=tuple(outputs.get(rid, ())), result_set=result_set,
+                              session=session if isinstance(session, str) else None))
     return runs
 
 

@@ -90,6 +90,7 @@ class RunRecord:
     inferences: int
     outputs: tuple[OutputHash, ...]
     result_set: str = ""  # the cell's result set under result/ ("core-0_1_2"); "" = result/ itself (one set)
+    session: str | None = None  # the pinned session it was one step of (deploy.json `session.id`); None: alone
 
     @property
     def cell(self) -> str:
@@ -272,7 +273,17 @@ def _read_set(relative: str, run_id: str, board: BoardIdentity, state: BoardStat
                      started_unix=float(started) if started is not None else None, status=status,
                      accepted=status == "complete" and deterministic, deterministic=deterministic,
                      emulated=emulated if isinstance(emulated, bool) else None, inferences=count, outputs=outputs,
-                     result_set=name)
+                     result_set=name, session=_session_id(deploy_json, deploy))
+
+
+def _session_id(deploy_json: Path, deploy: DeployRecord) -> str | None:
+    """deploy.json's session id (a plain token like a run id: it is shown in tables), or None."""
+    if deploy.session is None:
+        return None
+    if not _RUN_ID.fullmatch(deploy.session.id):
+        raise InputError(f"{deploy_json}: session.id {visible(deploy.session.id, 40)!r} is not one rkdet deploy makes "
+                         "(letters, digits, '.', '_', '-'); not recorded")
+    return deploy.session.id
 
 
 def read_run(results: Path, folder: Path) -> RunRecord:

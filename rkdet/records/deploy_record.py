@@ -132,6 +132,30 @@ class ContextsRecord:
 
 
 @dataclass(frozen=True)
+class SessionRecord:
+    """deploy.json `session`: this run was one step of a pinned session (`rkdet deploy --backends A,B`, a fleet
+    board's cells): one board lock, one pin and one restore for every run it names, so their pin.json are the
+    same records. `id` names the session, `runs` its runs' ids and `backends` their backends, in the order
+    they ran; `index` is this run's place; `pinned`: whether the session pinned the board."""
+
+    id: str
+    runs: tuple[str, ...]
+    backends: tuple[str, ...]
+    index: int
+    pinned: bool
+
+    def __post_init__(self) -> None:
+        _check_object(self, type(self).__name__)
+        if len(self.runs) != len(self.backends) or not 0 <= self.index < len(self.runs):
+            raise RecordFieldError(type(self).__name__, "field 'index' is not a place in 'runs' "
+                                   "(one run and one backend per place)")
+
+    def others(self) -> tuple[str, ...]:
+        """The other runs of the same session."""
+        return tuple(r for i, r in enumerate(self.runs) if i != self.index)
+
+
+@dataclass(frozen=True)
 class PublishedSettings:
     """deploy.json `settings`: the run's RunSettings (rkdet/deploy/settings.py) without the board
     paths and the fault text, plus `fault_injected` and `emulated_npu_lsb_k`. A field an older record
@@ -199,6 +223,7 @@ class DeployRecord:
     stack: Mapping[str, str | None] | None = None  # BoardStack.to_json() (rkdet/boardinfo/stack.py)
     cells: CellsRecord | None = None  # CellsJudgement.record() (rkdet/deploy/cells.py)
     contexts: ContextsRecord | None = None
+    session: SessionRecord | None = None  # one step of a pinned session of several runs (rkdet/deploy/session.py)
 
     def __post_init__(self) -> None:
         _check_object(self, "deploy.json")
@@ -255,7 +280,7 @@ class RecordFieldError(InputError):
 # ---- the strict checks (stdlib only: records may not import pydantic) ----
 
 _NESTED = {"transfer": TransferRecord, "pulled": PulledRecord, "board_lock": BoardLockRecord,
-           "contexts": ContextsRecord, "settings": PublishedSettings}
+           "contexts": ContextsRecord, "settings": PublishedSettings, "session": SessionRecord}
 _VERDICTS = (VerdictRecord, VerdictSummary, NotApplicable)
 
 
@@ -296,6 +321,11 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "stack": ("an object of strings or null", lambda v: _str_map(v, True)),
     "warnings": ("a list of strings", lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v)),
     "cpu_affinity": ("a list of integers", lambda v: isinstance(v, tuple) and all(_is_int(x) for x in v)),
+    "runs": ("a list of run ids", lambda v: isinstance(v, tuple) and 0 < len(v) <= 64
+             and all(isinstance(x, str) and 0 < len(x) <= 128 for x in v)),
+    "backends": ("a list of backend names", lambda v: isinstance(v, tuple) and 0 < len(v) <= 64
+                 and all(isinstance(x, str) and 0 < len(x) <= 64 for x in v)),
+    "id": ("a session id", lambda v: isinstance(v, str) and 0 < len(v) <= 128),
     "repeatable": ("a verdict record", lambda v: isinstance(v, _VERDICTS)),
     "agrees": ("a verdict record", lambda v: isinstance(v, _VERDICTS)),
     "cells": ("a cells record", lambda v: isinstance(v, CellsRecord)),
@@ -363,7 +393,7 @@ def _build(cls: Any, doc: Any, where: str) -> Any:
             except (ValueError, TypeError):
                 raise RecordFieldError(where, f"field 'status' is {_short(value)}, not one of "
                                        f"{', '.join(s.value for s in DeployStatus)}") from None
-        elif isinstance(value, list) and name in ("warnings", "cpu_affinity"):
+        elif isinstance(value, list) and name in ("warnings", "cpu_affinity", "runs", "backends"):
             value = tuple(value)
         values[name] = value
     try:

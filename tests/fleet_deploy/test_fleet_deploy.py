@@ -247,18 +247,19 @@ def test_ctrl_c_lets_running_boards_finish_and_restore(lab3: Lab, build_args: li
 
 
 def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, fleet_builds: dict[str, Path], tmp_path: Path) -> None:
-    """--board-timeout: once a board's budget is spent, its sessions not started (here the onnxruntime
-    cell; a backend is a session of its own) fail with that reason, while the session under way
-    finished and restored the board; the board is failed. The budget is held against an injected
-    clock that passes the budget once the first session is over, so no machine is too slow for it."""
+    """--board-timeout: a board's cells are ONE pinned session (both backends its steps, one pin, one restore);
+    the budget decides whether it starts and never cuts it short. Held against an injected clock: passing the
+    budget while the session runs (after the first backend's run) stops nothing, both cells complete in one
+    session; a budget spent before a board starts runs none of its cells (not-run, the board failed)."""
     import threading
 
+    from rkdet.emulator.fake_tree import tree_digest
     from rkdet.fleets.sources.inventory import load_inventory, select
     from rkdet.deploy.request import DeployRequest
     from rkdet.deploy.settings import RunOverrides
     from rkdet.fleets.run.one_board import DeployCommon, load_builds, run_board
     from rkdet.link.connect import ConnectionOptions
-    from rkdet.fleets.run.records import BOARD_FAILED, BoardResult, MatrixCell
+    from rkdet.fleets.run.records import BOARD_FAILED, BOARD_OK, BoardResult, MatrixCell
 
     (board,) = select(load_inventory(lab3.inventory(tmp_path / "inv.yaml")), "a")
     builds = load_builds(None, tuple(fleet_builds.values()))
@@ -271,14 +272,25 @@ def test_a_board_over_its_time_budget_fails_alone(lab3: Lab, fleet_builds: dict[
 
     def log(message: str) -> None:
         lines.append(message)
-        if message.startswith("0/rknnlite: ") and "deploy" not in message:  # the first session's verdict
+        if message.startswith("preflight on ") and "onnxruntime" in message:  # inside the session: too late
             now[0] += 1000.0
 
-    cells = [MatrixCell("0", "rknnlite"), MatrixCell("0", "onnxruntime")]
+    before = tree_digest(lab3.boards["a"].root)
+    cells = [MatrixCell("0", "rknnlite"), MatrixCell("auto", "onnxruntime")]  # a CPU backend runs `auto` (matrix.py)
     result = run_board(BoardResult(board), builds, cells, common, threading.Event(), log, clock=lambda: now[0])
     first, second = result.cells
-    assert (first.status, first.deploy_exit) == ("complete", 0), lines
-    assert (second.status, second.reason) == ("not-run", "the board's time budget (1 s) was spent")
-    assert result.status == BOARD_FAILED
-    assert result.reason == "0/onnxruntime: the board's time budget (1 s) was spent"
-    assert not any("onnxruntime: deploy" in line for line in lines)  # never started
+    assert (first.status, first.deploy_exit, second.status, second.deploy_exit) == ("complete", 0, "complete", 0), lines
+    assert result.status == BOARD_OK and now[0] >= 1000.0
+    runs = [json.loads((Path(c.folder or "") / "deploy.json").read_text()) for c in (first, second)]
+    assert runs[0]["session"]["id"] == runs[1]["session"]["id"]  # one pinned session ran both backends
+    assert runs[0]["session"]["backends"] == ["rknnlite", "onnxruntime"] and runs[0]["session"]["pinned"] is True
+    pins = [json.loads((Path(c.folder or "") / "pin.json").read_text())["records"] for c in (first, second)]
+    assert [sum(r["script"] == "pin" and r["record"] == "result" for r in p) for p in pins] == [1, 1]
+    assert [r for r in pins[0] if r["script"] in ("pin", "restore")] == [r for r in pins[1]
+                                                                         if r["script"] in ("pin", "restore")]
+    assert tree_digest(lab3.boards["a"].root) == before  # restored once, exactly
+
+    spent = run_board(BoardResult(board), builds, cells, common, threading.Event(), lines.append,
+                      clock=lambda t=iter([0.0]): next(t, 1000.0))  # spent after the board's start
+    assert [(c.status, c.reason) for c in spent.cells] == [("not-run", "the board's time budget (1 s) was spent")] * 2
+    assert spent.status == BOARD_FAILED and spent.reason == "0/rknnlite: the board's time budget (1 s) was spent"

@@ -107,7 +107,7 @@ def test_migration_from_version_1_keeps_runs_and_allows_cells(tmp_path: Path, pr
     raw.close()
 
     conn = connect(res)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     (kept,) = load_runs(conn)
     assert kept.folder == run.folder and kept.result_set == "" and kept.outputs == run.outputs
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
@@ -121,3 +121,33 @@ def test_migration_from_version_1_keeps_runs_and_allows_cells(tmp_path: Path, pr
         check.execute("PRAGMA foreign_keys = ON")
         check.execute("DELETE FROM runs WHERE folder = ?", (run.folder,))  # outputs still cascade after the rebuild
         assert check.execute("SELECT count(*) FROM outputs").fetchone()[0] == 2 * 2 * 2
+
+
+def test_the_runs_of_one_pinned_session_name_it(tmp_path: Path, probe) -> None:
+    """`deploy --backends A,B` (a fleet board's cells): each run's deploy.json names the session it was a step of;
+    the database keeps it (`runs.session`), `rkdet history` shows it, a run deployed alone has none, and a
+    session id that is not a plain token is refused like a run id."""
+    from rkdet.records.deploy_record import SessionRecord, read_deploy_record, write_deploy_record
+
+    res = tmp_path / "results"
+    lite = make_run(res, "b", "r1", probe, pages(1), started=T0, core_mask="0", backend="rknnlite")
+    c_api = make_run(res, "b", "r2", probe, pages(1), started=T0 + 5, core_mask="0", backend="rknn_c")
+    make_run(res, "b", "r3", probe, pages(1), started=T0 + 60, core_mask="0", backend="rknnlite")  # alone
+    for index, folder in enumerate((lite, c_api)):
+        record = read_deploy_record(folder / "deploy.json")
+        session = SessionRecord(id="20261206T000000Z-abcd", runs=("r1", "r2"), backends=("rknnlite", "rknn_c"),
+                                index=index, pinned=True)
+        write_deploy_record(folder / "deploy.json", record.with_facts(session=session))
+    code, out = cli("history", "import", "--results", str(res))
+    assert code == 0 and "imported 3 runs" in out, out
+    code, out = cli("history", "--results", str(res), "--json")
+    sessions = {r["run_id"]: r["session"] for r in json.loads(out)["runs"]}
+    assert sessions == {"r1": "20261206T000000Z-abcd", "r2": "20261206T000000Z-abcd", "r3": None}
+    code, out = cli("history", "--results", str(res))
+    assert code == 0 and out.count("(session 20261206T000000Z-abcd)") == 2, out
+    bad = make_run(res, "b", "r4", probe, pages(1), started=T0 + 90, core_mask="0")
+    record = read_deploy_record(bad / "deploy.json")
+    write_deploy_record(bad / "deploy.json", record.with_facts(session=SessionRecord(
+        id="../x y", runs=("r4",), backends=("rknnlite",), index=0, pinned=True)))
+    with pytest.raises(InputError, match=r"session\.id '\.\./x y' is not one rkdet deploy makes"):
+        read_run(res, bad)

@@ -17,7 +17,7 @@ from rkdet.emulator.fake_tree import build_fake_tree
 from rkdet.emulator.socs import profile
 from rkdet.errors import BoardError, InputError
 from rkdet.records.cell import Cell, read_cells, write_cells
-from rkdet.records.deploy_record import (ALLOWED, BoardLockRecord, ContextsRecord, DeployRecord, DeployStatus,
+from rkdet.records.deploy_record import (ALLOWED, SessionRecord, BoardLockRecord, ContextsRecord, DeployRecord, DeployStatus,
                                          PublishedSettings, PulledRecord, TransferRecord, TransitionError,
                                          read_deploy_record, write_deploy_record)
 from rkdet.records.io import MAX_RUN_RECORD
@@ -45,7 +45,9 @@ def _full() -> DeployRecord:
                                              verdict="SAME (bitwise)", repeatable=_verdict(True), agrees=_verdict(False),
                                              same_as_first=None),),
                           first="core-0", repeatable=True, agrees=False),
-        contexts=ContextsRecord(contexts=2, agree=True))
+        contexts=ContextsRecord(contexts=2, agree=True),
+        session=SessionRecord(id="20261202T010203Z-cafe", runs=(RUN_ID, "20261202T010203Z-f00d"),
+                              backends=("rknnlite", "rknn_c"), index=0, pinned=True))
 
 
 def _verdict(ok: bool) -> VerdictRecord:
@@ -89,6 +91,12 @@ def test_facts_not_recorded_yet_are_absent_and_a_step_writes_its_facts_together(
     ({"job_env": {"RKDET_X": 1}}, "'job_env' is {\"RKDET_X\": 1}, not an object of strings"),
     ({"surprise": True}, "field 'surprise' is not one rkdet writes"),
     ({"run_id": None}, "field 'run_id' is null, not text"),
+    ({"session": {"id": "s", "runs": ["a"], "backends": ["rknnlite"], "index": 3, "pinned": True}},
+     "session: field 'index' is not a place in 'runs'"),
+    ({"session": {"id": "s", "runs": "a", "backends": ["rknnlite"], "index": 0, "pinned": True}},
+     "session: field 'runs' is 'a', not a list of run ids"),
+    ({"session": {"id": "s", "runs": ["a", "b"], "backends": ["rknnlite"], "index": 0, "pinned": True}},
+     "session: field 'index' is not a place in 'runs'"),
 ])
 def test_the_reader_refuses_a_wrong_field_in_one_line_naming_file_and_field(tmp_path: Path, change: dict,
                                                                             field: str) -> None:

@@ -1,6 +1,7 @@
 """The fleet matrix with the C backend as an axis: `rkdet fleet deploy --matrix backend=rknnlite,rknn_c` on an
-emulated RK3588, both backends in one determinism class; every cell's run is in history under its backend.
-(rkdet-run-c takes one core mask a run, so a fleet gives each of its masks a session: one_mask_per_run.)"""
+emulated RK3588, both backends in one determinism class, run as steps of the board's one pinned session; every
+cell's run is in history under its backend. (rkdet-run-c takes one core mask a run, so each of its masks is a
+step of its own: one_mask_per_run.)"""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ def test_fleet_matrix_runs_the_c_backend_as_an_axis(default_build, tmp_path, mon
     run_json = found.parent / cells[f"0/{C_API}"]["run_folder"] / "result" / "run.json"  # relative to fleet.json
     assert json.loads(run_json.read_text())["backend"] == C_API
     assert len({c["class"] for c in cells.values()}) == 1  # C and lite2: one determinism class
+    sessions_of = [json.loads((found.parent / c["run_folder"] / "deploy.json").read_text())["session"]
+                   for c in cells.values()]
+    assert sessions_of[0]["id"] == sessions_of[1]["id"]  # both backends ran in the board's one pinned session
+    assert sorted(sessions_of[0]["backends"]) == sorted([DEFAULT_BACKEND, C_API])
+    assert {c["session"] for c in cells.values()} == {sessions_of[0]["id"]}  # fleet.json says it too
     with sqlite3.connect(out / "rkdet.db") as db:
         rows = db.execute("SELECT backend, core_mask FROM runs ORDER BY backend, core_mask").fetchall()
     assert rows == [(C_API, "0"), (DEFAULT_BACKEND, "0")]

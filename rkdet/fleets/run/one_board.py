@@ -7,8 +7,10 @@ function that runs a board's cells.
 The core-mask cells of one backend are ONE single-board deploy (preflight, verified push, pin → every
 mask as a cell of one runner → restore, pull, judge; `rkdet deploy --core-mask 0,1,2,0_1_2`) into the
 ordinary results tree `<out>/<board>/<fingerprint16>/<run-id>/`, recorded in `<out>/rkdet.db` like
-`rkdet deploy` records it (one run per cell); its result is then split into the cells. Backends are
-separate sessions (the runner takes one backend).
+`rkdet deploy` records it (one run per cell); its result is then split into the cells. A board's runners
+(one per backend; one per mask for a runner that takes one mask a run) are the steps of ONE pinned session
+(`rkdet.deploy.session`: one lock, one pin, one restore, the build pushed once), each step its own run
+folder, so the backend axis compares runs made under one pinned state.
 """
 
 from __future__ import annotations
@@ -129,25 +131,66 @@ def probe_soc(conn: BoardConnection, board: FleetBoard, common: DeployCommon) ->
     return probe_board(conn, f"{wd}/scripts", env, sudo).soc
 
 
-def deploy_cells(conn: BoardConnection, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
-                 timeout: float, log: Log) -> list[CellResult]:
-    """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
-    the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
+def _cell_settings(board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
+                   timeout: float) -> RunSettings:
+    """One session step's settings: one backend, its cells' core masks (several masks: cells of one runner)."""
+    backend = cells[0].backend
+    assert all(c.backend == backend for c in cells), "one runner runs one backend"
+    return RunSettings.from_config(build.settings, replace(
+        common.run_for(board), core_mask=",".join(c.core_mask for c in cells), backend=backend, timeout=timeout))
+
+
+def _deployment(conn: BoardConnection, build: BuildChoice, settings: RunSettings, common: DeployCommon,
+                log: Log) -> Any:
+    """A single-board `Deployment` whose judging takes a slot of JUDGE_SLOTS (one board judges at a time)."""
     from rkdet.deploy.flow import Deployment
 
-    backend = cells[0].backend
-    assert all(c.backend == backend for c in cells), "one session runs one backend"
-    settings = RunSettings.from_config(build.settings, replace(
-        common.run_for(board), core_mask=",".join(c.core_mask for c in cells), backend=backend, timeout=timeout))
     class FleetDeployment(Deployment):
         def _judge(self, *args: Any, **kwargs: Any) -> Any:  # the diff of the pulled results against golden
             with JUDGE_SLOTS:
                 return super()._judge(*args, **kwargs)
 
+    return FleetDeployment(conn, build.record or build.folder, common.out, settings, log=log, progress=False,
+                           allow_failed_build=common.request.allow_failed_build)
+
+
+def deploy_cells(conn: BoardConnection, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
+                 timeout: float, log: Log) -> list[CellResult]:
+    """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
+    the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
+    settings = _cell_settings(board, build, cells, common, timeout)
     started = time.monotonic()
-    outcome = FleetDeployment(conn, build.record or build.folder, common.out, settings, log=log, progress=False,
-                              allow_failed_build=common.request.allow_failed_build).run()
-    seconds = (time.monotonic() - started) / len(cells)  # a shared session's time, shared evenly
+    outcome = _deployment(conn, build, settings, common, log).run()
+    return cell_results(outcome, cells, common, (time.monotonic() - started) / len(cells), log)
+
+
+def deploy_session(conn: BoardConnection, board: FleetBoard, build: BuildChoice, groups: list[list[MatrixCell]],
+                   common: DeployCommon, log: Log) -> list[CellResult]:
+    """A board's cells of several runners (backends, or one core mask a run) in ONE pinned session
+    (rkdet.deploy.session: every runner preflighted before any push, the build pushed once, one lock, one pin,
+    the runners one after the other, one restore): one run folder per runner, split into its cells. A step
+    that failed fails its own cells; one refused before the session ran fails the board (raised)."""
+    from rkdet.deploy.session import PinnedSession
+
+    per_cell = common.request.run.timeout  # --timeout is each cell's run: a step of N cells gets N times it
+    deployments = [_deployment(conn, build, _cell_settings(board, build, g, common, per_cell * len(g)), common, log)
+                   for g in groups]
+    started = time.monotonic()
+    steps = PinnedSession(deployments, log).run()
+    seconds = (time.monotonic() - started) / sum(len(g) for g in groups)  # the session's time, shared evenly
+    results: list[CellResult] = []
+    for group, step in zip(groups, steps):
+        if step.outcome is not None:
+            results += cell_results(step.outcome, group, common, seconds, log)
+        else:
+            why = _one_line(step.error) if step.error is not None else "the session's run did not finish"
+            results += [CellResult(c, FAILED, reason=why, folder=str(step.folder), seconds=seconds) for c in group]
+    return results
+
+
+def cell_results(outcome: Any, cells: list[MatrixCell], common: DeployCommon, seconds: float,
+                 log: Log) -> list[CellResult]:
+    """A finished deploy's run recorded in history (one run per cell) and split into a CellResult per cell."""
     for warning in outcome.warnings:
         log(f"warning: {warning}")
     record = outcome.record
@@ -257,11 +300,11 @@ def _board_state(soc: str | None, cells: list[CellResult]) -> BoardState:
 
 def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[MatrixCell], common: DeployCommon,
               stop: threading.Event, log: Log, clock: Callable[[], float] = time.monotonic) -> BoardResult:
-    """Every cell of the matrix on one board: the core-mask cells of a backend in one pinned deploy (every
-    mask a cell of one runner session), backends one after the other (the board restored after each); a
-    board that cannot be reached or fails preflight is `failed` with its reason. Stops between sessions
-    when `stop` is set (Ctrl-C) or the board's time budget (`clock`'s seconds) is spent: the budget
-    decides which sessions start, never cuts one short (each is bounded by --timeout per cell)."""
+    """Every cell of the matrix on one board in ONE pinned session: the core-mask cells of a backend are cells
+    of one runner, the runners (backends) steps of the session one after the other (the board pinned once and
+    restored once); a board that cannot be reached or fails preflight is `failed` with its reason. Nothing
+    starts when `stop` is set (Ctrl-C) or the board's time budget (`clock`'s seconds) is spent: the budget
+    decides whether the session starts, never cuts it short (each step is bounded by --timeout per cell)."""
     board = result.board
     started = clock()
     deadline = started + common.board_timeout
@@ -284,16 +327,20 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Matrix
                     result.cells.append(CellResult(planned.cell, SKIPPED, reason=planned.skip))
                 else:
                     runnable.append(planned.cell)
-            for group in sessions(runnable):
-                if stop.is_set() or clock() >= deadline:
-                    why = "interrupted before this cell" if stop.is_set() else \
-                        f"the board's time budget ({common.board_timeout:g} s) was spent"
-                    result.cells.extend(CellResult(cell, NOT_RUN, reason=why) for cell in group)
-                    continue
-                names = ", ".join(c.name for c in group)
-                log(f"{names}: deploy{' (one pinned session)' if len(group) > 1 else ''}")
-                # --timeout is each cell's run: a session of N cells gets N times it
-                done = deploy_cells(conn, board, build, group, common, common.request.run.timeout * len(group), log)
+            groups = sessions(runnable)
+            if groups and (stop.is_set() or clock() >= deadline):
+                why = "interrupted before this cell" if stop.is_set() else \
+                    f"the board's time budget ({common.board_timeout:g} s) was spent"
+                result.cells.extend(CellResult(cell, NOT_RUN, reason=why) for group in groups for cell in group)
+            elif groups:
+                names = ", ".join(c.name for group in groups for c in group)
+                several = len(groups) > 1 or len(groups[0]) > 1
+                log(f"{names}: deploy{' (one pinned session)' if several else ''}")
+                if len(groups) > 1:  # several runners (backends, or one mask a run): steps of ONE pinned session
+                    done = deploy_session(conn, board, build, groups, common, log)
+                else:  # --timeout is each cell's run: a session of N cells gets N times it
+                    done = deploy_cells(conn, board, build, groups[0], common,
+                                        common.request.run.timeout * len(groups[0]), log)
                 result.cells.extend(done)
                 for cell in done:
                     log(f"{cell.cell.name}: {cell.verdict or cell.reason}")
@@ -316,8 +363,9 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Matrix
 
 
 def sessions(cells: list[MatrixCell]) -> list[list[MatrixCell]]:
-    """The pinned sessions that run `cells`: one per backend (its core masks cells of one runner session),
-    and one per mask for a backend whose runner takes one mask a run (descriptor `one_mask_per_run`)."""
+    """The runner runs that make up `cells` (the steps of a board's one pinned session): one per backend (its
+    core masks cells of one runner), and one per mask for a backend whose runner takes one mask a run
+    (descriptor `one_mask_per_run`)."""
     groups: dict[tuple[str, str], list[MatrixCell]] = {}
     for cell in cells:
         own = cell.core_mask if descriptor(cell.backend).one_mask_per_run else ""

@@ -63,7 +63,8 @@ class CellResult:
                 "agrees": self.agrees, **({"agrees_not_applicable": self.agrees_not_applicable}
                                           if self.agrees_not_applicable else {}),
                 "seconds": round(self.seconds, 3), "class": self.klass,
-                "run_id": self.run.run_id if self.run else None}
+                "run_id": self.run.run_id if self.run else None,
+                "session": self.run.session if self.run else None}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,62 @@
+"""The rules of one pinned session for several runs (rkdet.deploy.session) that need no board: the one job's
+command line (run-pinned.sh around run-steps.sh, each runner its count of words, unpinned: run-steps alone),
+each run's board folders under the session's, the settings the steps must share and the one environment."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from rkdet.boardinfo.scripts import script_path
+from rkdet.deploy.layout import RemoteLayout
+from rkdet.deploy.pinned_run import runner_argv, steps_argv
+from rkdet.deploy.session import SHARED_SETTINGS, check_shared, merged_env
+from rkdet.deploy.settings import RunSettings
+from rkdet.errors import InputError
+
+FP = "ab" * 32
+
+
+def test_the_session_job_is_one_run_pinned_around_every_runner() -> None:
+    layouts = [RemoteLayout.for_run("/w", FP, run, name).in_session("S-1", run)
+               for run, name in (("r-a", "rknnlite"), ("r-b", "rknn_c"))]
+    assert layouts[0].pidfile == layouts[1].pidfile == "/w/runs/S-1/job.pid"
+    assert layouts[0].logfile == layouts[1].logfile == "/w/runs/S-1/job.log"
+    assert (layouts[0].result, layouts[1].result) == ("/w/runs/S-1/r-a/result", "/w/runs/S-1/r-b/result")
+    assert layouts[0].session_dir == "/w/runs/S-1"
+    runners = [runner_argv(x, RunSettings(backend=n, pin=False)) for x, n in zip(layouts, ("rknnlite", "rknn_c"))]
+    argv = steps_argv("/w/scripts", True, runners)
+    assert argv[:5] == ["sh", "/w/scripts/run-pinned.sh", "--", "sh", "/w/scripts/run-steps.sh"]
+    assert argv.count("/w/scripts/run-pinned.sh") == 1  # one pin, one restore
+    assert argv[5] == str(len(runners[0])) and argv[6:6 + len(runners[0])] == runners[0]
+    rest = argv[6 + len(runners[0]):]
+    assert rest == [str(len(runners[1])), *runners[1]]
+    assert steps_argv("/w/scripts", False, runners)[:2] == ["sh", "/w/scripts/run-steps.sh"]  # --no-pin
+
+
+def test_run_steps_runs_exactly_the_words_it_was_given(tmp_path) -> None:
+    """Arguments with spaces, quotes, `--`, digits and an empty one pass through run-steps.sh untouched (no
+    eval, no word splitting), each step exactly its own words."""
+    odd = ["printf", "%s|", "a b", "--", "'$(touch X)'", "3", ""]
+    argv = steps_argv("/unused", False, [odd, ["printf", "%s|", "second"]])
+    argv[1] = str(script_path("run-steps"))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "a b|--|'$(touch X)'|3||" in done.stdout and "second|" in done.stdout
+    assert not (tmp_path / "X").exists()
+
+
+def test_steps_share_the_job_s_settings_and_environment() -> None:
+    lite, c_api = RunSettings(backend="rknnlite"), RunSettings(backend="rknn_c", runner_settings={"want_float": "0"})
+    check_shared([lite, c_api])  # backend, runner settings, core mask, timeout: each step's own
+    for name in SHARED_SETTINGS:
+        value = {"pin": False, "pin_env": {"RKDET_NPU_FREQ": "max"}, "sudo": True, "workdir": "/x",
+                 "state_dir": "/s", "lock_timeout": 9, "fault": "{}", "keep": True}[name]
+        with pytest.raises(InputError, match=f"under one {name}; they differ"):
+            check_shared([lite, replace(c_api, **{name: value})])
+    assert merged_env([("rknnlite", {"A": "1", "B": "2"}), ("rknn_c", {"A": "1", "C": "3"})]) == \
+        {"A": "1", "B": "2", "C": "3"}
+    with pytest.raises(InputError, match="rknnlite and rknn_c need different A on the board"):
+        merged_env([("rknnlite", {"A": "1"}), ("rknn_c", {"A": "2"})])
