@@ -91,24 +91,25 @@ class Result(object):
     __slots__ = ("exit_code", "status", "line", "reference", "backend", "emulated", "model", "inputs",
                  "mismatch", "seconds", "decisions", "declared_changed", "differing", "declared_inputs")
 
-    def __init__(self, exit_code, status, line, reference=None, backend=None, emulated=None, model=None,
-                 inputs=0, mismatch=None, seconds=0.0, decisions=None, declared_changed=None, differing=None,
-                 declared_inputs=None):
-        # type: (int, str, str, Optional[str], Optional[str], Optional[bool], Optional[str], int, Optional[Mismatch], float, Optional[Dict[str, Any]], Optional[List[str]], Optional[List[str]], Optional[List[str]]) -> None
+    # the facts beside exit code, status and line, each with its default (a list default is a fresh list):
+    # reference, backend, model: Optional[str]; emulated: Optional[bool]; inputs: int; mismatch:
+    # Optional[Mismatch]; seconds: float; decisions: Optional[Dict[str, Any]]; declared_changed:
+    # Optional[List[str]]; differing, declared_inputs: List[str]
+    _FACTS = {"reference": None, "backend": None, "emulated": None, "model": None, "inputs": 0,
+              "mismatch": None, "seconds": 0.0, "decisions": None, "declared_changed": None,
+              "differing": list, "declared_inputs": list}
+
+    def __init__(self, exit_code, status, line, **facts):
+        # type: (int, str, str, **Any) -> None
+        unknown = sorted(set(facts) - set(self._FACTS))
+        if unknown:
+            raise TypeError("Result: unknown fact(s) %s" % ", ".join(unknown))
         self.exit_code = exit_code
         self.status = status  # "identical" | "differs" | "bad-bundle" | "usage" | "runtime"
         self.line = line
-        self.reference = reference
-        self.backend = backend
-        self.emulated = emulated
-        self.model = model
-        self.inputs = inputs
-        self.mismatch = mismatch
-        self.seconds = seconds
-        self.decisions = decisions
-        self.declared_changed = declared_changed
-        self.differing = differing or []
-        self.declared_inputs = declared_inputs or []
+        for name, default in self._FACTS.items():
+            value = facts.get(name)
+            setattr(self, name, value if value is not None else (default() if default is list else default))
 
     @property
     def ok(self):
