@@ -96,12 +96,18 @@ def _signal(chan: paramiko.Channel, name: str) -> None:
 
 
 _FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+REKEY_BYTES = 1 << 32  # bytes each way between key exchanges (see _fast_transport)
 
 
 def _fast_transport(sock: socket.socket | paramiko.Channel, **kwargs: object) -> paramiko.Transport:
     """A Transport preferring AES-GCM (one AEAD pass: ~20% faster SFTP than CTR+HMAC on loopback);
     other ciphers stay offered for boards without it (old Dropbear)."""
     transport = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
+    # rekey after REKEY_BYTES each way, not paramiko's 512 MiB: paramiko's transport thread can block
+    # itself for 30 s when a channel closes during a rekey ("Key-exchange timed out waiting for key
+    # negotiation"; the connection then dies), which the transfer bench (~1 GiB each way) hit. OpenSSH
+    # rekeys AES (128-bit blocks) after 2^32 blocks, 64 GiB (RFC 4344's bound): this is 1/16 of that
+    transport.packetizer.REKEY_BYTES = REKEY_BYTES
     opts = transport.get_security_options()
     offered = tuple(opts.ciphers)
     opts.ciphers = tuple(c for c in _FAST_CIPHERS if c in offered) + tuple(c for c in offered if c not in _FAST_CIPHERS)

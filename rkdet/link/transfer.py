@@ -7,12 +7,14 @@ each file goes to a temporary name, is hashed on the receiving side, and only th
 streaming through `cat` over an exec channel (both are `FileTransfer`s: rkdet.link.sftp, rkdet.link.files).
 Remote helpers are POSIX sh + busybox applets only.
 
-Big pushes (>= STREAM_VERIFY_MIN_BYTES) are hashed once per side while the bytes stream: the host
-while reading the file, the board in the receiving pipeline (`tee tmp | sha256`) instead of
-re-reading the temp file afterwards, which on a fast link cost as much as the copy. SFTP cannot hash
-on the server, so these files go through an exec channel on every board; small files keep the
-batched path (one SFTP or `cat` channel each, one re-hash round trip for all: cheaper than a
-pipeline per file).
+Big pushes (>= STREAM_VERIFY_MIN_BYTES) go through one exec channel into `cat > tmp`, and the same
+board script then hashes the file it wrote (`sha256 < tmp`, read back from the page cache); the host
+hashes what it reads as it sends it. `tee tmp | sha256` hashed
+while the bytes arrived, but tee's 8 KiB reads and the second pipe cost the board 40-50 ms of CPU per
+64 MiB more than `cat` + a re-read (bench/results/ssh.md), and on the bench's shared CPUs that is wall
+time. SFTP cannot hash on the server, so these files go through an exec channel on every board;
+small files keep the batched path (one SFTP or `cat` channel each, one re-hash round trip for all:
+cheaper than a process per file).
 
 Pulls, which must not trust what the board lists or sends, are in rkdet/link/pull.py.
 """
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import secrets
 import stat
+import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -77,11 +81,12 @@ _COMMIT = (_DIGEST.replace("o=;", 'o="$1"; nq="$2"; shift 2;', 1)
            'h=${h%% *}; h=${h#\\\\}; fi; '
            'if [ "$h" = "$4" ]; then chmod "$3" "$1" && mv -f "$1" "$2" || bad=1; '
            'else rm -f "$1"; echo "$2" >&2; bad=1; fi; shift 4; done; exit $bad')
-# args: a temp file, the digest tool if known (1 openssl, 0 sha256sum, "" probe). stdin goes into it and through the digest in ONE pipeline (no re-read), which
-# prints "<sha256> ..." on stdout. pipefail is not POSIX, so tee's status travels through fd 4 into
-# $st and the hasher's is the status of the command substitution; either failing removes the file, exit 5.
-_RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1) + 'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
-            'rm -f "$1"; exit 5')
+# args: a temp file, the digest tool if known (1 openssl, 0 sha256sum, "" probe). stdin goes into the
+# file, then the digest of the file as written prints "<sha256> ..." on stdout; either failing
+# removes the file, exit 5, after reading the rest of stdin (so the host's send ends and it reads
+# the shell's one line, as `cannot create ...: Permission denied`, not a closed channel).
+_RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1)
+            + 'cat > "$1" && digest < "$1" && exit 0; cat > /dev/null; rm -f "$1"; exit 5')
 
 
 # which digest each board's receiving pipeline used (1 openssl, 0 sha256sum), read from its output
@@ -185,16 +190,86 @@ class _Progress:
             yield lambda n: bar.update(task, advance=n)
 
 
+_SHA_QUEUE = 8  # chunks (paramiko's stream reads 256 KiB, a pull's recv up to 1 MiB) waiting for the hash thread
+
+
+class ShaStream:
+    """sha256 of a stream's chunks, in order, and optionally their write to a file (a pull's sink).
+
+    `threaded` (a big pull): on a second thread. hashlib and file writes release the GIL for large
+    buffers, so there they overlap paramiko's per-packet Python work on the calling thread instead of
+    following it (64 MiB: ~40 ms of sha256, ~20 ms of writes; loaded 2-CPU bench: pull wall -8 to -20 %
+    for +15 ms of CPU). A push hashes inline: its reads are 256 KiB and the hand-over between the
+    threads cost more CPU than it overlapped (+50 ms per 64 MiB, slower). Small files: no thread.
+    At most `_SHA_QUEUE` chunks wait (bounded memory); an error of the write is raised on the
+    caller's thread by the next `feed` or by `hexdigest`. The thread does local work only (no wait
+    on the board), so `close` joins it without a timeout."""
+
+    def __init__(self, write: Callable[[bytes], object] | None = None, *, threaded: bool = False) -> None:
+        self._sha = hashlib.sha256()
+        self._write = write
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[bytes | None] | None = None
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._queue = queue.Queue(_SHA_QUEUE)
+            self._thread = threading.Thread(target=self._run, name="rkdet-sha256", daemon=True)
+            self._thread.start()
+
+    def _take(self, chunk: bytes) -> None:
+        self._sha.update(chunk)
+        if self._write is not None:
+            self._write(chunk)
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._take(chunk)
+                except BaseException as err:  # noqa: BLE001  # handed to the caller's thread
+                    self._error = err
+
+    def feed(self, chunk: bytes) -> None:
+        """Hash (and write) `chunk` after the chunks fed before it."""
+        if self._error is not None:
+            raise self._error
+        if self._queue is None:
+            self._take(chunk)
+        else:
+            self._queue.put(chunk)
+
+    def close(self) -> None:
+        """Finish the chunks fed so far and stop the thread; safe to call twice."""
+        if self._thread is not None and self._thread.is_alive():
+            assert self._queue is not None
+            self._queue.put(None)
+            self._thread.join()
+
+    def hexdigest(self) -> str:
+        """The sha256 of every chunk fed, once all were hashed (and written)."""
+        self.close()
+        if self._error is not None:
+            raise self._error
+        return self._sha.hexdigest()
+
+    def __enter__(self) -> ShaStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class _HashingReader:
     """Wraps a file so the sha256 is computed from the very bytes read for upload (one pass)."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: BinaryIO, sha: ShaStream) -> None:
         self._f = f
-        self.sha = hashlib.sha256()
+        self.sha = sha
 
     def read(self, n: int = -1) -> bytes:
         data = self._f.read(n)
-        self.sha.update(data)
+        self.sha.feed(data)
         return data
 
 
@@ -238,14 +313,15 @@ def _push(conn: BoardLink, pairs: Sequence[tuple[Path, str]], folders: set[str],
             continue
         tmp = _tmp_name(target)
         streamed = size >= STREAM_VERIFY_MIN_BYTES
-        with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as raw:
-            f = _HashingReader(raw)
+        with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as raw, \
+                ShaStream() as sha:
+            f = _HashingReader(raw, sha)
             if streamed:
                 _stream_verified(conn, f, size, tmp, advance, path, target, pending[0::4])
             else:
                 channel.put(f, tmp, advance, shown=f"{path} to {target}", name=path.name)
         mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
-        pending += [tmp, target, mode, "-" if streamed else f.sha.hexdigest()]
+        pending += [tmp, target, mode, "-" if streamed else sha.hexdigest()]
         stats.files_sent += 1
         stats.bytes_sent += size
     # all verified while they streamed: chmod + rename through the SFTP server when it is there (no
@@ -316,4 +392,4 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
         raise
 
 
-__all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "push", "push_files", "remote_hashes", "request_size", "sha256_file"]
+__all__ = ["PROGRESS_MIN_BYTES", "ShaStream", "TransferStats", "push", "push_files", "remote_hashes", "request_size", "sha256_file"]

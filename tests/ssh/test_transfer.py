@@ -11,7 +11,8 @@ import pytest
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.link.pull import pull
 from rkdet.link.ssh import BoardConnection, Timeouts
-from rkdet.link.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _commit_args, _HashingReader, push, remote_hashes, request_size
+from rkdet.link.transfer import (_COMMIT, STREAM_VERIFY_MIN_BYTES, ShaStream, _commit_args, _HashingReader, push,
+                                 remote_hashes, request_size)
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -167,7 +168,7 @@ def test_progress_bar_for_big_files_does_not_change_the_result(conn: BoardConnec
     assert back.read_bytes() == big.read_bytes()
 
 
-def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, remote_tmp: str, tmp_path: Path,
+def test_big_file_is_hashed_by_the_board_from_the_file_it_wrote(conn: BoardConnection, remote_tmp: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     big = tmp_path / "model.rknn"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 12345))
@@ -186,14 +187,16 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
     assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
     assert conn.run(["stat", "-c", "%a", target]).out.strip() == "640"
-    # the bytes went through the receiving pipeline once, after one skip check that made the new folder;
-    # verified in the pipeline, the file was chmodded and renamed through SFTP: no commit script ran
-    assert len(seen) == 2 and "mkdir" in seen[0] and 'tee "$1"' in seen[1]
+    # the bytes went through the receiving script once (into the temp file, then its hash read back from
+    # it), after one skip check that made the new folder; verified there, the file was chmodded and
+    # renamed through SFTP: no commit script ran
+    assert len(seen) == 2 and "mkdir" in seen[0] and 'cat > "$1" && digest < "$1"' in seen[1]
+    assert "tee" not in seen[1]
     seen.clear()
     monkeypatch.setattr(BoardConnection, "stream", spy)
     push(conn, big, f"{target}.2")  # the folder exists, nothing is at the name: asked over SFTP too
     monkeypatch.undo()
-    assert len(seen) == 1 and 'tee "$1"' in seen[0]
+    assert len(seen) == 1 and 'cat > "$1"' in seen[0]
     assert ".tmp" not in conn.run(["find", remote_tmp]).out
     assert push(conn, big, target).files_skipped == 1
 
@@ -251,7 +254,7 @@ def test_board_that_cannot_store_a_big_file_fails_in_one_line(conn: BoardConnect
     conn.run(["mkdir", "-p", locked])
     conn.run(["chmod", "555", locked])
     try:
-        with pytest.raises(BoardError, match=r"upload of .*model.rknn.* failed: tee: .*Permission denied") as info:
+        with pytest.raises(BoardError, match=r"upload of .*model.rknn.* failed: .*Permission denied") as info:
             push(conn, big, f"{locked}/model.rknn")
         assert info.value.exit_code == EXIT_BOARD and len(str(info.value).splitlines()) == 1
     finally:
@@ -301,9 +304,18 @@ def test_a_big_pull_streams_over_exec_and_a_changed_byte_is_caught(conn: BoardCo
         real_get(self, remote, size, flip, advance)
 
     monkeypatch.setattr(ExecFiles, "get", corrupting_get)
+    flags: list[bool] = []
+    real_init = ShaStream.__init__
+
+    def recording_init(self: ShaStream, write=None, *, threaded: bool = False) -> None:  # type: ignore[no-untyped-def]
+        flags.append(threaded)
+        real_init(self, write, threaded=threaded)
+
+    monkeypatch.setattr(ShaStream, "__init__", recording_init)
     with pytest.raises(BoardError, match="arrived corrupted during the pull") as info:
         pull(conn, src, tmp_path / "back.bin")
     assert info.value.exit_code == EXIT_BOARD and used == [src, "flipped"]
+    assert flags == [True]  # the big file was hashed and written on the second thread, and still refused
     assert not (tmp_path / "back.bin").exists() and not list(tmp_path.glob(".back.bin*"))
     used.clear()
     used.append("no flip")  # the next get is the second call: passes the bytes unchanged
@@ -336,7 +348,7 @@ def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: st
         monkeypatch.setattr(BoardConnection, "stream", spy)
         push(c, big, f"{dest}/b.rknn")
         monkeypatch.undo()
-        received = [cmd for cmd in seen if 'tee "$1"' in cmd]
+        received = [cmd for cmd in seen if 'cat > "$1"' in cmd]
         assert len(received) == 1 and received[0].endswith(f" {tool}")
         assert _board_sha(c, f"{dest}/b.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
         # the batched hashes (skip check, a pull's board hash) are told the tool too, and still hash
@@ -471,3 +483,34 @@ def test_push_files_sends_single_files_to_their_own_paths_with_one_skip_check_an
     assert (again.files_sent, again.files_skipped) == (0, 2)
     with pytest.raises(InputError, match="no such file to push"):
         push_files(conn, [(tmp_path / "nope", f"{remote_tmp}/nope")])
+
+
+def test_sha_stream_on_a_thread_hashes_and_writes_in_order_and_hands_back_a_write_error() -> None:
+    """A big pull's ShaStream hashes and writes on a second thread: the digest and the file are those
+    of the chunks in the order fed, and a failed write (a full disk) is raised on the caller's thread."""
+    chunks = [os.urandom(n) for n in (1 << 20, 3, 70_000, 1 << 18)] * 5
+    written: list[bytes] = []
+    with ShaStream(written.append, threaded=True) as sha:
+        for chunk in chunks:
+            sha.feed(chunk)
+        assert sha.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()
+    assert written == chunks
+
+    def full_disk(data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    sha = ShaStream(full_disk, threaded=True)
+    with pytest.raises(OSError, match="No space left"):
+        for chunk in chunks:  # a later feed raises once the thread hit the error, or hexdigest does
+            sha.feed(chunk)
+        sha.hexdigest()
+    sha.close()  # safe twice; the thread is gone
+
+
+def test_a_connection_rekeys_at_openssh_scale_not_every_512_mib(conn: BoardConnection) -> None:
+    """paramiko's transport thread can stall itself for 30 s (then drop the connection) when a channel
+    closes during a rekey; the transfer bench moves ~1 GiB each way, past paramiko's 512 MiB."""
+    from rkdet.link.ssh import REKEY_BYTES
+
+    packetizer = conn.transport.packetizer
+    assert packetizer.REKEY_BYTES == REKEY_BYTES == 1 << 32 > type(packetizer).REKEY_BYTES
