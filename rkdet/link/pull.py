@@ -13,7 +13,8 @@ single file's kind and size are one shell round trip; a folder's sizes, once its
 one SFTP lstat per file when the board serves SFTP (a link or anything but a plain file goes to
 the shell's check as before). Files
 of 4 MiB and more always come through `cat` on an exec channel (paramiko's SFTP prefetch costs
-~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest.
+~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest, and are
+hashed and written on a second host thread (`ShaStream`) while paramiko receives.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from rkdet.errors import BoardError, InputError
 from rkdet.onboard.hashing import file_sha256
 
 PROGRESS_MIN_BYTES = 8 << 20  # progress bars only for files at least this big
-STREAM_VERIFY_MIN_BYTES = 4 << 20  # pushed through _RECEIVE (hashed by the board as they arrive)
+STREAM_VERIFY_MIN_BYTES = 4 << 20  # pushed through _RECEIVE (hashed by the board in the script that wrote them)
 STALLED_BYTES_PER_S = 1 << 20  # a streamed push may take command timeout + size at this rate
 
 # the board's sha256 of stdin as "<hex> ...": openssl (CPU SHA instructions, ~1 GB/s) when it gives the
@@ -89,7 +89,7 @@ _RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1)
             + 'cat > "$1" && digest < "$1" && exit 0; cat > /dev/null; rm -f "$1"; exit 5')
 
 
-# which digest each board's receiving pipeline used (1 openssl, 0 sha256sum), read from its output
+# which digest each board's receiving script used (1 openssl, 0 sha256sum), read from its output
 # ("<hex> *stdin" is openssl's -r format, "<hex>  -" sha256sum's): later pushes skip the openssl probe
 _board_digest: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
