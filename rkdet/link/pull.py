@@ -13,12 +13,12 @@ single file's kind and size are one shell round trip; a folder's sizes, once its
 one SFTP lstat per file when the board serves SFTP (a link or anything but a plain file goes to
 the shell's check as before). Files
 of 4 MiB and more always come through `cat` on an exec channel (paramiko's SFTP prefetch costs
-~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest, and are
-hashed and written on a second host thread (`ShaStream`) while paramiko receives.
+~3x the host CPU: bench/results/ssh.md), cut off at their declared size like the rest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -34,8 +34,7 @@ from typing import BinaryIO
 
 from rkdet.link.files import BoardLink, ExecFiles, FileTransfer, TransferSessionGone
 from rkdet.link.shell import CommandRunner, remote_command
-from rkdet.link.transfer import (STREAM_VERIFY_MIN_BYTES, ShaStream, TransferStats, _Progress, remote_hashes,
-                                 sha256_file)
+from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, TransferStats, _Progress, remote_hashes, sha256_file
 from rkdet.errors import BoardError, InputError
 from rkdet.records.io import swap_folder
 
@@ -281,28 +280,28 @@ def _fetch(conn: BoardLink, remote: str, entries: Sequence[_Entry], local: Path,
                     stats.files_skipped += 1
                     stats.bytes_skipped += os.lstat(dest).st_size
                     continue
+            h = hashlib.sha256()
             try:
                 f = _create(dest)
             except OSError as err:
                 raise _refuse(conn, remote, repr(e.rel), f"cannot be written ({err.strerror})") from None
-            # big files come through `cat` on an exec channel even when SFTP is there: paramiko's
-            # prefetching get parses every 256 KiB answer in Python (64 MiB, loopback: ~3x the
-            # host CPU of the exec stream and 0.4x scp's speed); the board hashes the file meanwhile,
-            # and the host hashes and writes what arrives on a second thread (ShaStream)
-            big = e.size >= STREAM_VERIFY_MIN_BYTES
             with f:
-                sha = ShaStream(f.write, threaded=big)
+                def sink(data: bytes, f: BinaryIO = f) -> None:
+                    h.update(data)
+                    f.write(data)
+
+                # big files come through `cat` on an exec channel even when SFTP is there: paramiko's
+                # prefetching get parses every 256 KiB answer in Python (64 MiB, loopback: ~3x the
+                # host CPU of the exec stream and 0.4x scp's speed); the board hashes the file meanwhile
+                big = e.size >= STREAM_VERIFY_MIN_BYTES
                 try:
-                    size = _download(conn, ExecFiles(conn) if big else channel, e, sha.feed, bars, remote)
+                    size = _download(conn, ExecFiles(conn) if big else channel, e, sink, bars, remote)
                 except TransferSessionGone:  # dropped: this file again over exec, from its first byte
-                    sha.close()
                     f.seek(0)
                     f.truncate()
-                    sha = ShaStream(f.write, threaded=True)
-                    size = _download(conn, ExecFiles(conn), e, sha.feed, bars, remote)
-                finally:
-                    sha.close()  # every chunk written (or the thread stopped) before the file closes
-                got[index] = sha.hexdigest()
+                    h = hashlib.sha256()
+                    size = _download(conn, ExecFiles(conn), e, sink, bars, remote)
+            got[index] = h.hexdigest()
             stats.files_sent += 1
             stats.bytes_sent += size
             channel = conn.files()  # exec once a stalled SFTP was dropped

@@ -9,7 +9,8 @@ Remote helpers are POSIX sh + busybox applets only.
 
 Big pushes (>= STREAM_VERIFY_MIN_BYTES) go through one exec channel into `cat > tmp`, and the same
 board script then hashes the file it wrote (`sha256 < tmp`, read back from the page cache); the host
-hashes what it reads as it sends it. `tee tmp | sha256` hashed
+hashes its file again on a second thread once the send ended (`_HashingReader`), so the two hashes
+run side by side. `tee tmp | sha256` hashed
 while the bytes arrived, but tee's 8 KiB reads and the second pipe cost the board 40-50 ms of CPU per
 64 MiB more than `cat` + a re-read (bench/results/ssh.md), and on the bench's shared CPUs that is wall
 time. SFTP cannot hash on the server, so these files go through an exec channel on every board;
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import secrets
 import stat
 import threading
@@ -190,87 +190,56 @@ class _Progress:
             yield lambda n: bar.update(task, advance=n)
 
 
-_SHA_QUEUE = 8  # chunks (paramiko's stream reads 256 KiB, a pull's recv up to 1 MiB) waiting for the hash thread
-
-
-class ShaStream:
-    """sha256 of a stream's chunks, in order, and optionally their write to a file (a pull's sink).
-
-    `threaded` (a big pull): on a second thread. hashlib and file writes release the GIL for large
-    buffers, so there they overlap paramiko's per-packet Python work on the calling thread instead of
-    following it (64 MiB: ~40 ms of sha256, ~20 ms of writes; loaded 2-CPU bench: pull wall -8 to -20 %
-    for +15 ms of CPU). A push hashes inline: its reads are 256 KiB and the hand-over between the
-    threads cost more CPU than it overlapped (+50 ms per 64 MiB, slower). Small files: no thread.
-    At most `_SHA_QUEUE` chunks wait (bounded memory); an error of the write is raised on the
-    caller's thread by the next `feed` or by `hexdigest`. The thread does local work only (no wait
-    on the board), so `close` joins it without a timeout."""
-
-    def __init__(self, write: Callable[[bytes], object] | None = None, *, threaded: bool = False) -> None:
-        self._sha = hashlib.sha256()
-        self._write = write
-        self._error: BaseException | None = None
-        self._queue: queue.Queue[bytes | None] | None = None
-        self._thread: threading.Thread | None = None
-        if threaded:
-            self._queue = queue.Queue(_SHA_QUEUE)
-            self._thread = threading.Thread(target=self._run, name="rkdet-sha256", daemon=True)
-            self._thread.start()
-
-    def _take(self, chunk: bytes) -> None:
-        self._sha.update(chunk)
-        if self._write is not None:
-            self._write(chunk)
-
-    def _run(self) -> None:
-        assert self._queue is not None
-        while (chunk := self._queue.get()) is not None:
-            if self._error is None:
-                try:
-                    self._take(chunk)
-                except BaseException as err:  # noqa: BLE001  # handed to the caller's thread
-                    self._error = err
-
-    def feed(self, chunk: bytes) -> None:
-        """Hash (and write) `chunk` after the chunks fed before it."""
-        if self._error is not None:
-            raise self._error
-        if self._queue is None:
-            self._take(chunk)
-        else:
-            self._queue.put(chunk)
-
-    def close(self) -> None:
-        """Finish the chunks fed so far and stop the thread; safe to call twice."""
-        if self._thread is not None and self._thread.is_alive():
-            assert self._queue is not None
-            self._queue.put(None)
-            self._thread.join()
-
-    def hexdigest(self) -> str:
-        """The sha256 of every chunk fed, once all were hashed (and written)."""
-        self.close()
-        if self._error is not None:
-            raise self._error
-        return self._sha.hexdigest()
-
-    def __enter__(self) -> ShaStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 class _HashingReader:
-    """Wraps a file so the sha256 is computed from the very bytes read for upload (one pass)."""
+    """What a push reads a file through, and the host's sha256 of it.
 
-    def __init__(self, f: BinaryIO, sha: ShaStream) -> None:
+    Small files: the sha256 of the very bytes read for upload (one pass). A streamed file
+    (`rehash`, the file's path): its bytes pass through unhashed, and once the send reached the end
+    of the file a second thread hashes the file read again (page cache), while the board hashes the
+    file it wrote. Why: hashing inline made the host's sha256 (~40 ms per 64 MiB) part of the send,
+    whose Python packet work is the slowest stage; after it, the two hashes run side by side on two
+    CPUs. A file changed during the push then fails the comparison (nothing lands), where inline
+    hashing would have placed a torn copy."""
+
+    def __init__(self, f: BinaryIO, rehash: Path | None = None) -> None:
         self._f = f
-        self.sha = sha
+        self._rehash = rehash
+        self._sha = hashlib.sha256()
+        self._thread: threading.Thread | None = None
+        self._error: OSError | None = None
 
     def read(self, n: int = -1) -> bytes:
         data = self._f.read(n)
-        self.sha.feed(data)
+        if self._rehash is None:
+            self._sha.update(data)
+        elif not data:
+            self._start_rehash()
         return data
+
+    def _start_rehash(self) -> None:
+        if self._thread is None and self._rehash is not None:
+            self._thread = threading.Thread(target=self._hash_file, args=(self._rehash,), name="rkdet-sha256",
+                                            daemon=True)
+            self._thread.start()
+
+    def _hash_file(self, path: Path) -> None:
+        try:
+            with open(path, "rb", buffering=0) as f:
+                buf = bytearray(1 << 20)
+                view = memoryview(buf)
+                while n := f.readinto(buf):
+                    self._sha.update(view[:n])  # hashlib releases the GIL for large buffers
+        except OSError as err:
+            self._error = err
+
+    def hexdigest(self) -> str:
+        """The host's sha256 (a streamed file: once its second thread finished; local work only)."""
+        self._start_rehash()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._sha.hexdigest()
 
 
 def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -> TransferStats:
@@ -313,15 +282,14 @@ def _push(conn: BoardLink, pairs: Sequence[tuple[Path, str]], folders: set[str],
             continue
         tmp = _tmp_name(target)
         streamed = size >= STREAM_VERIFY_MIN_BYTES
-        with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as raw, \
-                ShaStream() as sha:
-            f = _HashingReader(raw, sha)
+        with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as raw:
+            f = _HashingReader(raw, path if streamed else None)
             if streamed:
                 _stream_verified(conn, f, size, tmp, advance, path, target, pending[0::4])
             else:
                 channel.put(f, tmp, advance, shown=f"{path} to {target}", name=path.name)
         mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
-        pending += [tmp, target, mode, "-" if streamed else sha.hexdigest()]
+        pending += [tmp, target, mode, "-" if streamed else f.hexdigest()]
         stats.files_sent += 1
         stats.bytes_sent += size
     # all verified while they streamed: chmod + rename through the SFTP server when it is there (no
@@ -383,7 +351,7 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
         if rc != 0:
             said = err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"]
             raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: {said[0]}")
-        if board_sha != reader.sha.hexdigest():
+        if board_sha != reader.hexdigest():
             raise BoardError(f"{conn.target.label}: {target} arrived corrupted (the board's sha256 of the bytes "
                              f"it received differs from the host's sha256 of {path}); retry the push")
     except BoardError:
@@ -392,4 +360,4 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
         raise
 
 
-__all__ = ["PROGRESS_MIN_BYTES", "ShaStream", "TransferStats", "push", "push_files", "remote_hashes", "request_size", "sha256_file"]
+__all__ = ["PROGRESS_MIN_BYTES", "TransferStats", "push", "push_files", "remote_hashes", "request_size", "sha256_file"]

@@ -11,8 +11,8 @@ import pytest
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.link.pull import pull
 from rkdet.link.ssh import BoardConnection, Timeouts
-from rkdet.link.transfer import (_COMMIT, STREAM_VERIFY_MIN_BYTES, ShaStream, _commit_args, _HashingReader, push,
-                                 remote_hashes, request_size)
+from rkdet.link.transfer import (_COMMIT, STREAM_VERIFY_MIN_BYTES, _commit_args, _HashingReader, push, remote_hashes,
+                                 request_size)
 from rkdet.errors import EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
@@ -304,18 +304,9 @@ def test_a_big_pull_streams_over_exec_and_a_changed_byte_is_caught(conn: BoardCo
         real_get(self, remote, size, flip, advance)
 
     monkeypatch.setattr(ExecFiles, "get", corrupting_get)
-    flags: list[bool] = []
-    real_init = ShaStream.__init__
-
-    def recording_init(self: ShaStream, write=None, *, threaded: bool = False) -> None:  # type: ignore[no-untyped-def]
-        flags.append(threaded)
-        real_init(self, write, threaded=threaded)
-
-    monkeypatch.setattr(ShaStream, "__init__", recording_init)
     with pytest.raises(BoardError, match="arrived corrupted during the pull") as info:
         pull(conn, src, tmp_path / "back.bin")
     assert info.value.exit_code == EXIT_BOARD and used == [src, "flipped"]
-    assert flags == [True]  # the big file was hashed and written on the second thread, and still refused
     assert not (tmp_path / "back.bin").exists() and not list(tmp_path.glob(".back.bin*"))
     used.clear()
     used.append("no flip")  # the next get is the second call: passes the bytes unchanged
@@ -485,26 +476,33 @@ def test_push_files_sends_single_files_to_their_own_paths_with_one_skip_check_an
         push_files(conn, [(tmp_path / "nope", f"{remote_tmp}/nope")])
 
 
-def test_sha_stream_on_a_thread_hashes_and_writes_in_order_and_hands_back_a_write_error() -> None:
-    """A big pull's ShaStream hashes and writes on a second thread: the digest and the file are those
-    of the chunks in the order fed, and a failed write (a full disk) is raised on the caller's thread."""
-    chunks = [os.urandom(n) for n in (1 << 20, 3, 70_000, 1 << 18)] * 5
-    written: list[bytes] = []
-    with ShaStream(written.append, threaded=True) as sha:
-        for chunk in chunks:
-            sha.feed(chunk)
-        assert sha.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()
-    assert written == chunks
+def test_a_streamed_file_changed_during_its_push_is_refused_and_nothing_lands(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed file's host hash is of the file read again once its bytes were sent (on a second
+    thread, beside the board's hash): a file rewritten during the push fails the comparison, where a
+    hash of the bytes as read would have matched the board's and placed a torn copy."""
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 9))
+    size = big.stat().st_size
+    real_read = _HashingReader.read
+    changed: list[int] = []
 
-    def full_disk(data: bytes) -> None:
-        raise OSError(28, "No space left on device")
+    def rewrite_then_read(self: _HashingReader, n: int = -1) -> bytes:
+        if self._f.tell() == size and not changed:  # everything sent: a build rewrites the file now
+            changed.append(1)
+            with open(big, "r+b") as f:
+                f.write(b"\x00" * 4096)
+        return real_read(self, n)
 
-    sha = ShaStream(full_disk, threaded=True)
-    with pytest.raises(OSError, match="No space left"):
-        for chunk in chunks:  # a later feed raises once the thread hit the error, or hexdigest does
-            sha.feed(chunk)
-        sha.hexdigest()
-    sha.close()  # safe twice; the thread is gone
+    monkeypatch.setattr(_HashingReader, "read", rewrite_then_read)
+    target = f"{remote_tmp}/torn/model.rknn"
+    with pytest.raises(BoardError, match="model.rknn arrived corrupted") as info:
+        push(conn, big, target)
+    assert info.value.exit_code == EXIT_BOARD and changed == [1]
+    assert conn.run(["find", f"{remote_tmp}/torn", "-type", "f"]).out.strip() == ""
+    monkeypatch.undo()
+    assert push(conn, big, target).files_sent == 1  # the file as it is now
+    assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
 
 
 def test_a_connection_rekeys_at_openssh_scale_not_every_512_mib(conn: BoardConnection) -> None:
