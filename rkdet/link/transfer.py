@@ -206,7 +206,8 @@ class _HashingReader:
         self._rehash = rehash
         self._sha = hashlib.sha256()
         self._thread: threading.Thread | None = None
-        self._error: OSError | None = None
+        self._digest = ""  # the re-read file's
+        self._error: InputError | None = None
 
     def read(self, n: int = -1) -> bytes:
         data = self._f.read(n)
@@ -224,22 +225,21 @@ class _HashingReader:
 
     def _hash_file(self, path: Path) -> None:
         try:
-            with open(path, "rb", buffering=0) as f:
-                buf = bytearray(1 << 20)
-                view = memoryview(buf)
-                while n := f.readinto(buf):
-                    self._sha.update(view[:n])  # hashlib releases the GIL for large buffers
+            self._digest = sha256_file(path)  # hashlib releases the GIL for its 1 MiB chunks
         except OSError as err:
-            self._error = err
+            self._error = InputError(f"{path}: cannot be read again to hash it after sending it "
+                                     f"({err.strerror or err}); nothing was placed on the board, retry the push")
 
     def hexdigest(self) -> str:
         """The host's sha256 (a streamed file: once its second thread finished; local work only)."""
+        if self._rehash is None:
+            return self._sha.hexdigest()
         self._start_rehash()
-        if self._thread is not None:
-            self._thread.join()
+        assert self._thread is not None
+        self._thread.join()
         if self._error is not None:
             raise self._error
-        return self._sha.hexdigest()
+        return self._digest
 
 
 def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -> TransferStats:
@@ -352,9 +352,9 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
             said = err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"]
             raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: {said[0]}")
         if board_sha != reader.hexdigest():
-            raise BoardError(f"{conn.target.label}: {target} arrived corrupted (the board's sha256 of the bytes "
-                             f"it received differs from the host's sha256 of {path}); retry the push")
-    except BoardError:
+            raise BoardError(f"{conn.target.label}: {target} arrived corrupted (the board's sha256 of the file "
+                             f"it wrote differs from the host's sha256 of {path}); retry the push")
+    except (BoardError, InputError):
         with suppress(BoardError):  # the connection may be gone: the first error is the one to report
             conn.run(["rm", "-f", tmp, *earlier_tmps], check=False)
         raise

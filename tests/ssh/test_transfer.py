@@ -13,7 +13,7 @@ from rkdet.link.pull import pull
 from rkdet.link.ssh import BoardConnection, Timeouts
 from rkdet.link.transfer import (_COMMIT, STREAM_VERIFY_MIN_BYTES, _commit_args, _HashingReader, push, remote_hashes,
                                  request_size)
-from rkdet.errors import EXIT_BOARD, BoardError, InputError
+from rkdet.errors import EXIT_BAD_INPUT, EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
 NASTY = "a b;$(touch x)'\"`touch y`|&"
@@ -503,6 +503,27 @@ def test_a_streamed_file_changed_during_its_push_is_refused_and_nothing_lands(
     monkeypatch.undo()
     assert push(conn, big, target).files_sent == 1  # the file as it is now
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+def test_a_streamed_file_gone_before_its_host_hash_is_one_line_and_leaves_no_temp(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host hashes a streamed file again after sending it: when it can no longer be read, the push
+    names the file in one line (bad input, not the board) and removes its temp file on the board."""
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
+    size = big.stat().st_size
+    real_read = _HashingReader.read
+
+    def remove_then_read(self: _HashingReader, n: int = -1) -> bytes:
+        if self._f.tell() == size and big.exists():  # everything sent; the file is deleted now
+            big.unlink()
+        return real_read(self, n)
+
+    monkeypatch.setattr(_HashingReader, "read", remove_then_read)
+    with pytest.raises(InputError, match=r"model.rknn: cannot be read again to hash it") as info:
+        push(conn, big, f"{remote_tmp}/gone/model.rknn")
+    assert info.value.exit_code == EXIT_BAD_INPUT and len(str(info.value).splitlines()) == 1
+    assert conn.run(["find", f"{remote_tmp}/gone", "-type", "f"]).out.strip() == ""
 
 
 def test_a_connection_rekeys_at_openssh_scale_not_every_512_mib(conn: BoardConnection) -> None:
