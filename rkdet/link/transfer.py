@@ -342,7 +342,7 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
         known = _known_digest(conn)
         rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp, known]), stdin=reader, stdout=out.extend,
                          stderr=err.extend, on_send=advance, what=f"upload {path.name}",
-                         timeout=conn.command_timeout + size / STALLED_BYTES_PER_S)
+                         timeout=conn.command_timeout + size / STALLED_BYTES_PER_S, bulk=size)
         words = out.split()
         board_sha = words[0].decode("ascii", "replace") if words else ""
         if rc == 0 and len(words) == 2 and words[1] in (b"*stdin", b"-"):

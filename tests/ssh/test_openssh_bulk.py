@@ -1,0 +1,158 @@
+"""Big streams through OpenSSH's client over a ControlMaster (rkdet.link.openssh): used once a connection
+keeps moving big files, as verified and as strict as the paramiko path, ended with the connection."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import paramiko
+import pytest
+
+import rkdet.link.ssh as ssh_module
+from rkdet.emulator.sshd import EmulatedBoard
+from rkdet.errors import EXIT_BOARD, BoardError
+from rkdet.link import openssh
+from rkdet.link.openssh import OpenSshStreams
+from rkdet.link.pull import pull
+from rkdet.link.ssh import BoardConnection, Timeouts
+from rkdet.link.target import Target
+from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, _HashingReader, push
+
+FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
+
+
+def _board_sha(conn: BoardConnection, path: str) -> str:
+    return conn.run(["sh", "-c", 'sha256sum < "$1"', "sh", path]).out.split()[0]
+
+
+@pytest.fixture
+def streamed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The commands that went through OpenSSH's client."""
+    seen: list[str] = []
+    real = OpenSshStreams.stream
+
+    def spy(self: OpenSshStreams, command: str, **kw):  # type: ignore[no-untyped-def]
+        seen.append(command)
+        return real(self, command, **kw)
+
+    monkeypatch.setattr(OpenSshStreams, "stream", spy)
+    return seen
+
+
+def test_a_connection_that_keeps_moving_big_files_moves_them_through_openssh(
+        board: EmulatedBoard, tmp_path: Path, streamed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", STREAM_VERIFY_MIN_BYTES + 1)
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
+    want = hashlib.sha256(big.read_bytes()).hexdigest()
+    with board.connect(timeouts=FAST) as c:
+        dest = c.abspath("~/bulk")
+        push(c, big, f"{dest}/a.rknn")  # the first big file: paramiko, no master started for it
+        assert streamed == [] and c._openssh is None  # noqa: SLF001
+        push(c, big, f"{dest}/b.rknn")  # the connection has moved enough: the master starts, the bytes go through it
+        got = pull(c, f"{dest}/b.rknn", tmp_path / "back.rknn")
+        assert len(streamed) == 2 and 'cat > "$1"' in streamed[0] and streamed[1].startswith("cat ")
+        assert _board_sha(c, f"{dest}/b.rknn") == want and got.bytes_sent == big.stat().st_size
+        assert hashlib.sha256((tmp_path / "back.rknn").read_bytes()).hexdigest() == want
+        streams = c._openssh  # noqa: SLF001
+        assert streams is not None and streams.master_pid is not None
+        pid, folder = streams.master_pid, streams._dir  # noqa: SLF001
+        assert folder is not None and folder.is_dir()
+        c.run(["rm", "-rf", dest])
+    # the connection's close ends the master and removes its folder (socket, pinned known_hosts)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not folder.exists()
+
+
+def test_a_changed_byte_is_refused_on_the_openssh_path_both_ways(
+        board: EmulatedBoard, tmp_path: Path, streamed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", 0)
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 3))
+    real_read = _HashingReader.read
+
+    def corrupting_read(self: _HashingReader, n: int = -1) -> bytes:
+        data = real_read(self, n)
+        return bytes([data[0] ^ 1]) + data[1:] if data else data
+
+    with board.connect(timeouts=FAST) as c:
+        dest = c.abspath("~/bulk-bad")
+        monkeypatch.setattr(_HashingReader, "read", corrupting_read)
+        with pytest.raises(BoardError, match="model.rknn arrived corrupted") as info:
+            push(c, big, f"{dest}/model.rknn")
+        assert info.value.exit_code == EXIT_BOARD and len(streamed) == 1
+        assert c.run(["find", dest, "-type", "f"]).out.strip() == ""  # nothing landed, no temp file
+        monkeypatch.setattr(_HashingReader, "read", real_read)
+        push(c, big, f"{dest}/model.rknn")
+        # the pull: the board lies about the file's hash (it changed between hash and read)
+        monkeypatch.setattr("rkdet.link.pull.remote_hashes", lambda conn, paths, mkdirs=(): ["0" * 64] * len(paths))
+        with pytest.raises(BoardError, match="arrived corrupted during the pull"):
+            pull(c, f"{dest}/model.rknn", tmp_path / "back.rknn")
+        assert len(streamed) == 3 and not (tmp_path / "back.rknn").exists()
+        assert not list(tmp_path.glob(".back.rknn*"))
+        c.run(["rm", "-rf", dest])
+
+
+def test_openssh_refuses_a_host_key_other_than_the_one_paramiko_verified(
+        board: EmulatedBoard, tmp_path: Path, streamed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master pins the key the connection verified (StrictHostKeyChecking=yes, BatchMode): another
+    key is refused, and the connection stays on paramiko, still verified."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    other = paramiko.Ed25519Key(filename=str(tmp_path / "other"))
+    with board.connect(timeouts=FAST) as c:
+        wrong = OpenSshStreams(c.target, other, 10)
+        assert not wrong.start() and "Host key verification failed" in wrong.why_not
+        assert wrong.master_pid is None and wrong._dir is None  # noqa: SLF001  # nothing left behind
+        right = OpenSshStreams(c.target, c.transport.get_remote_server_key(), 10)
+        assert right.start()
+        right.close()
+        monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", 0)
+        monkeypatch.setattr(c.transport, "get_remote_server_key", lambda: other)
+        big = tmp_path / "model.rknn"
+        big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES))
+        push(c, big, c.abspath("~/bulk-key/model.rknn"))
+        assert streamed == [] and c._openssh is None  # noqa: SLF001
+        assert _board_sha(c, c.abspath("~/bulk-key/model.rknn")) == hashlib.sha256(big.read_bytes()).hexdigest()
+        c.run(["rm", "-rf", c.abspath("~/bulk-key")])
+
+
+def test_only_a_direct_key_file_connection_uses_openssh(tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    key.write_text("a key file")
+    base = dict(name="b", hostname="127.0.0.1", port=2222, user="u")
+    assert openssh.available(Target(**base, identities=(key,)))
+    assert not openssh.available(Target(**base))  # agent or default keys: paramiko's choice, not repeatable here
+    assert not openssh.available(Target(**base, identities=(tmp_path / "missing",)))
+    assert not openssh.available(Target(**base, identities=(key,), proxy_jump="jump"))
+
+
+def test_a_stream_through_openssh_is_bounded_and_a_dead_master_is_one_line(board: EmulatedBoard) -> None:
+    import time
+
+    with board.connect(timeouts=FAST) as c:
+        streams = OpenSshStreams(c.target, c.transport.get_remote_server_key(), 10)
+        assert streams.start()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(BoardError, match="`sleep` timed out"):
+                streams.stream("sleep 30", stdout=None, stderr=None, stdin=None, deadline=time.monotonic() + 0.5,
+                               on_send=None, label=c.target.label, what="sleep")
+            assert time.monotonic() - t0 < 10
+            out = bytearray()
+            assert streams.stream("echo hi; exit 4", stdout=out.extend, stderr=None, stdin=None,
+                                  deadline=time.monotonic() + 30, on_send=None, label=c.target.label, what="echo") == 4
+            assert bytes(out) == b"hi\n"
+            pid = streams.master_pid
+            assert pid is not None
+            os.kill(pid, 9)  # the master is gone: the client may not connect on its own (ProxyCommand=false)
+            while streams.master_pid is not None:
+                time.sleep(0.01)
+            with pytest.raises(BoardError, match="connection lost during `echo`"):
+                streams.stream("echo hi", stdout=None, stderr=None, stdin=None, deadline=time.monotonic() + 30,
+                               on_send=None, label=c.target.label, what="echo")
+        finally:
+            streams.close()
