@@ -77,8 +77,9 @@ class Cpu:
     stock paramiko; scp, its ssh mux client and the ControlMaster for scp) and the board (its sshd
     tree). CPU, not wall: on a shared machine it is what the transfer itself costs."""
 
-    def __init__(self, board_pid: int, masters: dict[str, int | None]) -> None:
-        self.board_pid, self.masters = board_pid, masters
+    def __init__(self, board_pid: int, masters: dict[str, int | None],
+                 own_master: Callable[[], int | None] = lambda: None) -> None:
+        self.board_pid, self.masters, self.own_master = board_pid, masters, own_master
         self.host: dict[str, list[float]] = {}
         self.board: dict[str, list[float]] = {}
 
@@ -86,13 +87,14 @@ class Cpu:
         """Run fn; record its host and board CPU under `name`; return its wall time. A contender
         with a ControlMaster (scp) is charged its child processes and that master; any other, this
         process."""
-        master = self.masters.get(contender)
+        master = self.masters[contender] if contender in self.masters else self.own_master()
         b0, m0 = _tree_cpu(self.board_pid), _tree_cpu(master)
         c0, p0, t0 = _children_cpu(), time.process_time(), time.perf_counter()
         fn()
         wall, p1, c1 = time.perf_counter() - t0, time.process_time(), _children_cpu()
         m1, b1 = _tree_cpu(master), _tree_cpu(self.board_pid)
-        host = (c1 - c0) + (m1 - m0) if contender in self.masters else p1 - p0
+        # rkdet: its process, the `ssh` clients it ran and its own ControlMaster (big streams, rkdet.link.openssh)
+        host = (c1 - c0) + (m1 - m0) + (0.0 if contender in self.masters else p1 - p0)
         self.host.setdefault(name, []).append(host)
         self.board.setdefault(name, []).append(b1 - b0)
         return wall
@@ -191,7 +193,8 @@ def main() -> None:
                        check=True, env=env)
         sftp = conn.sftp()
         assert sftp is not None
-        cpu = Cpu(board._proc.pid, {"scp": master_pid(control, alias, env), "scp-gcm": master_pid(control_gcm, alias, env)})  # noqa: SLF001  # the sshd listener
+        cpu = Cpu(board._proc.pid, {"scp": master_pid(control, alias, env), "scp-gcm": master_pid(control_gcm, alias, env)},  # noqa: SLF001  # the sshd listener
+                  lambda: conn._openssh.master_pid if conn._openssh is not None else None)  # noqa: SLF001
         for path in (MODEL, big):
             size, name = path.stat().st_size / MiB, path.name
             t = race({

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,11 @@ _CHUNK = 1 << 20
 _PIPE_BYTES = 1 << 20  # pipe buffers to and from the client (64 KiB by default: 16x more wakeups)
 _SOCKET_PATH_MAX = 100  # AF_UNIX paths are at most 107 bytes
 _CIPHERS = "aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr,aes256-ctr"
+# the master goes to the background once up (its exit 0 says so) and ends by itself after this many
+# seconds without a client: a killed rkdet leaves nothing running for longer; a master idle for
+# _RESTART_IDLE_S is replaced before a stream rather than raced against its own timer
+MASTER_IDLE_S = 30
+_RESTART_IDLE_S = 20
 
 
 def available(target: Target) -> bool:
@@ -64,7 +70,7 @@ class OpenSshStreams:
         self._host_key = host_key
         self._start_timeout = start_timeout
         self._dir: Path | None = None
-        self._master: subprocess.Popen[bytes] | None = None
+        self._used = 0.0  # when a stream last ended (the master's idle timer)
         self.why_not = ""  # what the master said when it did not come up
 
     @property
@@ -81,6 +87,13 @@ class OpenSshStreams:
                 "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none",
                 "-o", f"ControlPath={self._control}", "-p", str(tgt.port), "-l", tgt.user]
 
+    def ready(self) -> bool:
+        """Up and not about to end on its idle timer (else closed: start it again)."""
+        if self._dir is not None and self._control.exists() and time.monotonic() - self._used < _RESTART_IDLE_S:
+            return True
+        self.close()
+        return False
+
     def start(self) -> bool:
         """Start the master and wait (bounded) until it is up; False, all undone, when it does not come up."""
         self._dir = Path(tempfile.mkdtemp(prefix="rkdet-ssh-"))
@@ -91,19 +104,24 @@ class OpenSshStreams:
         (self._dir / "known_hosts").write_text(
             f"{tgt.host_key_name} {self._host_key.get_name()} {self._host_key.get_base64()}\n")
         keys = [a for p in tgt.identities if Path(p).expanduser().is_file() for a in ("-i", str(Path(p).expanduser()))]
-        argv = ["ssh", "-M", "-N", *self._common(), *keys, "-o", "ControlMaster=yes", "-o", "ControlPersist=no",
+        argv = ["ssh", "-M", "-N", *self._common(), *keys, "-o", "ControlMaster=yes",
+                "-o", f"ControlPersist={MASTER_IDLE_S}",
                 "-o", f"ConnectTimeout={max(1, int(self._start_timeout))}", "-o", "ServerAliveInterval=15",
                 "-o", "ServerAliveCountMax=3", "-o", f"Ciphers={_CIPHERS}", "-o", "ClearAllForwardings=yes",
                 "-o", "PermitLocalCommand=no", "--", tgt.hostname]
         with open(self._dir / "master.log", "wb") as log:
-            self._master = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                            env={k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"},
-                                            start_new_session=True)
-        deadline = time.monotonic() + self._start_timeout
-        while time.monotonic() < deadline and self._master.poll() is None:
-            if self._control.exists():
-                return True
-            time.sleep(0.005)
+            starter = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                       env={k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"},
+                                       start_new_session=True)
+        try:
+            rc = starter.wait(self._start_timeout)  # 0 once authenticated and in the background
+        except subprocess.TimeoutExpired:
+            starter.kill()
+            starter.wait()
+            rc = -1
+        if rc == 0 and self._control.exists():
+            self._used = time.monotonic()
+            return True
         with contextlib.suppress(OSError):
             self.why_not = (self._dir / "master.log").read_text("utf-8", "replace").strip()[-500:]
         self.close()
@@ -115,7 +133,7 @@ class OpenSshStreams:
         """Run a quoted command line through the master, as BoardConnection.stream does: stdin fed,
         both outputs drained, a deadline on the whole (the client is killed at it); its exit code.
         BoardError when the client could not reach the board through the master (exit 255)."""
-        assert self._master is not None
+        assert self._dir is not None
         argv = ["ssh", *self._common(), "-o", "ControlMaster=no", "-o", "ProxyCommand=false", "-T", "--",
                 self._target.hostname, command]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -167,6 +185,7 @@ class OpenSshStreams:
             rc = -1
         finally:
             watchdog.cancel()
+            self._used = time.monotonic()
         if failed and not isinstance(failed[0], BrokenPipeError):
             raise failed[0]
         if timed_out.is_set():
@@ -197,23 +216,46 @@ class OpenSshStreams:
                 proc.stdin.close()
 
     def close(self) -> None:
-        """End the master and remove its folder; safe to call twice."""
-        master, self._master = self._master, None
-        if master is not None and master.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                master.send_signal(signal.SIGTERM)
-            try:
-                master.wait(5)
-            except subprocess.TimeoutExpired:
-                master.kill()
-                master.wait(5)
-        folder, self._dir = self._dir, None
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+        """End the master (`ssh -O exit`, then SIGTERM to its pid) and remove its folder; safe twice."""
+        folder = self._dir
+        if folder is None:
+            return
+        pid = self.master_pid
+        if pid is not None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                subprocess.run(["ssh", "-S", str(self._control), "-O", "exit", "rkdet-master"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=5)
+            deadline = time.monotonic() + 2
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if _alive(pid):
+                    os.kill(pid, signal.SIGTERM)
+        self._dir = None
+        shutil.rmtree(folder, ignore_errors=True)
 
     @property
     def master_pid(self) -> int | None:
-        return self._master.pid if self._master is not None and self._master.poll() is None else None
+        """The master's pid while it runs (`ssh -O check`), else None."""
+        if self._dir is None or not self._control.exists():
+            return None
+        try:
+            said = subprocess.run(["ssh", "-S", str(self._control), "-O", "check", "rkdet-master"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=5).stderr
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        found = re.search(r"pid=(\d+)", said)
+        return int(found.group(1)) if found else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def streams_for(target: Target, host_key: paramiko.PKey, start_timeout: float) -> OpenSshStreams | None:

@@ -333,14 +333,14 @@ class BoardConnection:
         """
         limit = self.timeouts.command if timeout is None else timeout
         deadline = time.monotonic() + limit
-        openssh = self.bulk_streams(bulk) if bulk else None
-        if openssh is not None:
+        client = self.bulk_streams(bulk) if bulk else None
+        if client is not None:
             try:
-                return openssh.stream(command, stdout=stdout, stderr=stderr, stdin=stdin, deadline=deadline,
-                                      on_send=on_send, label=self.target.label, what=what)
+                return client.stream(command, stdout=stdout, stderr=stderr, stdin=stdin, deadline=deadline,
+                                     on_send=on_send, label=self.target.label, what=what)
             except BoardError:
-                if openssh.master_pid is None:  # the master died: later streams use paramiko
-                    openssh.close()
+                if client.master_pid is None:  # the master died: later streams use paramiko
+                    client.close()
                     self._openssh = None
                 raise
         try:
@@ -422,6 +422,8 @@ class BoardConnection:
         if size < STREAM_BULK_MIN_BYTES:
             return None
         before, self._bulk_bytes = self._bulk_bytes, self._bulk_bytes + size
+        if self._openssh is not None and not self._openssh.ready():  # ended by its idle timer: start it again
+            self._openssh, self._openssh_tried = None, False
         if self._openssh is None and not self._openssh_tried and before >= OPENSSH_AFTER_BYTES:
             self._openssh_tried = True
             self._openssh = openssh.streams_for(self.target, self.transport.get_remote_server_key(),

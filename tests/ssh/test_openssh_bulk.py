@@ -24,6 +24,23 @@ from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, _HashingReader, push
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
 
 
+def _gone(pid: int, wait: float = 5.0) -> bool:
+    """The process ended (absent, or a zombie its new parent has not reaped yet), within `wait` s."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
 def _board_sha(conn: BoardConnection, path: str) -> str:
     return conn.run(["sh", "-c", 'sha256sum < "$1"', "sh", path]).out.split()[0]
 
@@ -63,9 +80,7 @@ def test_a_connection_that_keeps_moving_big_files_moves_them_through_openssh(
         assert folder is not None and folder.is_dir()
         c.run(["rm", "-rf", dest])
     # the connection's close ends the master and removes its folder (socket, pinned known_hosts)
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
-    assert not folder.exists()
+    assert _gone(pid) and not folder.exists()
 
 
 def test_a_changed_byte_is_refused_on_the_openssh_path_both_ways(
@@ -156,3 +171,32 @@ def test_a_stream_through_openssh_is_bounded_and_a_dead_master_is_one_line(board
                                on_send=None, label=c.target.label, what="echo")
         finally:
             streams.close()
+
+
+def test_the_master_ends_by_itself_when_idle_and_an_idle_one_is_replaced(
+        board: EmulatedBoard, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A master nobody uses ends on its own (ControlPersist: a killed rkdet leaves nothing running for
+    longer); one near its idle limit is replaced before a stream instead of racing its timer."""
+    import time
+
+    monkeypatch.setattr(openssh, "MASTER_IDLE_S", 1)
+    with board.connect(timeouts=FAST) as c:
+        streams = OpenSshStreams(c.target, c.transport.get_remote_server_key(), 10)
+        assert streams.start()
+        pid = streams.master_pid
+        assert pid is not None
+        deadline = time.monotonic() + 10
+        while streams.master_pid is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert streams.master_pid is None and not streams.ready()  # ended by itself; closed, folder removed
+        assert _gone(pid)
+    monkeypatch.setattr(openssh, "MASTER_IDLE_S", 30)
+    monkeypatch.setattr(openssh, "_RESTART_IDLE_S", 0)
+    monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", 0)
+    with board.connect(timeouts=FAST) as c:
+        first = c.bulk_streams(STREAM_VERIFY_MIN_BYTES)
+        assert first is not None
+        old = first.master_pid
+        second = c.bulk_streams(STREAM_VERIFY_MIN_BYTES)  # idle past the (patched) limit: a new master
+        assert second is not None and second is not first and second.master_pid not in (None, old)
+        assert old is not None and _gone(old)
