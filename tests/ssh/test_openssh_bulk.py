@@ -47,7 +47,8 @@ def _board_sha(conn: BoardConnection, path: str) -> str:
 
 @pytest.fixture
 def streamed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The commands that went through OpenSSH's client."""
+    """The commands that went through OpenSSH's client (for streams from 4 MiB, not 32: cheaper files)."""
+    monkeypatch.setattr(ssh_module, "OPENSSH_MIN_BYTES", STREAM_VERIFY_MIN_BYTES)
     seen: list[str] = []
     real = OpenSshStreams.stream
 
@@ -193,6 +194,7 @@ def test_the_master_ends_by_itself_when_idle_and_an_idle_one_is_replaced(
     monkeypatch.setattr(openssh, "MASTER_IDLE_S", 30)
     monkeypatch.setattr(openssh, "_RESTART_IDLE_S", 0)
     monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", 0)
+    monkeypatch.setattr(ssh_module, "OPENSSH_MIN_BYTES", STREAM_VERIFY_MIN_BYTES)
     with board.connect(timeouts=FAST) as c:
         first = c.bulk_streams(STREAM_VERIFY_MIN_BYTES)
         assert first is not None
