@@ -2,10 +2,11 @@
 
 Why: paramiko does the SSH packet work in Python (a cipher call and BufferedPipe copies per 32 KiB
 packet, on the GIL); OpenSSH's `ssh` does it in C, in its own process. Streamed pushes and pulls of
-big files on a connection that keeps moving them go through it (64 MiB, loaded 2-CPU bench, host
-CPU: push 128 vs 161 ms, pull 141 vs 200 ms: bench/results/ssh.md). A fresh `ssh` per file would
-pay a handshake (~120 ms of host CPU, ~300 ms of wall) each time, so one master runs per
-`BoardConnection`, started on demand and ended with it. It is as strict as paramiko's connection:
+files of 32 MiB and more on a connection that keeps moving them go through it (64 MiB, loaded 2-CPU
+A/B, host CPU: push 128 vs 161 ms, pull 141 vs 200 ms: bench/results/ssh.md; rules in
+`BoardConnection.bulk_streams`). A fresh `ssh` per file would pay a handshake (~120 ms of host CPU,
+~300 ms of wall) each time, so one master runs per `BoardConnection`, started on demand, ended with
+it or by itself MASTER_IDLE_S after its last client. It is as strict as paramiko's connection:
 BatchMode (never a prompt), StrictHostKeyChecking=yes against a known_hosts holding only the host
 key paramiko's connection verified, the connection's own key files only (no agent, no user
 ssh_config: `-F /dev/null`), a client that cannot connect on its own if the master is gone
