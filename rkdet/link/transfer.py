@@ -198,8 +198,9 @@ class _HashingReader:
     of the file a second thread hashes the file read again (page cache), while the board hashes the
     file it wrote. Why: hashing inline made the host's sha256 (~40 ms per 64 MiB) part of the send,
     whose Python packet work is the slowest stage; after it, the two hashes run side by side on two
-    CPUs. A file changed during the push then fails the comparison (nothing lands), where inline
-    hashing would have placed a torn copy."""
+    CPUs. A file rewritten during the push then fails the comparison (nothing lands), where inline
+    hashing would have placed a torn copy. Through OpenSSH's client (`direct_fd`) the client reads
+    the file itself and the re-hash runs beside it from the start."""
 
     def __init__(self, f: BinaryIO, rehash: Path | None = None) -> None:
         self._f = f
@@ -216,6 +217,15 @@ class _HashingReader:
         elif not data:
             self._start_rehash()
         return data
+
+    def direct_fd(self) -> int | None:
+        """The file's descriptor, for a sender that reads the file itself (OpenSSH's client: no copy
+        through Python), or None when the host must hash the bytes as read (small files). The host's
+        re-hash starts now, beside that sender."""
+        if self._rehash is None:
+            return None
+        self._start_rehash()
+        return self._f.fileno()
 
     def _start_rehash(self) -> None:
         if self._thread is None and self._rehash is not None:

@@ -19,7 +19,7 @@ from rkdet.link.openssh import OpenSshStreams
 from rkdet.link.pull import pull
 from rkdet.link.ssh import BoardConnection, Timeouts
 from rkdet.link.target import Target
-from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, _HashingReader, push
+from rkdet.link.transfer import STREAM_VERIFY_MIN_BYTES, push
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
 
@@ -63,6 +63,8 @@ def streamed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_a_connection_that_keeps_moving_big_files_moves_them_through_openssh(
         board: EmulatedBoard, tmp_path: Path, streamed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", STREAM_VERIFY_MIN_BYTES + 1)
+    fed: list[object] = []
+    monkeypatch.setattr(OpenSshStreams, "_feed", staticmethod(lambda proc, data, on_send: fed.append(data)))
     big = tmp_path / "model.rknn"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
     want = hashlib.sha256(big.read_bytes()).hexdigest()
@@ -73,6 +75,7 @@ def test_a_connection_that_keeps_moving_big_files_moves_them_through_openssh(
         push(c, big, f"{dest}/b.rknn")  # the connection has moved enough: the master starts, the bytes go through it
         got = pull(c, f"{dest}/b.rknn", tmp_path / "back.rknn")
         assert len(streamed) == 2 and 'cat > "$1"' in streamed[0] and streamed[1].startswith("cat ")
+        assert fed == []  # the client read the pushed file itself: nothing went through a pipe from Python
         assert _board_sha(c, f"{dest}/b.rknn") == want and got.bytes_sent == big.stat().st_size
         assert hashlib.sha256((tmp_path / "back.rknn").read_bytes()).hexdigest() == want
         streams = c._openssh  # noqa: SLF001
@@ -86,23 +89,22 @@ def test_a_connection_that_keeps_moving_big_files_moves_them_through_openssh(
 
 def test_a_changed_byte_is_refused_on_the_openssh_path_both_ways(
         board: EmulatedBoard, tmp_path: Path, streamed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client reads the pushed file itself (no copy through Python), so the change is made where
+    the bytes land: the board's receiving script stores one byte more than it received."""
+    from rkdet.link import transfer
+
     monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", 0)
     big = tmp_path / "model.rknn"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 3))
-    real_read = _HashingReader.read
-
-    def corrupting_read(self: _HashingReader, n: int = -1) -> bytes:
-        data = real_read(self, n)
-        return bytes([data[0] ^ 1]) + data[1:] if data else data
-
+    real_receive = transfer._RECEIVE
     with board.connect(timeouts=FAST) as c:
         dest = c.abspath("~/bulk-bad")
-        monkeypatch.setattr(_HashingReader, "read", corrupting_read)
+        monkeypatch.setattr(transfer, "_RECEIVE", real_receive.replace('cat > "$1"', '{ printf Z; cat; } > "$1"'))
         with pytest.raises(BoardError, match="model.rknn arrived corrupted") as info:
             push(c, big, f"{dest}/model.rknn")
         assert info.value.exit_code == EXIT_BOARD and len(streamed) == 1
         assert c.run(["find", dest, "-type", "f"]).out.strip() == ""  # nothing landed, no temp file
-        monkeypatch.setattr(_HashingReader, "read", real_read)
+        monkeypatch.setattr(transfer, "_RECEIVE", real_receive)
         push(c, big, f"{dest}/model.rknn")
         # the pull: the board lies about the file's hash (it changed between hash and read)
         monkeypatch.setattr("rkdet.link.pull.remote_hashes", lambda conn, paths, mkdirs=(): ["0" * 64] * len(paths))
@@ -180,14 +182,14 @@ def test_the_master_ends_by_itself_when_idle_and_an_idle_one_is_replaced(
     longer); one near its idle limit is replaced before a stream instead of racing its timer."""
     import time
 
-    monkeypatch.setattr(openssh, "MASTER_IDLE_S", 1)
+    monkeypatch.setattr(openssh, "MASTER_IDLE_S", 3)
     with board.connect(timeouts=FAST) as c:
         streams = OpenSshStreams(c.target, c.transport.get_remote_server_key(), 10)
         assert streams.start()
         pid = streams.master_pid
         assert pid is not None
-        deadline = time.monotonic() + 10
-        while streams.master_pid is not None and time.monotonic() < deadline:
+        deadline = time.monotonic() + 20  # (not `master_pid` in the loop: `ssh -O check` is a client, it resets the timer)
+        while streams._control.exists() and time.monotonic() < deadline:  # noqa: SLF001  # the master removes it as it ends
             time.sleep(0.1)
         assert streams.master_pid is None and not streams.ready()  # ended by itself; closed, folder removed
         assert _gone(pid)
