@@ -98,8 +98,8 @@ class OpenSshStreams:
     def start(self) -> bool:
         """Start the master and wait (bounded) until it is up; False, all undone, when it does not come up."""
         self._dir = Path(tempfile.mkdtemp(prefix="rkdet-ssh-"))
-        if len(str(self._control)) > _SOCKET_PATH_MAX:
-            self.close()
+        if len(str(self._control)) > _SOCKET_PATH_MAX or any(c.isspace() for c in str(self._dir)):
+            self.close()  # a socket path too long, or a TMPDIR with spaces (ssh splits UserKnownHostsFile on them)
             return False
         tgt = self._target
         (self._dir / "known_hosts").write_text(
