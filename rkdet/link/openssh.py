@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -72,6 +73,7 @@ class OpenSshStreams:
         self._start_timeout = start_timeout
         self._dir: Path | None = None
         self._used = 0.0  # when a stream last ended (the master's idle timer)
+        self._finalizer: weakref.finalize | None = None
         self.why_not = ""  # what the master said when it did not come up
 
     @property
@@ -98,6 +100,7 @@ class OpenSshStreams:
     def start(self) -> bool:
         """Start the master and wait (bounded) until it is up; False, all undone, when it does not come up."""
         self._dir = Path(tempfile.mkdtemp(prefix="rkdet-ssh-"))
+        self._finalizer = weakref.finalize(self, _end, self._dir)
         if len(str(self._control)) > _SOCKET_PATH_MAX or any(c.isspace() for c in str(self._dir)):
             self.close()  # a socket path too long, or a TMPDIR with spaces (ssh splits UserKnownHostsFile on them)
             return False
@@ -225,36 +228,45 @@ class OpenSshStreams:
                 proc.stdin.close()
 
     def close(self) -> None:
-        """End the master (`ssh -O exit`, then SIGTERM to its pid) and remove its folder; safe twice."""
-        folder = self._dir
-        if folder is None:
-            return
-        pid = self.master_pid
-        if pid is not None:
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                subprocess.run(["ssh", "-S", str(self._control), "-O", "exit", "rkdet-master"],
-                               stdin=subprocess.DEVNULL, capture_output=True, timeout=5)
-            deadline = time.monotonic() + 2
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if _alive(pid):
-                    os.kill(pid, signal.SIGTERM)
+        """End the master (`ssh -O exit`, then SIGTERM to its pid) and remove its folder; safe twice.
+        Also run when the object is collected or the interpreter exits without a close."""
         self._dir = None
-        shutil.rmtree(folder, ignore_errors=True)
+        if self._finalizer is not None:
+            self._finalizer()
 
     @property
     def master_pid(self) -> int | None:
         """The master's pid while it runs (`ssh -O check`), else None."""
-        if self._dir is None or not self._control.exists():
-            return None
-        try:
-            said = subprocess.run(["ssh", "-S", str(self._control), "-O", "check", "rkdet-master"],
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=5).stderr
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        found = re.search(r"pid=(\d+)", said)
-        return int(found.group(1)) if found else None
+        return _master_pid(self._dir) if self._dir is not None else None
+
+
+def _master_pid(folder: Path) -> int | None:
+    control = folder / "ctl"
+    if not control.exists():
+        return None
+    try:
+        said = subprocess.run(["ssh", "-S", str(control), "-O", "check", "rkdet-master"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=5).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"pid=(\d+)", said)
+    return int(found.group(1)) if found else None
+
+
+def _end(folder: Path) -> None:
+    """End the master whose control socket is in `folder`, then remove the folder."""
+    pid = _master_pid(folder)
+    if pid is not None:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(["ssh", "-S", str(folder / "ctl"), "-O", "exit", "rkdet-master"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=5)
+        deadline = time.monotonic() + 2
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -186,13 +186,14 @@ def test_the_master_ends_by_itself_when_idle_and_an_idle_one_is_replaced(
     with board.connect(timeouts=FAST) as c:
         streams = OpenSshStreams(c.target, c.transport.get_remote_server_key(), 10)
         assert streams.start()
+        folder = streams._dir  # noqa: SLF001
         pid = streams.master_pid
-        assert pid is not None
+        assert pid is not None and folder is not None
         deadline = time.monotonic() + 20  # (not `master_pid` in the loop: `ssh -O check` is a client, it resets the timer)
         while streams._control.exists() and time.monotonic() < deadline:  # noqa: SLF001  # the master removes it as it ends
             time.sleep(0.1)
         assert streams.master_pid is None and not streams.ready()  # ended by itself; closed, folder removed
-        assert _gone(pid)
+        assert _gone(pid) and not folder.exists()
     monkeypatch.setattr(openssh, "MASTER_IDLE_S", 30)
     monkeypatch.setattr(openssh, "_RESTART_IDLE_S", 0)
     monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", 0)
@@ -204,3 +205,16 @@ def test_the_master_ends_by_itself_when_idle_and_an_idle_one_is_replaced(
         second = c.bulk_streams(STREAM_VERIFY_MIN_BYTES)  # idle past the (patched) limit: a new master
         assert second is not None and second is not first and second.master_pid not in (None, old)
         assert old is not None and _gone(old)
+
+
+def test_an_unclosed_master_is_ended_when_its_object_goes(board: EmulatedBoard) -> None:
+    import gc
+
+    with board.connect(timeouts=FAST) as c:
+        streams = OpenSshStreams(c.target, c.transport.get_remote_server_key(), 10)
+        assert streams.start()
+        folder, pid = streams._dir, streams.master_pid  # noqa: SLF001
+        assert folder is not None and pid is not None
+        del streams
+        gc.collect()
+        assert _gone(pid) and not folder.exists()
