@@ -98,7 +98,7 @@ class ExecFiles:
             advance(len(data))
 
         rc = self._conn.stream(remote_command(["cat", remote]), stdout=counted, stderr=self._conn.capped(err, "cat"),
-                               what=f"download {name}")
+                               what=f"download {name}", bulk=size)
         if rc != 0:
             raise BoardError(f"{self._conn.target.label}: download of {remote!r} failed: "
                              f"{err.decode('utf-8', 'replace').strip()[-200:]!r}")

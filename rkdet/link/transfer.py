@@ -7,12 +7,15 @@ each file goes to a temporary name, is hashed on the receiving side, and only th
 streaming through `cat` over an exec channel (both are `FileTransfer`s: rkdet.link.sftp, rkdet.link.files).
 Remote helpers are POSIX sh + busybox applets only.
 
-Big pushes (>= STREAM_VERIFY_MIN_BYTES) are hashed once per side while the bytes stream: the host
-while reading the file, the board in the receiving pipeline (`tee tmp | sha256`) instead of
-re-reading the temp file afterwards, which on a fast link cost as much as the copy. SFTP cannot hash
-on the server, so these files go through an exec channel on every board; small files keep the
-batched path (one SFTP or `cat` channel each, one re-hash round trip for all: cheaper than a
-pipeline per file).
+Big pushes (>= STREAM_VERIFY_MIN_BYTES) go through one exec channel into `cat > tmp`, and the same
+board script then hashes the file it wrote (`sha256 < tmp`, read back from the page cache); the host
+hashes its file again on a second thread once the send ended (`_HashingReader`), so the two hashes
+run side by side. `tee tmp | sha256` hashed
+while the bytes arrived, but tee's 8 KiB reads and the second pipe cost the board 40-50 ms of CPU per
+64 MiB more than `cat` + a re-read (bench/results/ssh.md), and on the bench's shared CPUs that is wall
+time. SFTP cannot hash on the server, so these files go through an exec channel on every board;
+small files keep the batched path (one SFTP or `cat` channel each, one re-hash round trip for all:
+cheaper than a process per file).
 
 Pulls, which must not trust what the board lists or sends, are in rkdet/link/pull.py.
 """
@@ -23,6 +26,7 @@ import hashlib
 import os
 import secrets
 import stat
+import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -38,7 +42,7 @@ from rkdet.errors import BoardError, InputError
 from rkdet.onboard.hashing import file_sha256
 
 PROGRESS_MIN_BYTES = 8 << 20  # progress bars only for files at least this big
-STREAM_VERIFY_MIN_BYTES = 4 << 20  # pushed through _RECEIVE (hashed by the board as they arrive)
+STREAM_VERIFY_MIN_BYTES = 4 << 20  # pushed through _RECEIVE (hashed by the board in the script that wrote them)
 STALLED_BYTES_PER_S = 1 << 20  # a streamed push may take command timeout + size at this rate
 
 # the board's sha256 of stdin as "<hex> ...": openssl (CPU SHA instructions, ~1 GB/s) when it gives the
@@ -77,14 +81,15 @@ _COMMIT = (_DIGEST.replace("o=;", 'o="$1"; nq="$2"; shift 2;', 1)
            'h=${h%% *}; h=${h#\\\\}; fi; '
            'if [ "$h" = "$4" ]; then chmod "$3" "$1" && mv -f "$1" "$2" || bad=1; '
            'else rm -f "$1"; echo "$2" >&2; bad=1; fi; shift 4; done; exit $bad')
-# args: a temp file, the digest tool if known (1 openssl, 0 sha256sum, "" probe). stdin goes into it and through the digest in ONE pipeline (no re-read), which
-# prints "<sha256> ..." on stdout. pipefail is not POSIX, so tee's status travels through fd 4 into
-# $st and the hasher's is the status of the command substitution; either failing removes the file, exit 5.
-_RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1) + 'exec 3>&1; st=$( { { tee "$1"; echo $? >&4; } | digest >&3; } 4>&1 ) && [ "$st" = 0 ] && exit 0; '
-            'rm -f "$1"; exit 5')
+# args: a temp file, the digest tool if known (1 openssl, 0 sha256sum, "" probe). stdin goes into the
+# file, then the digest of the file as written prints "<sha256> ..." on stdout; either failing
+# removes the file, exit 5, after reading the rest of stdin (so the host's send ends and it reads
+# the shell's one line, as `cannot create ...: Permission denied`, not a closed channel).
+_RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1)
+            + 'cat > "$1" && digest < "$1" && exit 0; cat > /dev/null; rm -f "$1"; exit 5')
 
 
-# which digest each board's receiving pipeline used (1 openssl, 0 sha256sum), read from its output
+# which digest each board's receiving script used (1 openssl, 0 sha256sum), read from its output
 # ("<hex> *stdin" is openssl's -r format, "<hex>  -" sha256sum's): later pushes skip the openssl probe
 _board_digest: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
@@ -190,16 +195,65 @@ class _Progress:
 
 
 class _HashingReader:
-    """Wraps a file so the sha256 is computed from the very bytes read for upload (one pass)."""
+    """What a push reads a file through, and the host's sha256 of it.
 
-    def __init__(self, f: BinaryIO) -> None:
+    Small files: the sha256 of the very bytes read for upload (one pass). A streamed file
+    (`rehash`, the file's path): its bytes pass through unhashed, and once the send reached the end
+    of the file a second thread hashes the file read again (page cache), while the board hashes the
+    file it wrote. Why: hashing inline made the host's sha256 (~40 ms per 64 MiB) part of the send,
+    whose Python packet work is the slowest stage; after it, the two hashes run side by side on two
+    CPUs. A file rewritten during the push then fails the comparison (nothing lands), where inline
+    hashing would have placed a torn copy. Through OpenSSH's client (`direct_fd`) the client reads
+    the file itself and the re-hash runs beside it from the start."""
+
+    def __init__(self, f: BinaryIO, rehash: Path | None = None) -> None:
         self._f = f
-        self.sha = hashlib.sha256()
+        self._rehash = rehash
+        self._sha = hashlib.sha256()
+        self._thread: threading.Thread | None = None
+        self._digest = ""  # the re-read file's
+        self._error: InputError | None = None
 
     def read(self, n: int = -1) -> bytes:
         data = self._f.read(n)
-        self.sha.update(data)
+        if self._rehash is None:
+            self._sha.update(data)
+        elif not data:
+            self._start_rehash()
         return data
+
+    def direct_fd(self) -> int | None:
+        """The file's descriptor, for a sender that reads the file itself (OpenSSH's client: no copy
+        through Python), or None when the host must hash the bytes as read (small files). The host's
+        re-hash starts now, beside that sender."""
+        if self._rehash is None:
+            return None
+        self._start_rehash()
+        return self._f.fileno()
+
+    def _start_rehash(self) -> None:
+        if self._thread is None and self._rehash is not None:
+            self._thread = threading.Thread(target=self._hash_file, args=(self._rehash,), name="rkdet-sha256",
+                                            daemon=True)
+            self._thread.start()
+
+    def _hash_file(self, path: Path) -> None:
+        try:
+            self._digest = sha256_file(path)  # hashlib releases the GIL for its 1 MiB chunks
+        except OSError as err:
+            self._error = InputError(f"{path}: cannot be read again to hash it after sending it "
+                                     f"({err.strerror or err}); nothing was placed on the board, retry the push")
+
+    def hexdigest(self) -> str:
+        """The host's sha256 (a streamed file: once its second thread finished; local work only)."""
+        if self._rehash is None:
+            return self._sha.hexdigest()
+        self._start_rehash()
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._digest
 
 
 def push(conn: BoardLink, local: Path, remote: str, *, progress: bool = False) -> TransferStats:
@@ -243,13 +297,13 @@ def _push(conn: BoardLink, pairs: Sequence[tuple[Path, str]], folders: set[str],
         tmp = _tmp_name(target)
         streamed = size >= STREAM_VERIFY_MIN_BYTES
         with bars.task(f"push {path.name}", size) as advance, open(path, "rb") as raw:
-            f = _HashingReader(raw)
+            f = _HashingReader(raw, path if streamed else None)
             if streamed:
                 _stream_verified(conn, f, size, tmp, advance, path, target, pending[0::4])
             else:
                 channel.put(f, tmp, advance, shown=f"{path} to {target}", name=path.name)
         mode = format(stat.S_IMODE(path.stat().st_mode) | 0o600, "o")
-        pending += [tmp, target, mode, "-" if streamed else f.sha.hexdigest()]
+        pending += [tmp, target, mode, "-" if streamed else f.hexdigest()]
         stats.files_sent += 1
         stats.bytes_sent += size
     # all verified while they streamed: chmod + rename through the SFTP server when it is there (no
@@ -302,7 +356,7 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
         known = _known_digest(conn)
         rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp, known]), stdin=reader, stdout=out.extend,
                          stderr=err.extend, on_send=advance, what=f"upload {path.name}",
-                         timeout=conn.command_timeout + size / STALLED_BYTES_PER_S)
+                         timeout=conn.command_timeout + size / STALLED_BYTES_PER_S, bulk=size)
         words = out.split()
         board_sha = words[0].decode("ascii", "replace") if words else ""
         if rc == 0 and len(words) == 2 and words[1] in (b"*stdin", b"-"):
@@ -311,10 +365,10 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
         if rc != 0:
             said = err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"]
             raise BoardError(f"{conn.target.label}: upload of {path} to {target} failed: {said[0]}")
-        if board_sha != reader.sha.hexdigest():
-            raise BoardError(f"{conn.target.label}: {target} arrived corrupted (the board's sha256 of the bytes "
-                             f"it received differs from the host's sha256 of {path}); retry the push")
-    except BoardError:
+        if board_sha != reader.hexdigest():
+            raise BoardError(f"{conn.target.label}: {target} arrived corrupted (the board's sha256 of the file "
+                             f"it wrote differs from the host's sha256 of {path}); retry the push")
+    except (BoardError, InputError):
         with suppress(BoardError):  # the connection may be gone: the first error is the one to report
             conn.run(["rm", "-f", tmp, *earlier_tmps], check=False)
         raise

@@ -11,8 +11,9 @@ import pytest
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.link.pull import pull
 from rkdet.link.ssh import BoardConnection, Timeouts
-from rkdet.link.transfer import _COMMIT, STREAM_VERIFY_MIN_BYTES, _commit_args, _HashingReader, push, remote_hashes, request_size
-from rkdet.errors import EXIT_BOARD, BoardError, InputError
+from rkdet.link.transfer import (_COMMIT, STREAM_VERIFY_MIN_BYTES, _commit_args, _HashingReader, push, remote_hashes,
+                                 request_size)
+from rkdet.errors import EXIT_BAD_INPUT, EXIT_BOARD, BoardError, InputError
 
 FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
 NASTY = "a b;$(touch x)'\"`touch y`|&"
@@ -170,7 +171,7 @@ def test_progress_bar_for_big_files_does_not_change_the_result(conn: BoardConnec
     assert back.read_bytes() == big.read_bytes()
 
 
-def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, remote_tmp: str, tmp_path: Path,
+def test_big_file_is_hashed_by_the_board_from_the_file_it_wrote(conn: BoardConnection, remote_tmp: str, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     big = tmp_path / "model.rknn"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 12345))
@@ -189,14 +190,16 @@ def test_big_file_is_hashed_by_the_board_as_it_arrives(conn: BoardConnection, re
     assert (first.files_sent, first.bytes_sent) == (1, big.stat().st_size)
     assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
     assert conn.run(["stat", "-c", "%a", target]).out.strip() == "640"
-    # the bytes went through the receiving pipeline once, after one skip check that made the new folder;
-    # verified in the pipeline, the file was chmodded and renamed through SFTP: no commit script ran
-    assert len(seen) == 2 and "mkdir" in seen[0] and 'tee "$1"' in seen[1]
+    # the bytes went through the receiving script once (into the temp file, then its hash read back from
+    # it), after one skip check that made the new folder; verified there, the file was chmodded and
+    # renamed through SFTP: no commit script ran
+    assert len(seen) == 2 and "mkdir" in seen[0] and 'cat > "$1" && digest < "$1"' in seen[1]
+    assert "tee" not in seen[1]
     seen.clear()
     monkeypatch.setattr(BoardConnection, "stream", spy)
     push(conn, big, f"{target}.2")  # the folder exists, nothing is at the name: asked over SFTP too
     monkeypatch.undo()
-    assert len(seen) == 1 and 'tee "$1"' in seen[0]
+    assert len(seen) == 1 and 'cat > "$1"' in seen[0]
     assert ".tmp" not in conn.run(["find", remote_tmp]).out
     assert push(conn, big, target).files_skipped == 1
 
@@ -254,7 +257,7 @@ def test_board_that_cannot_store_a_big_file_fails_in_one_line(conn: BoardConnect
     conn.run(["mkdir", "-p", locked])
     conn.run(["chmod", "555", locked])
     try:
-        with pytest.raises(BoardError, match=r"upload of .*model.rknn.* failed: tee: .*Permission denied") as info:
+        with pytest.raises(BoardError, match=r"upload of .*model.rknn.* failed: .*Permission denied") as info:
             push(conn, big, f"{locked}/model.rknn")
         assert info.value.exit_code == EXIT_BOARD and len(str(info.value).splitlines()) == 1
     finally:
@@ -339,7 +342,7 @@ def test_the_boards_digest_is_learned_once_and_still_checked(boards, variant: st
         monkeypatch.setattr(BoardConnection, "stream", spy)
         push(c, big, f"{dest}/b.rknn")
         monkeypatch.undo()
-        received = [cmd for cmd in seen if 'tee "$1"' in cmd]
+        received = [cmd for cmd in seen if 'cat > "$1"' in cmd]
         assert len(received) == 1 and received[0].endswith(f" {tool}")
         assert _board_sha(c, f"{dest}/b.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
         # the batched hashes (skip check, a pull's board hash) are told the tool too, and still hash
@@ -474,3 +477,62 @@ def test_push_files_sends_single_files_to_their_own_paths_with_one_skip_check_an
     assert (again.files_sent, again.files_skipped) == (0, 2)
     with pytest.raises(InputError, match="no such file to push"):
         push_files(conn, [(tmp_path / "nope", f"{remote_tmp}/nope")])
+
+
+def test_a_streamed_file_changed_during_its_push_is_refused_and_nothing_lands(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed file's host hash is of the file read again once its bytes were sent (on a second
+    thread, beside the board's hash): a file rewritten during the push fails the comparison, where a
+    hash of the bytes as read would have matched the board's and placed a torn copy."""
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 9))
+    size = big.stat().st_size
+    real_read = _HashingReader.read
+    changed: list[int] = []
+
+    def rewrite_then_read(self: _HashingReader, n: int = -1) -> bytes:
+        if self._f.tell() == size and not changed:  # everything sent: a build rewrites the file now
+            changed.append(1)
+            with open(big, "r+b") as f:
+                f.write(b"\x00" * 4096)
+        return real_read(self, n)
+
+    monkeypatch.setattr(_HashingReader, "read", rewrite_then_read)
+    target = f"{remote_tmp}/torn/model.rknn"
+    with pytest.raises(BoardError, match="model.rknn arrived corrupted") as info:
+        push(conn, big, target)
+    assert info.value.exit_code == EXIT_BOARD and changed == [1]
+    assert conn.run(["find", f"{remote_tmp}/torn", "-type", "f"]).out.strip() == ""
+    monkeypatch.undo()
+    assert push(conn, big, target).files_sent == 1  # the file as it is now
+    assert _board_sha(conn, target) == hashlib.sha256(big.read_bytes()).hexdigest()
+
+
+def test_a_streamed_file_gone_before_its_host_hash_is_one_line_and_leaves_no_temp(
+        conn: BoardConnection, remote_tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host hashes a streamed file again after sending it: when it can no longer be read, the push
+    names the file in one line (bad input, not the board) and removes its temp file on the board."""
+    big = tmp_path / "model.rknn"
+    big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
+    size = big.stat().st_size
+    real_read = _HashingReader.read
+
+    def remove_then_read(self: _HashingReader, n: int = -1) -> bytes:
+        if self._f.tell() == size and big.exists():  # everything sent; the file is deleted now
+            big.unlink()
+        return real_read(self, n)
+
+    monkeypatch.setattr(_HashingReader, "read", remove_then_read)
+    with pytest.raises(InputError, match=r"model.rknn: cannot be read again to hash it") as info:
+        push(conn, big, f"{remote_tmp}/gone/model.rknn")
+    assert info.value.exit_code == EXIT_BAD_INPUT and len(str(info.value).splitlines()) == 1
+    assert conn.run(["find", f"{remote_tmp}/gone", "-type", "f"]).out.strip() == ""
+
+
+def test_a_connection_rekeys_at_openssh_scale_not_every_512_mib(conn: BoardConnection) -> None:
+    """paramiko's transport thread can stall itself for 30 s (then drop the connection) when a channel
+    closes during a rekey; the transfer bench moves ~1 GiB each way, past paramiko's 512 MiB."""
+    from rkdet.link.ssh import REKEY_BYTES
+
+    packetizer = conn.transport.packetizer
+    assert packetizer.REKEY_BYTES == REKEY_BYTES == 1 << 32 > type(packetizer).REKEY_BYTES
