@@ -50,13 +50,13 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from rkdet.backends.capi_build import runner_source  # noqa: E402
+from rkdet.backends.capi_build import RUNNER_FLAGS, runner_source  # noqa: E402
 from rkdet.emulator.capi_double import board_exec  # noqa: E402
 from rkdet.onboard.resultset import INDEX_FSYNC_S  # noqa: E402
 from rkdet.emulator.capi_runtime import DOUBLE_ENV, TEST_HEADER, Tensor, fnv1a64, qemu_command, serve  # noqa: E402
 
 BARE = REPO / "bench" / "c" / "capi_bare_loop.c"
-FLAGS = ["-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation"]
+FLAGS = list(RUNNER_FLAGS)  # the runner build's own flags, for both contenders
 # the default model's outputs at 640x640 (rkdet convert configs/yolov8.yaml): box/cls heads at 3 strides
 OUTPUTS = [Tensor(f"{kind}{i}", "float32", (1, ch, s, s)) for i, s in enumerate((80, 40, 20))
            for kind, ch in (("box", 64), ("cls", 11))]
