@@ -1,13 +1,16 @@
 /* rkdet-run-c: rkdet-run's job through Rockchip's C API (librknnrt), for boards without Python.
  *
- * rkdet's own source (plain C99, no dependency but the SDK's rknn_api.h, which rkdet never ships:
- * `rkdet runner build --sdk DIR` compiles this file against the header in the user's SDK).
+ * rkdet's own source (plain C99 and POSIX threads, no dependency but the SDK's rknn_api.h, which rkdet never
+ * ships: `rkdet runner build --sdk DIR` compiles this file against the header in the user's SDK, -pthread).
+ * The main thread only infers, into runner-owned output buffers (is_prealloc); one recorder thread does the
+ * result work below for each inference while the next one runs (the ring, RING_SLOTS).
  * It writes the same result set as rkdet-run (docs/FORMATS.md "Result set"): run.json, index.jsonl
  * (one whole line written per inference; fsync'd as INDEX_FSYNC_S says), snapshots.jsonl, outputs/<hash>.npy (each distinct output
  * once, named by THE output hash: sha256(dtype.str "|" shape "|" C-order bytes)) and summary.json.
  * Every file is written to a temporary name in the same folder, fsync'd and renamed; an output file
- * exists before the index line naming it, so a SIGKILL leaves every completed inference readable
- * (a killed process's writes stay in the page cache; only a power cut needs the index's fsync).
+ * exists before the index line naming it, so a SIGKILL leaves every recorded inference readable and loses
+ * at most the RING_SLOTS inferred but not yet recorded, never part of a line or file (a killed process's
+ * writes stay in the page cache; only a power cut needs the index's fsync).
  * It records every setting lite2 chooses implicitly: input type/fmt/pass_through, want_float, the
  * core mask, the runtime's API and driver versions and the model's custom string (docs/RUNNER_C.md).
  *
@@ -421,31 +424,45 @@ typedef struct { const dtype_t *dt; uint32_t ndim; uint64_t shape[RKNN_MAX_DIMS]
 typedef struct { int sample; long run; double latency_ms, t_unix, t_mono; unsigned char *buf[MAX_OUTPUTS]; } slot_t;
 static struct {
     pthread_mutex_t lock; pthread_cond_t filled, freed; pthread_t thread;
-    slot_t slots[RING_SLOTS]; int head, count, closing, running;  /* head: the next slot to fill; count: filled, not yet recorded */
+    slot_t slots[RING_SLOTS];
+    int head, count, ready, pending, closing, running;  /* head: the next slot to fill; count: filled, not yet recorded; ready:
+                                                          * of those, handed to the recorder; pending: filled, handed at the next flush */
 } g_ring = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
 static pthread_t g_main_thread;
 static pthread_mutex_t g_fail_lock = PTHREAD_MUTEX_INITIALIZER;
+/* (lock held) the filled slots become the recorder's */
+static void ring_hand_over(void) {
+    if (g_ring.pending) { g_ring.ready += g_ring.pending; g_ring.pending = 0; pthread_cond_signal(&g_ring.filled); }
+}
+/* main thread: hand the filled slots to the recorder: called just before rknn_run, so that its CPU work
+ * overlaps the NPU's compute rather than the CPU work of the next rknn_inputs_set */
+static void ring_flush(void) {
+    if (!g_ring.pending) return;
+    pthread_mutex_lock(&g_ring.lock); ring_hand_over(); pthread_mutex_unlock(&g_ring.lock);
+}
 /* main thread: the recorder records every filled slot, then ends (joined) */
 static void ring_drain(void) {
     if (!g_ring.running) return;
     g_ring.running = 0;
-    pthread_mutex_lock(&g_ring.lock); g_ring.closing = 1; pthread_cond_signal(&g_ring.filled); pthread_mutex_unlock(&g_ring.lock);
+    pthread_mutex_lock(&g_ring.lock); ring_hand_over(); g_ring.closing = 1; pthread_cond_signal(&g_ring.filled);
+    pthread_mutex_unlock(&g_ring.lock);
     pthread_join(g_ring.thread, NULL);
 }
 /* main thread: the slot the next inference writes into (waits while the recorder holds all of them) */
 static slot_t *ring_free_slot(void) {
     slot_t *s;
     pthread_mutex_lock(&g_ring.lock);
+    if (g_ring.count == RING_SLOTS) ring_hand_over();
     while (g_ring.count == RING_SLOTS) pthread_cond_wait(&g_ring.freed, &g_ring.lock);
     s = &g_ring.slots[g_ring.head];
     pthread_mutex_unlock(&g_ring.lock);
     return s;
 }
-/* main thread: hand the slot ring_free_slot gave to the recorder */
+/* main thread: the slot ring_free_slot gave is filled (handed to the recorder at the next flush) */
 static void ring_publish(void) {
     pthread_mutex_lock(&g_ring.lock);
-    g_ring.head = (g_ring.head + 1) % RING_SLOTS; g_ring.count++;
-    pthread_cond_signal(&g_ring.filled); pthread_mutex_unlock(&g_ring.lock);
+    g_ring.head = (g_ring.head + 1) % RING_SLOTS; g_ring.count++; g_ring.pending++;
+    pthread_mutex_unlock(&g_ring.lock);
 }
 
 static run_t *g_run;
@@ -541,15 +558,20 @@ static void record(recorder_t *rec, const slot_t *sl) {
 }
 static void *recorder_main(void *arg) {
     recorder_t *rec = (recorder_t *)arg;
+    { struct sched_param none; memset(&none, 0, sizeof none);
+      /* SCHED_BATCH: being woken does not preempt the main thread, which runs on to rknn_run (else, on a busy
+       * CPU, the handover costs the main thread the recorder's whole compare); no privilege needed, and where a
+       * kernel refuses it the recorder runs as before */
+      pthread_setschedparam(pthread_self(), SCHED_BATCH, &none); }
     for (;;) {
         const slot_t *sl;
         pthread_mutex_lock(&g_ring.lock);
-        while (!g_ring.count && !g_ring.closing) pthread_cond_wait(&g_ring.filled, &g_ring.lock);
-        if (!g_ring.count) { pthread_mutex_unlock(&g_ring.lock); break; }  /* closing and drained */
+        while (!g_ring.ready && !g_ring.closing) pthread_cond_wait(&g_ring.filled, &g_ring.lock);
+        if (!g_ring.ready) { pthread_mutex_unlock(&g_ring.lock); break; }  /* closing and drained */
         sl = &g_ring.slots[(g_ring.head + RING_SLOTS - g_ring.count) % RING_SLOTS];  /* the oldest filled */
         pthread_mutex_unlock(&g_ring.lock);
         record(rec, sl);  /* the main thread never writes a filled slot */
-        pthread_mutex_lock(&g_ring.lock); g_ring.count--; pthread_cond_signal(&g_ring.freed); pthread_mutex_unlock(&g_ring.lock);
+        pthread_mutex_lock(&g_ring.lock); g_ring.count--; g_ring.ready--; pthread_cond_signal(&g_ring.freed); pthread_mutex_unlock(&g_ring.lock);
     }
     free(rec->line.s); free(rec->set.s); rec->line.s = rec->set.s = NULL;
     return NULL;
@@ -708,6 +730,7 @@ int main(int argc, char **argv) {
             }
             t0 = now_mono();
             rk("rknn_inputs_set", rknn_inputs_set(ctx, 1, &in));
+            ring_flush();  /* the previous inference's result work runs while the NPU computes this one */
             rk("rknn_run", rknn_run(ctx, NULL));
             rk("rknn_outputs_get", rknn_outputs_get(ctx, r.n_out, outs, NULL));
             t1 = now_mono(); tu = now_unix();
