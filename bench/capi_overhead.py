@@ -16,6 +16,10 @@ The double computes nothing (it reads the served outputs from a file), so the ba
 what the runtime's calls cost with no NPU work: the ratio is an upper bound of the runner's share; a real
 NPU inference adds its compute time to both sides. The second table row says the runner's own time per
 inference in ms, to compare with a board's inference latency.
+Its "time between its runtime calls" row is the runner's main thread outside rknn_inputs_set..
+rknn_outputs_get per inference, from its own index.jsonl (t_unix gaps minus latency_ms; long blocks, past
+the first pass, which writes every output file): the per-inference cost the block walls cannot resolve on
+a busy machine (its result work runs on a recorder thread, docs/RUNNER_C.md).
 
 `--npu-ms T` makes the double's every rknn_run take at least T ms (it sleeps the rest, as a real runtime's
 caller waits in the driver while the NPU computes): the row for a realistic NPU time (the source of the
@@ -34,6 +38,7 @@ Usage: .venv/bin/python bench/capi_overhead.py [--arch host|aarch64] [--blocks 5
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import random
@@ -50,13 +55,13 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from rkdet.backends.capi_build import runner_source  # noqa: E402
+from rkdet.backends.capi_build import RUNNER_FLAGS, runner_source  # noqa: E402
 from rkdet.emulator.capi_double import board_exec  # noqa: E402
 from rkdet.onboard.resultset import INDEX_FSYNC_S  # noqa: E402
 from rkdet.emulator.capi_runtime import DOUBLE_ENV, TEST_HEADER, Tensor, fnv1a64, qemu_command, serve  # noqa: E402
 
 BARE = REPO / "bench" / "c" / "capi_bare_loop.c"
-FLAGS = ["-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation"]
+FLAGS = list(RUNNER_FLAGS)  # the runner build's own flags, for both contenders
 # the default model's outputs at 640x640 (rkdet convert configs/yolov8.yaml): box/cls heads at 3 strides
 OUTPUTS = [Tensor(f"{kind}{i}", "float32", (1, ch, s, s)) for i, s in enumerate((80, 40, 20))
            for kind, ch in (("box", 64), ("cls", 11))]
@@ -151,6 +156,7 @@ def main() -> None:
         rss: dict[str, int] = {"bare": 0, "runner": 0}
         cpus: dict[str, dict[int, list[float]]] = {w: {a.short: [], a.long: []} for w in ("bare", "runner")}
         result = Path(tempfile.mkdtemp(prefix="rkdet-bench-capi-out-", dir=a.result_root)) / "result"
+        between: list[float] = []
         for _ in range(a.blocks):
             order = [(w, r) for w in ("bare", "runner") for r in (a.short, a.long)]
             random.shuffle(order)
@@ -158,6 +164,8 @@ def main() -> None:
                 wall, peak, cpu = timed(command(which, repeats, result), env, work / "rss.txt")
                 walls[which][repeats].append(wall)
                 cpus[which][repeats].append(cpu)
+                if which == "runner" and repeats == a.long:
+                    between += _between_inferences(result, a.inputs)
                 if repeats == a.long:
                     rss[which] = max(rss[which], peak)
         extra = (a.long - a.short) * a.inputs
@@ -191,6 +199,10 @@ def main() -> None:
             f"| marginal CPU time (user + sys) per inference, median (ms) | {cpu_med['bare'] * 1e3:.3f} | "
             f"{cpu_med['runner'] * 1e3:.3f} | own CPU {(cpu_med['runner'] - cpu_med['bare']) * 1e3:.3f} ms = "
             f"{(cpu_med['runner'] - cpu_med['bare']) / med['bare'] * 100:+.1f} % of the bare wall |",
+            f"| rkdet-run-c's time between its runtime calls per inference, median (p90) (ms) | | "
+            f"{statistics.median(between):.3f} ({sorted(between)[len(between) * 9 // 10]:.3f}) | "
+            f"its main thread outside rknn_inputs_set..rknn_outputs_get, from its own index.jsonl "
+            f"(t_unix gaps - latency_ms), long blocks past the first pass |",
             f"| peak RSS, long block (MiB) | {rss['bare'] / 1024:.1f} | {rss['runner'] / 1024:.1f} | "
             f"{(rss['runner'] / max(rss['bare'], 1) - 1) * 100:+.0f} % |",
             "",
@@ -208,6 +220,14 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
         if "result" in locals():
             shutil.rmtree(result.parent, ignore_errors=True)
+
+
+def _between_inferences(result: Path, per_pass: int) -> list[float]:
+    """ms the runner's main thread spent between consecutive inferences outside the runtime's calls (each index
+    line's t_unix is taken right after rknn_outputs_get, its latency_ms spans inputs_set..outputs_get); the
+    first pass, which writes every output file, is left out. What a board's wall clock adds per inference."""
+    lines = [json.loads(x) for x in (result / "index.jsonl").read_text().splitlines()][per_pass:]
+    return [(b["t_unix"] - a["t_unix"]) * 1e3 - b["latency_ms"] for a, b in zip(lines, lines[1:])]
 
 
 def _is_tmpfs(path: Path) -> bool:

@@ -118,6 +118,8 @@ def runner_source() -> Path:
 
 RUNNER_INCLUDES = ("rkdet_sha256.h",)  # rkdet's own headers the runner includes from beside its source
 BUILD_SOURCES = (*RUNNER_INCLUDES, abi_source().name)  # and what else the build compiles (the struct sizes)
+# THE compile flags of rkdet-run-c (part of the build key: a change rebuilds it); -pthread: its recorder thread
+RUNNER_FLAGS = ("-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation", "-pthread")
 
 
 def runner_source_sha256() -> str:
@@ -172,9 +174,10 @@ def _sha256(path: Path) -> str:
 
 def build_key(header: Path, arch: str, runtime_version: str | None = None) -> tuple[str, str, str]:
     """(key, header sha256, source sha256): what a built runner is cached and found by (the runtime version
-    its SDK's library carries too: what preflight compares with the board's)."""
+    its SDK's library carries too: what preflight compares with the board's; and RUNNER_FLAGS)."""
     header_sha, source_sha = _sha256(header), runner_source_sha256()
-    key = hashlib.sha256(f"{header_sha}|{arch}|{source_sha}|{runtime_version}".encode()).hexdigest()[:24]
+    flags = " ".join(RUNNER_FLAGS)
+    key = hashlib.sha256(f"{header_sha}|{arch}|{source_sha}|{runtime_version}|{flags}".encode()).hexdigest()[:24]
     return key, header_sha, source_sha
 
 
@@ -200,7 +203,7 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
     built = replace(built, struct_sizes=sizes)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".rkdet-run-c.{os.getpid()}"
-    cmd = [compiler, "-std=c99", "-O2", "-Wall", "-Wno-misleading-indentation", "-I", str(header.parent),
+    cmd = [compiler, *RUNNER_FLAGS, "-I", str(header.parent),
            *(["-DRKDET_RKNPU1"] if rknpu1 else []), "-o", str(tmp), str(runner_source()), "-L", str(libdir),
            "-lrknn_api" if rknpu1 else "-lrknnrt"]
     try:

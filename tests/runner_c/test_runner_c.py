@@ -365,3 +365,74 @@ def test_sigterm_stops_as_rkdet_run_does_with_grouped_fsync(world, tmp_path):
     for record in records:
         for o in record["outputs"]:
             assert output_hash(np.load(out / "outputs" / f"{o['hash']}.npy")) == o["hash"]
+
+
+def test_recorder_thread_records_every_repeat_as_the_runtime_served_it(world, tmp_path):
+    """The recorder thread (compare/hash/write/index off the inference path, a ring of runner-owned output
+    buffers): a runtime that serves different outputs on many calls (`flip K` on 9 of 26 calls, neighbours
+    included, so consecutive ring slots hold different bytes) gives, line by line and in inference order,
+    exactly the hashes, files and summary a single-threaded recorder gives: each line's first output is the
+    flipped array exactly on its flipped calls, never a neighbouring slot's bytes."""
+    flips = {3, 4, 7, 10, 11, 12, 17, 22, 23}  # calls 0-1 are the warmup; call = 2 + 2 * run + input
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    (served / "model.txt").write_text((served / "model.txt").read_text() + "".join(f"flip {k}\n" for k in sorted(flips)))
+    args = ["--model", str(world["model"]), "--inputs", str(world["inputs"]), "--repeats", "12", "--warmup", "1",
+            "--out", str(tmp_path / "o")]
+    done = subprocess.run(qemu_command(ARCH, world["runner"].path, args,
+                                       {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(world["sdk"] / "lib")}),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    index = read_index(str(tmp_path / "o"))
+    assert [(r["run"], r["input"]) for r in index] == [(run, s) for run in range(12) for s in ("s0", "s1")]
+    sets: dict[str, list[tuple[str, ...]]] = {"s0": [], "s1": []}
+    for record in index:
+        call = 2 + 2 * record["run"] + int(record["input"][1])
+        clean = world["computed"][world["samples"][record["input"]].tobytes()]
+        first = np.ascontiguousarray(clean[0]).copy()
+        if call in flips:
+            first.view(np.uint8).reshape(-1)[0] ^= 1
+        expected = (output_hash(first), output_hash(clean[1]))
+        assert tuple(o["hash"] for o in record["outputs"]) == expected, (record["run"], record["input"])
+        for digest in expected:
+            assert output_hash(np.load(tmp_path / "o" / "outputs" / f"{digest}.npy")) == digest
+        sets[record["input"]].append(expected)
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    for name, seq in sets.items():
+        first_div = next(run for run, got in enumerate(seq) if got != seq[0])
+        assert summary["inputs"][name] == {"distinct": len(set(seq)), "runs": 12,
+                                           "first_divergence": {"output": "conv", "run": first_div}}
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["status"] == "complete"
+
+
+def test_a_runtime_that_ignores_is_prealloc_is_refused(world, tmp_path):
+    """rkdet-run-c has the runtime write into its own ring buffers (rknn_output.is_prealloc); a runtime that
+    hands back a buffer of its own instead (the double's TEST CONTROL `ignore_prealloc`) is one line naming
+    is_prealloc, exit 3, run.json failed, no index line."""
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS, world["computed"])
+    (served / "model.txt").write_text((served / "model.txt").read_text() + "ignore_prealloc\n")
+    done = _run_c(world, tmp_path / "o", served)
+    assert done.returncode == 3 and done.stderr.count("\n") == 1 and "is_prealloc" in done.stderr, done.stderr
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["status"] == "failed"
+    assert read_index(str(tmp_path / "o")) == []
+
+
+@pytest.mark.parametrize("arch,rknpu1", [("aarch64", False), ("armhf", True)], ids=["rknpu2", "rknpu1"])
+def test_double_honours_is_prealloc_and_refuses_a_short_buffer(world, tmp_path, arch, rknpu1):
+    """The double's rknn_outputs_get with is_prealloc (both APIs' rknn_output has it): the caller's buffer is
+    the one written, with the bytes the library's own buffer gets; one byte too small is refused
+    (RKNN_ERR_PARAM_INVALID, -5) with the buffer untouched. A small C caller, cross-compiled, under qemu-user."""
+    from rkdet.emulator.capi_double.board_exec import TARGETS
+
+    sdk = world["sdk"] if not rknpu1 else build_double(arch, tmp_path / "sdk1", rknpu1=True)
+    probe = tmp_path / "probe"
+    subprocess.run([TARGETS[arch][0], "-std=c99", "-O2", "-I", str(sdk / "include"), *(["-DRKDET_RKNPU1"] if rknpu1 else []),
+                    "-o", str(probe), str(Path(__file__).parent / "c" / "prealloc_probe.c"), "-L", str(sdk / "lib"),
+                    "-lrknn_api" if rknpu1 else "-lrknnrt"], check=True, timeout=300, capture_output=True)
+    served = serve(tmp_path / "serve", X, FLOAT_OUTS[:1], world["computed"])
+    x = tmp_path / "x.bin"
+    x.write_bytes(world["samples"]["s0"].tobytes())
+    done = subprocess.run(qemu_command(arch, probe, ["model", str(x)],
+                                       {DOUBLE_ENV: str(served), "LD_LIBRARY_PATH": str(sdk / "lib")}),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["small=-5", "untouched=1", "exact=0", "same_buf=1", "same_bytes=1"]

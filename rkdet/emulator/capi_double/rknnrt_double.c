@@ -5,14 +5,18 @@
  * struct size it is given (RKNN_ERR_PARAM_INVALID, ret=-5, as a runner built against another header
  * meets); inputs are converted to the model's type and layout unless pass_through (NCHW<->NHWC
  * transposed for 4-D tensors); want_float dequantises an affine output with its scale and zero
- * point; a core mask naming a core the SoC lacks is refused. It computes NO model: the numbers come
+ * point; a core mask naming a core the SoC lacks is refused; an output with is_prealloc is written into the
+ * caller's buffer, and one smaller than the output is refused (RKNN_ERR_PARAM_INVALID) before anything is written. It computes NO model: the numbers come
  * from the emulator's computation, which the emulated board leaves in $RKDET_RKNN_DOUBLE/:
  *   model.txt        one line per tensor:  input NAME TYPE FMT NDIMS D...
  *                                         output NAME TYPE ZP SCALE NDIMS D...
  *                    and "cores N", "custom TEXT" (the model's custom string), "version TEXT",
  *                    "reject OP" (TEST CONTROL: rknn_init refuses the model over an op it lacks, #448),
  *                    "flip K" (TEST CONTROL: the K-th rknn_run of the process, from 0, flips the lowest bit
- *                    of the first output's first byte: a runtime that is not repeatable),
+ *                    of the first output's first byte: a runtime that is not repeatable; up to MAXFLIPS
+ *                    "flip" lines, each its own call),
+ *                    "ignore_prealloc" (TEST CONTROL: outputs go to the library's own buffers even
+ *                    when the caller set is_prealloc, as a runtime that does not honour it would),
  *                    "npu_us N" (BENCH CONTROL: rknn_run takes at least N microseconds, sleeping the rest,
  *                    as a real runtime's caller waits in the driver while the NPU computes; bench/capi_overhead.py)
  *   outputs/KEY.bin  every output's native bytes, concatenated, for the input whose native bytes
@@ -27,6 +31,7 @@
 #include "rknn_api.h"
 
 #define MAXT 16
+#define MAXFLIPS 64
 #ifndef RKDET_DOUBLE_VERSION
 #define RKDET_DOUBLE_VERSION "2.5.0"
 #endif
@@ -38,7 +43,7 @@ __attribute__((used)) const char rkdet_double_version_string[] = "librknnrt vers
 #endif
 typedef struct { char name[RKNN_MAX_NAME_LEN]; int type, fmt; int32_t zp; float scale; uint32_t n_dims, dims[RKNN_MAX_DIMS]; } tensor_t;
 static struct {
-    int ready, cores; long runs, flip_at, npu_us; char dir[1024], custom[1024], version[256], reject[256];
+    int ready, cores, n_flips, ignore_prealloc; long runs, flips[MAXFLIPS], npu_us; char dir[1024], custom[1024], version[256], reject[256];
     tensor_t in, out[MAXT]; int n_out; unsigned char *input; size_t input_size; unsigned char *result; size_t result_size;
 } M;
 
@@ -65,7 +70,7 @@ int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag, 
     (void)flag; (void)extend;
     if (!context || !model || !size) return RKNN_ERR_PARAM_INVALID;
     if (!dir) { fprintf(stderr, "rknnrt test double: RKDET_RKNN_DOUBLE is not set (the emulated board sets it)\n"); return RKNN_ERR_MODEL_INVALID; }
-    memset(&M, 0, sizeof M); M.cores = 3; M.flip_at = -1; snprintf(M.dir, sizeof M.dir, "%s", dir);
+    memset(&M, 0, sizeof M); M.cores = 3; snprintf(M.dir, sizeof M.dir, "%s", dir);
     snprintf(M.version, sizeof M.version, "%s (rkdet-test-double)", RKDET_DOUBLE_VERSION);
     snprintf(path, sizeof path, "%s/model.txt", dir);
     if (!(f = fopen(path, "r"))) return RKNN_ERR_MODEL_INVALID;
@@ -81,8 +86,9 @@ int rknn_init(rknn_context *context, void *model, uint32_t size, uint32_t flag, 
         else if (!strcmp(word, "custom")) snprintf(M.custom, sizeof M.custom, "%s", p);
         else if (!strcmp(word, "version")) snprintf(M.version, sizeof M.version, "%s", p);
         else if (!strcmp(word, "reject")) snprintf(M.reject, sizeof M.reject, "%s", p);
-        else if (!strcmp(word, "flip")) M.flip_at = atol(p);
+        else if (!strcmp(word, "flip") && M.n_flips < MAXFLIPS) M.flips[M.n_flips++] = atol(p);
         else if (!strcmp(word, "npu_us")) M.npu_us = atol(p);
+        else if (!strcmp(word, "ignore_prealloc")) M.ignore_prealloc = 1;
     }
     fclose(f);
     if (M.reject[0]) {
@@ -203,7 +209,8 @@ int rknn_run(rknn_context c, rknn_run_extend *e) {
         return RKNN_ERR_FAIL;
     }
     fclose(f);
-    if (M.runs++ == M.flip_at && want) M.result[0] ^= 1u;
+    for (k = 0; k < M.n_flips; k++) if (M.flips[k] == M.runs && want) { M.result[0] ^= 1u; break; }
+    M.runs++;
     if (M.npu_us > 0) {  /* the NPU's compute time: the caller waits, its CPU idle */
         long long left;
         clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -218,11 +225,16 @@ int rknn_outputs_get(rknn_context c, uint32_t n, rknn_output out[], rknn_output_
     (void)e;
     if (!M.ready || c != 1) return RKNN_ERR_CTX_INVALID;
     if (!M.result || n != (uint32_t)M.n_out) return RKNN_ERR_PARAM_INVALID;
+    for (k = 0; k < n; k++) {  /* every caller's buffer checked before any is written */
+        const tensor_t *t = &M.out[out[k].index < n ? out[k].index : 0];
+        size_t size = out[k].want_float ? elems(t) * 4 : elems(t) * type_size(t->type);
+        if (out[k].is_prealloc && !M.ignore_prealloc && (!out[k].buf || out[k].size < size)) return RKNN_ERR_PARAM_INVALID;
+    }
     for (k = 0; k < n; k++) {
         const tensor_t *t = &M.out[out[k].index < n ? out[k].index : 0]; uint32_t cnt = elems(t); size_t es = type_size(t->type);
         size_t size = out[k].want_float ? cnt * 4 : cnt * es; unsigned char *dst;
-        if (out[k].is_prealloc) { if (!out[k].buf || out[k].size < size) return RKNN_ERR_PARAM_INVALID; dst = out[k].buf; }
-        else dst = malloc(size);
+        if (out[k].is_prealloc && !M.ignore_prealloc) dst = out[k].buf;  /* the caller's buffer */
+        else { dst = malloc(size); out[k].is_prealloc = 0; }  /* released by rknn_outputs_release */
         if (out[k].want_float && t->type != RKNN_TENSOR_FLOAT32) {  /* affine dequantisation: (q - zp) * scale */
             for (i = 0; i < cnt; i++) { float v = (float)((get_value(M.result + off + i * es, t->type) - t->zp) * t->scale); memcpy(dst + i * 4, &v, 4); }
         } else memcpy(dst, M.result + off, size);

@@ -1,13 +1,16 @@
 /* rkdet-run-c: rkdet-run's job through Rockchip's C API (librknnrt), for boards without Python.
  *
- * rkdet's own source (plain C99, no dependency but the SDK's rknn_api.h, which rkdet never ships:
- * `rkdet runner build --sdk DIR` compiles this file against the header in the user's SDK).
+ * rkdet's own source (plain C99 and POSIX threads, no dependency but the SDK's rknn_api.h, which rkdet never
+ * ships: `rkdet runner build --sdk DIR` compiles this file against the header in the user's SDK, -pthread).
+ * The main thread only infers, into runner-owned output buffers (is_prealloc); one recorder thread does the
+ * result work below for each inference while the next one runs (the ring, RING_SLOTS).
  * It writes the same result set as rkdet-run (docs/FORMATS.md "Result set"): run.json, index.jsonl
  * (one whole line written per inference; fsync'd as INDEX_FSYNC_S says), snapshots.jsonl, outputs/<hash>.npy (each distinct output
  * once, named by THE output hash: sha256(dtype.str "|" shape "|" C-order bytes)) and summary.json.
  * Every file is written to a temporary name in the same folder, fsync'd and renamed; an output file
- * exists before the index line naming it, so a SIGKILL leaves every completed inference readable
- * (a killed process's writes stay in the page cache; only a power cut needs the index's fsync).
+ * exists before the index line naming it, so a SIGKILL leaves every recorded inference readable and loses
+ * at most the RING_SLOTS inferred but not yet recorded, never part of a line or file (a killed process's
+ * writes stay in the page cache; only a power cut needs the index's fsync).
  * It records every setting lite2 chooses implicitly: input type/fmt/pass_through, want_float, the
  * core mask, the runtime's API and driver versions and the model's custom string (docs/RUNNER_C.md).
  *
@@ -19,6 +22,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -407,9 +411,67 @@ static void run_json(run_t *r, buf_t *b, const char *status, double finished) {
     b_printf(b, "}, \"started_unix\": %.6f, \"status\": \"%s\", \"warmup\": %ld}\n", r->started, status, r->a->warmup);
 }
 
+/* ---------- the recorder's ring: inference on the main thread, result work on one worker ----------
+ * The runtime writes each inference's outputs into a slot of runner-owned buffers (rknn_output.is_prealloc);
+ * one recorder thread compares them with the input's previous repeat, hashes, writes the content-addressed
+ * files and the index line, in inference order, while the main thread runs the next inference. The main
+ * thread waits only while every slot is still being recorded. Memory: RING_SLOTS x one inference's output
+ * bytes (3 x 2.5 MB for the default yolov8n model), besides the kept previous repeats (SEEN_BUDGET). A
+ * SIGKILL loses at most the RING_SLOTS inferences not yet recorded (never a half-written line or file);
+ * SIGINT/SIGTERM and every failure on the main thread drain the ring first: what was inferred is recorded. */
+#define RING_SLOTS 3
+typedef struct { const dtype_t *dt; uint32_t ndim; uint64_t shape[RKNN_MAX_DIMS]; size_t nbytes; } out_meta_t;
+typedef struct { int sample; long run; double latency_ms, t_unix, t_mono; unsigned char *buf[MAX_OUTPUTS]; } slot_t;
+static struct {
+    pthread_mutex_t lock; pthread_cond_t filled, freed; pthread_t thread;
+    slot_t slots[RING_SLOTS];
+    int head, count, ready, pending, closing, running;  /* head: the next slot to fill; count: filled, not yet recorded; ready:
+                                                          * of those, handed to the recorder; pending: filled, handed at the next flush */
+} g_ring = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+static pthread_t g_main_thread;
+static pthread_mutex_t g_fail_lock = PTHREAD_MUTEX_INITIALIZER;
+/* (lock held) the filled slots become the recorder's */
+static void ring_hand_over(void) {
+    if (g_ring.pending) { g_ring.ready += g_ring.pending; g_ring.pending = 0; pthread_cond_signal(&g_ring.filled); }
+}
+/* main thread: hand the filled slots to the recorder: called just before rknn_run, so that its CPU work
+ * overlaps the NPU's compute rather than the CPU work of the next rknn_inputs_set */
+static void ring_flush(void) {
+    if (!g_ring.pending) return;
+    pthread_mutex_lock(&g_ring.lock); ring_hand_over(); pthread_mutex_unlock(&g_ring.lock);
+}
+/* main thread: the recorder records every filled slot, then ends (joined) */
+static void ring_drain(void) {
+    if (!g_ring.running) return;
+    g_ring.running = 0;
+    pthread_mutex_lock(&g_ring.lock); ring_hand_over(); g_ring.closing = 1; pthread_cond_signal(&g_ring.filled);
+    pthread_mutex_unlock(&g_ring.lock);
+    pthread_join(g_ring.thread, NULL);
+}
+/* main thread: the slot the next inference writes into (waits while the recorder holds all of them) */
+static slot_t *ring_free_slot(void) {
+    slot_t *s;
+    pthread_mutex_lock(&g_ring.lock);
+    if (g_ring.count == RING_SLOTS) ring_hand_over();
+    while (g_ring.count == RING_SLOTS) pthread_cond_wait(&g_ring.freed, &g_ring.lock);
+    s = &g_ring.slots[g_ring.head];
+    pthread_mutex_unlock(&g_ring.lock);
+    return s;
+}
+/* main thread: the slot ring_free_slot gave is filled (handed to the recorder at the next flush) */
+static void ring_publish(void) {
+    pthread_mutex_lock(&g_ring.lock);
+    g_ring.head = (g_ring.head + 1) % RING_SLOTS; g_ring.count++; g_ring.pending++;
+    pthread_mutex_unlock(&g_ring.lock);
+}
+
 static run_t *g_run;
 static int fail(int code, const char *fmt, ...) {
-    va_list ap; va_start(ap, fmt); vsnprintf(g_error, sizeof g_error, fmt, ap); va_end(ap);
+    char msg[sizeof g_error]; va_list ap;
+    va_start(ap, fmt); vsnprintf(msg, sizeof msg, fmt, ap); va_end(ap);
+    if (pthread_equal(pthread_self(), g_main_thread)) ring_drain();  /* what was inferred is recorded first */
+    pthread_mutex_lock(&g_fail_lock);  /* one thread reports and exits; a second failing meanwhile waits for that exit */
+    memcpy(g_error, msg, sizeof g_error);
     fprintf(stderr, "rkdet-run-c: %s\n", g_error);
     index_sync();  /* the lines written so far made durable (SIGINT/SIGTERM, a failure), as at the end */
     if (g_run && g_run_path[0]) { buf_t b = {0}; run_json(g_run, &b, "failed", now_unix()); write_atomic(g_run_path, b.s, b.n); free(b.s); }
@@ -453,6 +515,81 @@ static int load_inputs(const char *dir, sample_t **out) {
 /* ---------- per-input distinct output sets (summary.json) ---------- */
 typedef struct { char **sets; int n_sets; long runs; long div_run; int div_out; } track_t;
 
+/* ---------- the recorder thread: one slot's result work, exactly what the single-threaded runner did after
+ * rknn_outputs_get (same index line, same files, same order) ---------- */
+typedef struct { run_t *r; track_t *track; seen_t *seen; const out_meta_t *meta; buf_t line, set; } recorder_t;
+static void record(recorder_t *rec, const slot_t *sl) {
+    run_t *r = rec->r; const args_t *a = r->a; sample_t *s = &r->samples[sl->sample]; uint32_t k; char path[4400];
+    buf_t *line = &rec->line, *set = &rec->set;
+    line->n = 0; set->n = 0;  /* reused: grown once, not allocated per inference */
+    b_printf(line, "{\"backend\": \"rknn_c\", \"input\": "); b_jstr(line, s->name);
+    b_printf(line, ", \"latency_ms\": %.4f, \"outputs\": [", sl->latency_ms);
+    for (k = 0; k < r->n_out; k++) {
+        const out_meta_t *m = &rec->meta[k]; uint32_t d; char h[65]; struct stat st;
+        /* a reused hash's file was written when it was first hashed: no stat again */
+        if (!hash_or_reuse(&rec->seen[(size_t)sl->sample * r->n_out + k], m->dt, m->ndim, m->shape, sl->buf[k], m->nbytes, h)
+            && (snprintf(path, sizeof path, "%s/outputs/%s.npy", a->out, h), stat(path, &st) != 0)) {
+            /* content-addressed: each distinct output once, before its index line */
+            buf_t npy = {0}; npy_bytes(&npy, m->dt, m->ndim, m->shape, sl->buf[k], m->nbytes);
+            if (write_atomic(path, npy.s, npy.n)) fail(EXIT_BOARD, "%s: %s; completed runs stay readable", path, strerror(errno));
+            free(npy.s);
+        }
+        b_printf(line, k ? ", {\"dtype\": \"%s\", \"hash\": \"%s\", \"name\": " : "{\"dtype\": \"%s\", \"hash\": \"%s\", \"name\": ", m->dt->name, h);
+        b_jstr(line, r->names[k]); b_puts(line, ", \"shape\": [");
+        for (d = 0; d < m->ndim; d++) b_printf(line, d ? ", %llu" : "%llu", (unsigned long long)m->shape[d]);
+        b_puts(line, "]}");
+        b_puts(set, h); b_puts(set, r->names[k]);
+    }
+    b_printf(line, "], \"run\": %ld, \"t_unix\": %.6f}\n", sl->run, sl->t_unix);
+    if (append_line(line->s, line->n, sl->t_mono, a->index_fsync_s)) fail(EXIT_BOARD, "%s/index.jsonl: %s; completed runs stay readable", a->out, strerror(errno));
+    { track_t *t = &rec->track[sl->sample]; int j, known = 0;
+      t->runs++;
+      for (j = 0; j < t->n_sets; j++) if (!strcmp(t->sets[j], set->s)) known = 1;
+      if (!known) {
+          if (t->n_sets && !t->div_run) {  /* the first run whose outputs differ from run 0's */
+              uint32_t o; size_t off = 0;
+              t->div_run = sl->run + 1; t->div_out = -1;
+              for (o = 0; o < r->n_out; off += 64 + strlen(r->names[o]), o++)
+                  if (strncmp(t->sets[0] + off, set->s + off, 64)) { t->div_out = (int)o; break; }
+          }
+          t->sets = (char **)realloc(t->sets, (size_t)(t->n_sets + 1) * sizeof(char *)); t->sets[t->n_sets++] = strdup(set->s);
+      }
+    }
+}
+static void *recorder_main(void *arg) {
+    recorder_t *rec = (recorder_t *)arg;
+    { struct sched_param none; memset(&none, 0, sizeof none);
+      /* SCHED_BATCH: being woken does not preempt the main thread, which runs on to rknn_run (else, on a busy
+       * CPU, the handover costs the main thread the recorder's whole compare); no privilege needed, and where a
+       * kernel refuses it the recorder runs as before */
+      pthread_setschedparam(pthread_self(), SCHED_BATCH, &none); }
+    for (;;) {
+        const slot_t *sl;
+        pthread_mutex_lock(&g_ring.lock);
+        while (!g_ring.ready && !g_ring.closing) pthread_cond_wait(&g_ring.filled, &g_ring.lock);
+        if (!g_ring.ready) { pthread_mutex_unlock(&g_ring.lock); break; }  /* closing and drained */
+        sl = &g_ring.slots[(g_ring.head + RING_SLOTS - g_ring.count) % RING_SLOTS];  /* the oldest filled */
+        pthread_mutex_unlock(&g_ring.lock);
+        record(rec, sl);  /* the main thread never writes a filled slot */
+        pthread_mutex_lock(&g_ring.lock); g_ring.count--; g_ring.ready--; pthread_cond_signal(&g_ring.freed); pthread_mutex_unlock(&g_ring.lock);
+    }
+    free(rec->line.s); free(rec->set.s); rec->line.s = rec->set.s = NULL;
+    return NULL;
+}
+/* the slots' buffers (RING_SLOTS x the outputs' bytes) and the recorder thread, which takes no SIGINT/SIGTERM:
+ * they reach the main thread, which stops inferring and drains the ring */
+static void ring_start(recorder_t *rec) {
+    sigset_t stop, old; int j; uint32_t k;
+    for (j = 0; j < RING_SLOTS; j++) for (k = 0; k < rec->r->n_out; k++)
+        if (!(g_ring.slots[j].buf[k] = (unsigned char *)malloc(rec->meta[k].nbytes ? rec->meta[k].nbytes : 1)))
+            fail(EXIT_BOARD, "out of memory for %d x %u output buffers", RING_SLOTS, rec->r->n_out);
+    sigemptyset(&stop); sigaddset(&stop, SIGINT); sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
+    if ((j = pthread_create(&g_ring.thread, NULL, recorder_main, rec)) != 0) fail(EXIT_BOARD, "cannot start the recorder thread (%s)", strerror(j));
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    g_ring.running = 1;
+}
+
 static int rk(const char *what, int ret) {
     if (ret != RKNN_SUCC) fail(EXIT_BOARD, "%s failed (ret=%d%s)", what, ret,
                                ret == RKNN_ERR_PARAM_INVALID ? ": the runtime refused a struct or parameter; was rkdet-run-c built against this runtime's rknn_api.h?" : "");
@@ -463,8 +600,8 @@ int main(int argc, char **argv) {
     args_t a; run_t r; rknn_context ctx = 0; rknn_input_output_num io; int mask;
     unsigned char *model; size_t model_size; buf_t b = {0}; char path[4400]; int idx_fd, snap_fd, i, code;
     uint32_t k; long run; track_t *track; seen_t *seen; rknn_output outs[MAX_OUTPUTS]; struct sigaction sa;
-    buf_t line = {0}, set = {0};
-    memset(&r, 0, sizeof r);
+    out_meta_t meta[MAX_OUTPUTS]; recorder_t rec;
+    memset(&r, 0, sizeof r); memset(&rec, 0, sizeof rec); g_main_thread = pthread_self();
     if (parse_args(argc, argv, &a)) return EXIT_BAD_INPUT;
     r.a = &a;
     core_mask_value(a.core_mask, &mask);
@@ -521,6 +658,23 @@ int main(int argc, char **argv) {
         else snprintf(r.names[k], sizeof r.names[k], "output%u", k);
         if (r.out_attr[k].n_dims > RKNN_MAX_DIMS) fail(EXIT_BOARD, "output %u: the runtime reports %u dims", k, r.out_attr[k].n_dims);
     }
+    for (k = 0; k < r.n_out; k++) {  /* each output's dtype, numpy shape and bytes: what its ring buffers hold */
+        rknn_tensor_attr *at = &r.out_attr[k]; out_meta_t *m = &meta[k]; uint64_t count = 1; uint32_t d;
+        if (!(m->dt = dtype_by_type(a.want_float ? RKNN_TENSOR_FLOAT32 : at->type)))
+            fail(EXIT_BOARD, "output %s: tensor type %d has no numpy dtype", r.names[k], at->type);
+        m->ndim = at->n_dims;
+        for (d = 0; d < at->n_dims; d++) {
+#ifdef RKDET_RKNPU1  /* RKNPU1 lists dims innermost first ([W, H, C, N]); numpy's order is outermost first */
+            m->shape[d] = at->dims[at->n_dims - 1 - d];
+#else
+            m->shape[d] = at->dims[d];
+#endif
+            if (m->shape[d] && count > (uint64_t)UINT32_MAX / m->shape[d]) fail(EXIT_BOARD, "output %s: the runtime reports a shape over 4 GiB", r.names[k]);
+            count *= m->shape[d];
+        }
+        if (count * m->dt->size > (uint64_t)UINT32_MAX) fail(EXIT_BOARD, "output %s: the runtime reports a shape over 4 GiB", r.names[k]);
+        m->nbytes = (size_t)(count * m->dt->size);
+    }
     r.in_type = r.samples[0].dtype->type;
     r.in_fmt = !strcmp(a.input_fmt, "nchw") ? RKNN_TENSOR_NCHW : !strcmp(a.input_fmt, "nhwc") ? RKNN_TENSOR_NHWC : (int)r.in_attr[0].fmt;
     if (a.pass_through && r.in_type != (int)r.in_attr[0].type)
@@ -559,71 +713,41 @@ int main(int argc, char **argv) {
     track = (track_t *)calloc((size_t)r.n_samples, sizeof(track_t));
     seen = (seen_t *)calloc((size_t)r.n_samples * r.n_out, sizeof(seen_t));
     if (!track || !seen) fail(EXIT_BOARD, "out of memory for %d inputs", r.n_samples);
+    rec.r = &r; rec.track = track; rec.seen = seen; rec.meta = meta;
+    ring_start(&rec);
     for (run = -a.warmup; run < a.repeats; run++) {
         for (i = 0; i < r.n_samples; i++) {
-            sample_t *s = &r.samples[i]; rknn_input in; double t0, t1, tu;
-            line.n = 0; set.n = 0;  /* reused: grown once, not allocated per inference */
+            sample_t *s = &r.samples[i]; rknn_input in; double t0, t1, tu; slot_t *slot;
+            if (g_stop) { fail(EXIT_INTERRUPTED, "interrupted: SIGINT/SIGTERM; completed runs stay readable"); }
+            slot = ring_free_slot();  /* waits only while the recorder holds every slot */
             if (g_stop) { fail(EXIT_INTERRUPTED, "interrupted: SIGINT/SIGTERM; completed runs stay readable"); }
             memset(&in, 0, sizeof in); memset(outs, 0, sizeof outs);
             in.index = 0; in.buf = s->data; in.size = (uint32_t)s->nbytes; in.pass_through = (uint8_t)a.pass_through;
             in.type = (rknn_tensor_type)r.in_type; in.fmt = (rknn_tensor_format)r.in_fmt;
-            for (k = 0; k < r.n_out; k++) { outs[k].want_float = (uint8_t)a.want_float; outs[k].index = k; }
+            for (k = 0; k < r.n_out; k++) {  /* the runtime writes into the slot's buffers (the documented is_prealloc) */
+                outs[k].want_float = (uint8_t)a.want_float; outs[k].index = k; outs[k].is_prealloc = 1;
+                outs[k].buf = slot->buf[k]; outs[k].size = (uint32_t)meta[k].nbytes;
+            }
             t0 = now_mono();
             rk("rknn_inputs_set", rknn_inputs_set(ctx, 1, &in));
+            ring_flush();  /* the previous inference's result work runs while the NPU computes this one */
             rk("rknn_run", rknn_run(ctx, NULL));
             rk("rknn_outputs_get", rknn_outputs_get(ctx, r.n_out, outs, NULL));
             t1 = now_mono(); tu = now_unix();
-            if (run < 0) { rknn_outputs_release(ctx, r.n_out, outs); continue; }
-            b_printf(&line, "{\"backend\": \"rknn_c\", \"input\": "); b_jstr(&line, s->name);
-            b_printf(&line, ", \"latency_ms\": %.4f, \"outputs\": [", (t1 - t0) * 1000.0);
             for (k = 0; k < r.n_out; k++) {
-                rknn_tensor_attr *at = &r.out_attr[k]; const dtype_t *dt = dtype_by_type(a.want_float ? RKNN_TENSOR_FLOAT32 : at->type);
-                uint64_t shape[RKNN_MAX_DIMS]; uint64_t count = 1; uint32_t d; char h[65]; struct stat st;
-                if (!dt) fail(EXIT_BOARD, "output %s: tensor type %d has no numpy dtype", r.names[k], at->type);
-                for (d = 0; d < at->n_dims; d++) {
-#ifdef RKDET_RKNPU1  /* RKNPU1 lists dims innermost first ([W, H, C, N]); numpy's order is outermost first */
-                    shape[d] = at->dims[at->n_dims - 1 - d];
-#else
-                    shape[d] = at->dims[d];
-#endif
-                    count *= shape[d];
-                }
-                if (count * dt->size != outs[k].size || !outs[k].buf)
-                    fail(EXIT_BOARD, "output %s: the runtime returned %u bytes, %s%s wants %llu", r.names[k], outs[k].size,
-                         dt->name, "", (unsigned long long)(count * dt->size));
-                /* a reused hash's file was written when it was first hashed: no stat again */
-                if (!hash_or_reuse(&seen[(size_t)i * r.n_out + k], dt, at->n_dims, shape, outs[k].buf, outs[k].size, h)
-                    && (snprintf(path, sizeof path, "%s/outputs/%s.npy", a.out, h), stat(path, &st) != 0)) {
-                    /* content-addressed: each distinct output once, before its index line */
-                    buf_t npy = {0}; npy_bytes(&npy, dt, at->n_dims, shape, outs[k].buf, outs[k].size);
-                    if (write_atomic(path, npy.s, npy.n)) fail(EXIT_BOARD, "%s: %s; completed runs stay readable", path, strerror(errno));
-                    free(npy.s);
-                }
-                b_printf(&line, k ? ", {\"dtype\": \"%s\", \"hash\": \"%s\", \"name\": " : "{\"dtype\": \"%s\", \"hash\": \"%s\", \"name\": ", dt->name, h);
-                b_jstr(&line, r.names[k]); b_puts(&line, ", \"shape\": [");
-                for (d = 0; d < at->n_dims; d++) b_printf(&line, d ? ", %llu" : "%llu", (unsigned long long)shape[d]);
-                b_puts(&line, "]}");
-                b_puts(&set, h); b_puts(&set, r.names[k]);
+                if (outs[k].buf != slot->buf[k])
+                    fail(EXIT_BOARD, "output %s: the runtime did not write into the runner's buffer (is_prealloc=1); this runtime does not honour rknn_output.is_prealloc", r.names[k]);
+                if (outs[k].size != meta[k].nbytes)
+                    fail(EXIT_BOARD, "output %s: the runtime returned %u bytes, %s wants %llu", r.names[k], outs[k].size,
+                         meta[k].dt->name, (unsigned long long)meta[k].nbytes);
             }
             rk("rknn_outputs_release", rknn_outputs_release(ctx, r.n_out, outs));
-            b_printf(&line, "], \"run\": %ld, \"t_unix\": %.6f}\n", run, tu);
-            if (append_line(line.s, line.n, t1, a.index_fsync_s)) fail(EXIT_BOARD, "%s/index.jsonl: %s; completed runs stay readable", a.out, strerror(errno));
-            { track_t *t = &track[i]; int j, seen = 0;
-              t->runs++;
-              for (j = 0; j < t->n_sets; j++) if (!strcmp(t->sets[j], set.s)) seen = 1;
-              if (!seen) {
-                  if (t->n_sets && !t->div_run) {  /* the first run whose outputs differ from run 0's */
-                      uint32_t o; size_t off = 0;
-                      t->div_run = run + 1; t->div_out = -1;
-                      for (o = 0; o < r.n_out; off += 64 + strlen(r.names[o]), o++)
-                          if (strncmp(t->sets[0] + off, set.s + off, 64)) { t->div_out = (int)o; break; }
-                  }
-                  t->sets = (char **)realloc(t->sets, (size_t)(t->n_sets + 1) * sizeof(char *)); t->sets[t->n_sets++] = strdup(set.s);
-              }
-            }
+            if (run < 0) continue;  /* warmup: the slot stays free */
+            slot->sample = i; slot->run = run; slot->latency_ms = (t1 - t0) * 1000.0; slot->t_unix = tu; slot->t_mono = t1;
+            ring_publish();  /* the recorder compares/hashes/writes it while the next inference runs */
         }
     }
-    free(line.s); free(set.s);
+    ring_drain();  /* every inferred set recorded, in order */
     if (index_sync() != 0) fail(EXIT_BOARD, "%s/index.jsonl: %s (fsync); completed runs stay readable", a.out, strerror(errno));
     g_idx_fd = -1; close(idx_fd);
     rknn_destroy(ctx);
