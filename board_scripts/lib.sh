@@ -70,6 +70,26 @@ rk_die() {
 
 # ---- files ------------------------------------------------------------------------------------
 
+# Stop a child of this shell: SIGTERM, then poll every 0.1 s (no timer process: a killed timer subshell
+# left its `sleep` behind in the job's group) until it is gone or a zombie; SIGKILL it only when $2
+# tenths of a second ran out. Its wait status goes to rk_stop_rc. run-pinned.sh stops its command and
+# run-steps.sh its running step with it.
+rk_stop_child() {
+    rk_sc_pid=$1
+    rk_sc_ticks=$2
+    kill -TERM "$rk_sc_pid" 2>/dev/null || :
+    while [ "$rk_sc_ticks" -gt 0 ]; do
+        rk_sc_state=Z
+        read -r _ _ rk_sc_state _ <"/proc/$rk_sc_pid/stat" 2>/dev/null || rk_sc_state=Z
+        [ "$rk_sc_state" != Z ] || break
+        sleep 0.1 2>/dev/null || sleep 1
+        rk_sc_ticks=$((rk_sc_ticks - 1))
+    done
+    [ "$rk_sc_ticks" -gt 0 ] || kill -KILL "$rk_sc_pid" 2>/dev/null || :
+    rk_stop_rc=0
+    wait "$rk_sc_pid" 2>/dev/null || rk_stop_rc=$?
+}
+
 # rk_path REL: print the absolute path of REL (relative to the root prefix).
 rk_path() { printf '%s/%s' "$RK_ROOT" "$1"; }
 

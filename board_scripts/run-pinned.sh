@@ -64,19 +64,7 @@ rp_restore() {
     # A signal can land between the fork and `rp_child=$!`; the shell has set $! by then.
     if [ -z "$rp_child" ] && [ -n "$rp_forked" ]; then rp_child=${!:-}; fi
     if [ -n "$rp_child" ]; then
-        kill -TERM "$rp_child" 2>/dev/null || :
-        # Poll (no timer process: a killed timer subshell left its `sleep` behind in the job's group)
-        # until the child is gone or a zombie, then SIGKILL it only if the grace period ran out.
-        rp_ticks=$((rp_grace * 10))
-        while [ "$rp_ticks" -gt 0 ]; do
-            rp_state=Z
-            read -r _ _ rp_state _ <"/proc/$rp_child/stat" 2>/dev/null || rp_state=Z
-            [ "$rp_state" != Z ] || break
-            sleep 0.1 2>/dev/null || sleep 1
-            rp_ticks=$((rp_ticks - 1))
-        done
-        [ "$rp_ticks" -gt 0 ] || kill -KILL "$rp_child" 2>/dev/null || :
-        wait "$rp_child" 2>/dev/null || :
+        rk_stop_child "$rp_child" $((rp_grace * 10))
         rp_child=
     fi
     set +e

@@ -95,21 +95,10 @@ rs_on_signal() {
     trap '' INT TERM HUP PIPE
     rk_emit signal "\"signal\":\"$1\",\"note\":\"stopping the running step; no further step starts\""
     if [ -n "$rs_child" ]; then
-        kill -TERM "$rs_child" 2>/dev/null || :
-        # As run-pinned.sh stops its command: poll until the step is gone, SIGKILL it when the grace ran out;
         # half a second before run-pinned.sh's own grace (for this script) runs out, so the step never
-        # outlives this script and the restore after it.
-        rs_ticks=$((rs_grace * 10 - 5))
-        while [ "$rs_ticks" -gt 0 ]; do
-            rs_state=Z
-            read -r _ _ rs_state _ <"/proc/$rs_child/stat" 2>/dev/null || rs_state=Z
-            [ "$rs_state" != Z ] || break
-            sleep 0.1 2>/dev/null || sleep 1
-            rs_ticks=$((rs_ticks - 1))
-        done
-        [ "$rs_ticks" -gt 0 ] || kill -KILL "$rs_child" 2>/dev/null || :
-        rs_rc=0
-        wait "$rs_child" 2>/dev/null || rs_rc=$?
+        # outlives this script and the restore after it
+        rk_stop_child "$rs_child" $((rs_grace * 10 - 5))
+        rs_rc=$rk_stop_rc
         rk_emit step "\"index\":$rs_index,\"status\":\"exited\",\"exit\":$rs_rc"
     fi
     rk_emit result "\"status\":\"stopped\",\"exit\":$2"
