@@ -100,7 +100,7 @@ def test_a_schema_2_database_migrates_and_keeps_its_runs(tmp_path):
                 "VALUES ('lab-1/r0', 'r0', 'k', ?, '0', 'rknnlite', 1.0, 'complete', 1, 1, 1, '{}', 3, 0)", (BUILD,))
     raw.close()
     conn = connect(results)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     (kept,) = load_runs(conn)
     assert kept.folder == "lab-1/r0" and kept.board.label == "lab-1"
     assert load_serving(conn) == []
