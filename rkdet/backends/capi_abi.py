@@ -27,20 +27,29 @@ def abi_source() -> Path:
     return Path(__file__).resolve().parent.parent / "onboard" / "c" / "rkdet_abi_sizes.c"
 
 
+def run_compiler(cmd: list[str], timeout_s: float, doing: str, failed: str) -> str:
+    """Run one cross-compiler command; its stdout. ValueError (one line) when it times out (`doing`: what it
+    was doing) or fails (`failed`, then the compiler's first error line). The runner's build and the struct
+    sizes' measurement both compile through it."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"{cmd[0]}: no result after {timeout_s:g} s {doing}") from None
+    if done.returncode != 0:
+        first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
+        raise ValueError(f"{failed}: {first}")
+    return done.stdout
+
+
 def header_struct_sizes(compiler: str, include_dir: Path, rknpu1: bool, timeout_s: float) -> dict[str, int]:
     """sizeof each of STRUCTS as `compiler` lays out the rknn_api.h in `include_dir`: compiled to assembly
     (never linked or run: a cross compiler needs no board) and read from the `.size` directives. ValueError
     (one line) when the header does not compile or a size is missing."""
     cmd = [compiler, "-std=c99", "-O2", "-S", "-o", "-", "-I", str(include_dir),
            *(["-DRKDET_RKNPU1"] if rknpu1 else []), str(abi_source())]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise ValueError(f"{compiler}: no result after {timeout_s:g} s measuring the header's struct sizes") from None
-    if done.returncode != 0:
-        first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
-        raise ValueError(f"the header's struct sizes could not be measured: {first}")
-    sizes = {name: int(size) for name, size in _SIZE.findall(done.stdout)}
+    out = run_compiler(cmd, timeout_s, "measuring the header's struct sizes",
+                       "the header's struct sizes could not be measured")
+    sizes = {name: int(size) for name, size in _SIZE.findall(out)}
     wanted = [s for s in STRUCTS if not (rknpu1 and s == "rknn_custom_string")]
     missing = [s for s in wanted if s not in sizes]
     if missing:

@@ -15,12 +15,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rkdet.backends.capi_abi import abi_source, header_struct_sizes, known_abi, size_mismatches
+from rkdet.backends.capi_abi import abi_source, header_struct_sizes, known_abi, run_compiler, size_mismatches
 from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.io import write_atomic
 
@@ -207,14 +206,11 @@ def build_runner(sdk: Path, arch: str, cache: Path) -> BuiltRunner:
            *(["-DRKDET_RKNPU1"] if rknpu1 else []), "-o", str(tmp), str(runner_source()), "-L", str(libdir),
            "-lrknn_api" if rknpu1 else "-lrknnrt"]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
+        run_compiler(cmd, COMPILE_TIMEOUT_S, "building rkdet-run-c",
+                     f"{header}: rkdet-run-c does not compile against this header")
+    except ValueError as err:
         tmp.unlink(missing_ok=True)
-        raise RunnerBuildError(f"{compiler}: no result after {COMPILE_TIMEOUT_S} s building rkdet-run-c") from None
-    if done.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:200])
-        raise RunnerBuildError(f"{header}: rkdet-run-c does not compile against this header: {first}")
+        raise RunnerBuildError(str(err)) from None
     os.replace(tmp, built.path)
     record = {"schema": "rkdet.runner-build/1", "arch": arch, "api": "rknpu1" if rknpu1 else "rknpu2", "header": header.name, "header_sha256": header_sha,
               "runtime_version": version, "struct_sizes": sizes,
