@@ -28,6 +28,7 @@ from rkdet.textsafe import literal
 
 if TYPE_CHECKING:
     from rkdet.deploy.flow import DeployOutcome
+    from rkdet.deploy.settings import RunOverrides
     from rkdet.link.ssh import BoardConnection
     from rkdet.records.build import BuildRecord
 
@@ -47,13 +48,23 @@ def deploy_command(**opts: Any) -> None:
     request = DeployRequest.from_options(opts)
     if opts.get("backends"):
         if opts["resume"] or opts["install_selfcheck"] or opts["backend"]:
-            raise InputError("--backends runs two fresh deploys: drop --backend, --resume and --install-selfcheck")
+            raise InputError("--backends runs one fresh pinned session: drop --backend, --resume and --install-selfcheck")
         raise SystemExit(run_backend_pair(request, opts["backends"], as_json=opts["as_json"]))
     outcome = run_deploy(request, resume=opts["resume"], install_selfcheck=opts["install_selfcheck"],
                          as_json=opts["as_json"])
     if outcome.record is not None and outcome.record.status == "complete":
         record_run(request.out, outcome.folder)
     raise SystemExit(outcome.exit_code)
+
+
+def check_before_connecting(record: BuildRecord, flags: RunOverrides, allow_failed_build: bool, what: str) -> None:
+    """What deploy refuses before any connection, one backend or a session of two: a build that failed a
+    gate (unless --allow-failed-build) and an --inputs folder that is not the build's fed input."""
+    record.info.refuse_failed(what, allow_failed_build)
+    if flags.inputs is not None:  # --inputs: every tensor checked against the build's fed input
+        from rkdet.deploy.stage import check_inputs
+
+        check_inputs(record.info, Path(flags.inputs), flags.emulate_npu)
 
 
 def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfcheck: bool = False,
@@ -86,15 +97,8 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
         if install_selfcheck and record.info.origin == "imported":
             raise InputError(f"{build}: an imported .rknn has no reference outputs, so no self-check bundle "
                              "(rkdet-selfcheck compares with expected outputs): deploy it without --install-selfcheck")
-        # a build that failed a gate: refused before any connection unless --allow-failed-build
-        record.info.refuse_failed("deploy --install-selfcheck" if install_selfcheck else "deploy", allow_failed_build)
-        if flags.inputs is not None:  # --inputs: every tensor checked against the build's fed input, before connecting
-            from rkdet.deploy.stage import check_inputs
-
-            if flags.emulate_npu is not None:
-                raise InputError("--emulator-npu replays the build's simulator outputs of its golden inputs; "
-                                 "drop it or --inputs")
-            check_inputs(record.info, Path(flags.inputs))
+        check_before_connecting(record, flags, allow_failed_build,
+                                "deploy --install-selfcheck" if install_selfcheck else "deploy")
     with open_connection(request.connection) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
@@ -198,7 +202,7 @@ def run_backend_pair(request: DeployRequest, pair: tuple[str, str], *, as_json: 
             raise InputError(f"--runner-setting {item}: neither {pair[0]} nor {pair[1]} takes it")
     record, chosen = resolve_build(request.config_path, request.build)
     request.check_fault()
-    record.info.refuse_failed("deploy", request.allow_failed_build)
+    check_before_connecting(record, request.run, request.allow_failed_build, "deploy")
     log(f"settings (run, board, tolerances) from {chosen.source}{from_build_note(chosen, request.config_path)}")
     steps: list[RunSettings] = []
     for name in pair:

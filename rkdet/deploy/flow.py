@@ -240,6 +240,12 @@ class Deployment:
                                                    seconds=round(transfer.seconds, 3)))
 
     @property
+    def fed_count(self) -> int:
+        """How many inputs the runner runs per pass: the --inputs folder's tensors, else the golden inputs."""
+        own = self._own_inputs
+        return len(list(own.glob("*.npy"))) if own is not None and own.is_dir() else len(self.build_record.golden_inputs)
+
+    @property
     def _own_inputs(self) -> Path | None:
         """`--inputs FOLDER`: the fed tensors run instead of the build's golden inputs."""
         return None if self.settings.inputs is None else Path(self.settings.inputs)
@@ -284,9 +290,7 @@ class Deployment:
         ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
         try:
-            own = self._own_inputs
-            fed = len(list(own.glob("*.npy"))) if own is not None and own.is_dir() else len(self.build_record.golden_inputs)
-            total = self.settings.repeats * fed
+            total = self.settings.repeats * self.fed_count
             code = pinned_run.wait(self.conn, job, layout, self.settings.timeout + self.settings.lock_timeout, total,
                                    self.progress, self.log)
         except KeyboardInterrupt:

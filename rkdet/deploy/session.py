@@ -143,7 +143,7 @@ class PinnedSession:
             d.state.save()
         interrupted = False
         try:
-            total = sum(d.settings.repeats * len(d.build_record.golden_inputs) for d in ds)
+            total = sum(d.settings.repeats * d.fed_count for d in ds)
             timeout = sum(d.settings.timeout for d in ds) + ds[0].settings.lock_timeout
             pinned_run.wait(self.conn, job, layouts[0], timeout, total, ds[0].progress, self.log,
                             results=[x.result for x in layouts])

@@ -84,9 +84,17 @@ def stage_inputs(build: BuildInfo, inputs: Path | None, dest: Path) -> Path:
     return folder
 
 
-def check_inputs(build: BuildInfo, inputs: Path) -> int:
+def refuse_replay_with_inputs(emulate_npu: int | None, inputs: Path | None) -> None:
+    """--emulator-npu replays the simulator's outputs of the GOLDEN inputs: it cannot run `--inputs`."""
+    if emulate_npu is not None and inputs is not None:
+        raise InputError("--emulator-npu replays the build's simulator outputs of its golden inputs; "
+                         "drop it or --inputs")
+
+
+def check_inputs(build: BuildInfo, inputs: Path, emulate_npu: int | None = None) -> int:
     """`deploy --inputs FOLDER` checked before any connection (staged into a private temp folder and
     dropped; push_build stages them again, from the bytes it checks then): how many inputs it holds."""
+    refuse_replay_with_inputs(emulate_npu, inputs)
     with tempfile.TemporaryDirectory(prefix="rkdet-inputs-") as tmp:
         staged = stage_inputs(build, inputs, Path(tmp) / "inputs")
         return sum(1 for _ in staged.iterdir())
@@ -114,9 +122,7 @@ def push_build(conn: BoardConnection, build: BuildInfo, layout: RemoteLayout, em
     if emulate_npu is not None and build.origin == "imported":
         raise InputError(f"{folder}: --emulator-npu replays the build's simulator outputs; an imported "
                          ".rknn has none")
-    if emulate_npu is not None and inputs is not None:
-        raise InputError("--emulator-npu replays the build's simulator outputs of its golden inputs; "
-                         "drop it or --inputs")
+    refuse_replay_with_inputs(emulate_npu, inputs)
     build_file_set(build, emulated, emulate_npu)  # before anything goes to the board: one line, exit 2
     stats = TransferStats()
     with tempfile.TemporaryDirectory(prefix="rkdet-deploy-") as tmp:  # the build folder stays read-only

@@ -106,15 +106,18 @@ def test_an_inputs_folder_is_staged_only_when_every_entry_is_a_fed_tensor(tmp_pa
         build_files.stage_input_folder(tmp_path / "empty", tmp_path / "empty-staged", "|u1", SHAPE)
 
 
-def test_deploy_refuses_inputs_that_are_not_the_fed_tensor_before_connecting(default_build, tmp_path) -> None:
-    """`deploy --inputs` checks every tensor against the build's fed input before any connection: a port
-    with nothing listening would be exit 3; a wrong tensor is exit 2, one line, no run folder."""
+@pytest.mark.parametrize("backends", [(), ("--backends", "rknnlite,onnxruntime")], ids=["one backend", "a session"])
+def test_deploy_refuses_inputs_that_are_not_the_fed_tensor_before_connecting(default_build, tmp_path, backends) -> None:
+    """`deploy --inputs` checks every tensor against the build's fed input before any connection, for one
+    backend and for a two-backend session alike: a port with nothing listening would be exit 3; a wrong
+    tensor is exit 2, one line, no run folder."""
     (tmp_path / "fed").mkdir()
     _npy(tmp_path / "fed" / "page.npy", np.zeros(SHAPE, np.uint8))
     from deploy_helpers import rkdet, error_line
 
     proc = rkdet(["deploy", "--board", "127.0.0.1:1", "--build", str(default_build), "--inputs", str(tmp_path / "fed"),
-                  "--out", str(tmp_path / "results"), "--known-hosts", str(tmp_path / "kh"), "--ssh-config", "/dev/null"])
+                  "--out", str(tmp_path / "results"), "--known-hosts", str(tmp_path / "kh"), "--ssh-config", "/dev/null",
+                  *backends])
     assert proc.returncode == 2, proc.stderr[-2000:]
     line = error_line(proc)
     assert line.startswith(f"rkdet: --inputs {tmp_path / 'fed' / 'page.npy'}: a |u1 [1, 8, 8, 3] tensor, the build is "
