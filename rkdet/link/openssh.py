@@ -198,6 +198,10 @@ class OpenSshStreams:
         finally:
             watchdog.cancel()
             self._used = time.monotonic()
+            if proc.poll() is None:  # left by any other exit (Ctrl-C, a sink's or on_send's error): its own
+                with contextlib.suppress(ProcessLookupError):  # session takes no Ctrl-C, so end it here
+                    proc.kill()
+                proc.wait()
         if failed and not isinstance(failed[0], BrokenPipeError):
             raise failed[0]
         if timed_out.is_set():
@@ -245,7 +249,7 @@ def _master_pid(folder: Path) -> int | None:
     if not control.exists():
         return None
     try:
-        said = subprocess.run(["ssh", "-S", str(control), "-O", "check", "rkdet-master"],
+        said = subprocess.run(["ssh", "-F", "/dev/null", "-S", str(control), "-O", "check", "rkdet-master"],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=5).stderr
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -258,7 +262,7 @@ def _end(folder: Path) -> None:
     pid = _master_pid(folder)
     if pid is not None:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run(["ssh", "-S", str(folder / "ctl"), "-O", "exit", "rkdet-master"],
+            subprocess.run(["ssh", "-F", "/dev/null", "-S", str(folder / "ctl"), "-O", "exit", "rkdet-master"],
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=5)
         deadline = time.monotonic() + 2
         while _alive(pid) and time.monotonic() < deadline:

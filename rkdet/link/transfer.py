@@ -354,8 +354,9 @@ def _stream_verified(conn: BoardLink, reader: _HashingReader, size: int, tmp: st
     out, err = bytearray(), bytearray()
     try:
         known = _known_digest(conn)
-        rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp, known]), stdin=reader, stdout=out.extend,
-                         stderr=err.extend, on_send=advance, what=f"upload {path.name}",
+        rc = conn.stream(remote_command(["sh", "-c", _RECEIVE, "sh", tmp, known]), stdin=reader,
+                         stdout=conn.capped(out, f"upload {path.name}", 4096),
+                         stderr=conn.capped(err, f"upload {path.name}"), on_send=advance, what=f"upload {path.name}",
                          timeout=conn.command_timeout + size / STALLED_BYTES_PER_S, bulk=size)
         words = out.split()
         board_sha = words[0].decode("ascii", "replace") if words else ""
