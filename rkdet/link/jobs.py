@@ -27,21 +27,24 @@ _START = (
     'cat "$pidfile"\n'
 )
 # running = the pid is alive, not a zombie, and still leads its own session (guards pid reuse)
-_ALIVE = ('p=$(cat "$1" 2>/dev/null) || exit 2; [ -r "/proc/$p/stat" ] || exit 1; '
-          'read -r _ _ s _ _ sid _ < "/proc/$p/stat" || exit 1; [ "$s" != Z ] && [ "$sid" = "$p" ]')
+# THE reading of a /proc/PID/stat line already in $s: fields counted after the last ')' (a process name
+# may hold spaces), so $1 state, $2 ppid, $3 process group, $4 session
+_STAT_FIELDS = 's=${s##*) }; set -- $s'
+_ALIVE = ('p=$(cat "$1" 2>/dev/null) || exit 2; '
+          'read -r s 2>/dev/null < "/proc/$p/stat" || exit 1; ' + _STAT_FIELDS + '; [ "$1" != Z ] && [ "$4" = "$p" ]')
 # The group is signalled only while it is still the job's session: the pid file names it, and either its
 # leader lives as leader of session P (and has not written its exit code: a live P after that is another
 # process) or, the leader gone, some process still has process group and session P. Linux keeps a pid
 # that is any living process's group or session id from being reused, so a P found that way is the
 # job's; once the whole session has ended, P may be a stranger's and nothing is sent. `read` (a builtin)
-# takes each stat line without a fork; fields are counted after the last ')' (a name may hold spaces).
+# takes each stat line without a fork; _STAT_FIELDS splits it.
 # The shell builtin (dash, bash, ash) takes `-SIG -PGID`; procps' /usr/bin/kill would not.
 _KILL = ('sig=$1; p=$2; pf=$3; read -r named 2>/dev/null < "$pf" || exit 0; [ "$named" = "$p" ] || exit 0\n'
          'if read -r s 2>/dev/null < "/proc/$p/stat"; then\n'
-         '  [ -e "$pf.rc" ] && exit 0; s=${s##*) }; set -- $s; [ "$4" = "$p" ] || exit 0\n'
+         '  [ -e "$pf.rc" ] && exit 0; ' + _STAT_FIELDS + '; [ "$4" = "$p" ] || exit 0\n'
          'else\n'
-         '  found=; for f in /proc/[0-9]*/stat; do read -r s 2>/dev/null < "$f" || continue; s=${s##*) }\n'
-         '    set -- $s; if [ "$3" = "$p" ] && [ "$4" = "$p" ]; then found=1; break; fi; done\n'
+         '  found=; for f in /proc/[0-9]*/stat; do read -r s 2>/dev/null < "$f" || continue\n'
+         '    ' + _STAT_FIELDS + '; if [ "$3" = "$p" ] && [ "$4" = "$p" ]; then found=1; break; fi; done\n'
          '  [ -n "$found" ] || exit 0\n'
          'fi\n'
          'kill -"$sig" -"$p" 2>/dev/null')
