@@ -2,7 +2,8 @@
 
 Why: paramiko does the SSH packet work in Python (a cipher call and BufferedPipe copies per 32 KiB
 packet, on the GIL); OpenSSH's `ssh` does it in C, in its own process. Streamed pushes and pulls of
-files of 32 MiB and more on a connection that keeps moving them go through it (64 MiB, loaded 2-CPU
+files of 32 MiB and more on a connection that keeps moving them go through it, and smaller verified
+uploads while its master is up (64 MiB, loaded 2-CPU
 A/B, host CPU: push 101 vs 161 ms with the client reading the pushed file itself, pull 141 vs 200 ms:
 bench/results/ssh.md; rules in `BoardConnection.bulk_streams`). A fresh `ssh` per file would pay a handshake (~120 ms of host CPU,
 ~300 ms of wall) each time, so one master runs per `BoardConnection`, started on demand, ended with
@@ -133,21 +134,21 @@ class OpenSshStreams:
 
     def stream(self, command: str, *, stdout: Callable[[bytes], object] | None,
                stderr: Callable[[bytes], object] | None, stdin: IO[bytes] | bytes | None, deadline: float,
-               on_send: Callable[[int], object] | None, label: str, what: str) -> int:
-        """Run a quoted command line through the master, as BoardConnection.stream does: stdin fed,
-        both outputs drained, a deadline on the whole (the client is killed at it); its exit code.
+               on_send: Callable[[int], object] | None, label: str, what: str, limit: float) -> int:
+        """Run a quoted command line through the master, as BoardConnection.stream does: both outputs
+        drained, a deadline on the whole (`limit` s: the client is killed at it); its exit code.
+        `stdin`: a reader that is a whole file (`direct_fd()`: a streamed push), handed over as the
+        client's stdin, so the client reads it itself (no copy through Python and a pipe), or None.
         BoardError when the client could not reach the board through the master (exit 255)."""
         assert self._dir is not None
+        direct = stdin.direct_fd() if stdin is not None else None  # type: ignore[union-attr]
+        if stdin is not None and direct is None:
+            raise TypeError("OpenSshStreams.stream takes a whole file's reader (direct_fd) or no stdin")
         argv = ["ssh", *self._common(), "-o", "ControlMaster=no", "-o", "ProxyCommand=false", "-T", "--",
                 self._target.hostname, command]
-        # a reader that is a whole file (a streamed push) is handed over as the client's stdin: the
-        # master reads it itself, no copy through Python and a pipe
-        direct = getattr(stdin, "direct_fd", lambda: None)() if stdin is not None else None
-        proc = subprocess.Popen(argv, stdin=direct if direct is not None else
-                                subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        proc = subprocess.Popen(argv, stdin=direct if direct is not None else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                                 env={k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"})
-        _grow_pipe(proc.stdin)
         _grow_pipe(proc.stdout)
         failed: list[BaseException] = []
         timed_out = threading.Event()
@@ -175,20 +176,10 @@ class OpenSshStreams:
         watchdog.start()
         err_thread = threading.Thread(target=drain, args=(proc.stderr, stderr, True), daemon=True)
         err_thread.start()
-        out_thread = None
         try:
-            if direct is not None:
-                drain(proc.stdout, stdout, False)  # type: ignore[arg-type]
-                if on_send:
-                    on_send(os.fstat(direct).st_size)
-            elif stdin is not None:
-                out_thread = threading.Thread(target=drain, args=(proc.stdout, stdout, False), daemon=True)
-                out_thread.start()
-                self._feed(proc, stdin, on_send)
-            else:
-                drain(proc.stdout, stdout, False)  # type: ignore[arg-type]
-            if out_thread is not None:
-                out_thread.join(max(0.001, deadline - time.monotonic()))
+            drain(proc.stdout, stdout, False)  # type: ignore[arg-type]
+            if direct is not None and on_send:
+                on_send(os.fstat(direct).st_size)
             err_thread.join(max(0.001, deadline - time.monotonic()))
             rc = proc.wait(max(0.001, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -205,31 +196,12 @@ class OpenSshStreams:
         if failed and not isinstance(failed[0], BrokenPipeError):
             raise failed[0]
         if timed_out.is_set():
-            raise BoardError(f"{label}: `{what}` timed out")
+            raise BoardError(f"{label}: `{what}` timed out after {limit:g} s")
         if rc == 255:
             said = tail.decode("utf-8", "replace").strip().splitlines()
             raise BoardError(f"{label}: connection lost during `{what}` (OpenSSH's client: "
                              f"{said[-1] if said else 'exit 255'})")
         return rc
-
-    @staticmethod
-    def _feed(proc: subprocess.Popen[bytes], data: IO[bytes] | bytes, on_send: Callable[[int], object] | None) -> None:
-        """Write stdin into the client (the watchdog ends a write that the board stopped taking)."""
-        assert proc.stdin is not None
-        try:
-            if isinstance(data, (bytes, bytearray)):
-                proc.stdin.write(data)
-                if on_send:
-                    on_send(len(data))
-            else:
-                while chunk := data.read(_CHUNK):
-                    proc.stdin.write(chunk)
-                    if on_send:
-                        on_send(len(chunk))
-            proc.stdin.close()
-        except BrokenPipeError:  # the command ended early (or was killed): its exit code says why
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
 
     def close(self) -> None:
         """End the master (`ssh -O exit`, then SIGTERM to its pid) and remove its folder; safe twice.

@@ -62,9 +62,12 @@ def streamed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_a_connection_that_keeps_moving_big_files_moves_them_through_openssh(
         board: EmulatedBoard, tmp_path: Path, streamed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from rkdet.link.transfer import _HashingReader
+
     monkeypatch.setattr(ssh_module, "OPENSSH_AFTER_BYTES", STREAM_VERIFY_MIN_BYTES + 1)
-    fed: list[object] = []
-    monkeypatch.setattr(OpenSshStreams, "_feed", staticmethod(lambda proc, data, on_send: fed.append(data)))
+    fed: list[int] = []  # bytes the push read through Python
+    real_read = _HashingReader.read
+    monkeypatch.setattr(_HashingReader, "read", lambda self, n=-1: fed.append(len(d := real_read(self, n))) or d)
     big = tmp_path / "model.rknn"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES + 1))
     want = hashlib.sha256(big.read_bytes()).hexdigest()
@@ -72,10 +75,11 @@ def test_a_connection_that_keeps_moving_big_files_moves_them_through_openssh(
         dest = c.abspath("~/bulk")
         push(c, big, f"{dest}/a.rknn")  # the first big file: paramiko, no master started for it
         assert streamed == [] and c._openssh is None  # noqa: SLF001
+        fed.clear()
         push(c, big, f"{dest}/b.rknn")  # the connection has moved enough: the master starts, the bytes go through it
         got = pull(c, f"{dest}/b.rknn", tmp_path / "back.rknn")
         assert len(streamed) == 2 and 'cat > "$1"' in streamed[0] and streamed[1].startswith("cat ")
-        assert fed == []  # the client read the pushed file itself: nothing went through a pipe from Python
+        assert sum(fed) == 0  # the client read the pushed file itself: nothing went through Python
         assert _board_sha(c, f"{dest}/b.rknn") == want and got.bytes_sent == big.stat().st_size
         assert hashlib.sha256((tmp_path / "back.rknn").read_bytes()).hexdigest() == want
         streams = c._openssh  # noqa: SLF001
@@ -156,13 +160,14 @@ def test_a_stream_through_openssh_is_bounded_and_a_dead_master_is_one_line(board
         assert streams.start()
         try:
             t0 = time.monotonic()
-            with pytest.raises(BoardError, match="`sleep` timed out"):
+            with pytest.raises(BoardError, match="`sleep` timed out after 0.5 s"):  # as paramiko's path says it
                 streams.stream("sleep 30", stdout=None, stderr=None, stdin=None, deadline=time.monotonic() + 0.5,
-                               on_send=None, label=c.target.label, what="sleep")
+                               on_send=None, label=c.target.label, what="sleep", limit=0.5)
             assert time.monotonic() - t0 < 10
             out = bytearray()
             assert streams.stream("echo hi; exit 4", stdout=out.extend, stderr=None, stdin=None,
-                                  deadline=time.monotonic() + 30, on_send=None, label=c.target.label, what="echo") == 4
+                                  deadline=time.monotonic() + 30, on_send=None, label=c.target.label, what="echo",
+                                  limit=30) == 4
             assert bytes(out) == b"hi\n"
             pid = streams.master_pid
             assert pid is not None
@@ -171,7 +176,7 @@ def test_a_stream_through_openssh_is_bounded_and_a_dead_master_is_one_line(board
                 time.sleep(0.01)
             with pytest.raises(BoardError, match="connection lost during `echo`"):
                 streams.stream("echo hi", stdout=None, stderr=None, stdin=None, deadline=time.monotonic() + 30,
-                               on_send=None, label=c.target.label, what="echo")
+                               on_send=None, label=c.target.label, what="echo", limit=30)
         finally:
             streams.close()
 
