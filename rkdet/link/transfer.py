@@ -98,7 +98,7 @@ _RECEIVE = (_DIGEST.replace("o=;", 'o="${2-}";', 1)
 # Failing anywhere: the file is removed, exit 5, after the rest of stdin was read (as _RECEIVE).
 _RECEIVE_SPLIT = (_DIGEST.replace("o=;", 'o="${2-}";', 1)
                   + 'tool; m=1048576; if dd if=/dev/null iflag=fullblock count=0 2> /dev/null; then '
-                  'dd bs=$m count="$3" iflag=fullblock of="$1" 2> /dev/null && '
+                  'dd bs=$m count="$3" iflag=fullblock > "$1" 2> /dev/null && '
                   '{ dd if="$1" bs=$m count="$3" 2> /dev/null | digest & } && cat >> "$1" && '
                   't=$({ dd bs=$m skip="$3" count=0 2> /dev/null && digest; } < "$1") && wait $! && '
                   'echo "$t" && exit 0; '

@@ -249,8 +249,15 @@ def test_a_byte_changed_in_transit_is_caught_and_nothing_lands(conn: BoardConnec
     assert _board_sha(conn, f"{remote_tmp}/set/b-model.rknn") == hashlib.sha256(big.read_bytes()).hexdigest()
 
 
+@pytest.mark.parametrize("parts", [1, 2])
 def test_board_that_cannot_store_a_big_file_fails_in_one_line(conn: BoardConnection, remote_tmp: str,
-                                                              tmp_path: Path) -> None:
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              parts: int) -> None:
+    """The shell's own line names the file, received whole or in two parts (_RECEIVE_SPLIT)."""
+    from rkdet.link import transfer
+
+    if parts == 2:
+        monkeypatch.setattr(transfer, "SPLIT_MIN_BYTES", STREAM_VERIFY_MIN_BYTES)
     big = tmp_path / "model.rknn"
     big.write_bytes(os.urandom(STREAM_VERIFY_MIN_BYTES))
     locked = f"{remote_tmp}/locked"
