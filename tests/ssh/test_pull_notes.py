@@ -18,9 +18,9 @@ from rkdet.deploy.pulled import pull_noted
 from rkdet.deploy.settings import RunSettings
 from rkdet.emulator.sshd import EmulatedBoard
 from rkdet.layers.report import BisectionReport
-from rkdet.link.ssh import BoardConnection
+from rkdet.link.ssh import BoardConnection, Timeouts
 
-from conftest import FAST
+FAST = Timeouts(connect=5, banner=5, auth=5, command=60, keepalive=5)
 
 REPO = Path(__file__).resolve().parents[2]
 
