@@ -22,6 +22,10 @@ RK_SCRIPT=${RK_SCRIPT:-rkdet}
 RK_V=
 RK_ERR=
 RK_CDEV=
+RK_GOV=
+RK_MIN=
+RK_MAX=
+RK_CUR=
 
 # ---- JSON -------------------------------------------------------------------------------------
 
@@ -220,6 +224,34 @@ rk_cpu_policies() {
         RK_V="$RK_V sys/devices/system/cpu/cpufreq/${rk_cp_p##*/}"
     done
     RK_V=${RK_V# }
+}
+
+# rk_clock_read KIND REL_DIR: THE reader of a clock node (probe.sh's report and run-steps.sh's clocks
+# records read it the same way): RK_GOV, RK_MIN, RK_MAX, RK_CUR := the node's governor, min, max and current
+# frequency, each empty where its file is absent or unreadable. KIND cpufreq: a policy's scaling_* files (kHz);
+# devfreq: a devfreq node's governor, min_freq, max_freq, cur_freq (Hz). REL_DIR is a node the caller found
+# by existence (rk_cpu_policies, rk_devfreq_nodes), never by index.
+rk_clock_read() {
+    case $1 in
+        cpufreq) rk_cr_pre=scaling_ ;;
+        *) rk_cr_pre= ;;
+    esac
+    RK_GOV=
+    RK_MIN=
+    RK_MAX=
+    RK_CUR=
+    if rk_read "$2/${rk_cr_pre}governor"; then RK_GOV=$RK_V; fi
+    if rk_read "$2/${rk_cr_pre}min_freq"; then RK_MIN=$RK_V; fi
+    if rk_read "$2/${rk_cr_pre}max_freq"; then RK_MAX=$RK_V; fi
+    if rk_read "$2/${rk_cr_pre}cur_freq"; then RK_CUR=$RK_V; fi
+}
+
+# rk_clock_json UNIT: print what rk_clock_read read as JSON members: "governor" (a string, null where
+# unreadable), then "min", "max" and "cur" with UNIT appended to the name ("", "_khz", "_hz"), integers or null.
+rk_clock_json() {
+    if [ -n "$RK_GOV" ]; then printf '"governor":%s' "$(rk_js "$RK_GOV")"; else printf '"governor":null'; fi
+    printf ',"min%s":%s,"max%s":%s,"cur%s":%s' "$1" "$(rk_jn "$RK_MIN")" "$1" "$(rk_jn "$RK_MAX")" \
+        "$1" "$(rk_jn "$RK_CUR")"
 }
 
 # rk_cooling_of NODE: RK_V := cur_state of the devfreq cooling device of devfreq node NODE,

@@ -108,12 +108,8 @@ probe_cpu() {
             rk_read "$pc_rel/$pc_file" || RK_V=
             pc_body="$pc_body,\"${pc_rest%:*}\":$(rk_jarr "$RK_V" "${pc_rest#*:}")"
         done
-        rk_read "$pc_rel/scaling_governor" || RK_V=
-        pc_body="$pc_body,\"governor\":$(rk_js "$RK_V")"
-        for pc_f in scaling_cur_freq:cur_khz scaling_min_freq:min_khz scaling_max_freq:max_khz; do
-            rk_read "$pc_rel/${pc_f%:*}" || RK_V=
-            pc_body="$pc_body,\"${pc_f#*:}\":$(rk_jn "$RK_V")"
-        done
+        rk_clock_read cpufreq "$pc_rel"  # lib.sh's one clock reader (run-steps.sh's too)
+        pc_body="$pc_body,$(rk_clock_json _khz)"
         rk_emit cpu_policy "$pc_body"
     done
 }
@@ -125,16 +121,12 @@ probe_devfreq() {
         pd_name=${pd_nk%:*}
         pd_rel=sys/class/devfreq/$pd_name
         pd_body="\"name\":$(rk_js "$pd_name"),\"kind\":\"${pd_nk##*:}\""
-        rk_read "$pd_rel/governor" || RK_V=
-        pd_body="$pd_body,\"governor\":$(rk_js "$RK_V")"
         rk_read "$pd_rel/available_governors" || RK_V=
         pd_body="$pd_body,\"governors\":$(rk_jarr "$RK_V")"
         rk_read "$pd_rel/available_frequencies" || RK_V=
         pd_body="$pd_body,\"frequencies_hz\":$(rk_jarr "$RK_V" n)"
-        for pd_f in cur_freq:cur_hz min_freq:min_hz max_freq:max_hz; do
-            rk_read "$pd_rel/${pd_f%:*}" || RK_V=
-            pd_body="$pd_body,\"${pd_f#*:}\":$(rk_jn "$RK_V")"
-        done
+        rk_clock_read devfreq "$pd_rel"  # lib.sh's one clock reader (run-steps.sh's too)
+        pd_body="$pd_body,$(rk_clock_json _hz)"
         if rk_cooling_of "$pd_name"; then  # cooling_state > 0: a thermal cap holds max_freq down now
             pd_body="$pd_body,\"cooling_device\":$(rk_js "$RK_CDEV"),\"cooling_state\":$(rk_jn "$RK_V")"
         fi

@@ -56,36 +56,20 @@ case $rs_grace in
     '' | *[!0-9]* | ?????*) rs_grace=10 ;;
 esac
 
-# rs_node NAME DIR GOV MIN MAX CUR: print one node's clocks as "NAME":{...} (files relative to DIR).
-rs_node() {
-    printf '%s:{' "$(rk_js "$1")"
-    rs_sep=
-    for rs_pair in "governor:$3" "min:$4" "max:$5" "cur:$6"; do
-        if rk_read "$2/${rs_pair#*:}"; then rs_v=$RK_V; else rs_v=; fi
-        if [ "${rs_pair%%:*}" = governor ]; then
-            if [ -n "$rs_v" ]; then rs_v=$(rk_js "$rs_v"); else rs_v=null; fi
-        else
-            rs_v=$(rk_jn "$rs_v")
-        fi
-        printf '%s"%s":%s' "$rs_sep" "${rs_pair%%:*}" "$rs_v"
-        rs_sep=,
-    done
-    printf '}'
-}
-
-# rs_clocks INDEX AT: one clocks record of every cpufreq policy and devfreq node found (by name, never by index).
+# rs_clocks INDEX AT: one clocks record of every cpufreq policy and devfreq node found (by name, never by
+# index), each read by lib.sh's one clock reader (the one probe.sh reads them with).
 rs_clocks() {
     rs_body=
     rk_cpu_policies
     for rs_dir in $RK_V; do
-        rs_body="$rs_body${rs_body:+,}$(rs_node "cpufreq/${rs_dir##*/}" "$rs_dir" scaling_governor \
-            scaling_min_freq scaling_max_freq scaling_cur_freq)"
+        rk_clock_read cpufreq "$rs_dir"
+        rs_body="$rs_body${rs_body:+,}$(rk_js "cpufreq/${rs_dir##*/}"):{$(rk_clock_json '')}"
     done
     rk_devfreq_nodes
     for rs_entry in $RK_V; do
         rs_name=${rs_entry%%:*}
-        rs_body="$rs_body${rs_body:+,}$(rs_node "devfreq/$rs_name" "sys/class/devfreq/$rs_name" governor \
-            min_freq max_freq cur_freq)"
+        rk_clock_read devfreq "sys/class/devfreq/$rs_name"
+        rs_body="$rs_body${rs_body:+,}$(rk_js "devfreq/$rs_name"):{$(rk_clock_json '')}"
     done
     rk_emit clocks "\"index\":$1,\"at\":\"$2\",\"clocks\":{$rs_body}"
 }

@@ -138,7 +138,8 @@ def bisect_on_board(builder: CutBuilder, runner: BoardRunner, against: Against, 
         op_between=f"{first.node} ({first.op})" if first is not None else None,
         steps=[steps[k] for k in sorted(steps)], board_runs=runner.runs, cut_builds=built, cut_cache_hits=cached,
         timings={"wall_s": time.monotonic() - started, "board_s": runner.seconds,
-                 "cut_build_s": sum(s.build_s for s in steps.values())})
+                 "cut_build_s": sum(s.build_s for s in steps.values())},
+        warnings=list(runner.notes))
 
 
 def _where(point: CutPoint | None, tensor: str | None) -> dict | None:

@@ -25,7 +25,7 @@ from rkdet.backends.registry import REGISTRY, backend, default
 from rkdet.boardinfo.remote_scripts import SESSION_ENV, is_emulated_runtime
 from rkdet.backends.emulator_stage import push_int8_emulation
 from rkdet.deploy.pinned_run import pinned_command, pinned_env
-from rkdet.link.pull import pull
+from rkdet.deploy.pulled import pull_noted
 from rkdet.link.shell import FILES_S
 from rkdet.link.ssh import BoardConnection
 from rkdet.link.transfer import push
@@ -73,7 +73,7 @@ class BoardRunner:
     seconds: float = 0.0
     _emulated: bool | None = None
     _pushed_inputs: bool = False
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings for the user: what a pull survived
 
     @property
     def workdir(self) -> str:
@@ -100,6 +100,10 @@ class BoardRunner:
         if self._emulated is None:
             self._emulated = self.backend.emulated_double and is_emulated_runtime(self.conn)
         return self._emulated
+
+    def pull_result(self, remote: str, local: Path) -> None:
+        """A run's result set, verified; what the pull survived joins `notes` (said as warnings, as deploy's)."""
+        pull_noted(self.conn, remote, local, self.notes)
 
     def run(self, model_dir: Path, tag: str, core_mask: str) -> BoardResult:
         """Push `model_dir` (model.rknn, model.io.json, model.onnx) and the golden inputs, run, pull."""
@@ -144,7 +148,7 @@ class BoardRunner:
             tail = ([ln for ln in said if ln.startswith("rkdet-run")] or said or ["no output"])[-1][:200]
             raise BoardError(f"{conn.target.label}: rkdet-run of {tag} exited {res.rc}: {tail}")
         local = self.local / f"{tag}-{core_mask}"
-        pull(conn, out, local)
+        self.pull_result(out, local)
         result = read_result(local)
         result.board_s = time.monotonic() - started
         self.runs += 1

@@ -42,7 +42,6 @@ def audit_pull(remote: str, out: Path, inventory: Path | None, limit: str | None
     and the others go on. Exit 0 every board pulled, 3 one or more failed, 2 a usage or inventory mistake.
     """
     from rkdet.link.connect import ConnectionOptions, open_connection
-    from rkdet.link.pull import pull
 
     if inventory is not None:
         _fleet_pull(remote, out, inventory, limit, ConnectionOptions.from_options(conn_opts))
@@ -52,8 +51,21 @@ def audit_pull(remote: str, out: Path, inventory: Path | None, limit: str | None
     if not conn_opts.get("board"):
         raise InputError("give the board: --board HOST[:PORT], or a fleet: --inventory FILE [--limit P]")
     with open_connection(ConnectionOptions.from_options(conn_opts)) as conn:
-        stats = pull(conn, remote, out)
+        stats = _pull_board(conn, remote, out)
     click.echo(f"pulled {stats.files_sent} files ({stats.files_skipped} unchanged) into {visible(str(out))}")
+
+
+def _pull_board(conn: Any, remote: str, out: Path) -> Any:
+    """One board's verified pull (the link's, through deploy's `pull_noted`); what it survived (an SFTP session
+    that ended under it: the file fetched again over exec) said as a warning, as deploy says it."""
+    from rkdet.cli.warn import say_warnings
+    from rkdet.deploy.pulled import pull_noted
+    from rkdet.log import log_console
+
+    warnings: list[str] = []
+    stats = pull_noted(conn, remote, out, warnings)
+    say_warnings(log_console(), warnings)
+    return stats
 
 
 def _board_folder(name: str) -> str | None:
@@ -71,7 +83,6 @@ def _fleet_pull(remote: str, out: Path, inventory: Path, limit: str | None, comm
     from rkdet.cli.fleet import select_from_inventory
     from rkdet.errors import EXIT_BOARD, RkdetError
     from rkdet.link.connect import open_connection
-    from rkdet.link.pull import pull
 
     if common.board:
         raise InputError("give one board source: --board HOST[:PORT] or --inventory FILE [--limit P], not both")
@@ -96,7 +107,7 @@ def _fleet_pull(remote: str, out: Path, inventory: Path, limit: str | None, comm
                                          known_hosts=Path(board.known_hosts) if board.known_hosts else None,
                                          proxy_jump=board.proxy_jump)
             with open_connection(conn_opts) as conn:
-                stats = pull(conn, remote, out / folder)
+                stats = _pull_board(conn, remote, out / folder)
         except (RkdetError, OSError) as err:
             failed += 1
             click.echo(f"board {visible(board.name)}: FAILED: {visible(str(err))}")

@@ -17,6 +17,7 @@ import click
 from rich.text import Text
 
 from rkdet.cli.options import connection_options, deploy_options
+from rkdet.cli.warn import say_warnings
 from rkdet.config import DEFAULT_CONFIG, DeploySettings, build_deploy_settings
 from rkdet.deploy.request import DeployRequest
 from rkdet.deploy.settings import settings_source
@@ -126,8 +127,7 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
 def print_outcome(outcome: DeployOutcome, pinned: bool, emulate_npu: bool, as_json: bool) -> None:
     """A deploy's warnings, verdict lines, verdict and where its results are (and `--json`'s record)."""
     console = log_console()
-    for warning in outcome.warnings:
-        console.print(Text.assemble(("warning", "yellow"), ": ", literal(warning)))
+    say_warnings(console, outcome.warnings)
     if outcome.emulated:
         source = ("the build's RKNN simulator outputs (emulated NPU mode)" if emulate_npu
                   else "onnxruntime on CPU")
@@ -266,8 +266,7 @@ def record_run(results: Path, folder: Path) -> None:
     try:
         record_folder(results, folder)
     except (RkdetError, OSError, ValueError, sqlite3.Error) as err:
-        console.print(Text.assemble(("warning", "yellow"), ": ", literal(
-            f"run not recorded in {results}/rkdet.db ({err}); `rkdet history import --results {results}` "
-            "can add it later")))
+        say_warnings(console, [f"run not recorded in {results}/rkdet.db ({err}); `rkdet history import --results "
+                               f"{results}` can add it later"])
         return
     console.log(literal(f"recorded in {results}/rkdet.db (rkdet history --results {results})"))

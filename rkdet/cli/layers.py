@@ -14,6 +14,7 @@ from typing import Any, Callable
 import click
 
 from rkdet.cli.options import CONNECTION, connection_options
+from rkdet.cli.warn import say_warnings
 from rkdet.link.connect import ConnectionOptions, open_connection
 from rkdet.choices import CORE_MASKS
 from rkdet.errors import EXIT_DIFFERENT, InputError
@@ -118,6 +119,7 @@ def run_bisection(**kw: Any) -> int:
         report = bisect_on_board(builder, runner, against, core_mask, settings.tolerances, log,
                                  source=build.name, board=conn.target.label)
     report.pinned = run.pin
+    say_warnings(console, report.warnings)  # what a pull survived, as deploy says it
     text = bisection_json(report)
     try:
         write_atomic(str(out / "layers-board.json"), text)

@@ -12,7 +12,6 @@ removed once the run is final.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from rkdet.boardinfo import lock as board_lock
 from rkdet.deploy.settings import RunSettings
 from rkdet.errors import InputError
+from rkdet.records.ids import check_run_id
 from rkdet.records.deploy_record import (DEPLOY_SCHEMA, PRIVATE_KEYS, PRIVATE_SCHEMA, DeployRecord, DeployStatus,
                                          PrivateRecord, PublishedSettings, read_deploy_record, read_private_record,
                                          settings_from_json, write_deploy_record, write_private_record)
@@ -39,9 +39,7 @@ def private_dir() -> Path:
 
 
 def private_record_path(run_id: str) -> Path:
-    if not re.fullmatch(r"[0-9A-Za-z-]+", run_id or ""):
-        raise InputError(f"run id {run_id!r} is not one rkdet deploy makes")
-    return private_dir() / f"{run_id}.json"
+    return private_dir() / f"{check_run_id(run_id)}.json"
 
 
 def load_record(folder: Path) -> DeployRecord:

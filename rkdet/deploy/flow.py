@@ -15,8 +15,6 @@ collect.py (log, restore, pull), judge.py (verdict), deploy_state.py (deploy.jso
 from __future__ import annotations
 
 import re
-import secrets
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,7 @@ from rkdet.errors import BoardError, InputError, RkdetError
 from rkdet.records.probe import ProbeReport, parse_probe, read_probe, write_probe
 from rkdet.log import Log
 from rkdet.records.io import SHARED, write_json
+from rkdet.records.ids import new_run_id
 from rkdet.records.run_info import RunInfo
 
 
@@ -76,11 +75,6 @@ class Prepared:
     native: Path | None
     probe: ProbeReport
     scripts: TransferStats = field(default_factory=TransferStats)  # the board scripts preflight pushed
-
-
-def new_run_id() -> str:
-    """A run id (also a session's): UTC time to the second and 4 random hex digits."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
 def board_label(conn_label: str) -> str:

@@ -6,13 +6,13 @@ one constructor names them once, and the run's record stores them (`to_json` / `
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 from rkdet.backends.registry import backend as descriptor
 from rkdet.onboard.backend_table import DEFAULT_BACKEND
 from rkdet.errors import InputError
+from rkdet.records.ids import check_run_id
 from rkdet.records.io import identifier
 
 
@@ -38,8 +38,7 @@ class RemoteLayout:
     @classmethod
     def for_run(cls, workdir: str, fingerprint: str, run_id: str, backend: str = DEFAULT_BACKEND) -> RemoteLayout:
         fp = identifier(fingerprint, "build", "fingerprint")[:16]  # type: ignore[index]  # a path on the board
-        if not re.fullmatch(r"[0-9A-Za-z-]{1,64}", run_id):
-            raise InputError(f"run id {run_id[:40]!r} is not one rkdet deploy makes")
+        check_run_id(run_id)
         fed = "-fp32" if descriptor(backend).fp32_input else ""  # a CPU backend takes the model's float input, not the NPU's
         run_dir = f"{workdir}/runs/{run_id}"
         return cls(workdir=workdir, scripts=scripts_dir(workdir), runner=f"{workdir}/{descriptor(backend).runner_program}",
@@ -49,9 +48,8 @@ class RemoteLayout:
     def in_session(self, session_id: str, run_id: str) -> RemoteLayout:
         """This run as one step of a pinned session (`rkdet.deploy.session`): its own run folder and result set
         under the session's folder, and the session's one job (pid file, log) that every step shares."""
-        for what, given in (("session id", session_id), ("run id", run_id)):
-            if not re.fullmatch(r"[0-9A-Za-z-]{1,64}", given):
-                raise InputError(f"{what} {given[:40]!r} is not one rkdet deploy makes")
+        check_run_id(session_id, "session id")
+        check_run_id(run_id)
         session_dir = f"{self.workdir}/runs/{session_id}"
         run_dir = f"{session_dir}/{run_id}"
         return replace(self, run_dir=run_dir, result=f"{run_dir}/result", pidfile=f"{session_dir}/job.pid",

@@ -20,7 +20,7 @@ from rkdet.records.deploy_record import read_deploy_record
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.onboard.backend_table import IMPLICIT_OPTIONS, PAIR_SETTINGS
 
-PAIR_SCHEMA = "rkdet.backend-pair/2"  # /2: `session`
+PAIR_SCHEMA = "rkdet.backend-pair/3"  # /2: `session`; /3: its `same_clocks` judges the pinned settings only, `moved`, `cur_changes`
 
 
 @dataclass(frozen=True)
@@ -44,28 +44,50 @@ class OutputDiff:
     how: str  # "dtype float32 vs int8", "shape ...", "bytes", "missing"
 
 
+#: what a clocks record holds of a node that the pin sets (run-steps.sh: governor, min, max); `cur` is what the
+#: node runs at right now, which a governor may move within them, pinned or not
+PINNED_SETTINGS = ("governor", "min", "max")
+
+
 @dataclass(frozen=True)
 class SharedSession:
-    """The two runs ran as steps of one pinned session (deploy.json `session`, rkdet/deploy/session.py): one
-    board lock, one pin, one restore. `same_pin`: both run folders' pin.json hold the same records (the one
-    job's pin and restore, read from its log), so they saw the same pinned state."""
+    """The two runs ran as steps of one session (deploy.json `session`, rkdet/deploy/session.py): one board lock,
+    one pin, one restore, so both run folders hold the same job's records; they are read once, from A's pin.json.
+
+    `same_pin`: that job pinned once and restored (one pin result, ok or partial, and a restore whose last
+    result is ok); None when the session was not pinned. `same_clocks`: every node's pinned settings (governor,
+    min, max) read the same before and after every run (None: not recorded); `moved` names each that did not.
+    `cur_changes`: how many times a node's current frequency differed from its previous reading: a governor's
+    ordinary work when the clocks were not pinned, said as a count and never as a failure."""
 
     id: str
     pinned: bool
-    same_pin: bool
-    same_clocks: bool | None = None  # the board's clocks before and after every run all the same (None: not recorded)
+    same_pin: bool | None
+    same_clocks: bool | None = None
+    moved: tuple[str, ...] = ()  # "devfreq/fdab0000.npu max": a pinned setting that read differently
+    cur_changes: int | None = None
 
     def text(self) -> str:
-        clocks = {True: "; the same clocks before and after each run", False: "; the clocks MOVED between runs",
-                  None: ""}[self.same_clocks]
+        cur = ("" if not self.cur_changes
+               else f"; cur moved {self.cur_changes} time(s)" + (" (the governor's own choice: not pinned)"
+                                                                if not self.pinned else " within the pinned range"))
         if not self.pinned:
-            return f"one session {self.id} (not pinned: --no-pin){clocks}"
+            settings = {True: "; governor/min/max the same before and after each run",
+                        False: f"; governor/min/max changed between runs ({_names(self.moved)})", None: ""}
+            return f"one session {self.id} (not pinned: --no-pin): clocks were not pinned{settings[self.same_clocks]}{cur}"
+        clocks = {True: "; the pinned clocks (governor/min/max) the same before and after each run",
+                  False: f"; the pinned clocks MOVED between runs ({_names(self.moved)})", None: ""}[self.same_clocks]
         return (f"one pinned session {self.id}: "
                 + ("pinned once, restored once, the same pin state" if self.same_pin
-                   else "pin.json of the two runs DIFFER") + clocks)
+                   else "pin.json does NOT show one pin and its restore") + clocks + cur)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "pinned": self.pinned, "same_pin": self.same_pin, "same_clocks": self.same_clocks}
+        return {"id": self.id, "pinned": self.pinned, "same_pin": self.same_pin, "same_clocks": self.same_clocks,
+                "moved": list(self.moved), "cur_changes": self.cur_changes}
+
+
+def _names(moved: tuple[str, ...]) -> str:
+    return ", ".join(moved[:6]) + (f" and {len(moved) - 6} more" if len(moved) > 6 else "")
 
 
 def shared_session(run_a: Path, run_b: Path) -> SharedSession | None:
@@ -78,22 +100,53 @@ def shared_session(run_a: Path, run_b: Path) -> SharedSession | None:
     sa, sb = da.session, db.session
     if sa is None or sb is None or sa.id != sb.id or db.run_id not in sa.runs or da.run_id not in sb.runs:
         return None
-    try:
-        pins = [_session_records(read_json_object(run / "pin.json", limit=MAX_RUN_RECORD)) for run in (run_a, run_b)]
+    pinned = sa.pinned and sb.pinned
+    try:  # one job's records: A's pin.json holds the same ones as B's (rkdet/deploy/session.py)
+        records = _records(read_json_object(run_a / "pin.json", limit=MAX_RUN_RECORD))
     except (OSError, RkdetError):
-        pins = [None, []]
-    clocks = [r.get("clocks") for r in pins[1] or [] if r.get("record") == "clocks"]
-    same_clocks = all(c == clocks[0] for c in clocks) if len(clocks) >= 2 else None
-    return SharedSession(sa.id, sa.pinned and sb.pinned, pins[0] == pins[1], same_clocks)
+        records = []
+    same_pin = _pinned_and_restored(records) if pinned else None
+    clocks = [r["clocks"] for r in records if (r.get("script"), r.get("record")) == ("run-steps", "clocks")
+              and isinstance(r.get("clocks"), dict)]
+    if len(clocks) < 2:
+        return SharedSession(sa.id, pinned, same_pin)
+    moved = _moved(clocks)
+    return SharedSession(sa.id, pinned, same_pin, not moved, moved, _cur_changes(clocks))
 
 
-def _session_records(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """pin.json's records of the session's one job: pin, restore and the clocks around every run (each
-    run's own step records left out)."""
+def _records(doc: dict[str, Any]) -> list[dict[str, Any]]:
     records = doc.get("records")
-    return [r for r in records if isinstance(r, dict) and (r.get("script") in ("pin", "restore")
-                                                            or (r.get("script"), r.get("record")) == ("run-steps", "clocks"))] \
-        if isinstance(records, list) else []
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+
+def _pinned_and_restored(records: list[dict[str, Any]]) -> bool:
+    """One pin (its result ok, or partial: some knob did not read back, said as a deploy warning) and a restore
+    whose last result is ok (an incomplete one confirmed by restore.sh run again)."""
+    def results(script: str) -> list[Any]:
+        return [r.get("status") for r in records if (r.get("script"), r.get("record")) == (script, "result")]
+    pins, restores = results("pin"), results("restore")
+    return len(pins) == 1 and pins[0] in ("ok", "partial") and bool(restores) and restores[-1] == "ok"
+
+
+def _moved(clocks: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Each "node setting" of PINNED_SETTINGS that does not read the same in every clocks record (a node that
+    appears or disappears counts as all of its settings)."""
+    nodes = sorted({str(n) for c in clocks for n in c})
+    moved = []
+    for node in nodes:
+        readings = [c.get(node) if isinstance(c.get(node), dict) else {} for c in clocks]
+        moved += [f"{node} {k}" for k in PINNED_SETTINGS
+                  if any(node not in c for c in clocks) or len({repr(r.get(k)) for r in readings}) > 1]
+    return tuple(moved)
+
+
+def _cur_changes(clocks: list[dict[str, Any]]) -> int:
+    """How many times a node's `cur` differed from its previous reading, over every node."""
+    changes = 0
+    for node in {str(n) for c in clocks for n in c}:
+        curs = [c[node].get("cur") for c in clocks if isinstance(c.get(node), dict)]
+        changes += sum(1 for x, y in zip(curs, curs[1:]) if x != y)
+    return changes
 
 
 @dataclass(frozen=True)
@@ -180,5 +233,5 @@ def refused_pair(a: str, b: str, said: str, session: SharedSession | None = None
     return BackendPair(a, b, False, refused=f"{b} ran nothing: {said}", session=session)
 
 
-__all__ = ["BackendPair", "OutputDiff", "PAIR_SCHEMA", "SettingDiff", "SharedSession", "compare_backends",
+__all__ = ["BackendPair", "OutputDiff", "PAIR_SCHEMA", "PINNED_SETTINGS", "SettingDiff", "SharedSession", "compare_backends",
            "effective_settings", "refused_pair", "shared_session"]

@@ -21,12 +21,11 @@ from rkdet.diff.resultset import ResultSetDir
 from rkdet.errors import InputError, RkdetError
 from rkdet.records.cell import read_cells
 from rkdet.records.deploy_record import DeployRecord, DeployStatus, read_deploy_record
+from rkdet.records.ids import check_run_id
 from rkdet.records.io import MAX_RUN_RECORD, iter_jsonl
 from rkdet.records.probe import ProbeReport, read_probe
 from rkdet.onboard.resultset import Summary
-from rkdet.textsafe import visible
 
-_RUN_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,127}")
 MAX_INDEX_BYTES = 1 << 30  # index.jsonl: ~100k inferences x 8 inputs fit in a fraction of this
 MAX_SNAPSHOT_BYTES = 64 << 20
 MAX_INPUTS = 100_000
@@ -222,9 +221,7 @@ def read_runs(results: Path, folder: Path) -> list[RunRecord]:
     if not isinstance(build, str) or not _FINGERPRINT.match(build):
         raise InputError(f"{deploy_json}: fingerprint must be lowercase hex")
     run_id = _text(deploy_json, "run_id", deploy.run_id, required=True) or ""
-    if not _RUN_ID.fullmatch(run_id):  # shown in tables and reports, used in names: a plain token only
-        raise InputError(f"{deploy_json}: run_id {visible(run_id, 40)!r} is not one rkdet deploy makes (letters, "
-                         "digits, '.', '_', '-'); not recorded")
+    check_run_id(run_id, "run_id", str(deploy_json))  # deploy.json's reader checked it too: the one definition
     board_json = folder / "board.json"
     _bounded_size(board_json, MAX_RUN_RECORD)
     label = folder.parent.parent.name
@@ -280,10 +277,7 @@ def _session_id(deploy_json: Path, deploy: DeployRecord) -> str | None:
     """deploy.json's session id (a plain token like a run id: it is shown in tables), or None."""
     if deploy.session is None:
         return None
-    if not _RUN_ID.fullmatch(deploy.session.id):
-        raise InputError(f"{deploy_json}: session.id {visible(deploy.session.id, 40)!r} is not one rkdet deploy makes "
-                         "(letters, digits, '.', '_', '-'); not recorded")
-    return deploy.session.id
+    return check_run_id(deploy.session.id, "session.id", str(deploy_json))
 
 
 def read_run(results: Path, folder: Path) -> RunRecord:

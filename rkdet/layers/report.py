@@ -232,6 +232,7 @@ class BisectionReport:
     cut_cache_hits: int
     timings: dict[str, float] = field(default_factory=dict)
     pinned: bool = False  # every run through run-pinned.sh (pin, run, restore)
+    warnings: list[str] = field(default_factory=list)  # what the board runs' pulls survived (rkdet.deploy.pulled)
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, "mode": "board", "pinned": self.pinned, "source": self.source, "board": self.board, "against": self.against,
@@ -240,7 +241,8 @@ class BisectionReport:
                 "cut_build_bound": self.bound, "first_departing": self.first_departing,
                 "last_agreeing": self.last_agreeing, "op_between": self.op_between,
                 "steps": [asdict(s) for s in self.steps], "board_runs": self.board_runs,
-                "cut_builds": self.cut_builds, "cut_cache_hits": self.cut_cache_hits, "timings": self.timings}
+                "cut_builds": self.cut_builds, "cut_cache_hits": self.cut_cache_hits, "timings": self.timings,
+                "warnings": list(self.warnings)}
 
 
 def bisection_json(report: BisectionReport) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Union
 
 from rkdet.errors import InputError, RkdetError
 from rkdet.records import io as records_io
+from rkdet.records.ids import ID_RULE, is_run_id
 from rkdet.records.io import MAX_RUN_RECORD, read_json_object
 from rkdet.records.verdict import (AnyVerdict, CellsRecord, NotApplicable, VerdictRecord, VerdictSummary,
                                    cells_from_json, verdict_from_json)
@@ -311,7 +312,7 @@ def _str_map(v: Any, values_optional: bool = False) -> bool:
 
 # field name -> (what it must be, check); None is allowed for every field but the always-written ones
 _CHECKS: dict[str, tuple[str, Any]] = {
-    "run_id": ("text", lambda v: isinstance(v, str) and 0 < len(v) <= 128),
+    "run_id": (f"a run id ({ID_RULE})", is_run_id),
     "schema": ("text", lambda v: isinstance(v, str)),
     "status": ("a deploy status", lambda v: isinstance(v, DeployStatus)),
     "method": ("text", lambda v: isinstance(v, str)),
@@ -321,11 +322,11 @@ _CHECKS: dict[str, tuple[str, Any]] = {
     "stack": ("an object of strings or null", lambda v: _str_map(v, True)),
     "warnings": ("a list of strings", lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v)),
     "cpu_affinity": ("a list of integers", lambda v: isinstance(v, tuple) and all(_is_int(x) for x in v)),
-    "runs": ("a list of run ids", lambda v: isinstance(v, tuple) and 0 < len(v) <= 64
-             and all(isinstance(x, str) and 0 < len(x) <= 128 for x in v)),
+    "runs": (f"a list of run ids ({ID_RULE})", lambda v: isinstance(v, tuple) and 0 < len(v) <= 64
+             and all(is_run_id(x) for x in v)),
     "backends": ("a list of backend names", lambda v: isinstance(v, tuple) and 0 < len(v) <= 64
                  and all(isinstance(x, str) and 0 < len(x) <= 64 for x in v)),
-    "id": ("a session id", lambda v: isinstance(v, str) and 0 < len(v) <= 128),
+    "id": (f"a session id ({ID_RULE})", is_run_id),
     "repeatable": ("a verdict record", lambda v: isinstance(v, _VERDICTS)),
     "agrees": ("a verdict record", lambda v: isinstance(v, _VERDICTS)),
     "cells": ("a cells record", lambda v: isinstance(v, CellsRecord)),

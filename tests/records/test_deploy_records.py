@@ -90,7 +90,7 @@ def test_facts_not_recorded_yet_are_absent_and_a_step_writes_its_facts_together(
     ({"settings": {"core_mask": 7}}, "settings: field 'core_mask' is 7, not text"),
     ({"job_env": {"RKDET_X": 1}}, "'job_env' is {\"RKDET_X\": 1}, not an object of strings"),
     ({"surprise": True}, "field 'surprise' is not one rkdet writes"),
-    ({"run_id": None}, "field 'run_id' is null, not text"),
+    ({"run_id": None}, "field 'run_id' is null, not a run id"),
     ({"session": {"id": "s", "runs": ["a"], "backends": ["rknnlite"], "index": 3, "pinned": True}},
      "session: field 'index' is not a place in 'runs'"),
     ({"session": {"id": "s", "runs": "a", "backends": ["rknnlite"], "index": 0, "pinned": True}},

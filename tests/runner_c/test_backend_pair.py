@@ -115,7 +115,8 @@ def test_a_clean_double_is_same_bitwise(world, tmp_path):
     assert cell["compared"] == 1 and cell["outputs"] == [] and cell["settings"] == []
     assert f"{C_API} vs {LITE}: SAME (bitwise)" in done.stderr
     a, b = _one_session(tmp_path / "r")
-    assert cell["session"] == {"id": a["session"]["id"], "pinned": True, "same_pin": True, "same_clocks": True}
+    assert cell["session"] == {"id": a["session"]["id"], "pinned": True, "same_pin": True, "same_clocks": True,
+                               "moved": [], "cur_changes": cell["session"]["cur_changes"]}
     assert f"one pinned session {a['session']['id']}: pinned once, restored once" in done.stderr
     # the union pushed once: C's run sent its own runner at most, never asked again about the shared files
     assert b["transfer"]["files_skipped"] == 0 and b["transfer"]["files_sent"] <= 1, b["transfer"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from rkdet.fleets.run.records import (BOARD_OK, COMPLETE, BoardResult, MatrixCel
 from rkdet.fleets.run.scheduler import Schedule, run_all
 from rkdet.history.ingest import RunRecord
 from rkdet.records.io import write_atomic
+from rkdet.records.ids import new_run_id
 
 
 
@@ -39,14 +39,10 @@ class FleetFiles:
     junit: Path | None
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
 def run_fleet(boards: list[FleetBoard], builds: list[BuildChoice], cells: list[MatrixCell], common: DeployCommon,
               schedule: Schedule, log: Callable[[str, str], None]) -> tuple[FleetResult, Path]:
     """Deploy to every board and judge the fleet; returns the result and the fleet run's folder."""
-    run_id = new_run_id()
+    run_id = new_run_id(random_bytes=3)  # a fleet run id: records.ids's one definition
     folder = common.out / "fleet" / run_id
     folder.mkdir(parents=True, exist_ok=False)
     started_unix, started = time.time(), time.monotonic()
