@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from rkdet.boardinfo import lock as board_lock
@@ -45,29 +46,42 @@ class Collected:
 
 @dataclass(frozen=True)
 class JobLog:
-    """A job's log as read from the board, once: its text and records, and a session's step exit statuses
-    (run-steps.sh's records by step index; empty for a job of one runner). THE reading of a job's log:
-    deploy, a session and `--resume` all take what they need from it."""
+    """A job's log as read from the board, once: its text and records, a session's step exit statuses
+    (run-steps.sh's records by step index; empty for a job of one runner), and each runner's own output
+    (`outputs`, by step; `None`: the one runner of a plain run). THE reading of a job's log: deploy, a
+    session and `--resume` all take what they need from it.
+
+    The log holds only the board scripts' lines (a runner writes to its own file, `RemoteLayout.runner_log`),
+    so its records are never pushed out of the capped read by what a runner prints; a runner's output is
+    capped on its own, and cannot pass for a record."""
 
     text: str
     records: list[dict[str, Any]]
     steps: dict[int, int | None]
+    outputs: dict[int | None, str] = field(default_factory=dict)
 
     def for_step(self, step: int | None) -> JobLog:
-        """The log as one run saw it: a session's step `step` (its own runner's lines, never another
-        step's; every record outside the steps), or the whole log (`None`: a job of one runner)."""
-        if step is None:
-            return self
-        text = board_scripts.step_lines(self.text, step)
-        return JobLog(text, board_scripts.parse_records(text), self.steps)
+        """The log as one run saw it, its runner's output in its place: a session's step `step` (its own
+        runner's lines, never another step's; every record outside the steps), or the whole log (`None`: a
+        job of one runner). The records are the log's alone."""
+        text = self.text if step is None else board_scripts.step_lines(self.text, step)
+        records = self.records if step is None else board_scripts.parse_records(text)
+        said = self.outputs.get(step, "")
+        return JobLog(board_scripts.with_runner_output(text, said, step), records, self.steps,
+                      {step: said} if said else {})
 
 
-def read_job_log(conn: BoardConnection, logfile: str) -> JobLog:
+def read_job_log(conn: BoardConnection, logfile: str, outputs: Mapping[int | None, str] | None = None) -> JobLog:
     """The job's log (`logfile`: a run's, or a session's shared one) read once, capped from its end (the end
-    holds restore's result), with its records and each step's exit status."""
-    text = conn.run(["tail", "-c", str(conn.limits.output_bytes), logfile], check=False, timeout=FILES_S).out
+    holds restore's result), with its records and each step's exit status; and each runner's output file
+    (`outputs`: board paths by step, `None` for a plain run's one runner), each capped from its end alike
+    (a file a runner never wrote, as an older job's runner that wrote into the log: empty)."""
+    cap = str(conn.limits.output_bytes)
+    text = conn.run(["tail", "-c", cap, logfile], check=False, timeout=FILES_S).out
     records = board_scripts.parse_records(text)
-    return JobLog(text, records, board_scripts.step_exits(records))
+    said = {step: conn.run(["tail", "-c", cap, path], check=False, timeout=FILES_S).out
+            for step, path in (outputs or {}).items()}
+    return JobLog(text, records, board_scripts.step_exits(records), said)
 
 
 def examine_job_log(conn: BoardConnection, job_log: JobLog, layout: RemoteLayout, pinned: bool,

@@ -302,7 +302,7 @@ class Deployment:
             self.state.advance(DeployStatus.DISCONNECTED)
             raise
         try:
-            job_log = collect.read_job_log(self.conn, layout.logfile)
+            job_log = collect.read_job_log(self.conn, layout.logfile, {step: layout.runner_log})
         except BoardError:
             self.disconnected()
             raise

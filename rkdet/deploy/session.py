@@ -156,7 +156,8 @@ class PinnedSession:
                 d.disconnected()
             raise
         try:  # read once: every step's records and exit status
-            job_log = collect.read_job_log(self.conn, layouts[0].logfile)
+            job_log = collect.read_job_log(self.conn, layouts[0].logfile,
+                                           {i: x.runner_log for i, x in enumerate(layouts)})
         except BoardError:
             for d in ds:
                 d.disconnected()
