@@ -25,8 +25,11 @@ from rkdet.log import Log, ProgressThrottle
 
 
 
-# a command's stdout and stderr into the file $1, in the same process (sh execs it: its pid is the runner's)
-_OUTPUT_TO = 'o=$1; shift; exec "$@" > "$o" 2>&1'
+# a command's stdout and stderr into the file $1, in the same process (sh execs it: its pid is the runner's).
+# A blank line first: the file's first page (block) is taken while the work dir still has room, so a disk filled
+# during the run still takes the runner's last words (its ENOSPC message), as the job's log (written to since
+# pin) does; a blank line is no line of the runner's.
+_OUTPUT_TO = 'o=$1; shift; echo > "$o"; exec "$@" >> "$o" 2>&1'
 
 
 def output_to(path: str, argv: Sequence[str]) -> list[str]:
