@@ -223,6 +223,24 @@ def step_lines(text: str, index: int) -> str:
     return "".join(keep)
 
 
+def with_runner_output(text: str, output: str, index: int | None) -> str:
+    """The job log with a runner's own output (its file on the board) where the runner ran: after the record of
+    its start (run-steps.sh's step `index`, or run-pinned.sh's child for a plain run: `None`), else at the end."""
+    if not output:
+        return text
+    if not output.endswith("\n"):
+        output += "\n"
+    lines = text.splitlines(keepends=True)
+    for at, line in enumerate(lines):
+        rec = parse_records(line)
+        if rec and rec[0].get("status") == "started" and (
+                (index is None and (rec[0].get("script"), rec[0].get("record")) == ("run-pinned", "child"))
+                or (index is not None and rec[0].get("script") == STEP_SCRIPT and rec[0].get("record") == "step"
+                    and rec[0].get("index") == index)):
+            return "".join([*lines[:at + 1], output, *lines[at + 1:]])
+    return text + ("" if not text or text.endswith("\n") else "\n") + output
+
+
 # ---- running locally against a fake root ------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from rkdet.boardinfo import lock as board_lock
@@ -43,20 +44,57 @@ class Collected:
         return None if self.restore is None else self.restore.ok
 
 
-def read_job_log(conn: BoardConnection, layout: RemoteLayout, pinned: bool, job_env: dict[str, str], sudo: bool,
-                 scrub: Callable[[Any], Any], folder: Path, lock_names: set[str] | None = None,
-                 step: int | None = None) -> Collected:
+@dataclass(frozen=True)
+class JobLog:
+    """A job's log as read from the board, once: its text and records, a session's step exit statuses
+    (run-steps.sh's records by step index; empty for a job of one runner), and each runner's own output
+    (`outputs`, by step; `None`: the one runner of a plain run). THE reading of a job's log: deploy, a
+    session and `--resume` all take what they need from it.
+
+    The log holds only the board scripts' lines (a runner writes to its own file, `RemoteLayout.runner_log`),
+    so its records are never pushed out of the capped read by what a runner prints; a runner's output is
+    capped on its own, and cannot pass for a record."""
+
+    text: str
+    records: list[dict[str, Any]]
+    steps: dict[int, int | None]
+    outputs: dict[int | None, str] = field(default_factory=dict)
+
+    def for_step(self, step: int | None) -> JobLog:
+        """The log as one run saw it, its runner's output in its place: a session's step `step` (its own
+        runner's lines, never another step's; every record outside the steps), or the whole log (`None`: a
+        job of one runner). The records are the log's alone."""
+        text = self.text if step is None else board_scripts.step_lines(self.text, step)
+        records = self.records if step is None else board_scripts.parse_records(text)
+        said = self.outputs.get(step, "")
+        return JobLog(board_scripts.with_runner_output(text, said, step), records, self.steps,
+                      {step: said} if said else {})
+
+
+def read_job_log(conn: BoardConnection, logfile: str, outputs: Mapping[int | None, str] | None = None) -> JobLog:
+    """The job's log (`logfile`: a run's, or a session's shared one) read once, capped from its end (the end
+    holds restore's result), with its records and each step's exit status; and each runner's output file
+    (`outputs`: board paths by step, `None` for a plain run's one runner), each capped from its end alike
+    (a file a runner never wrote, as an older job's runner that wrote into the log: empty)."""
+    cap = str(conn.limits.output_bytes)
+    text = conn.run(["tail", "-c", cap, logfile], check=False, timeout=FILES_S).out
+    records = board_scripts.parse_records(text)
+    said = {step: conn.run(["tail", "-c", cap, path], check=False, timeout=FILES_S).out
+            for step, path in (outputs or {}).items()}
+    return JobLog(text, records, board_scripts.step_exits(records), said)
+
+
+def examine_job_log(conn: BoardConnection, job_log: JobLog, layout: RemoteLayout, pinned: bool,
+                    job_env: dict[str, str], sudo: bool, scrub: Callable[[Any], Any], folder: Path,
+                    lock_names: set[str] | None = None, step: int | None = None) -> Collected:
     """The job's log (kept as job.log, scrubbed) and pin/restore reports; an incomplete restore report
     is confirmed by running restore.sh again. Warnings: pin's and the knobs pin could not set.
     The board lock's holders seen in the log join `lock_names` (kept out of job.log) before it is
     written; a pinned job that never got the lock raises the refusal naming the holder. `step`: this run is
     that step of a session's job (run-steps.sh): the session's pin and restore records with its own
     runner's lines, never another step's."""
-    cap = conn.limits.output_bytes  # the log's end holds restore's result: keep the end
-    log_text = conn.run(["tail", "-c", str(cap), layout.logfile], check=False, timeout=FILES_S).out
-    if step is not None:
-        log_text = board_scripts.step_lines(log_text, step)
-    records = board_scripts.parse_records(log_text)
+    mine = job_log.for_step(step)
+    log_text, records = mine.text, list(mine.records)
     lock = board_lock.job_lock(records, conn.target.label)
     if lock_names is not None:
         lock_names |= board_lock.private_names(lock.holders())
@@ -79,12 +117,6 @@ def read_job_log(conn: BoardConnection, layout: RemoteLayout, pinned: bool, job_
             warnings.append(f"pin: {knob.knob} wanted {knob.wanted} but reads {knob.actual}"
                             + (f" ({knob.reason})" if knob.reason else ""))
     return Collected(log_text, records, pin, restore, warnings, result_exists=False, lock=lock)
-
-
-def step_exits(conn: BoardConnection, logfile: str) -> dict[int, int | None]:
-    """A session's job log read for each step's exit status (run-steps.sh's records, by step index)."""
-    text = conn.run(["tail", "-c", str(conn.limits.output_bytes), logfile], check=False, timeout=FILES_S).out
-    return board_scripts.step_exits(board_scripts.parse_records(text))
 
 
 def pull_result(conn: BoardConnection, layout: RemoteLayout, dest: Path, collected: Collected,

@@ -295,16 +295,22 @@ class Deployment:
         except BoardError:
             self.state.advance(DeployStatus.DISCONNECTED)
             raise
-        if step is not None:  # one run of a session's job (resumed): its own step's exit status, not the job's
-            code = collect.step_exits(self.conn, layout.logfile).get(step)
-        return self.conclude(layout, code, interrupted, transfer, fit, step)
-
-    def conclude(self, layout: RemoteLayout, code: int | None, interrupted: bool, transfer: TransferStats,
-                 fit: BoardFit, step: int | None = None) -> DeployOutcome:
-        """After the job ended: its log, the pull and the judgement (`step`: this run's step of a session's
-        job, whose exit status `code` is). deploy.json ends in a final status."""
         try:
-            result_local, restored, warnings = self._collect(layout, code, interrupted, fit, step)
+            job_log = collect.read_job_log(self.conn, layout.logfile, {step: layout.runner_log})
+        except BoardError:
+            self.disconnected()
+            raise
+        if step is not None:  # one run of a session's job (resumed): its own step's exit status, not the job's
+            code = job_log.steps.get(step)
+        return self.conclude(layout, job_log, code, interrupted, transfer, fit, step)
+
+    def conclude(self, layout: RemoteLayout, job_log: collect.JobLog, code: int | None, interrupted: bool,
+                 transfer: TransferStats, fit: BoardFit, step: int | None = None) -> DeployOutcome:
+        """After the job ended: its log (`job_log`, read once: a session's is every step's), the pull and the
+        judgement (`step`: this run's step of a session's job, whose exit status `code` is). deploy.json ends
+        in a final status."""
+        try:
+            result_local, restored, warnings = self._collect(layout, job_log, code, interrupted, fit, step)
             return self._judge(result_local, transfer, restored, warnings)
         except RkdetError as err:
             self.state.advance(DeployStatus.FAILED if self._connected() else DeployStatus.DISCONNECTED,
@@ -324,13 +330,13 @@ class Deployment:
         except BoardError:
             return False
 
-    def _collect(self, layout: RemoteLayout, code: int | None, interrupted: bool,
+    def _collect(self, layout: RemoteLayout, job_log: collect.JobLog, code: int | None, interrupted: bool,
                  fit: BoardFit, step: int | None = None) -> tuple[Path, bool | None, list[str]]:
         """The job's log and pin/restore reports, then the pulled result set (and its clock warnings).
         A refused pull is raised only after the job's own errors (a board left pinned comes first)."""
         s = self.settings
-        got = collect.read_job_log(self.conn, layout, s.pin, dict(self.record.job_env or {}), s.sudo, self.scrub,
-                                   self.folder, self.state.lock_names, step=step)
+        got = collect.examine_job_log(self.conn, job_log, layout, s.pin, dict(self.record.job_env or {}), s.sudo,
+                                      self.scrub, self.folder, self.state.lock_names, step=step)
         if got.lock is not None and got.lock.mine is not None:  # which lock the board had and the wait: no names
             self.state.update(board_lock=BoardLockRecord(method=got.lock.mine.method, waited_s=got.lock.waited_s,
                                                          took_over_stale=got.lock.taken_over is not None))

@@ -61,6 +61,12 @@ class RemoteLayout:
         return self.pidfile.rsplit("/", 1)[0]
 
     @property
+    def runner_log(self) -> str:
+        """The runner's own output (stdout and stderr), a file of its run folder: never in the job's log, so
+        however much a runner prints, the log's records (lock, pin, steps, clocks, restore) stay whole."""
+        return f"{self.run_dir}/runner.log"
+
+    @property
     def fp32_inputs(self) -> bool:
         """True when the inputs are the model's float input (a backend with `fp32_input`), not the NPU's."""
         return self.inputs.endswith("-fp32")

@@ -25,12 +25,26 @@ from rkdet.log import Log, ProgressThrottle
 
 
 
+# a command's stdout and stderr into the file $1, in the same process (sh execs it: its pid is the runner's).
+# A blank line first: the file's first page (block) is taken while the work dir still has room, so a disk filled
+# during the run still takes the runner's last words (its ENOSPC message), as the job's log (written to since
+# pin) does; a blank line is no line of the runner's.
+_OUTPUT_TO = 'o=$1; shift; echo > "$o"; exec "$@" >> "$o" 2>&1'
+
+
+def output_to(path: str, argv: Sequence[str]) -> list[str]:
+    """`argv` writing its output to the board file `path` instead of the job's log: the log keeps only the
+    board scripts' records, which a chatty runner can then never push out of the log's capped read."""
+    return ["sh", "-c", _OUTPUT_TO, "sh", path, *argv]
+
+
 def pinned_command(program: str, scripts_dir: str, settings: RunSettings, model: str, inputs: str, out: str, *,
                    core_mask: str, warmup: int, snapshot_every: int, affinity: bool = True,
-                   extra: Sequence[str] = ()) -> list[str]:
+                   extra: Sequence[str] = (), output: str | None = None) -> list[str]:
     """THE recipe "run the on-board program pinned" (deploy's runs and the bisection's): the backend's
     runner command (rkdet.backends) for one run of `model`, inside run-pinned.sh when `settings.pin`
-    (pin, run, restore: also on a dropped link). `extra`: the model's identity and the cell flags."""
+    (pin, run, restore: also on a dropped link). `extra`: the model's identity and the cell flags; `output`:
+    a board file for the runner's own output (`output_to`), else it goes where the job's output goes."""
     desc = backend(settings.backend)
     args = desc.runner_args(model, inputs, out, repeats=settings.repeats, warmup=warmup, core_mask=core_mask,
                             snapshot_every=snapshot_every)
@@ -38,6 +52,8 @@ def pinned_command(program: str, scripts_dir: str, settings: RunSettings, model:
     if affinity and settings.cpu_affinity:
         args += ["--cpu-affinity", ",".join(map(str, settings.cpu_affinity))]
     argv = desc.runner_command(program, [*args, *extra])
+    if output is not None:
+        argv = output_to(output, argv)
     if settings.pin:
         argv = ["sh", f"{scripts_dir}/run-pinned.sh", "--", *argv]
     return argv
@@ -55,11 +71,11 @@ def pinned_env(settings: RunSettings, workdir: str, state_dir: str) -> dict[str,
 
 
 def runner_argv(layout: RemoteLayout, settings: RunSettings, extra: Sequence[str] = ()) -> list[str]:
-    """rkdet-run's command line for this run (the recipe, `pinned_command`); `extra`: the model's
-    identity and the cell flags (`stack.model_expectations`, `cells.cell_args`)."""
+    """rkdet-run's command line for this run (the recipe, `pinned_command`), its output in `layout.runner_log`;
+    `extra`: the model's identity and the cell flags (`stack.model_expectations`, `cells.cell_args`)."""
     return pinned_command(layout.runner, layout.scripts, settings, layout.model(settings.backend), layout.inputs,
                           layout.result, core_mask=settings.core_mask, warmup=settings.warmup,
-                          snapshot_every=settings.snapshot_every, extra=extra)
+                          snapshot_every=settings.snapshot_every, extra=extra, output=layout.runner_log)
 
 
 def job_env(settings: RunSettings, layout: RemoteLayout, state_dir: str) -> dict[str, str]:

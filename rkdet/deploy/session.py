@@ -155,12 +155,18 @@ class PinnedSession:
             for d in ds:
                 d.disconnected()
             raise
-        codes = collect.step_exits(self.conn, layouts[0].logfile)
+        try:  # read once: every step's records and exit status
+            job_log = collect.read_job_log(self.conn, layouts[0].logfile,
+                                           {i: x.runner_log for i, x in enumerate(layouts)})
+        except BoardError:
+            for d in ds:
+                d.disconnected()
+            raise
         results: list[StepResult] = []
         for i, (d, r) in enumerate(zip(ds, ready)):
             try:
-                results.append(StepResult(d, d.conclude(r.layout, codes.get(i), interrupted, transfers[i], r.fit,
-                                                        step=i)))
+                results.append(StepResult(d, d.conclude(r.layout, job_log, job_log.steps.get(i), interrupted,
+                                                        transfers[i], r.fit, step=i)))
             except (RkdetError, KeyboardInterrupt) as err:
                 results.append(StepResult(d, None, err))
         if not ds[0].settings.keep and not interrupted:  # the job's own files; a kept run folder stays

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rkdet.backends.registry import REGISTRY
 from rkdet.deploy.layout import RemoteLayout
-from rkdet.deploy.pinned_run import job_env, pinned_command, pinned_env, runner_argv
+from rkdet.deploy.pinned_run import job_env, output_to, pinned_command, pinned_env, runner_argv
 from rkdet.deploy.settings import RunSettings
 
 FP = "ab" * 32
@@ -17,17 +17,20 @@ def test_deploy_runs_the_backend_runner_inside_run_pinned() -> None:
         s = RunSettings(backend=name, repeats=3, warmup=1, cpu_affinity=(4, 5), pin=True)
         argv = runner_argv(layout, s, ["--expect-sha256", "0" * 64])
         assert argv[:3] == ["sh", "/w/scripts/run-pinned.sh", "--"]
+        # the runner's own output to its run folder's runner.log (never the job's log, which keeps the records)
+        assert argv[3:8] == output_to(layout.runner_log, []) and layout.runner_log == "/w/runs/run-1/runner.log"
         assert layout.runner == f"/w/{desc.runner_program}"
         if desc.native_runner:  # rkdet-run-c: run directly (through the board's launcher if it names one), no python3
-            assert argv[3:5] == ["sh", "-c"] and argv[6] == layout.runner and argv[7] == "--model"
+            assert argv[8:10] == ["sh", "-c"] and argv[11] == layout.runner and argv[12] == "--model"
         else:
-            assert argv[3:6] == ["python3", layout.runner, "run"]
+            assert argv[8:11] == ["python3", layout.runner, "run"]
         assert argv[argv.index("--model") + 1] == f"{layout.model_dir}/{desc.model_file}"
         assert argv[argv.index("--backend") + 1] == name
         assert argv[-4:] == ["--cpu-affinity", "4,5", "--expect-sha256", "0" * 64]
         assert layout.fp32_inputs is desc.fp32_input
         unpinned = runner_argv(layout, RunSettings(backend=name, pin=False), [])
-        assert unpinned[0] == ("python3" if not desc.native_runner else "sh")
+        assert unpinned[:5] == output_to(layout.runner_log, [])
+        assert unpinned[5] == ("python3" if not desc.native_runner else "sh")
         assert "run-pinned.sh" not in " ".join(unpinned)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from rkdet.boardinfo.scripts import script_path
 from rkdet.deploy.layout import RemoteLayout
-from rkdet.deploy.pinned_run import runner_argv, steps_argv
+from rkdet.deploy.pinned_run import output_to, runner_argv, steps_argv
 from rkdet.deploy.session import SHARED_SETTINGS, check_shared, merged_env
 from rkdet.deploy.settings import RunSettings
 from rkdet.errors import InputError
@@ -27,6 +27,8 @@ def test_the_session_job_is_one_run_pinned_around_every_runner() -> None:
     assert (layouts[0].result, layouts[1].result) == ("/w/runs/S-1/r-a/result", "/w/runs/S-1/r-b/result")
     assert layouts[0].session_dir == "/w/runs/S-1"
     runners = [runner_argv(x, RunSettings(backend=n, pin=False)) for x, n in zip(layouts, ("rknnlite", "rknn_c"))]
+    for x, runner in zip(layouts, runners):  # each runner's output to its own file, never the session's job.log
+        assert x.runner_log == f"{x.run_dir}/runner.log" and runner[:5] == output_to(x.runner_log, [])
     argv = steps_argv("/w/scripts", True, runners)
     assert argv[:5] == ["sh", "/w/scripts/run-pinned.sh", "--", "sh", "/w/scripts/run-steps.sh"]
     assert argv.count("/w/scripts/run-pinned.sh") == 1  # one pin, one restore

@@ -92,6 +92,15 @@ def test_boards_that_agree_are_one_class_exit_0(first_run, lab3: Lab) -> None:  
         job = (run / "job.log").read_text()
         assert job.count('"record":"state"') == 1  # pinned once for both cells
         assert first["verdict"].startswith("SAME") and second["verdict"].startswith("SAME")  # each cell's own line
+    for b in boards.values():  # a board of ONE runner is a session of one step, like a board of several
+        done = [c for c in b["cells"] if c["status"] == "complete"]
+        record = json.loads((folder / done[0]["run_folder"] / "deploy.json").read_text())
+        session = record["session"]
+        assert session["runs"] == [record["run_id"]] and session["backends"] == ["rknnlite"]
+        assert session["index"] == 0 and session["pinned"] is True
+        assert {c["session"] for c in done} == {session["id"]}  # fleet.json names it too
+        pins = json.loads((folder / done[0]["run_folder"] / "pin.json").read_text())["records"]
+        assert [(r["index"], r["at"]) for r in pins if r["record"] == "clocks"] == [(0, "before"), (0, "after")]
     assert (folder / boards["c"]["cells"][0]["run_folder"] / "result" / "run.json").is_file()  # one cell: one set
     assert [(k["name"], k["size"]) for k in doc["classes"]] == [("A", 5)] and doc["differences"] == []
     # JUnit: one test case per board × cell, nothing failed, the skip said
@@ -109,6 +118,7 @@ def test_boards_that_agree_are_one_class_exit_0(first_run, lab3: Lab) -> None:  
     assert "/cells/core-0_1_2/report.html" in page  # a cell of a session links its own report
     with sqlite3.connect(out / "rkdet.db") as db:  # every completed cell recorded in the history
         assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 5
+        assert db.execute("SELECT count(*) FROM runs WHERE session IS NULL").fetchone()[0] == 0
     for text in (proc.stderr, junit_text(junit.read_text()), html_visible_text(page)):  # issue 36 §2
         assert python_spellings(text) == [], python_spellings(text)
 

@@ -4,13 +4,14 @@ Why one module: every call into the single-board deploy (`open_connection`, prob
 `rkdet deploy`) is here, so a change of the single-board API is one edit; and `run_board` is the one
 function that runs a board's cells.
 
-The core-mask cells of one backend are ONE single-board deploy (preflight, verified push, pin → every
-mask as a cell of one runner → restore, pull, judge; `rkdet deploy --core-mask 0,1,2,0_1_2`) into the
-ordinary results tree `<out>/<board>/<fingerprint16>/<run-id>/`, recorded in `<out>/rkdet.db` like
-`rkdet deploy` records it (one run per cell); its result is then split into the cells. A board's runners
-(one per backend; one per mask for a runner that takes one mask a run) are the steps of ONE pinned session
-(`rkdet.deploy.session`: one lock, one pin, one restore, the build pushed once), each step its own run
-folder, so the backend axis compares runs made under one pinned state.
+The core-mask cells of one backend are ONE runner's run (every mask as a cell of one runner, as
+`rkdet deploy --core-mask 0,1,2,0_1_2`) into the ordinary results tree `<out>/<board>/<fingerprint16>/<run-id>/`,
+recorded in `<out>/rkdet.db` like `rkdet deploy` records it (one run per cell); its result is then split into the
+cells. A board's runners (one per backend; one per mask for a runner that takes one mask a run) are the steps of
+ONE pinned session (`rkdet.deploy.session`: one lock, one pin, one restore, the build pushed once), each step its
+own run folder, so the backend axis compares runs made under one pinned state. A board with one runner is a
+session of one step, so every fleet run folder is alike: deploy.json's `session`, run-steps.sh's clocks records
+in pin.json, the history's `runs.session`.
 """
 
 from __future__ import annotations
@@ -154,19 +155,9 @@ def _deployment(conn: BoardConnection, build: BuildChoice, settings: RunSettings
                            allow_failed_build=common.request.allow_failed_build)
 
 
-def deploy_cells(conn: BoardConnection, board: FleetBoard, build: BuildChoice, cells: list[MatrixCell], common: DeployCommon,
-                 timeout: float, log: Log) -> list[CellResult]:
-    """One single-board deploy of `cells` (one backend; several core masks are cells of one pinned session);
-    the completed run recorded in `<out>/rkdet.db` (one run per cell) and split into a CellResult per cell."""
-    settings = _cell_settings(board, build, cells, common, timeout)
-    started = time.monotonic()
-    outcome = _deployment(conn, build, settings, common, log).run()
-    return cell_results(outcome, cells, common, (time.monotonic() - started) / len(cells), log)
-
-
 def deploy_session(conn: BoardConnection, board: FleetBoard, build: BuildChoice, groups: list[list[MatrixCell]],
                    common: DeployCommon, log: Log) -> list[CellResult]:
-    """A board's cells of several runners (backends, or one core mask a run) in ONE pinned session
+    """A board's cells, of one runner or several (backends, or one core mask a run), in ONE pinned session
     (rkdet.deploy.session: every runner preflighted before any push, the build pushed once, one lock, one pin,
     the runners one after the other, one restore): one run folder per runner, split into its cells. A step
     that failed fails its own cells; one refused before the session ran fails the board (raised)."""
@@ -336,11 +327,8 @@ def run_board(result: BoardResult, builds: list[BuildChoice], cells: list[Matrix
                 names = ", ".join(c.name for group in groups for c in group)
                 several = len(groups) > 1 or len(groups[0]) > 1
                 log(f"{names}: deploy{' (one pinned session)' if several else ''}")
-                if len(groups) > 1:  # several runners (backends, or one mask a run): steps of ONE pinned session
-                    done = deploy_session(conn, board, build, groups, common, log)
-                else:  # --timeout is each cell's run: a session of N cells gets N times it
-                    done = deploy_cells(conn, board, build, groups[0], common,
-                                        common.request.run.timeout * len(groups[0]), log)
+                # every runner (backend, or one mask a run) a step of ONE pinned session; one runner: one step
+                done = deploy_session(conn, board, build, groups, common, log)
                 result.cells.extend(done)
                 for cell in done:
                     log(f"{cell.cell.name}: {cell.verdict or cell.reason}")
