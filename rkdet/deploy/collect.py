@@ -16,7 +16,7 @@ from typing import Any, Callable
 from rkdet.boardinfo import lock as board_lock
 from rkdet.boardinfo import scripts as board_scripts
 from rkdet.deploy.layout import RemoteLayout
-from rkdet.link.pull import pull
+from rkdet.deploy.pulled import pull_noted
 from rkdet.boardinfo.remote_scripts import run_board_script
 from rkdet.link.shell import FILES_S, QUICK_S
 from rkdet.link.ssh import BoardConnection
@@ -128,8 +128,7 @@ def pull_result(conn: BoardConnection, layout: RemoteLayout, dest: Path, collect
                                         layout.result], check=False, timeout=QUICK_S).rc == 0
     if collected.result_exists:
         try:
-            collected.pulled = pull(conn, layout.result, dest, progress=progress)
-            collected.warnings += collected.pulled.notes
+            collected.pulled = pull_noted(conn, layout.result, dest, collected.warnings, progress=progress)
             cells = not (dest / "run.json").exists()
             for snapshots in sorted(dest.glob("core-*/snapshots.jsonl")) if cells else [dest / "snapshots.jsonl"]:
                 collected.warnings += clock_changes(snapshots, conn.target.label)

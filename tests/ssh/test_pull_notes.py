@@ -77,8 +77,7 @@ def test_the_bisection_keeps_what_its_pulls_survived_for_its_report(board: Emula
 
 def test_every_pull_outside_the_link_goes_through_the_one_place() -> None:
     """rkdet.link.pull is imported only by rkdet/deploy/pulled.py, so no command pulls without saying what the
-    pull survived. rkdet/deploy/collect.py (another helper's file now) adds `pulled.notes` to deploy's warnings
-    itself, the same text; it moves to `pull_noted` when it is free."""
+    pull survived (deploy's result pull in rkdet/deploy/collect.py included)."""
     importers = []
     for path in sorted((REPO / "rkdet").rglob("*.py")):
         rel = path.relative_to(REPO).as_posix()
@@ -88,4 +87,4 @@ def test_every_pull_outside_the_link_goes_through_the_one_place() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "rkdet.link.pull" and any(
                     a.name == "pull" for a in node.names):
                 importers.append(rel)
-    assert sorted(set(importers)) == ["rkdet/deploy/collect.py", "rkdet/deploy/pulled.py"], importers
+    assert sorted(set(importers)) == ["rkdet/deploy/pulled.py"], importers
