@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,8 +17,19 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import CONFIG, board_args, error_line, run_folders
+from shared_build import trim_golden
 
 from rkdet.emulator.sshd import VARIANTS, EmulatedBoard
+
+
+@pytest.fixture(scope="module")
+def build(fast_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's fast build with ONE golden page: what is checked here is how a deploy is started (from a
+    build alone, the printed lines, sudo and pinning), the run's verdict and records, never how many inputs
+    it ran; one page is one board-side inference less in each of the module's ten deploys."""
+    dest = tmp_path_factory.mktemp("one-page") / fast_build.name
+    shutil.copytree(fast_build, dest)
+    return trim_golden(dest, 1)
 
 
 def _rkdet(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -27,15 +39,15 @@ def _rkdet(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.Compl
                           cwd=cwd, timeout=timeout, env={**os.environ, "COLUMNS": "1000"})
 
 
-def test_a_build_alone_deploys_records_the_run_and_installs_the_selfcheck(board: EmulatedBoard, fast_build: Path,
+def test_a_build_alone_deploys_records_the_run_and_installs_the_selfcheck(board: EmulatedBoard, build: Path,
                                                                           tmp_path: Path) -> None:
     out = tmp_path / "results"
     assert not (tmp_path / "configs").exists()
-    proc = _rkdet(["deploy", *board_args(board), "--build", fast_build, "--out", out, "--repeats", "1",
+    proc = _rkdet(["deploy", *board_args(board), "--build", build, "--out", out, "--repeats", "1",
                    "--warmup", "0", "--no-pin", "--install-selfcheck"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     err = proc.stderr
-    assert f"settings (run, board, tolerances) from {fast_build}/config.resolved.json" in err
+    assert f"settings (run, board, tolerances) from {build}/config.resolved.json" in err
     # issue 30 #16: what the build folder decides on the board is said
     assert "(the build folder's: board work dir the default, sudo no; pass --config FILE to use your own)" in err
     assert "board restored: not pinned" in err and "None" not in err
@@ -75,10 +87,10 @@ def test_a_broken_resolved_config_is_bad_input_naming_file_and_key(board: Emulat
     assert proc.returncode == 2 and "config.resolved.json: missing; pass --config" in error_line(proc)
 
 
-def test_sudo_that_wants_a_password_is_named_with_the_fix(fast_build: Path, tmp_path: Path) -> None:
+def test_sudo_that_wants_a_password_is_named_with_the_fix(build: Path, tmp_path: Path) -> None:
     variant = dataclasses.replace(VARIANTS["sudo"], sudo_password=True)
     with EmulatedBoard("rk3588", tmp_path / "board", variant) as board:
-        proc = _rkdet(["deploy", *board_args(board), "--config", CONFIG, "--build", fast_build,
+        proc = _rkdet(["deploy", *board_args(board), "--config", CONFIG, "--build", build,
                        "--out", tmp_path / "r", "--repeats", "1", "--warmup", "0", "--sudo"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert f"settings (run, board, tolerances) from {CONFIG}" in proc.stderr
@@ -88,11 +100,11 @@ def test_sudo_that_wants_a_password_is_named_with_the_fix(fast_build: Path, tmp_
     assert "ended without a result" not in line
 
 
-def test_pinning_refused_for_a_login_without_sudo_names_what_works(fast_build: Path, tmp_path: Path) -> None:
+def test_pinning_refused_for_a_login_without_sudo_names_what_works(build: Path, tmp_path: Path) -> None:
     """The standard board's login has no sudo: on a FUSE sysfs (kernel permissions) pin.sh is denied; the
     advice names --no-pin (and --sudo only for a login that has passwordless sudo), and --no-pin then works."""
     with EmulatedBoard("rk3588", tmp_path / "board", sysfs="fuse") as board:
-        args = ["deploy", *board_args(board), "--build", fast_build, "--repeats", "1", "--warmup", "0"]
+        args = ["deploy", *board_args(board), "--build", build, "--repeats", "1", "--warmup", "0"]
         proc = _rkdet([*args, "--out", tmp_path / "r"], cwd=tmp_path)
         ok = _rkdet([*args, "--out", tmp_path / "r2", "--no-pin"], cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr[-3000:]
@@ -102,7 +114,7 @@ def test_pinning_refused_for_a_login_without_sudo_names_what_works(fast_build: P
 
 
 @pytest.mark.parametrize("variant", ["sudo", "standard", "nosftp", "busybox"])
-def test_the_printed_deploy_line_of_each_board_variant_works_as_printed(variant: str, fast_build: Path,
+def test_the_printed_deploy_line_of_each_board_variant_works_as_printed(variant: str, build: Path,
                                                                        tmp_path: Path) -> None:
     """Issue 24 §3: every variant's printed line works as printed: a sudo board pins through --sudo, a board
     whose login has no sudo at all says --no-pin (and why) instead of failing at pin.sh."""
@@ -130,7 +142,7 @@ def test_the_printed_deploy_line_of_each_board_variant_works_as_printed(variant:
             argv = shlex.split(text)
             assert argv[:2] == ["rkdet", "deploy"] and ("--sudo" in argv) == sudo and ("--no-pin" in argv) == unpinned, text
             out = tmp_path / key.rstrip(":")
-            res = _rkdet([*argv[1:], "--build", fast_build, "--out", out, "--repeats", "1", "--warmup", "0"],
+            res = _rkdet([*argv[1:], "--build", build, "--out", out, "--repeats", "1", "--warmup", "0"],
                          cwd=tmp_path)
             assert res.returncode == 0, (key, res.stderr[-3000:])
             assert "SAME (bitwise)" in res.stderr

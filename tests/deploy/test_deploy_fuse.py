@@ -68,6 +68,11 @@ def _remote_snapshots(out: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
 
 
+# Long enough for a test to act on the run while it goes on: configs/yolov8.yaml snapshots every 5 runs, so the
+# run's first in-run snapshot comes at run 5 (the one these tests wait for) and 10 more runs still follow it.
+RUN_LONG_ENOUGH = 15
+
+
 def _run_with(board: EmulatedBoard, build: Path, out: Path, log: Path, repeats: int) -> subprocess.Popen:
     with open(log, "wb") as err:
         return subprocess.Popen([sys.executable, "-m", "rkdet.cli",
@@ -109,7 +114,7 @@ def test_thermal_cap_before_pin_shows_in_pin_warnings(own_fuse_board: EmulatedBo
     control = fuse_board.sysfs.control
     control.force_temperature(HOT)
     try:
-        proc = _run_with(fuse_board, fast_build, out, log, repeats=30)
+        proc = _run_with(fuse_board, fast_build, out, log, repeats=RUN_LONG_ENOUGH)
         try:  # cool down once the run is under way, so restore can read its values back
             _until(lambda: len(_remote_snapshots(out)) >= 2, proc, log)
         finally:
@@ -147,7 +152,7 @@ def test_thermal_cap_during_the_run_shows_in_the_warnings(fuse_board: EmulatedBo
     before = tree_digest(fuse_board.root)
     out, log = tmp_path / "r", tmp_path / "deploy.log"
     control = fuse_board.sysfs.control
-    proc = _run_with(fuse_board, fast_build, out, log, repeats=30)
+    proc = _run_with(fuse_board, fast_build, out, log, repeats=RUN_LONG_ENOUGH)
     try:
         _until(lambda: re.search(r"inference [1-9]", log.read_text()) is not None, proc, log)
         control.force_temperature(HOT)

@@ -6,10 +6,12 @@ mask as a cell of one pinned session (masks the SoC lacks skipped and said; #228
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from deploy_helpers import deploy, run_folders
+from shared_build import trim_golden
 
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.emulator.sshd import EmulatedBoard
@@ -20,11 +22,27 @@ def _said(proc) -> str:
     return " ".join((proc.stdout + proc.stderr).split())
 
 
-def test_model_checked_by_its_fingerprint_and_the_stack_in_one_line(board: EmulatedBoard, fast_build: Path,
-                                                                    tmp_path: Path) -> None:
-    manifest = json.loads((fast_build / "manifest.json").read_text())
-    out = tmp_path / "r"
-    proc = deploy(board, fast_build, out, repeats=1)
+@pytest.fixture(scope="module")
+def build(fast_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's fast build with ONE golden page: every claim here is about cells, contexts, masks and the
+    stack line, none about how many inputs a run has (a fault with `occurrence` 0 / `all_calls` hits the first)."""
+    dest = tmp_path_factory.mktemp("one-page") / fast_build.name
+    shutil.copytree(fast_build, dest)
+    return trim_golden(dest, 1)
+
+
+@pytest.fixture(scope="module")
+def contexts_run(board: EmulatedBoard, build: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """ONE plain deploy with `--contexts 3` on the module's board, read by the model-check/stack test and the
+    contexts test (neither changes what the other checks: contexts are extra runs after the sequential one)."""
+    out = tmp_path_factory.mktemp("contexts") / "r"
+    return deploy(board, build, out, "--contexts", "3", repeats=1), out
+
+
+def test_model_checked_by_its_fingerprint_and_the_stack_in_one_line(board: EmulatedBoard, build: Path,
+                                                                    contexts_run) -> None:  # type: ignore[no-untyped-def]
+    manifest = json.loads((build / "manifest.json").read_text())
+    proc, out = contexts_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     [folder] = run_folders(out)
     run = json.loads((folder / "result" / "run.json").read_text())
@@ -39,10 +57,10 @@ def test_model_checked_by_its_fingerprint_and_the_stack_in_one_line(board: Emula
     assert record["stack"]["model_toolkit"] == "2.5.0"
 
 
-def test_every_core_mask_a_cell_in_one_pinned_session(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
+def test_every_core_mask_a_cell_in_one_pinned_session(board: EmulatedBoard, build: Path, tmp_path: Path) -> None:
     out = tmp_path / "r"
     before = tree_digest(board.root)
-    proc = deploy(board, fast_build, out, "--core-mask", "0,1,2,0_1_2", repeats=2)
+    proc = deploy(board, build, out, "--core-mask", "0,1,2,0_1_2", repeats=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [folder] = run_folders(out)
     cells = json.loads((folder / "result" / "cells.json").read_text())
@@ -68,12 +86,12 @@ def test_every_core_mask_a_cell_in_one_pinned_session(board: EmulatedBoard, fast
     assert {r.folder for r in runs} == {folder.relative_to(out).as_posix()} and all(r.outputs for r in runs)
 
 
-def test_a_mask_that_differs_is_not_repeatable_and_named(board: EmulatedBoard, fast_build: Path,
+def test_a_mask_that_differs_is_not_repeatable_and_named(board: EmulatedBoard, build: Path,
                                                          tmp_path: Path) -> None:
     drift = json.dumps({"occurrence": 0, "input_sha256": None, "output": 0, "index": 5, "bit": 0, "core_mask": 7,
                         "all_calls": True})
     out = tmp_path / "r"
-    proc = deploy(board, fast_build, out, "--core-mask", "0,0_1_2", "--emulator-fault", drift, repeats=2)
+    proc = deploy(board, build, out, "--core-mask", "0,0_1_2", "--emulator-fault", drift, repeats=2)
     assert proc.returncode == 1, proc.stderr[-3000:]
     said = _said(proc)
     assert "repeatable: NO [bitwise]: core-0_1_2 differs from core-0" in said
@@ -81,16 +99,15 @@ def test_a_mask_that_differs_is_not_repeatable_and_named(board: EmulatedBoard, f
 
 
 @pytest.mark.slow
-def test_single_core_soc_skips_the_masks_it_lacks(fast_build: Path, tmp_path: Path) -> None:
-    import shutil
+def test_single_core_soc_skips_the_masks_it_lacks(build: Path, tmp_path: Path) -> None:
 
-    build = tmp_path / "b" / fast_build.name
-    shutil.copytree(fast_build, build)
-    manifest = json.loads((build / "manifest.json").read_text())
+    rk3568 = tmp_path / "b" / build.name
+    shutil.copytree(build, rk3568)
+    manifest = json.loads((rk3568 / "manifest.json").read_text())
     manifest["platform"] = "rk3568"  # the emulated runtime computes the ONNX, whatever the .rknn's target
-    (build / "manifest.json").write_text(json.dumps(manifest))
+    (rk3568 / "manifest.json").write_text(json.dumps(manifest))
     with EmulatedBoard("rk3568", tmp_path / "board") as b:
-        proc = deploy(b, build, tmp_path / "r", "--core-mask", "0,1,2,0_1_2", repeats=1)
+        proc = deploy(b, rk3568, tmp_path / "r", "--core-mask", "0,1,2,0_1_2", repeats=1)
         assert proc.returncode == 0, proc.stderr[-3000:]
         said = _said(proc)
         assert "1 cell(s) (core-0)" in said
@@ -98,19 +115,18 @@ def test_single_core_soc_skips_the_masks_it_lacks(fast_build: Path, tmp_path: Pa
             assert f"core-{mask} skipped (the SoC has 1 NPU core(s)" in said
 
 
-def test_contexts_agree_with_the_sequential_run(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
-    out = tmp_path / "r"
-    proc = deploy(board, fast_build, out, "--contexts", "3", repeats=1)
+def test_contexts_agree_with_the_sequential_run(contexts_run) -> None:  # type: ignore[no-untyped-def]
+    proc, out = contexts_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     [folder] = run_folders(out)
     ctx = json.loads((folder / "result" / "contexts.json").read_text())
     assert ctx["contexts"] == 3 and ctx["agree"] is True
 
 
-def test_a_context_that_differs_fails_repeatable(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
+def test_a_context_that_differs_fails_repeatable(board: EmulatedBoard, build: Path, tmp_path: Path) -> None:
     fault = json.dumps({"occurrence": 0, "input_sha256": None, "output": 1, "index": 0, "bit": 3, "instance": 2,
                         "all_calls": True})
-    proc = deploy(board, fast_build, tmp_path / "r", "--contexts", "2", "--emulator-fault", fault, repeats=1)
+    proc = deploy(board, build, tmp_path / "r", "--contexts", "2", "--emulator-fault", fault, repeats=1)
     assert proc.returncode == 1, proc.stderr[-3000:]
     said = _said(proc)
     assert "repeatable: NO" in said and "context 1 of 2 (threads) differs from the sequential run" in said
@@ -118,12 +134,12 @@ def test_a_context_that_differs_fails_repeatable(board: EmulatedBoard, fast_buil
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["sudo", "busybox"])
-def test_cells_contexts_and_stack_on_sudo_and_busybox_boards(variant: str, fast_build: Path, tmp_path: Path) -> None:
+def test_cells_contexts_and_stack_on_sudo_and_busybox_boards(variant: str, build: Path, tmp_path: Path) -> None:
     with EmulatedBoard("rk3588", tmp_path / "board", variant) as b:
         flags = ("--sudo", "--state-dir", f"{b.home}/pin-state") if variant == "sudo" else ()
         before = tree_digest(b.root)
         out = tmp_path / "r"
-        proc = deploy(b, fast_build, out, *flags, "--core-mask", "0,0_1_2", "--contexts", "2", repeats=1)
+        proc = deploy(b, build, out, *flags, "--core-mask", "0,0_1_2", "--contexts", "2", repeats=1)
         assert proc.returncode == 0, proc.stderr[-3000:]
         said = _said(proc)
         assert "repeatable: YES [bitwise]: 2 cell(s) (core-0, core-0_1_2)" in said and "2 contexts agree" in said
@@ -136,7 +152,7 @@ def test_cells_contexts_and_stack_on_sudo_and_busybox_boards(variant: str, fast_
 
 
 @pytest.mark.slow
-def test_multicore_numerics_make_core_0_1_2_differ_in_the_int8_emulation(fast_build: Path, tmp_path: Path) -> None:
+def test_multicore_numerics_make_core_0_1_2_differ_in_the_int8_emulation(build: Path, tmp_path: Path) -> None:
     """The opt-in profile setting (socs.with_multicore_split): the emulated NPU computes the build's INT8
     emulation with NPU_CORE_0_1_2's partial sums added in another order, so the core-mask sweep finds a real
     difference in the outputs (many elements, not one flipped bit), while each mask repeats itself."""
@@ -144,7 +160,7 @@ def test_multicore_numerics_make_core_0_1_2_differ_in_the_int8_emulation(fast_bu
 
     profile = with_compute(with_multicore_split(RK3588), "int8")
     with EmulatedBoard(profile, tmp_path / "board") as board:
-        proc = deploy(board, fast_build, tmp_path / "r", "--core-mask", "0,0_1_2", repeats=2)
+        proc = deploy(board, build, tmp_path / "r", "--core-mask", "0,0_1_2", repeats=2)
     assert proc.returncode == 1, proc.stderr[-3000:]
     said = _said(proc)
     assert "repeatable: NO [bitwise]: core-0_1_2 differs from core-0" in said

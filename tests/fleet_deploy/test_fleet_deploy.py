@@ -162,18 +162,21 @@ def test_a_flipped_bit_is_a_second_class_exit_1_and_drift(first_run, lab3: Lab, 
 
 
 def test_an_unreachable_board_is_exit_3_and_the_others_complete(lab3: Lab, build_args: list[str], tmp_path: Path) -> None:
+    """One reachable board beside the dead one is enough for the claim (the dead board fails, the other still
+    completes and is classed): the mixed-SoC agreement of a, b and c is the first run's."""
     out = tmp_path / "results"
     junit = tmp_path / "junit.xml"
-    proc = fleet_deploy(lab3, lab3.inventory(), out, "--limit", "a:c:gone1", "--junit", str(junit), builds=build_args)
+    proc = fleet_deploy(lab3, lab3.inventory(), out, "--limit", "c:gone1", "--junit", str(junit), builds=build_args)
     assert proc.returncode == 3, proc.stderr[-4000:]
     assert "NOT ALL BOARDS RAN" in _verdict(proc)
     doc, _ = _fleet_json(out)
     boards = {b["name"]: b for b in doc["boards"]}
+    assert set(boards) == {"c", "gone1"}
     assert boards["gone1"]["status"] == "failed" and "connection refused" in boards["gone1"]["reason"]
-    assert boards["a"]["status"] == boards["c"]["status"] == "complete"
-    assert [(k["name"], k["size"]) for k in doc["classes"]] == [("A", 2)]
+    assert boards["c"]["status"] == "complete"
+    assert [(k["name"], k["size"]) for k in doc["classes"]] == [("A", 1)]
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and (suite.get("tests"), suite.get("errors"), suite.get("failures")) == ("3", "1", "0")
+    assert suite is not None and (suite.get("tests"), suite.get("errors"), suite.get("failures")) == ("2", "1", "0")
 
 
 def test_a_failing_canary_starts_no_other_board(lab3: Lab, build_args: list[str], tmp_path: Path) -> None:

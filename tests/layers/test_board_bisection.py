@@ -113,13 +113,15 @@ def test_bad_against_is_one_line(chain_build, tmp_path):
     assert len(lines) == 1 and "--against 'npu'" in lines[0]
 
 
-def test_board_dropping_mid_bisection_is_exit_3_and_restored(tmp_path, chain_build):
-    """The link dies while the second model runs (pinned): one line, exit 3, the board's knobs restored."""
+def test_board_dropping_mid_bisection_is_exit_3_and_restored(tmp_path, chain_build, cache):
+    """The link dies while the second model runs (pinned): one line, exit 3, the board's knobs restored.
+    The module's cut cache: whether the second model was just built or read from the cache, the link is cut
+    while it runs on the board (after "board run 2"), which is all this claim needs."""
     with EmulatedBoard("rk3588", tmp_path / "board", env={"RKDET_EMU_FAULT_TENSOR": "c1"}) as board:
         before = tree_digest(board.root)
         log = tmp_path / "err.log"
         argv = [sys.executable, "-m", "rkdet.cli", "layers", str(chain_build), "--config", str(chain_build / "config.yaml"),
-                *_board_args(board), "--cache", str(tmp_path / "cache"), "--out", str(tmp_path)]
+                *_board_args(board), "--cache", str(cache), "--out", str(tmp_path)]
         with open(log, "wb") as err:
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
         try:
