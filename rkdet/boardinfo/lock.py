@@ -18,12 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from rkdet.errors import BoardError
+from rkdet.records.ids import is_run_id
+from rkdet.textsafe import visible
 
 #: the environment run-pinned.sh reads for the lock (the holder's name is private: not in deploy.json)
 TIMEOUT_ENV, HOLDER_ENV, BUILD_ENV, RUN_ENV = "RKDET_LOCK_TIMEOUT", "RKDET_LOCK_HOLDER", "RKDET_LOCK_BUILD", "RKDET_LOCK_RUN"
 PRIVATE_ENV = (HOLDER_ENV,)
 #: what published files say instead of a lock holder's user@workstation
 REDACTED = "<lock holder>"
+#: how much of one board-written lock field a line shows (a hostile board may write megabytes)
+SHOWN_CHARS = 80
 
 
 class LockRecordError(ValueError):
@@ -68,9 +72,17 @@ class LockHolder:
                    run=_text(rec, "run"), started=_text(rec, "started"))
 
     def describe(self) -> str:
-        """One line naming the holder, for the user kept waiting (never for a published file)."""
-        return (f"{self.holder or 'unknown'} (board user {self.board_user or '?'}, build {self.build or '?'}, "
-                f"run {self.run or '?'}, pid {self.pid if self.pid is not None else '?'}, since {self.started or '?'})")
+        """One line naming the holder, for the user kept waiting (never for a published file). Every field is
+        the board's word (a hostile board writes what it likes): shown through textsafe, cut, so a newline,
+        escape codes or U+202E cannot forge a second line, recolour or reorder the refusal; a `run` that is
+        not an id rkdet makes (records/ids.py) is said to be one, and is only ever shown, never used."""
+        def shown(value: str, default: str) -> str:
+            return visible(value, SHOWN_CHARS) if value else default
+
+        run = self.run if is_run_id(self.run) else f"{shown(self.run, '?')} (not an rkdet run id)" if self.run else "?"
+        return (f"{shown(self.holder, 'unknown')} (board user {shown(self.board_user, '?')}, "
+                f"build {shown(self.build, '?')}, run {run}, pid {self.pid if self.pid is not None else '?'}, "
+                f"since {shown(self.started, '?')})")
 
 
 @dataclass(frozen=True)
@@ -162,7 +174,7 @@ def private_names(holders: Sequence[LockHolder | None]) -> set[str]:
     names: set[str] = set()
     for h in holders:
         if h is not None and h.holder and h.holder != "unknown":
-            names |= {h.holder, json.dumps(h.holder)[1:-1]}
+            names |= {h.holder, json.dumps(h.holder)[1:-1], visible(h.holder, SHOWN_CHARS)}  # as `describe` shows it
     return names
 
 
@@ -197,7 +209,7 @@ def refusal(records: Sequence[Mapping[str, Any]], lock: JobLock, label: str) -> 
         return busy_error(label, lock.busy, lock.waited_s)
     ended = [r for r in records if r.get("script") == "run-pinned" and r.get("record") == "result"]
     if ended and not any(r.get("script") == "pin" for r in records):
-        return BoardError(f"{label}: run-pinned.sh: {str(ended[-1].get('reason') or 'failed before pin')[:300]}")
+        return BoardError(f"{label}: run-pinned.sh: {visible(ended[-1].get('reason') or 'failed before pin', 300)}")
     return None
 
 

@@ -24,6 +24,7 @@ from rkdet.errors import InputError
 from rkdet.history.accuracy import AccuracyEntry
 from rkdet.history.ingest import BoardIdentity, BoardState, OutputHash, RunRecord
 from rkdet.history.serving import ServingPull
+from rkdet.records.ids import check_run_id
 
 DB_NAME = "rkdet.db"
 SCHEMA_VERSION = 5
@@ -334,6 +335,24 @@ def _clocks(conn: sqlite3.Connection, rid: int, text: object) -> tuple[tuple[str
     return tuple(sorted(doc.items()))
 
 
+def _where(conn: sqlite3.Connection) -> str:
+    """The database file's path, for a refusal that names it."""
+    return next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), DB_NAME)
+
+
+def _row_id(conn: sqlite3.Connection, rid: int, column: str, value: object, *, optional: bool = False) -> str | None:
+    """A runs row's run or session id, checked by records/ids.py's one definition: an id read back from the
+    database is shown, joined into names and written into reports, and a crafted rkdet.db may hold one with a
+    newline, escape codes or '../'. Refused in one line naming the database, the row and what to do."""
+    if optional and value is None:
+        return None
+    try:
+        return check_run_id(value, f"runs row {rid}: {column}", _where(conn))
+    except InputError as err:
+        raise InputError(f"{err}; the database is damaged or crafted: move it away and run "
+                         "`rkdet history import`") from None
+
+
 def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
     """Every recorded run with its outputs, ordered by (board, build, cell, start time, id)."""
     boards = {row[0]: BoardIdentity(*row) for row in conn.execute(
@@ -350,12 +369,14 @@ def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:
         (rid, folder, result_set, run_id, board, build, core_mask, backend, started, status, accepted, deterministic,
          emulated, kernel, driver, runtime, model, clocks, inferences, session) = row
         state = BoardState(kernel, driver, runtime, model, _clocks(conn, rid, clocks))
+        run_id = _row_id(conn, rid, "run_id", run_id)
+        session = _row_id(conn, rid, "session", session, optional=True)
         runs.append(RunRecord(folder=folder, run_id=run_id, board=boards[board], state=state, build=build,
                               core_mask=core_mask, backend=backend, started_unix=started, status=status,
                               accepted=bool(accepted), deterministic=bool(deterministic),
                               emulated=None if emulated is None else bool(emulated), inferences=inferences,
                               outputs=tuple(outputs.get(rid, ())), result_set=result_set,
-                              session=session if isinstance(session, str) else None))
+                              session=session))
     return runs
 
 

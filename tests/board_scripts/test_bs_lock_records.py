@@ -88,3 +88,37 @@ def test_holder_env() -> None:
     assert env == {"RKDET_LOCK_TIMEOUT": "30", "RKDET_LOCK_HOLDER": this_holder(), "RKDET_LOCK_BUILD": "f" * 16,
                    "RKDET_LOCK_RUN": "run-1"}
     assert "@" in this_holder()
+
+
+CRAFTED_RUNS = {
+    "newline": "20261201T000000Z-ab12\nrkdet: SAME: nothing to see",
+    "escape": "x\x1b[2K\x1b[1A\x1b]0;pwned\x07",
+    "bidi": "20261201T000000Z-\u202e21ba",
+    "dotdot": "../../../etc/passwd",
+    "over-long": "r" * 100_000,
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED_RUNS))
+def test_a_hostile_boards_lock_run_field_is_shown_as_one_clean_line(case: str) -> None:
+    """The lock holder's `run` (and its other fields) is the board's word: every line that shows it (the probe's
+    lock line, the busy refusal, the preflight's wait notice) is one line, no raw control or bidi character,
+    bounded, and a run that is not an id rkdet makes is said to be one."""
+    crafted = dict(HOLDER, run=CRAFTED_RUNS[case], board_user="root\x1b[31m", started="now\u2028later")
+    held = probe_lock([_rec("probe", status="held", **crafted)])
+    said: list[str] = []
+    check_before_push(held, "me@board:22", 60, True, said.append)
+    busy = [_rec("run-pinned", status="busy", waited_s=5, **crafted)]
+    refused = refusal(busy, job_lock(busy), "me@board:22")
+    assert refused is not None
+    for line in (held.line(), said[0], str(refused)):
+        assert "\n" not in line and "\r" not in line, line
+        assert not any(ch in line for ch in "\x1b\x07\u202e\u2028"), line
+        assert len(line) < 1000, len(line)
+        assert "(not an rkdet run id)" in line and "root\\x1b[31m" in line, line
+    assert held.holder is not None and held.holder.run == CRAFTED_RUNS[case]  # kept as the board said, only shown
+
+
+def test_a_lock_run_rkdet_makes_is_shown_as_is() -> None:
+    line = probe_lock([_rec("probe", status="held", **HOLDER)]).line()
+    assert "run 20261201T000000Z-ab12," in line and "not an rkdet run id" not in line
