@@ -74,7 +74,7 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
     (the caller records it and exits with its code)."""
     from rkdet.records.build import BuildRecord, load_build
     from rkdet.deploy.flow import Deployment, board_label
-    from rkdet.deploy.deploy_state import latest_unfinished, load_record
+    from rkdet.deploy.deploy_state import latest_unfinished, load_record, refuse_session_step
     from rkdet.deploy.settings import RunSettings, resolve_build
 
     console = log_console()
@@ -103,6 +103,7 @@ def run_deploy(request: DeployRequest, *, resume: bool = False, install_selfchec
     with open_connection(request.connection) as conn:
         if resume:  # judged against the build that run was of (recorded), unless --build says otherwise
             folder = latest_unfinished(out, board_label(conn.target.label))
+            refuse_session_step(folder)  # before its build is loaded and before any board command
             if given_build is None:
                 recorded = load_record(folder).build
                 if not recorded and build is None:

@@ -25,7 +25,7 @@ from rkdet.records.deploy_record import (DEPLOY_SCHEMA, PRIVATE_KEYS, PRIVATE_SC
                                          settings_from_json, write_deploy_record, write_private_record)
 
 __all__ = ["DEPLOY_SCHEMA", "PRIVATE_KEYS", "PRIVATE_SCHEMA", "DeployState", "DeployStatus", "latest_unfinished",
-           "load_record", "private_dir", "private_record_path", "public_settings", "remove_partial"]
+           "load_record", "private_dir", "private_record_path", "public_settings", "refuse_session_step", "remove_partial"]
 
 _PATH_ENV = ("RKDET_STATE_DIR", "RKDET_WORK_DIR")
 # RunSettings fields that name board paths or carry test-control text: in the private part only
@@ -75,6 +75,27 @@ def latest_unfinished(results_root: Path, label: str) -> Path:
     if not candidates:
         raise InputError(f"{results_root / label}: no unfinished deploy to resume for this board")
     return max(candidates, key=lambda p: p.name)
+
+
+def refuse_session_step(folder: Path, record: DeployRecord | None = None) -> None:
+    """`--resume` takes plain runs only: a step of a pinned session (`deploy --backends A,B`, a fleet board's
+    cells) shares ONE job, its log and its pin with the other steps, and resuming one run alone would leave
+    the others (and the pair's verdict) behind, so it is refused, one line naming the run and the rerun, before
+    any board command. The board needs no resume for its own sake: the session's job restores it when it ends."""
+    if record is None:
+        try:
+            record = read_deploy_record(folder / "deploy.json")
+        except FileNotFoundError:
+            raise InputError(f"{folder / 'deploy.json'}: missing; not a run folder rkdet deploy made") from None
+    session = record.session
+    if session is None:
+        return
+    rerun = (f"rkdet deploy --backends {','.join(session.backends)}" if len(session.backends) > 1
+             else f"rkdet deploy --backend {session.backends[0]}")
+    raise InputError(f"{folder}: run {record.run_id} is step {session.index + 1} of {len(session.runs)} "
+                     f"({session.backends[session.index]}) of pinned session {session.id}; --resume does not resume "
+                     f"a session's runs (the session's own job restores the board when it ends): rerun `{rerun}` "
+                     "(or the `rkdet fleet deploy` that started it)")
 
 
 def remove_partial(folder: Path) -> None:

@@ -23,7 +23,8 @@ from rkdet.deploy import collect, pinned_run, stage
 from rkdet.deploy.cells import cell_args
 from rkdet.boardinfo import lock as board_lock
 from rkdet.records.build import BuildRecord, load_build
-from rkdet.deploy.deploy_state import DeployState, DeployStatus, load_record, public_settings, remove_partial
+from rkdet.deploy.deploy_state import (DeployState, DeployStatus, load_record, public_settings, refuse_session_step,
+                                       remove_partial)
 from rkdet.records.deploy_record import (BoardLockRecord, DeployRecord, PulledRecord, SessionRecord,
                                          TransferRecord)
 from rkdet.link.jobs import DetachedJob, attach, exit_code
@@ -256,6 +257,7 @@ class Deployment:
         The run's own settings are restored whole (not today's flags), except how long to wait
         (`timeout`) and whether to keep the board's run folder (`keep`), which are this command's."""
         record = load_record(folder)
+        refuse_session_step(folder, record)  # a session's step shares one job with the others: not resumed alone
         self.state = DeployState(folder, self.conn.target.label, self.label, self.conn.target.user, record)
         if record.fingerprint != self.info.fingerprint:
             raise InputError(f"{folder}: that run is of build {str(record.fingerprint)[:16]} but "
@@ -273,13 +275,11 @@ class Deployment:
         job = attach(self.conn, layout.pidfile, layout.logfile, sudo=self.settings.sudo)
         fit = BoardFit(record.platform or "?", None, bool(record.emulated), tuple(record.warnings or ()))
         self.log(f"resuming run {record.run_id} on {self.conn.target.label}")
-        step = record.session.index if record.session is not None else None  # a session's run: its own step
-        return self._finish(job, layout, TransferStats(), fit, step)
+        return self._finish(job, layout, TransferStats(), fit)
 
     # -- after the start --
 
-    def _finish(self, job: DetachedJob, layout: RemoteLayout, transfer: TransferStats, fit: BoardFit,
-                step: int | None = None) -> DeployOutcome:
+    def _finish(self, job: DetachedJob, layout: RemoteLayout, transfer: TransferStats, fit: BoardFit) -> DeployOutcome:
         """Wait, read the job's log, pull and judge; deploy.json always ends in a final status
         ("complete", "failed", "interrupted", or "disconnected" when --resume can pick it up)."""
         interrupted = False
@@ -296,13 +296,11 @@ class Deployment:
             self.state.advance(DeployStatus.DISCONNECTED)
             raise
         try:
-            job_log = collect.read_job_log(self.conn, layout.logfile, {step: layout.runner_log})
+            job_log = collect.read_job_log(self.conn, layout.logfile, {None: layout.runner_log})
         except BoardError:
             self.disconnected()
             raise
-        if step is not None:  # one run of a session's job (resumed): its own step's exit status, not the job's
-            code = job_log.steps.get(step)
-        return self.conclude(layout, job_log, code, interrupted, transfer, fit, step)
+        return self.conclude(layout, job_log, code, interrupted, transfer, fit)
 
     def conclude(self, layout: RemoteLayout, job_log: collect.JobLog, code: int | None, interrupted: bool,
                  transfer: TransferStats, fit: BoardFit, step: int | None = None) -> DeployOutcome:

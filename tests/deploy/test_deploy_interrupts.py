@@ -135,3 +135,50 @@ def test_second_deploy_while_one_runs_is_refused(board: EmulatedBoard, fast_buil
     assert first.returncode == 0, log.read_text()[-3000:]  # the running deploy was not disturbed
     assert "SAME (bitwise)" in log.read_text()
     assert_untouched(board, before)
+
+
+@pytest.mark.slow
+def test_resume_of_a_pinned_sessions_run_is_refused_and_the_board_restored(board: EmulatedBoard, fast_build: Path,
+                                                                           tmp_path: Path) -> None:
+    """`deploy --backends A,B` whose link dies mid-session leaves two "disconnected" runs of ONE job; a plain
+    `--resume` that picks one of them is refused (exit 2, one line naming the run folder, the session and the
+    `--backends` rerun) before any board command: the session's job goes on, its trap restores the board."""
+    before = tree_digest(board.root)
+    out, log = tmp_path / "r", tmp_path / "deploy.log"
+    argv = [sys.executable, "-m", "rkdet.cli", *deploy_args(board, fast_build, out, "--backends", "rknnlite,onnxruntime",
+                                                            repeats=2)]
+    with held(board) as holding:  # the link dies while lite2's step runs, pinned
+        with open(log, "wb") as err:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO)
+        try:
+            _wait_for(holding, proc, log)
+            assert kill_sessions(board) >= 1
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        text = log.read_text()
+        assert proc.returncode == EXIT_BOARD and "Traceback" not in text, text[-3000:]
+        folders = run_folders(out)
+        records = [json.loads((f / "deploy.json").read_text()) for f in folders]
+        assert len(records) == 2 and {r["status"] for r in records} == {"disconnected"}, records
+        session = records[0]["session"]["id"]
+        job_pid = records[0]["job_pid"]
+        assert Path(f"/proc/{job_pid}").exists(), "the detached session job died with the connection"
+
+        resumed = rkdet(["deploy", *board_args(board), "--config", str(CONFIG), "--out", str(out), "--resume"],
+                        timeout=90)  # before the fix it re-attached to the held job and waited
+        line = error_line(resumed)
+        assert resumed.returncode == 2, resumed.stderr[-3000:]
+        assert str(folders[-1]) in line and f"pinned session {session}" in line, line
+        assert "--backends rknnlite,onnxruntime" in line, line
+        assert "resuming run" not in resumed.stderr
+        # nothing of the session was touched: both runs still "disconnected", the job still held mid-step
+        assert [json.loads((f / "deploy.json").read_text())["status"] for f in folders] == ["disconnected"] * 2
+        assert holding() and Path(f"/proc/{job_pid}").exists()
+        assert tree_digest(board.root) != before  # still pinned by the session's own job
+    deadline = time.monotonic() + 120  # released: the session's job runs its steps and its trap restores the board
+    while Path(f"/proc/{job_pid}").exists():
+        assert time.monotonic() < deadline, "the session's job did not end"
+        time.sleep(0.1)
+    assert_untouched(board, before)

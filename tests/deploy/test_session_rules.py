@@ -62,3 +62,29 @@ def test_steps_share_the_job_s_settings_and_environment() -> None:
         {"A": "1", "B": "2", "C": "3"}
     with pytest.raises(InputError, match="rknnlite and rknn_c need different A on the board"):
         merged_env([("rknnlite", {"A": "1"}), ("rknn_c", {"A": "2"})])
+
+
+def test_resume_refuses_a_session_s_step_and_names_the_rerun(tmp_path) -> None:
+    """--resume's check on the picked run folder (no board): a plain run passes, a step of a two-backend session is
+    one line naming the folder, its step and backend, the session and `--backends A,B`; a fleet board's session of
+    one step names `--backend A`; a folder without deploy.json is one line naming it."""
+    from rkdet.deploy.deploy_state import refuse_session_step
+    from rkdet.records.deploy_record import DeployRecord, SessionRecord, write_deploy_record
+
+    run = "20261206T010203Z-cafe"
+    plain = DeployRecord(run_id=run, fingerprint=FP)
+    refuse_session_step(tmp_path, plain)  # a plain run: resumed as before
+    pair = SessionRecord(id="20261206T010202Z-beef", runs=("20261206T010202Z-0a0a", run),
+                         backends=("rknnlite", "rknn_c"), index=1, pinned=True)
+    write_deploy_record(tmp_path / "deploy.json", replace(plain, session=pair))
+    with pytest.raises(InputError) as err:
+        refuse_session_step(tmp_path)  # read from the folder's deploy.json
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{tmp_path}: run {run} is step 2 of 2 (rknn_c) of pinned session "
+                                                "20261206T010202Z-beef")
+    assert "rerun `rkdet deploy --backends rknnlite,rknn_c`" in line
+    one = SessionRecord(id="S-1", runs=(run,), backends=("rknn_c",), index=0, pinned=True)
+    with pytest.raises(InputError, match=r"step 1 of 1 .*rerun `rkdet deploy --backend rknn_c`"):
+        refuse_session_step(tmp_path, replace(plain, session=one))
+    with pytest.raises(InputError, match="deploy.json: missing"):
+        refuse_session_step(tmp_path / "nowhere")
