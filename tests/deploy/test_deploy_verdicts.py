@@ -46,10 +46,9 @@ def _deploy(board: EmulatedBoard, build: Path, tmp_path: Path, *extra: str, tole
     (3, "tolerances:\n  max_lsb: 1\n", True),            # repeatable, 1 LSB off, within max_lsb: 1
     (3, None, False),                                     # repeatable, disagrees beyond (bitwise)
 ])
-def test_emulated_npu_verdicts(board: EmulatedBoard, one_page_build: Path, tmp_path: Path, k: int,
+def test_emulated_npu_verdicts(board: EmulatedBoard, fast_build: Path, tmp_path: Path, k: int,
                                tolerances: str | None, agrees: bool) -> None:
-    proc, report, record, run = _deploy(board, one_page_build, tmp_path, "--emulator-npu", str(k),
-                                        tolerances=tolerances)
+    proc, report, record, run = _deploy(board, fast_build, tmp_path, "--emulator-npu", str(k), tolerances=tolerances)
     assert proc.returncode == (0 if agrees else 1), proc.stderr[-3000:]
     assert run["emulated"] is True and run["emulates_npu"] is True and "EMULATED NPU mode" in run["backend_detail"]
     assert report["repeatable"]["ok"] is True
@@ -63,10 +62,10 @@ def test_emulated_npu_verdicts(board: EmulatedBoard, one_page_build: Path, tmp_p
 
 
 @pytest.mark.slow
-def test_not_repeatable_is_the_failed_verdict(board: EmulatedBoard, one_page_build: Path, tmp_path: Path) -> None:
+def test_not_repeatable_is_the_failed_verdict(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
     """The fault knob flips one bit of one later run: not repeatable (bitwise even under max_lsb: 1)."""
     fault = {"occurrence": 2, "input_sha256": None, "output": "cls0", "index": 7, "bit": 0}
-    proc, report, record, run = _deploy(board, one_page_build, tmp_path, "--emulator-npu", "0", "--emulator-fault",
+    proc, report, record, run = _deploy(board, fast_build, tmp_path, "--emulator-npu", "0", "--emulator-fault",
                                         json.dumps(fault), tolerances="tolerances:\n  max_lsb: 1\n")
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert report["repeatable"]["ok"] is False and report["repeatable"]["max_ulp"] == 1
@@ -81,12 +80,12 @@ def test_not_repeatable_is_the_failed_verdict(board: EmulatedBoard, one_page_bui
     ("busybox", (), None, False),                                 # busybox userland: beyond bitwise
 ])
 def test_verdicts_on_other_board_kinds(variant: str, flags: tuple[str, ...], tolerances: str | None, agrees: bool,
-                                       one_page_build: Path, tmp_path: Path) -> None:
+                                       fast_build: Path, tmp_path: Path) -> None:
     """The two verdicts do not depend on the board kind: the same NPU mode judged the same way on a sudo and a
     busybox board as on the standard one."""
     with EmulatedBoard("rk3588", tmp_path / "board", variant) as b:
         extra = (*flags, "--state-dir", f"{b.home}/pin-state") if variant == "sudo" else flags
-        proc, report, record, run = _deploy(b, one_page_build, tmp_path, *extra, "--emulator-npu", "3",
+        proc, report, record, run = _deploy(b, fast_build, tmp_path, *extra, "--emulator-npu", "3",
                                             tolerances=tolerances)
     assert proc.returncode == (0 if agrees else 1), proc.stderr[-3000:]
     assert run["emulates_npu"] is True and report["repeatable"]["ok"] is True
