@@ -3,7 +3,8 @@
 `fast_build` is a copy of the session's `default_build` (never converted again) whose golden/inputs
 holds only two pages, so tests whose point is not the verdict run 2 inferences per pass, not 8;
 `one_page_build` is the same with ONE page, for modules whose claims never depend on how many inputs a run has
-(each page is pulled, hashed and diffed per run: about 0.3-0.4 s a deploy, bench/results/suite.md).
+(each page is computed, pulled, hashed and diffed per run: about 0.4-0.7 s per deploy that runs the ONNX
+double, nothing measurable for a deploy refused before its run; bench/results/suite.md, 2026-12-06 night).
 """
 
 from __future__ import annotations
