@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,19 +16,16 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import CONFIG, board_args, error_line, run_folders
-from shared_build import trim_golden
 
 from rkdet.emulator.sshd import VARIANTS, EmulatedBoard
 
 
 @pytest.fixture(scope="module")
-def build(fast_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's fast build with ONE golden page: what is checked here is how a deploy is started (from a
-    build alone, the printed lines, sudo and pinning), the run's verdict and records, never how many inputs
-    it ran; one page is one board-side inference less in each of the module's ten deploys."""
-    dest = tmp_path_factory.mktemp("one-page") / fast_build.name
-    shutil.copytree(fast_build, dest)
-    return trim_golden(dest, 1)
+def build(one_page_build: Path) -> Path:
+    """The session's one-page build (tests/deploy/conftest.py): what is checked here is how a deploy is
+    started (from a build alone, the printed lines, sudo and pinning), the run's verdict and records, never
+    how many inputs it ran; one page is one board-side inference less in each of the module's ten deploys."""
+    return one_page_build
 
 
 def _rkdet(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from deploy_helpers import deploy, run_folders
-from shared_build import trim_golden
 
 from rkdet.emulator.fake_tree import tree_digest
 from rkdet.emulator.sshd import EmulatedBoard
@@ -23,12 +22,11 @@ def _said(proc) -> str:
 
 
 @pytest.fixture(scope="module")
-def build(fast_build: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's fast build with ONE golden page: every claim here is about cells, contexts, masks and the
-    stack line, none about how many inputs a run has (a fault with `occurrence` 0 / `all_calls` hits the first)."""
-    dest = tmp_path_factory.mktemp("one-page") / fast_build.name
-    shutil.copytree(fast_build, dest)
-    return trim_golden(dest, 1)
+def build(one_page_build: Path) -> Path:
+    """The session's one-page build (tests/deploy/conftest.py): every claim here is about cells, contexts,
+    masks and the stack line, none about how many inputs a run has (a fault with `occurrence` 0 / `all_calls`
+    hits the first)."""
+    return one_page_build
 
 
 @pytest.fixture(scope="module")
