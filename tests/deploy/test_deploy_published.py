@@ -18,18 +18,18 @@ from rkdet.boardinfo.lock import this_holder
 from rkdet.emulator.sshd import EmulatedBoard
 
 
-def test_published_folder_has_no_user_names_or_host_paths(board: EmulatedBoard, one_page_build: Path, tmp_path: Path,
+def test_published_folder_has_no_user_names_or_host_paths(board: EmulatedBoard, fast_build: Path, tmp_path: Path,
                                                           private_state: Path) -> None:
-    proc = deploy(board, one_page_build, tmp_path / "results")
+    proc = deploy(board, fast_build, tmp_path / "results")
     assert proc.returncode == 0, proc.stderr[-3000:]
     [folder] = run_folders(tmp_path / "results")
     record = json.loads((folder / "deploy.json").read_text())
     assert record["board"] == f"127.0.0.1_{board.port}" and "remote" not in record
-    assert not os.path.isabs(record["build"]) and (folder / record["build"]).resolve() == one_page_build.resolve()
+    assert not os.path.isabs(record["build"]) and (folder / record["build"]).resolve() == fast_build.resolve()
     assert not os.path.isabs(record["reference"]) and record["reference"].endswith("golden/onnx-fp32")
     assert not {"RKDET_STATE_DIR", "RKDET_WORK_DIR", "RKDET_LOCK_HOLDER"} & set(record["job_env"])
-    secrets = [f"{board.user}@", str(one_page_build.resolve()), str(one_page_build), str(board.home),
-               str(board.board_dir), str(tmp_path), this_holder()]  # the board lock's holder record names this user@host
+    secrets = [f"{board.user}@", str(fast_build.resolve()), str(fast_build), str(board.home), str(board.board_dir),
+               str(tmp_path), this_holder()]  # the board lock's holder record names this user@host
     # every file of the published run folder: deploy's, the diff's reports and the runner's run.json
     for name in ("deploy.json", "board.json", "pin.json", "job.log", "report.json", "report.html", "result/run.json"):
         text = (folder / name).read_text(errors="replace")

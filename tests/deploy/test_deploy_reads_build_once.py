@@ -51,9 +51,9 @@ def _deploy_counting(build: Path, args: list[str], cwd: Path) -> tuple[subproces
 
 
 @pytest.mark.parametrize("extra", [["--install-selfcheck"], ["--core-mask", "0,1"]], ids=["selfcheck", "cells"])
-def test_one_deploy_reads_the_manifest_once(board: EmulatedBoard, one_page_build: Path, tmp_path: Path,
+def test_one_deploy_reads_the_manifest_once(board: EmulatedBoard, fast_build: Path, tmp_path: Path,
                                             extra: list[str]) -> None:
-    proc, opened = _deploy_counting(one_page_build, [*board_args(board), "--build", str(one_page_build), "--out",
+    proc, opened = _deploy_counting(fast_build, [*board_args(board), "--build", str(fast_build), "--out",
                                                  str(tmp_path / "results"), "--repeats", "1", "--warmup", "0",
                                                  "--no-pin", *extra], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -61,12 +61,12 @@ def test_one_deploy_reads_the_manifest_once(board: EmulatedBoard, one_page_build
     assert len(opened) == 1, opened
 
 
-def test_the_count_sees_a_second_read(one_page_build: Path, tmp_path: Path) -> None:
+def test_the_count_sees_a_second_read(fast_build: Path, tmp_path: Path) -> None:
     """The counter itself: a command that reads the manifest twice is counted twice (so `1` above means one)."""
     script = COUNTING_CLI.replace("from rkdet.cli import main", "from rkdet.records.manifest import read_manifest\n"
                                   "main = lambda a: [read_manifest(sys.argv[1]) for _ in range(2)]")
     report = tmp_path / "opened.json"
-    proc = subprocess.run([sys.executable, "-c", script, str(one_page_build / "manifest.json"), str(report)],
+    proc = subprocess.run([sys.executable, "-c", script, str(fast_build / "manifest.json"), str(report)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr

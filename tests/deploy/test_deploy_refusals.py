@@ -44,49 +44,49 @@ def silent_port() -> Iterator[int]:
         yield server.getsockname()[1]
 
 
-def test_silent_host_times_out(board: EmulatedBoard, one_page_build: Path, tmp_path: Path, silent_port: int) -> None:
+def test_silent_host_times_out(board: EmulatedBoard, fast_build: Path, tmp_path: Path, silent_port: int) -> None:
     out = tmp_path / "r"
     proc = rkdet(["deploy", "--board", f"127.0.0.1:{silent_port}", "--user", board.user, "--identity",
                   str(board.identity_file), "--known-hosts", str(board.known_hosts_file), "--ssh-config", "/dev/null",
-                  "--connect-timeout", "1.5", "--build", str(one_page_build), "--out", str(out)], timeout=60)
+                  "--connect-timeout", "1.5", "--build", str(fast_build), "--out", str(out)], timeout=60)
     line = _refused(proc, out)
     assert f"127.0.0.1:{silent_port}" in line and "no SSH banner within 1.5 s" in line
 
 
-def test_refused_port(board: EmulatedBoard, one_page_build: Path, tmp_path: Path) -> None:
+def test_refused_port(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
     out = tmp_path / "r"
     port = free_port()
     proc = rkdet(["deploy", "--board", f"127.0.0.1:{port}", "--user", board.user, "--identity", str(board.identity_file),
                   "--known-hosts", str(board.known_hosts_file), "--ssh-config", "/dev/null",
-                  "--build", str(one_page_build), "--out", str(out)], timeout=60)
+                  "--build", str(fast_build), "--out", str(out)], timeout=60)
     line = _refused(proc, out)
     assert f"127.0.0.1:{port}: connection refused" in line
 
 
-def test_wrong_key(board: EmulatedBoard, one_page_build: Path, tmp_path: Path) -> None:
+def test_wrong_key(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
     key = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     out = tmp_path / "r"
     before = tree_digest(board.root)
-    proc = deploy(board, one_page_build, out, identity=key)
+    proc = deploy(board, fast_build, out, identity=key)
     line = _refused(proc, out)
     assert "authentication failed" in line and str(key) in line and "--identity" in line
     assert_untouched(board, before)
 
 
 @pytest.mark.slow
-def test_unknown_host_key_then_accept_new(board: EmulatedBoard, one_page_build: Path, tmp_path: Path) -> None:
+def test_unknown_host_key_then_accept_new(board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"  # empty: the board is new to us
     known.write_text("")
     out = tmp_path / "r"
     before = tree_digest(board.root)
-    proc = deploy(board, one_page_build, out, known_hosts=known)
+    proc = deploy(board, fast_build, out, known_hosts=known)
     line = _refused(proc, out)
     assert _host_fingerprint(board) in line and "--accept-new-host-key" in line
     assert known.read_text() == ""  # refusing records nothing
     assert_untouched(board, before)
 
-    proc = deploy(board, one_page_build, out, "--accept-new-host-key", repeats=1, known_hosts=known)
+    proc = deploy(board, fast_build, out, "--accept-new-host-key", repeats=1, known_hosts=known)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"[127.0.0.1]:{board.port} ssh-ed25519 " in known.read_text()
     again = rkdet(["board", "info", "--board", board.target, "--user", board.user, "--identity", str(board.identity_file),
@@ -95,7 +95,7 @@ def test_unknown_host_key_then_accept_new(board: EmulatedBoard, one_page_build: 
     assert_untouched(board, before)
 
 
-def test_changed_host_key_is_refused_even_with_accept_new(board: EmulatedBoard, one_page_build: Path,
+def test_changed_host_key_is_refused_even_with_accept_new(board: EmulatedBoard, fast_build: Path,
                                                           tmp_path: Path) -> None:
     other = tmp_path / "impostor"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
@@ -105,24 +105,24 @@ def test_changed_host_key_is_refused_even_with_accept_new(board: EmulatedBoard, 
     out = tmp_path / "r"
     before = tree_digest(board.root)
     for extra in ((), ("--accept-new-host-key",)):
-        proc = deploy(board, one_page_build, out, *extra, known_hosts=known)
+        proc = deploy(board, fast_build, out, *extra, known_hosts=known)
         line = _refused(proc, out)
         assert "HOST KEY CHANGED" in line and _host_fingerprint(board) in line and "ssh-keygen -R" in line
     assert known.read_text() == f"[127.0.0.1]:{board.port} {keytype} {data}\n"
     assert_untouched(board, before)
 
 
-def test_board_of_another_soc(one_page_build: Path, tmp_path: Path) -> None:
+def test_board_of_another_soc(fast_build: Path, tmp_path: Path) -> None:
     with EmulatedBoard("rk3568", tmp_path / "board") as rk3568:
         before = tree_digest(rk3568.root)
         out = tmp_path / "r"
-        proc = deploy(rk3568, one_page_build, out)
+        proc = deploy(rk3568, fast_build, out)
         line = _refused(proc, out)
         assert "board is rk3568 but the build targets rk3588" in line and "--target rk3568" in line
         assert_untouched(rk3568, before)
 
 
-def test_sysfs_not_writable_by_the_login_user(fresh_board: EmulatedBoard, one_page_build: Path, tmp_path: Path) -> None:
+def test_sysfs_not_writable_by_the_login_user(fresh_board: EmulatedBoard, fast_build: Path, tmp_path: Path) -> None:
     """Knobs owned by root and read-only for the board user (a board whose login is not root, no --sudo)."""
     npu = next((fresh_board.root / "sys/class/devfreq").glob("*.npu"))
     for name in ("governor", "min_freq", "max_freq"):
@@ -130,7 +130,7 @@ def test_sysfs_not_writable_by_the_login_user(fresh_board: EmulatedBoard, one_pa
         os.chmod(npu / name, 0o644)
     before = tree_digest(fresh_board.root)
     out = tmp_path / "r"
-    proc = deploy(fresh_board, one_page_build, out)
+    proc = deploy(fresh_board, fast_build, out)
     assert proc.returncode == EXIT_BOARD, proc.stderr[-3000:]
     line = error_line(proc)
     assert "permission denied" in line and f"{npu}/governor" in line and "nothing was changed" in line
@@ -151,7 +151,7 @@ def board_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def test_disk_full_on_the_board(board: EmulatedBoard, one_page_build: Path, tmp_path: Path, board_tmp: Path) -> None:
+def test_disk_full_on_the_board(board: EmulatedBoard, fast_build: Path, tmp_path: Path, board_tmp: Path) -> None:
     """A 4 MiB tmpfs as the remote work dir: preflight refuses before anything is pushed or pinned.
     The tmpfs is mounted on the board's side (its mount namespace), as a board's small partition is."""
     mnt = board_tmp / "small"
@@ -162,7 +162,7 @@ def test_disk_full_on_the_board(board: EmulatedBoard, one_page_build: Path, tmp_
     try:
         before = tree_digest(board.root)
         out = tmp_path / "r"
-        proc = deploy(board, one_page_build, out, "--workdir", str(mnt / "wd"))
+        proc = deploy(board, fast_build, out, "--workdir", str(mnt / "wd"))
         line = _refused(proc, out)
         assert "not enough disk in the work dir" in line and "--workdir" in line
         assert_untouched(board, before)
@@ -173,13 +173,13 @@ def test_disk_full_on_the_board(board: EmulatedBoard, one_page_build: Path, tmp_
 
 
 @pytest.mark.slow
-def test_workdir_with_spaces_and_shell_metacharacters(board: EmulatedBoard, one_page_build: Path, tmp_path: Path,
+def test_workdir_with_spaces_and_shell_metacharacters(board: EmulatedBoard, fast_build: Path, tmp_path: Path,
                                                       board_tmp: Path) -> None:
     name = "rk dir;$(touch PWNED)`touch PWNED`'\"$HOME*"
     workdir = board_tmp / name
     before = tree_digest(board.root)
     out = tmp_path / "r"
-    proc = deploy(board, one_page_build, out, "--workdir", str(workdir), "--keep", repeats=1)
+    proc = deploy(board, fast_build, out, "--workdir", str(workdir), "--keep", repeats=1)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SAME (bitwise)" in proc.stderr
     for place in (board_tmp, Path(board.home), Path("/tmp"), workdir):  # where an injected `touch` would land
@@ -251,7 +251,7 @@ def test_disk_fills_up_during_the_run(board: EmulatedBoard, fast_build: Path, tm
      "librknnrt 1.6.0 cannot load model format 6"),
     (None, "no RKNN runtime library found"),
 ])
-def test_board_runtime_that_cannot_run_the_model(fresh_board: EmulatedBoard, one_page_build: Path, tmp_path: Path,
+def test_board_runtime_that_cannot_run_the_model(fresh_board: EmulatedBoard, fast_build: Path, tmp_path: Path,
                                                  library: bytes | None, expected: str) -> None:
     lib = fresh_board.root / "usr/lib/librknnrt.so"
     if library is None:
@@ -260,22 +260,22 @@ def test_board_runtime_that_cannot_run_the_model(fresh_board: EmulatedBoard, one
         lib.write_bytes(library)
     before = tree_digest(fresh_board.root)
     out = tmp_path / "r"
-    line = _refused(deploy(fresh_board, one_page_build, out), out)
+    line = _refused(deploy(fresh_board, fast_build, out), out)
     assert expected in line and fresh_board.user in line
     assert_untouched(fresh_board, before)
 
 
 @pytest.mark.slow
-def test_board_without_rknnlite_refused_then_onnxruntime_backend_runs(one_page_build: Path, tmp_path: Path) -> None:
+def test_board_without_rknnlite_refused_then_onnxruntime_backend_runs(fast_build: Path, tmp_path: Path) -> None:
     """No rknn-toolkit-lite2 on the board: refused with the way out, and that way out works."""
     with EmulatedBoard("rk3588", tmp_path / "board", env={"PYTHONPATH": str(tmp_path / "nothing")}) as bare:
         before = tree_digest(bare.root)
         out = tmp_path / "r"
-        line = _refused(deploy(bare, one_page_build, out), out)
+        line = _refused(deploy(bare, fast_build, out), out)
         assert "cannot import rknnlite" in line and "--backend onnxruntime" in line
         assert_untouched(bare, before)
 
-        proc = deploy(bare, one_page_build, out, "--backend", "onnxruntime", repeats=1)
+        proc = deploy(bare, fast_build, out, "--backend", "onnxruntime", repeats=1)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "SAME (bitwise)" in proc.stderr and "EMULATED" not in proc.stderr
         [folder] = run_folders(out)
@@ -284,9 +284,9 @@ def test_board_without_rknnlite_refused_then_onnxruntime_backend_runs(one_page_b
         assert_untouched(bare, before)
 
 
-def test_malformed_fault_control_fails_before_connecting(one_page_build: Path, tmp_path: Path) -> None:
+def test_malformed_fault_control_fails_before_connecting(fast_build: Path, tmp_path: Path) -> None:
     out = tmp_path / "r"
     proc = rkdet(["deploy", "--board", f"127.0.0.1:{free_port()}", "--ssh-config", "/dev/null", "--build",
-                  str(one_page_build), "--out", str(out), "--emulator-fault", "{occurrence: 1"], timeout=60)
+                  str(fast_build), "--out", str(out), "--emulator-fault", "{occurrence: 1"], timeout=60)
     assert proc.returncode == 2 and "--emulator-fault: not valid JSON" in error_line(proc)
     assert not out.exists()

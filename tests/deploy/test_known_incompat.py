@@ -84,28 +84,28 @@ def _refused(proc, out: Path) -> str:
     (None, "0.8.2", ["rknpu driver 0.8.2 is older than librknnrt 2.5.0", "update the rknpu kernel driver",
                      "rockchip-linux/rknn-toolkit2#271"]),
 ])
-def test_deploy_refuses_a_known_bad_stack_with_the_fix(runtime, driver, wanted, one_page_build: Path,
+def test_deploy_refuses_a_known_bad_stack_with_the_fix(runtime, driver, wanted, fast_build: Path,
                                                        tmp_path: Path) -> None:
     with EmulatedBoard(with_stack(RK3588, runtime=runtime, driver=driver), tmp_path / "board") as board:
         before = tree_digest(board.root)
         out = tmp_path / "r"
-        line = _refused(deploy(board, one_page_build, out), out)
+        line = _refused(deploy(board, fast_build, out), out)
         for text in wanted:
             assert text in line, line
         assert "fix: " in line and "known incompatibility" in line
         assert tree_digest(board.root) == before  # refused before anything on the board changed
 
 
-def test_rv1126_board_is_told_it_needs_the_legacy_runtime(one_page_build: Path, tmp_path: Path) -> None:
+def test_rv1126_board_is_told_it_needs_the_legacy_runtime(fast_build: Path, tmp_path: Path) -> None:
     with EmulatedBoard(RV1126, tmp_path / "board") as board:
-        line = _refused(deploy(board, one_page_build, tmp_path / "r"), tmp_path / "r")
+        line = _refused(deploy(board, fast_build, tmp_path / "r"), tmp_path / "r")
         assert "rv1126 has an RKNPU 1 NPU" in line and "librknn_runtime" in line and "RKNN-Toolkit 1.7" in line
         assert "rv1126-needs-legacy-runtime" in line
 
 
-def test_an_old_but_unlisted_driver_only_warns(one_page_build: Path, tmp_path: Path) -> None:
+def test_an_old_but_unlisted_driver_only_warns(fast_build: Path, tmp_path: Path) -> None:
     prof = dataclasses.replace(with_stack(RK3588, driver="0.9.0"))
     with EmulatedBoard(prof, tmp_path / "board") as board:
-        proc = deploy(board, one_page_build, tmp_path / "r", repeats=1)
+        proc = deploy(board, fast_build, tmp_path / "r", repeats=1)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "rknpu-driver-below-0.9.2" in proc.stderr
