@@ -346,11 +346,8 @@ def _row_id(conn: sqlite3.Connection, rid: int, column: str, value: object, *, o
     newline, escape codes or '../'. Refused in one line naming the database, the row and what to do."""
     if optional and value is None:
         return None
-    try:
-        return check_run_id(value, f"runs row {rid}: {column}", _where(conn))
-    except InputError as err:
-        raise InputError(f"{err}; the database is damaged or crafted: move it away and run "
-                         "`rkdet history import`") from None
+    return check_run_id(value, f"runs row {rid}: {column}", _where(conn),
+                        "the database is damaged or crafted: move it away and run `rkdet history import`")
 
 
 def load_runs(conn: sqlite3.Connection) -> list[RunRecord]:

@@ -35,14 +35,14 @@ def is_run_id(value: Any) -> bool:
     return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
 
 
-def check_run_id(value: Any, what: str = "run id", where: str = "") -> str:
+def check_run_id(value: Any, what: str = "run id", where: str = "",
+                 then: str = "not a run folder rkdet deploy made, or a crafted one") -> str:
     """`value` when it is an id rkdet makes; else InputError, one line naming `where` (a file, when the id was
-    read from one) and `what`, the id shown escaped and cut to 40 characters."""
+    read from one) and `what`, the id shown escaped and cut to 40 characters, and `then` (what it means, what to do)."""
     if is_run_id(value):
         return value  # type: ignore[no-any-return]
     shown = repr(value[:40] if isinstance(value, str) else value)[:60]
-    raise InputError(f"{where + ': ' if where else ''}{what} {shown} is not one rkdet makes ({ID_RULE}); "
-                     "not a run folder rkdet deploy made, or a crafted one")
+    raise InputError(f"{where + ': ' if where else ''}{what} {shown} is not one rkdet makes ({ID_RULE}); {then}")
 
 
 __all__ = ["ID_PATTERN", "ID_RULE", "check_run_id", "is_run_id", "new_run_id"]

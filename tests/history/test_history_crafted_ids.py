@@ -40,6 +40,7 @@ def _clean_line(text: str, db: Path) -> None:
     assert text.count("\n") == 0, text
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
     assert str(db) in text and "runs row" in text and "rkdet history import" in text, text
+    assert "not a run folder" not in text, text  # a database row: the advice is about the database alone
     assert len(text) < 600, len(text)
 
 
