@@ -1,6 +1,6 @@
 """`rkdet audit pull | verify | report`: the serving audit log of a board (docs/AUDIT.md).
 
-pull copies the board's audit folder with the link's bounded, hash-checked pull (rkdet.link.pull);
+pull copies the board's audit folder with the link's bounded, hash-checked pull (through rkdet.deploy.pulled);
 verify checks the chain, the builds and the canaries (exit 0 intact, 1 a finding, 2 not a log);
 report writes the same verification with control charts as one HTML file.
 """
@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rkdet.cli.options import CONNECTION, option, options
 from rkdet.errors import EXIT_DIFFERENT, InputError
 from rkdet.textsafe import visible
+
+if TYPE_CHECKING:
+    from rkdet.link.files import BoardLink
+    from rkdet.link.transfer import TransferStats
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -55,7 +59,7 @@ def audit_pull(remote: str, out: Path, inventory: Path | None, limit: str | None
     click.echo(f"pulled {stats.files_sent} files ({stats.files_skipped} unchanged) into {visible(str(out))}")
 
 
-def _pull_board(conn: Any, remote: str, out: Path) -> Any:
+def _pull_board(conn: BoardLink, remote: str, out: Path) -> TransferStats:
     """One board's verified pull (the link's, through deploy's `pull_noted`); what it survived (an SFTP session
     that ended under it: the file fetched again over exec) said as a warning, as deploy says it."""
     from rkdet.cli.warn import say_warnings
